@@ -1,0 +1,72 @@
+"""Configuration: `SANDBOX_AGENT_*` environment variables, overridden by command-line flags."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+Provider = Literal["ollama", "openai", "embedded"]
+ToolProtocol = Literal["native", "json", "constrained"]
+
+DEFAULT_IMAGE = "sandbox-agent:latest"
+"""Tag of the sandbox image `sandbox-agent image build` produces."""
+DEFAULT_BASE_IMAGE = "python:3.12-slim"
+"""Base the sandbox image is built from when a registry is reachable."""
+OFFLINE_BASE_IMAGE = "sandbox-agent-base:bookworm"
+"""Base built with debootstrap (scripts/build-base-image.sh) where no registry is reachable."""
+
+
+class Settings(BaseSettings):
+    """Every knob of a run; flags override the environment, which overrides these defaults."""
+
+    model_config = SettingsConfigDict(env_prefix="SANDBOX_AGENT_", extra="ignore")
+
+    provider: Provider = "ollama"
+    """Model provider."""
+    model: str | None = None
+    """Model name; None picks the provider's default."""
+    host: str | None = None
+    """Model server base URL (Ollama falls back to OLLAMA_HOST, then localhost:11434)."""
+    api_key_env: str = "OPENAI_API_KEY"
+    """Name of the environment variable holding the OpenAI-compatible API key."""
+    tool_protocol: ToolProtocol | None = None
+    """How tools are offered; None: native for servers, constrained for the embedded model."""
+    temperature: float | None = None
+    """Sampling temperature passed to the model (None: the server's default)."""
+    timeout: float = 300.0
+    """Seconds to wait for one model response."""
+    max_retries: int = Field(3, ge=1, le=20)
+    """Attempts for a model request that times out or gets 429/5xx."""
+    retry_base_delay: float = Field(0.5, ge=0)
+    """First backoff delay in seconds (doubles per attempt, with jitter)."""
+    max_turns: int = Field(20, ge=1)
+    """Model turns before the run stops with an error."""
+    max_tokens: int | None = None
+    """Context budget in tokens; None: the model's context length, else 8192."""
+    stream: bool = True
+    """Stream tokens from the model."""
+    image: str = DEFAULT_IMAGE
+    """Sandbox image."""
+    tool_timeout: int = Field(60, ge=1)
+    """Default timeout in seconds of run_shell_command."""
+    memory: str = "512m"
+    """Container memory limit (no swap on top)."""
+    pids_limit: int = Field(256, ge=16)
+    """Maximum processes in the container."""
+    cpus: float = Field(1.0, gt=0)
+    """CPU limit of the container."""
+    tmp_size: str = "64m"
+    """Size of the container's /tmp tmpfs."""
+    env_allow: list[str] = Field(default_factory=list)
+    """Host environment variables passed into the container (none by default)."""
+    allow_git_writes: bool = False
+    """Mount .git read-write (it is read-only by default)."""
+    audit: bool = True
+    """Write the audit log."""
+    audit_dir: Path | None = None
+    """Audit directory; None: <root>/.sandbox-agent/audit."""
+    audit_max_result_bytes: int = Field(4096, ge=0)
+    """Bytes of each tool result kept in the audit preview."""

@@ -1,0 +1,184 @@
+"""The exception tree of sandbox-agent.
+
+Every error the library raises derives from `SandboxAgentError`. Third-party
+exceptions (docker, httpx, xllamacpp, tomllib) are translated at the one place
+they are called and never leak past it. Each class carries the exit code the
+CLI uses for it (see docs/EXIT_CODES.md) and, where there is one, the command
+that fixes it.
+
+    SandboxAgentError                         1
+    ├── UserError                             2   the caller's mistake
+    │   ├── ConfigError                       2   bad flag / env var / argument value
+    │   ├── PolicyFileError                   3   policy TOML invalid (line and reason)
+    │   └── SessionNotFoundError              4   no such session
+    ├── SandboxError                          10  container infrastructure
+    │   ├── EngineUnavailableError            11  Docker engine unreachable
+    │   ├── ImageNotFoundError                12  sandbox image missing
+    │   └── ToolboxError                      13  toolbox died / spoke garbage
+    │       └── ToolboxTimeoutError           14  (also TimeoutError) host deadline passed
+    ├── ModelError                            20  model provider failures
+    │   ├── ModelUnavailableError             21  (also ConnectionError) server unreachable
+    │   ├── ModelTimeoutError                 22  (also TimeoutError) no answer in time
+    │   ├── ModelResponseError                23  4xx / unusable payload
+    │   └── EmbeddedModelError                24  embedded model missing or corrupt
+    ├── AgentError                            30
+    │   ├── MaxTurnsExceeded                  31  no answer within --max-turns
+    │   └── ApprovalRequired                  32  a needed approval could not be obtained
+    ├── SessionError                          40  session file unreadable
+    │   └── SessionCorruptError               41  a corrupt line in the middle
+    └── AuditError                            50  audit log could not be written
+        └── AuditIntegrityError               51  `audit verify` found tampering
+
+A failed *tool* (missing file, non-zero exit, timeout inside the sandbox) is not
+an exception: it is a `ToolResult` the model sees.
+"""
+
+from __future__ import annotations
+
+
+class SandboxAgentError(Exception):
+    """Root of every error sandbox-agent raises."""
+
+    exit_code: int = 1
+
+    def __init__(self, message: str, *, fix: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.fix = fix
+
+    def __str__(self) -> str:
+        return f"{self.message} (fix: {self.fix})" if self.fix else self.message
+
+
+class UserError(SandboxAgentError):
+    """The caller asked for something that cannot work as given."""
+
+    exit_code = 2
+
+
+class ConfigError(UserError):
+    """A flag, environment variable or argument has an invalid value."""
+
+    exit_code = 2
+
+
+class PolicyFileError(UserError):
+    """A policy file could not be parsed or validated."""
+
+    exit_code = 3
+
+
+class SessionNotFoundError(UserError):
+    """No session with the requested name exists for this root."""
+
+    exit_code = 4
+
+
+class SandboxError(SandboxAgentError):
+    """The container sandbox failed (not a tool failure inside it)."""
+
+    exit_code = 10
+
+
+class EngineUnavailableError(SandboxError, ConnectionError):
+    """The Docker engine cannot be reached."""
+
+    exit_code = 11
+
+
+class ImageNotFoundError(SandboxError):
+    """The sandbox image does not exist locally."""
+
+    exit_code = 12
+
+
+class ToolboxError(SandboxError):
+    """The in-container toolbox died or answered something unreadable."""
+
+    exit_code = 13
+
+
+class ToolboxTimeoutError(ToolboxError, TimeoutError):
+    """The toolbox did not answer before the host-side deadline."""
+
+    exit_code = 14
+
+
+class ModelError(SandboxAgentError):
+    """The model provider failed."""
+
+    exit_code = 20
+
+
+class ModelUnavailableError(ModelError, ConnectionError):
+    """The model server could not be reached."""
+
+    exit_code = 21
+
+
+class ModelTimeoutError(ModelError, TimeoutError):
+    """The model server did not answer in time."""
+
+    exit_code = 22
+
+
+class ModelResponseError(ModelError):
+    """The model server refused the request or sent something unusable."""
+
+    exit_code = 23
+
+    def __init__(self, message: str, *, status_code: int | None = None, fix: str | None = None):
+        super().__init__(message, fix=fix)
+        self.status_code = status_code
+
+
+class EmbeddedModelError(ModelError):
+    """The embedded model is not installed, corrupt, or failed to start."""
+
+    exit_code = 24
+
+
+class AgentError(SandboxAgentError):
+    """The agent loop could not finish."""
+
+    exit_code = 30
+
+
+class MaxTurnsExceeded(AgentError):
+    """The model did not give a final answer within the turn limit."""
+
+    exit_code = 31
+
+
+class ApprovalRequired(AgentError):
+    """A run needed an approval it could not get (fail closed)."""
+
+    exit_code = 32
+
+
+class SessionError(SandboxAgentError):
+    """A session file could not be read or written."""
+
+    exit_code = 40
+
+
+class SessionCorruptError(SessionError):
+    """A session file has a corrupt line before its last line."""
+
+    exit_code = 41
+
+
+class AuditError(SandboxAgentError):
+    """The audit log could not be written or read."""
+
+    exit_code = 50
+
+
+class AuditIntegrityError(AuditError):
+    """The audit hash chain is broken: a record was edited, removed, inserted or moved."""
+
+    exit_code = 51
+
+
+#: Exit code for a run interrupted with Ctrl-C (128 + SIGINT), as shells report it.
+EXIT_INTERRUPTED = 130

@@ -1,0 +1,117 @@
+"""The seams between the layers, as Protocols kept in one place.
+
+Real implementations and the test fakes both satisfy these without inheriting from them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from types import TracebackType
+from typing import Any, Protocol, Self, runtime_checkable
+
+from pydantic import BaseModel
+
+from executor.messages import Message, ModelReply, ToolResult, ToolSpec
+
+TokenCallback = Callable[[str], None]
+
+
+@runtime_checkable
+class Model(Protocol):
+    """A chat model that may call tools."""
+
+    name: str
+    """Model name as the provider knows it."""
+
+    def chat(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[ToolSpec],
+        *,
+        on_token: TokenCallback | None = None,
+    ) -> ModelReply:
+        """Send the conversation and the offered tools; return the parsed assistant turn."""
+        ...
+
+    def close(self) -> None:
+        """Release connections (and, for the embedded model, the server)."""
+        ...
+
+
+class SandboxInfo(BaseModel):
+    """What an audit needs to know about the sandbox a call ran in."""
+
+    container_id: str
+    container_name: str
+    image: str
+    image_digest: str
+    mount_mode: str
+    """'ro' or 'rw'."""
+    network: str
+    user: str
+    """uid:gid the tools run as."""
+
+
+@runtime_checkable
+class Sandbox(Protocol):
+    """Where tool calls run. Start and stop it as a context manager."""
+
+    def __enter__(self) -> Self: ...
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...
+
+    def start(self) -> None:
+        """Create (or re-attach) the container and start the toolbox."""
+        ...
+
+    def stop(self) -> None:
+        """Stop the toolbox and remove the container."""
+        ...
+
+    def call(self, tool: str, args: dict[str, Any], *, timeout: float | None = None) -> ToolResult:
+        """Run one built-in tool inside the sandbox."""
+        ...
+
+    def is_alive(self) -> bool:
+        """Whether the container and toolbox are up."""
+        ...
+
+    @property
+    def info(self) -> SandboxInfo:
+        """Identity of the running sandbox (only valid after start)."""
+        ...
+
+
+class SessionSummary(BaseModel):
+    """One line of `sandbox-agent sessions`."""
+
+    name: str
+    started_at: str
+    turns: int
+    model: str
+    provider: str
+    last_message: str
+    path: str
+
+
+@runtime_checkable
+class SessionStore(Protocol):
+    """Where conversations are kept, one message at a time."""
+
+    def append(self, message: Message) -> None:
+        """Persist one message durably before returning."""
+        ...
+
+    def load(self) -> list[Message]:
+        """All messages of the session, in order."""
+        ...
+
+    def list(self) -> list[SessionSummary]:
+        """Sessions for this root, newest first."""
+        ...
+

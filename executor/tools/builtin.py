@@ -1,0 +1,133 @@
+"""The six built-in tools. Their semantics (path checks, caps, timeouts) live in the toolbox;
+here are only the argument models the model is offered and validated against."""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from executor.messages import ToolResult
+from executor.tools.base import RiskLevel, Tool, ToolContext
+
+
+class _Args(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ReadFileArgs(_Args):
+    path: str = Field(description="File path relative to the project root.")
+    start_line: int | None = Field(None, ge=1, description="First line to return (1-based).")
+    end_line: int | None = Field(None, ge=1, description="Last line to return (inclusive).")
+
+
+class WriteFileArgs(_Args):
+    path: str = Field(description="File path relative to the project root.")
+    content: str = Field(description="The complete new file content.")
+
+
+class EditFileArgs(_Args):
+    path: str = Field(description="File path relative to the project root.")
+    new_text: str = Field(description="Replacement text (the whole file when creating).")
+    old_text: str | None = Field(
+        None, description="Exact text to replace; omit to create a new file."
+    )
+    replace_all: bool = Field(False, description="Replace every occurrence of old_text.")
+
+
+class SearchFilesArgs(_Args):
+    pattern: str = Field(description="Regular expression to search for.")
+    path: str = Field(".", description="Directory or file to search, relative to the root.")
+    max_results: int = Field(100, ge=1, le=1000, description="Maximum matching lines returned.")
+
+
+class ListFilesArgs(_Args):
+    path: str = Field(".", description="Directory to list, relative to the project root.")
+    glob: str | None = Field(None, description="Only names matching this glob, e.g. '*.py'.")
+    depth: int | None = Field(None, ge=1, le=20, description="How many levels deep to list.")
+
+
+class RunShellCommandArgs(_Args):
+    command: str = Field(description="Shell command, run with sh -c in the project root.")
+    timeout_seconds: int | None = Field(
+        None, ge=1, le=3600, description="Kill the command after this many seconds (default 60)."
+    )
+
+
+class SandboxTool(Tool):
+    """A tool whose work is done by the toolbox inside the container."""
+
+    def call(self, args: Any, ctx: ToolContext) -> ToolResult:
+        return ctx.sandbox.call(self.name, args.model_dump(exclude_none=True))
+
+
+class ReadFile(SandboxTool):
+    name = "read_file"
+    description = "Read a text file; lines are numbered. Use start_line/end_line for big files."
+    Args = ReadFileArgs
+    read_only_safe = True
+
+
+class ListFiles(SandboxTool):
+    name = "list_files"
+    description = "List files and directories under a path (skips .git)."
+    Args = ListFilesArgs
+    read_only_safe = True
+
+
+class SearchFiles(SandboxTool):
+    name = "search_files"
+    description = "Search file contents for a regular expression; returns path:line:text."
+    Args = SearchFilesArgs
+    read_only_safe = True
+
+
+class WriteFile(SandboxTool):
+    name = "write_file"
+    description = "Create or overwrite a file with the given content (parent dirs are created)."
+    Args = WriteFileArgs
+    risk = RiskLevel.MEDIUM
+    approval = True
+
+    def describe(self, args: Any) -> str:
+        lines = args.content.splitlines()
+        preview = "\n".join(f"+{line}" for line in lines[:40])
+        more = f"\n… {len(lines) - 40} more lines" if len(lines) > 40 else ""
+        return f"write_file {args.path} ({len(args.content)} bytes)\n{preview}{more}"
+
+
+class EditFile(SandboxTool):
+    name = "edit_file"
+    description = (
+        "Replace old_text with new_text in a file. old_text must match exactly once unless "
+        "replace_all is true. Omit old_text to create a new file with new_text."
+    )
+    Args = EditFileArgs
+    risk = RiskLevel.MEDIUM
+    approval = True
+
+    def describe(self, args: Any) -> str:
+        old = (args.old_text or "").splitlines(keepends=True)
+        new = args.new_text.splitlines(keepends=True)
+        diff = difflib.unified_diff(old, new, f"a/{args.path}", f"b/{args.path}", n=2)
+        return f"edit_file {args.path}" + ("" if not args.replace_all else " (replace all)") + (
+            "\n" + "".join(diff).rstrip("\n")
+        )
+
+
+class RunShellCommand(SandboxTool):
+    name = "run_shell_command"
+    description = (
+        "Run a shell command in the project root (no network). Returns exit code, stdout, stderr."
+    )
+    Args = RunShellCommandArgs
+    risk = RiskLevel.HIGH
+
+    def describe(self, args: Any) -> str:
+        return f"$ {args.command}"
+
+
+BUILTIN_TOOLS: tuple[type[Tool], ...] = (
+    ReadFile, ListFiles, SearchFiles, WriteFile, EditFile, RunShellCommand,
+)

@@ -33,6 +33,10 @@ class Model(Protocol):
         """Send the conversation and the offered tools; return the parsed assistant turn."""
         ...
 
+    def context_length(self) -> int | None:
+        """The model's context window in tokens, when the provider can tell."""
+        ...
+
     def close(self) -> None:
         """Release connections (and, for the embedded model, the server)."""
         ...

@@ -1,0 +1,125 @@
+"""JSON lines over a Docker exec's attached stdin/stdout.
+
+Without a TTY, Docker multiplexes the process's stdout and stderr on one socket in frames
+of an 8-byte header (stream id, 3 zero bytes, big-endian length) plus payload. A frame may
+hold part of a line or several lines, so stdout is re-split into lines here.
+"""
+
+from __future__ import annotations
+
+import json
+import select
+import socket
+import struct
+import time
+from collections import deque
+from typing import Any
+
+from executor.errors import ToolboxError, ToolboxTimeoutError
+
+_HEADER = struct.Struct(">BxxxI")
+_STDOUT, _STDERR = 1, 2
+_MAX_LINE = 64 * 1024 * 1024  # a response larger than this means the toolbox went wrong
+
+
+class Channel:
+    """Request/response lines over one attached socket, each read bounded by a deadline."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self._buf = bytearray()
+        self._lines: deque[bytes] = deque()
+        self._partial = bytearray()
+        self._stderr: deque[str] = deque(maxlen=50)
+        self.closed = False
+
+    def send(self, data: bytes) -> None:
+        """Write raw bytes to the process's stdin."""
+        try:
+            self._sock.sendall(data)
+        except OSError as exc:
+            self.closed = True
+            raise ToolboxError(f"toolbox stdin closed: {exc}") from exc
+
+    def request(self, payload: dict[str, Any], deadline: float) -> dict[str, Any]:
+        """Send one JSON line and wait for the next JSON line until `deadline` (monotonic)."""
+        self.send(json.dumps(payload, ensure_ascii=True).encode() + b"\n")
+        return self.read_json(deadline)
+
+    def read_json(self, deadline: float) -> dict[str, Any]:
+        """The next stdout line, parsed as a JSON object."""
+        line = self.read_line(deadline)
+        try:
+            value = json.loads(line)
+        except ValueError as exc:
+            raise ToolboxError(f"toolbox sent a line that is not JSON: {line[:200]!r}") from exc
+        if not isinstance(value, dict):
+            raise ToolboxError(f"toolbox sent {type(value).__name__}, not an object")
+        return value
+
+    def read_line(self, deadline: float) -> bytes:
+        """The next complete stdout line (without the newline)."""
+        while not self._lines:
+            self._fill(deadline)
+        return self._lines.popleft()
+
+    def stderr_tail(self) -> str:
+        """The last lines the process wrote to stderr (for error messages)."""
+        return "".join(self._stderr).strip()
+
+    def close(self) -> None:
+        """Close stdin (the toolbox exits on EOF) and the socket."""
+        if self.closed:
+            return
+        self.closed = True
+        for action in (lambda: self._sock.shutdown(socket.SHUT_WR), self._sock.close):
+            try:
+                action()
+            except OSError:
+                pass
+
+    def _fill(self, deadline: float) -> None:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise ToolboxTimeoutError("the toolbox did not answer in time")
+        ready, _, _ = select.select([self._sock], [], [], remaining)
+        if not ready:
+            raise ToolboxTimeoutError("the toolbox did not answer in time")
+        chunk = self._recv()
+        self._buf += chunk
+        self._parse_frames()
+
+    def _recv(self) -> bytes:
+        try:
+            chunk = self._sock.recv(1 << 20)
+        except OSError as exc:
+            self.closed = True
+            raise ToolboxError(f"lost the toolbox connection: {exc}") from exc
+        if not chunk:
+            self.closed = True
+            detail = self.stderr_tail()
+            raise ToolboxError("the toolbox exited" + (f": {detail[-500:]}" if detail else ""))
+        return chunk
+
+    def _parse_frames(self) -> None:
+        while len(self._buf) >= _HEADER.size:
+            stream, size = _HEADER.unpack_from(self._buf)
+            if len(self._buf) < _HEADER.size + size:
+                return
+            payload = bytes(self._buf[_HEADER.size : _HEADER.size + size])
+            del self._buf[: _HEADER.size + size]
+            if stream == _STDOUT:
+                self._add_stdout(payload)
+            elif stream == _STDERR:
+                self._stderr.append(payload.decode("utf-8", "replace"))
+
+    def _add_stdout(self, payload: bytes) -> None:
+        if b"\n" not in payload:  # only scan the new bytes: responses can span many frames
+            self._partial += payload
+        else:
+            head, *middle, rest = payload.split(b"\n")
+            self._lines.append(bytes(self._partial + head))
+            self._lines.extend(middle)
+            self._partial = bytearray(rest)
+        if len(self._partial) > _MAX_LINE:
+            raise ToolboxError("toolbox response exceeds the size limit")

@@ -1,0 +1,456 @@
+"""The Docker sandbox: one hardened container per session, one long-lived toolbox inside it.
+
+Lifecycle (create, re-attach, remove) and the work (tool calls over the toolbox's attached
+stdin/stdout) are kept apart: `DockerSandbox` owns the container, `Toolbox` the process.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import socket
+import time
+from collections.abc import Callable
+from importlib import resources
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+from pydantic import BaseModel, Field
+
+from executor.config import DEFAULT_IMAGE
+from executor.errors import ConfigError, ImageNotFoundError, SandboxError, ToolboxError, ToolboxTimeoutError
+from executor.messages import ToolResult
+from executor.protocols import SandboxInfo
+from executor.sandbox.channel import Channel
+from executor.sandbox.engine import IMAGE_FIX, connect, docker_errors
+
+WORKSPACE = "/workspace"
+STATE_DIR = ".sandbox-agent"
+LABEL_SESSION = "sandbox-agent.session"
+LABEL_ROOT = "sandbox-agent.root"
+LABEL_LOCK = "sandbox-agent.lock"
+LABEL_HOST = "sandbox-agent.host"
+# Reads the toolbox source from stdin, then runs it: any image with python3 works.
+_BOOTSTRAP = (
+    "import sys\n"
+    "n = int(sys.stdin.buffer.readline())\n"
+    "src = sys.stdin.buffer.read(n)\n"
+    "sys.argv = ['toolbox'] + sys.argv[1:]\n"
+    "exec(compile(src, 'toolbox.py', 'exec'), {'__name__': '__main__'})\n"
+)
+_CALL_MARGIN = 15.0  # seconds the host waits beyond a tool's own timeout
+_START_TIMEOUT = 30.0
+
+Warn = Callable[[str], None]
+
+
+class SandboxConfig(BaseModel):
+    """How to build one session's container."""
+
+    root: Path
+    """Project root on the host, mounted at /workspace."""
+    session_id: str
+    """Session id; the container is named sandbox-agent-<session_id>."""
+    image: str = DEFAULT_IMAGE
+    """Image with python3 >= 3.9 (ripgrep and git optional)."""
+    read_only: bool = False
+    """Mount the root read-only."""
+    network: bool = False
+    """Give the container a network (off by default)."""
+    memory: str = "512m"
+    """Memory limit; swap is not allowed on top."""
+    pids_limit: int = 256
+    """Maximum processes."""
+    cpus: float = 1.0
+    """CPU limit."""
+    tmp_size: str = "64m"
+    """Size cap of the /tmp tmpfs."""
+    tool_timeout: int = 60
+    """Default timeout of run_shell_command in seconds."""
+    max_output: int = 30_000
+    """Bytes of each command output stream kept for the model."""
+    env: dict[str, str] = Field(default_factory=dict)
+    """Allow-listed host environment passed in (already filtered by the caller)."""
+    allow_git_writes: bool = False
+    """Mount .git read-write."""
+    lock_dir: Path | None = None
+    """Where liveness lock files go (None: the user's cache dir)."""
+
+
+class Toolbox:
+    """The toolbox process inside the container, reached over an exec's attached stream."""
+
+    def __init__(self, api: Any, container_id: str, user: str, argv: list[str]) -> None:
+        self._api, self._cid, self._user, self._argv = api, container_id, user, argv
+        self._channel: Channel | None = None
+        self._next_id = 0
+        self.pid: int | None = None
+        self.exec_id = ""
+
+    def start(self) -> dict[str, Any]:
+        """Start the process, send it the toolbox source, wait for its ready line."""
+        with docker_errors("starting the toolbox"):
+            created = self._api.exec_create(
+                self._cid, ["python3", "-u", "-c", _BOOTSTRAP, *self._argv], stdin=True,
+                stdout=True, stderr=True, user=self._user, workdir=WORKSPACE,
+            )
+            self.exec_id = created["Id"]
+            sock = self._api.exec_start(self.exec_id, socket=True)
+        self._channel = Channel(getattr(sock, "_sock", sock))
+        source = resources.files("executor.sandbox").joinpath("toolbox.py").read_bytes()
+        self._channel.send(str(len(source)).encode() + b"\n" + source)
+        ready = self._read_ready()
+        self.pid = int(ready.get("pid", 0)) or None
+        return ready
+
+    def _read_ready(self) -> dict[str, Any]:
+        assert self._channel is not None
+        try:
+            ready = self._channel.read_json(time.monotonic() + _START_TIMEOUT)
+        except ToolboxError as exc:
+            raise ToolboxError(
+                f"the toolbox did not start: {exc}",
+                fix="the image needs python3 >= 3.9; check `sandbox-agent doctor`",
+            ) from exc
+        if not ready.get("ready"):
+            raise ToolboxError(f"the toolbox sent {ready!r} instead of its ready line")
+        return ready
+
+    def call(self, tool: str, args: dict[str, Any], timeout: float) -> dict[str, Any]:
+        """One request/response; raises ToolboxError/ToolboxTimeoutError when the process fails."""
+        if self._channel is None or self._channel.closed:
+            raise ToolboxError("the toolbox is not running")
+        self._next_id += 1
+        request = {"id": self._next_id, "tool": tool, "args": args}
+        reply = self._channel.request(request, time.monotonic() + timeout)
+        if reply.get("id") not in (self._next_id, None):
+            raise ToolboxError(f"toolbox answered request {reply.get('id')}, not {self._next_id}")
+        return reply
+
+    def is_running(self) -> bool:
+        """Whether the exec'd process is still alive."""
+        if self._channel is None or self._channel.closed or not self.exec_id:
+            return False
+        with docker_errors("inspecting the toolbox"):
+            return bool(self._api.exec_inspect(self.exec_id).get("Running"))
+
+    def stop(self) -> None:
+        """Close its stdin (it exits on EOF)."""
+        if self._channel is not None:
+            self._channel.close()
+
+    def stderr_tail(self) -> str:
+        """What the process last wrote to stderr."""
+        return self._channel.stderr_tail() if self._channel else ""
+
+
+class DockerSandbox:
+    """A hardened per-session container; satisfies the `Sandbox` protocol."""
+
+    def __init__(self, config: SandboxConfig, *, client: Any = None, warn: Warn | None = None):
+        self.config = config
+        self._client = client
+        self._warn = warn or (lambda message: None)
+        self._container: Any = None
+        self._toolbox: Toolbox | None = None
+        self._lock_fd: int | None = None
+        self._info: SandboxInfo | None = None
+        self.reattached = False
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    @property
+    def name(self) -> str:
+        """The container's name."""
+        return container_name(self.config.session_id)
+
+    def start(self) -> None:
+        """Create (or re-attach to) the session's container and start the toolbox."""
+        try:
+            self._client = self._client or connect()
+            image = self._image()
+            prepare_root(self.config.root)
+            self._lock()
+            self._container = self._existing() or self._create()
+            self._start_toolbox()
+            self._info = self._describe(image)
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        """Remove the container and release the session lock; safe to call twice."""
+        if self._toolbox is not None:
+            self._toolbox.stop()
+            self._toolbox = None
+        if self._container is not None:
+            with docker_errors("removing the sandbox container"):
+                self._container.remove(force=True, v=True)
+            self._container = None
+        self._unlock()
+
+    def detach(self) -> None:
+        """Leave the container running for a later `--resume` (stdin closed, lock released)."""
+        if self._toolbox is not None:
+            self._toolbox.stop()
+            self._toolbox = None
+        self._container = None
+        self._unlock()
+
+    def is_alive(self) -> bool:
+        """Whether the container runs and the toolbox answers."""
+        if self._container is None or self._toolbox is None:
+            return False
+        try:
+            with docker_errors("inspecting the sandbox"):
+                self._container.reload()
+            return bool(self._container.status == "running" and self._toolbox.is_running())
+        except SandboxError:
+            return False
+
+    @property
+    def info(self) -> SandboxInfo:
+        """Identity of the running sandbox."""
+        if self._info is None:
+            raise SandboxError("the sandbox is not started")
+        return self._info
+
+    # -- the work ----------------------------------------------------------------------------
+
+    def call(self, tool: str, args: dict[str, Any], *, timeout: float | None = None) -> ToolResult:
+        """Run `tool` in the toolbox; a dead or stuck toolbox is restarted and reported."""
+        if self._toolbox is None:
+            raise SandboxError("the sandbox is not started")
+        deadline = timeout or self._deadline_for(args)
+        try:
+            reply = self._toolbox.call(tool, args, deadline)
+        except ToolboxTimeoutError:
+            return self._recover(f"{tool} did not answer within {deadline:.0f}s")
+        except ToolboxError as exc:
+            return self._recover(f"the toolbox died during {tool} ({exc})")
+        return ToolResult(
+            ok=bool(reply.get("ok")), output=str(reply.get("output", "")),
+            meta=dict(reply.get("meta") or {}),
+        )
+
+    def _deadline_for(self, args: dict[str, Any]) -> float:
+        requested = args.get("timeout_seconds")
+        base = requested if isinstance(requested, int | float) else self.config.tool_timeout
+        return float(max(base, self.config.tool_timeout)) + _CALL_MARGIN
+
+    def _recover(self, what: str) -> ToolResult:
+        self._warn(f"{what}; restarting the toolbox")
+        self._kill_toolbox()
+        try:
+            self._start_toolbox()
+        except SandboxError as exc:
+            raise ToolboxError(f"{what}, and it could not be restarted: {exc}") from exc
+        return ToolResult.error(f"{what}. The toolbox was restarted; the call had no result.",
+                                toolbox_restarted=True)
+
+    def _kill_toolbox(self) -> None:
+        old = self._toolbox
+        self._toolbox = None
+        if old is None:
+            return
+        old.stop()
+        if old.pid and self._container is not None:
+            try:
+                with docker_errors("killing the stuck toolbox"):
+                    self._container.exec_run(["kill", "-9", str(old.pid)], user="0:0")
+            except SandboxError:
+                pass  # the container may be gone; _start_toolbox reports that
+        self._ensure_running()
+
+    def _ensure_running(self) -> None:
+        with docker_errors("checking the sandbox container"):
+            self._container.reload()
+            if self._container.status != "running":
+                self._warn(f"container {self.name} was {self._container.status}; starting it")
+                self._container.start()
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    def _image(self) -> Any:
+        import docker.errors
+
+        with docker_errors(f"looking up image {self.config.image}"):
+            try:
+                return self._client.images.get(self.config.image)
+            except docker.errors.ImageNotFound:
+                raise ImageNotFoundError(
+                    f"sandbox image {self.config.image!r} not found", fix=IMAGE_FIX
+                ) from None
+
+    def _existing(self) -> Any:
+        import docker.errors
+
+        with docker_errors("looking for the session's container"):
+            try:
+                container = self._client.containers.get(self.name)
+            except docker.errors.NotFound:
+                return None
+            if container.labels.get(LABEL_ROOT) != str(self.config.root):
+                raise SandboxError(f"container {self.name} belongs to another project root")
+            if container.status != "running":
+                container.start()
+        self.reattached = True
+        return container
+
+    def _create(self) -> Any:
+        options = container_options(self.config, self._lock_path(), self._mount_user())
+        with docker_errors("creating the sandbox container"):
+            container = self._client.containers.create(**options)
+            try:
+                container.start()
+            except BaseException:
+                container.remove(force=True)
+                raise
+        return container
+
+    def _start_toolbox(self) -> None:
+        self._ensure_running()
+        toolbox = Toolbox(self._client.api, self._container.id, self._mount_user(), self._argv())
+        toolbox.start()
+        self._toolbox = toolbox
+
+    def _argv(self) -> list[str]:
+        argv = ["--root", WORKSPACE, "--default-timeout", str(self.config.tool_timeout),
+                "--max-output", str(self.config.max_output), "--hidden", STATE_DIR]
+        if not self.config.allow_git_writes:
+            argv += ["--readonly-dir", ".git"]
+        return argv
+
+    def _mount_user(self) -> str:
+        stat = self.config.root.stat()
+        return f"{stat.st_uid}:{stat.st_gid}"
+
+    def _describe(self, image: Any) -> SandboxInfo:
+        return SandboxInfo(
+            container_id=self._container.id, container_name=self.name, image=self.config.image,
+            image_digest=str(image.id), mount_mode="ro" if self.config.read_only else "rw",
+            network="bridge" if self.config.network else "none", user=self._mount_user(),
+        )
+
+    def _lock_path(self) -> Path:
+        lock_dir = self.config.lock_dir or default_lock_dir()
+        return lock_dir / f"{self.name}.lock"
+
+    def _lock(self) -> None:
+        # A held flock marks the container as in use; `gc` removes those whose lock is free,
+        # which also covers a controller killed with SIGKILL.
+        path = self._lock_path()
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        for _ in range(20):  # `gc` holds a free lock for a moment while it checks it
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                time.sleep(0.1)
+                continue
+            self._lock_fd = fd
+            return
+        os.close(fd)
+        raise SandboxError(f"session {self.config.session_id} is in use by another process")
+
+    def _unlock(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+
+def prepare_root(root: Path) -> None:
+    """Create the state dir before the container starts, so it is hidden from the first call."""
+    from executor.session import ensure_state_dir
+
+    if not root.is_dir():
+        raise ConfigError(f"project root {root} is not a directory")
+    try:
+        ensure_state_dir(root)
+    except OSError as exc:
+        raise ConfigError(f"cannot create {root / STATE_DIR}: {exc.strerror}") from exc
+
+
+_PRUNE = {".git", STATE_DIR, "node_modules", ".venv", "venv", "__pycache__", ".tox"}
+
+
+def git_dirs(root: Path, *, max_depth: int = 4, limit: int = 64) -> list[str]:
+    """Relative paths of `.git` entries (the root's and nested repositories') to mount read-only.
+
+    Git hooks and config planted there would run later on the host, outside the sandbox.
+    """
+    found: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        rel = os.path.relpath(dirpath, root)
+        depth = 0 if rel == "." else rel.count(os.sep) + 1
+        candidate = os.path.join(dirpath, ".git")
+        if (".git" in dirnames or ".git" in filenames) and not os.path.islink(candidate):
+            # A symlinked .git is not mounted: that would expose its target outside the root.
+            found.append(os.path.normpath(os.path.join(rel, ".git")))
+        dirnames[:] = [] if depth >= max_depth else [d for d in dirnames if d not in _PRUNE]
+        if len(found) >= limit:
+            break
+    return found
+
+
+def container_name(session_id: str) -> str:
+    """Docker name of a session's container."""
+    return f"sandbox-agent-{session_id}"
+
+
+def default_lock_dir() -> Path:
+    """Per-user directory of session liveness locks."""
+    base = os.environ.get("XDG_RUNTIME_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "sandbox-agent"
+    )
+    return Path(base) / "sandbox-agent-locks"
+
+
+def container_options(config: SandboxConfig, lock_path: Path, user: str) -> dict[str, Any]:
+    """Keyword arguments for `containers.create`: every hardening switch in one place."""
+    from docker.types import Mount
+
+    root = str(config.root)
+    mounts = [Mount(WORKSPACE, root, type="bind", read_only=config.read_only)]
+    if not config.read_only and not config.allow_git_writes:
+        mounts += [
+            Mount(f"{WORKSPACE}/{rel}", str(config.root / rel), type="bind", read_only=True)
+            for rel in git_dirs(config.root)
+        ]
+    tmpfs = {"/tmp": f"rw,nosuid,nodev,size={config.tmp_size},mode=1777"}
+    if (config.root / STATE_DIR).is_dir():
+        tmpfs[f"{WORKSPACE}/{STATE_DIR}"] = "ro,nosuid,nodev,noexec,size=4k,mode=0500"
+    return {
+        "image": config.image, "name": container_name(config.session_id),
+        "command": ["sleep", "infinity"], "init": True, "user": user,
+        "working_dir": WORKSPACE, "hostname": "sandbox", "mounts": mounts, "tmpfs": tmpfs,
+        "network_mode": "bridge" if config.network else "none",
+        "cap_drop": ["ALL"], "security_opt": ["no-new-privileges"], "read_only": True,
+        "pids_limit": config.pids_limit, "mem_limit": config.memory,
+        "memswap_limit": config.memory, "nano_cpus": int(config.cpus * 1e9),
+        "environment": {**_BASE_ENV, **config.env}, "ipc_mode": "private",
+        "labels": {
+            LABEL_SESSION: config.session_id, LABEL_ROOT: root,
+            LABEL_LOCK: str(lock_path), LABEL_HOST: socket.gethostname(),
+        },
+    }
+
+
+_BASE_ENV = {
+    "HOME": "/tmp", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "TERM": "dumb",
+    "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    "PYTHONDONTWRITEBYTECODE": "1", "GIT_CONFIG_NOSYSTEM": "1",
+}

@@ -1,0 +1,63 @@
+"""The Docker engine connection, and the one place docker SDK errors become ours."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+from executor.errors import EngineUnavailableError, ImageNotFoundError, SandboxError
+
+ENGINE_FIX = (
+    "start the Docker engine (on Debian: `make engine`, which installs docker.io and runs "
+    "`dockerd --bridge=none --iptables=false`), or set DOCKER_HOST"
+)
+IMAGE_FIX = "build it with `sandbox-agent image build` (or `make image`), or pass --image"
+
+
+@contextlib.contextmanager
+def docker_errors(action: str) -> Iterator[None]:
+    """Translate docker SDK / requests exceptions raised while doing `action`."""
+    import docker.errors
+    import requests.exceptions
+
+    try:
+        yield
+    except docker.errors.ImageNotFound as exc:
+        raise ImageNotFoundError(f"{action}: image not found ({_explain(exc)})", fix=IMAGE_FIX) from exc
+    except docker.errors.DockerException as exc:
+        if _is_connection_problem(exc):
+            raise EngineUnavailableError(
+                f"{action}: cannot reach the Docker engine", fix=ENGINE_FIX
+            ) from exc
+        raise SandboxError(f"{action}: {_explain(exc)}") from exc
+    except requests.exceptions.ConnectionError as exc:
+        raise EngineUnavailableError(f"{action}: lost the Docker engine", fix=ENGINE_FIX) from exc
+
+
+def _explain(exc: Exception) -> str:
+    explanation = getattr(exc, "explanation", None)
+    return str(explanation or exc).strip()
+
+
+def _is_connection_problem(exc: Exception) -> bool:
+    text = str(exc)
+    return "Error while fetching server API version" in text or "Connection" in text and (
+        "refused" in text or "aborted" in text or "No such file" in text
+    )
+
+
+def connect(timeout: float = 60.0) -> Any:
+    """A docker SDK client for the engine in the environment (DOCKER_HOST or the default socket)."""
+    import docker
+
+    with docker_errors("connecting to Docker"):
+        client = docker.from_env(timeout=int(timeout))
+        client.ping()
+        return client
+
+
+def engine_version(client: Any) -> str:
+    """The engine's version string."""
+    with docker_errors("asking the engine its version"):
+        return str(client.version().get("Version", "unknown"))

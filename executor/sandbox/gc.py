@@ -1,0 +1,72 @@
+"""Removing sandbox containers nobody owns any more.
+
+Every session holds an exclusive flock on a lock file named in the container's labels for as
+long as it uses the container. A container whose lock can be taken (its owner exited or was
+killed, even with SIGKILL) or whose lock file is gone is an orphan.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import socket
+from typing import Any
+
+from pydantic import BaseModel
+
+from executor.sandbox.docker import LABEL_HOST, LABEL_LOCK, LABEL_ROOT, LABEL_SESSION
+from executor.sandbox.engine import connect, docker_errors
+
+
+class GcResult(BaseModel):
+    """What `gc` found."""
+
+    removed: list[str]
+    """Names of removed containers."""
+    in_use: list[str]
+    """Names of containers whose session is still running."""
+    skipped: list[str]
+    """Containers of other hosts (left alone unless all_hosts)."""
+
+
+def gc(client: Any = None, *, all_hosts: bool = False, force: bool = False) -> GcResult:
+    """Remove orphaned sandbox containers; `force` removes in-use ones too."""
+    client = client or connect()
+    result = GcResult(removed=[], in_use=[], skipped=[])
+    with docker_errors("listing sandbox containers"):
+        containers = client.containers.list(all=True, filters={"label": LABEL_SESSION})
+    for container in containers:
+        _classify(container, result, all_hosts=all_hosts, force=force)
+    return result
+
+
+def _classify(container: Any, result: GcResult, *, all_hosts: bool, force: bool) -> None:
+    labels = container.labels
+    if labels.get(LABEL_HOST) not in (None, socket.gethostname()) and not all_hosts:
+        result.skipped.append(container.name)
+    elif not force and _in_use(labels.get(LABEL_LOCK, "")):
+        result.in_use.append(container.name)
+    else:
+        with docker_errors(f"removing {container.name}"):
+            container.remove(force=True, v=True)
+        result.removed.append(container.name)
+
+
+def _in_use(lock_path: str) -> bool:
+    if not lock_path or not os.path.exists(lock_path):
+        return False
+    fd = os.open(lock_path, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # closing releases a lock we may have taken
+    return False
+
+
+def session_containers(client: Any, root: str | None = None) -> list[Any]:
+    """Sandbox containers, optionally only those of one project root."""
+    filters = {"label": [LABEL_SESSION] + ([f"{LABEL_ROOT}={root}"] if root else [])}
+    with docker_errors("listing sandbox containers"):
+        return list(client.containers.list(all=True, filters=filters))

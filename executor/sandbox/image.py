@@ -1,0 +1,78 @@
+"""Building the sandbox image from `sandbox_image/Dockerfile` with the docker SDK."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from importlib import resources
+from typing import Any
+
+from executor.config import DEFAULT_BASE_IMAGE, DEFAULT_IMAGE, OFFLINE_BASE_IMAGE
+from executor.errors import ImageNotFoundError, SandboxError
+from executor.sandbox.engine import connect, docker_errors
+
+Progress = Callable[[str], None]
+
+BASE_FIX = (
+    "no registry? build a base from Debian packages with `make base-image` "
+    f"(debootstrap) and pass --base {OFFLINE_BASE_IMAGE}"
+)
+
+
+def image_exists(client: Any, name: str) -> bool:
+    """Whether `name` is present in the local engine."""
+    import docker.errors
+
+    with docker_errors(f"looking up image {name}"):
+        try:
+            client.images.get(name)
+        except docker.errors.ImageNotFound:
+            return False
+    return True
+
+
+def ensure_base(client: Any, base: str, progress: Progress) -> None:
+    """Make sure `base` is local: present already, or pulled."""
+    import docker.errors
+
+    if image_exists(client, base):
+        return
+    progress(f"pulling {base} ...")
+    try:
+        with docker_errors(f"pulling {base}"):
+            try:
+                client.images.pull(base)
+            except docker.errors.APIError as exc:
+                raise ImageNotFoundError(f"cannot pull base image {base!r}: {exc.explanation}",
+                                         fix=BASE_FIX) from exc
+    except ImageNotFoundError as exc:
+        raise ImageNotFoundError(exc.message, fix=BASE_FIX) from exc
+
+
+def build_image(
+    tag: str = DEFAULT_IMAGE,
+    base: str = DEFAULT_BASE_IMAGE,
+    *,
+    client: Any = None,
+    progress: Progress = lambda line: None,
+) -> str:
+    """Build the sandbox image `tag` FROM `base`; returns the image id."""
+    client = client or connect()
+    ensure_base(client, base, progress)
+    context = resources.files("sandbox_image")
+    with resources.as_file(context) as path, docker_errors(f"building {tag}"):
+        stream = client.api.build(
+            path=str(path), tag=tag, buildargs={"BASE": base}, rm=True, forcerm=True,
+            decode=True, labels={"sandbox-agent.base": base},
+        )
+        return _follow(stream, tag, progress)
+
+
+def _follow(stream: Any, tag: str, progress: Progress) -> str:
+    image_id = ""
+    for chunk in stream:
+        if "error" in chunk:
+            raise SandboxError(f"building {tag} failed: {chunk['error'].strip()}")
+        if chunk.get("stream", "").strip():
+            progress(chunk["stream"].rstrip())
+        image_id = chunk.get("aux", {}).get("ID", image_id)
+    return image_id

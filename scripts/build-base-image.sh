@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Build the sandbox base image from Debian packages, for machines that reach Debian's package
+# mirror but no container registry: debootstrap a minimal bookworm with python3, ripgrep and
+# git, then `docker import` it. Usage: scripts/build-base-image.sh [IMAGE_NAME]
+set -euo pipefail
+
+NAME="${1:-sandbox-agent-base:bookworm}"
+SUITE="${SUITE:-bookworm}"
+
+if docker image inspect "$NAME" >/dev/null 2>&1; then
+    echo "base image $NAME already present"
+    exit 0
+fi
+if [ "$(id -u)" != 0 ]; then
+    echo "error: debootstrap needs root; run: sudo $0 $NAME" >&2
+    exit 1
+fi
+if ! command -v debootstrap >/dev/null; then
+    echo "installing debootstrap ..."
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
+fi
+
+# Use the mirror apt is already configured with (deb822 or one-line format), else debootstrap's default.
+MIRROR="${MIRROR:-$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/*.sources 2>/dev/null || true)}"
+if [ -z "$MIRROR" ]; then
+    MIRROR="$(awk '$1 == "deb" {print $2; exit}' /etc/apt/sources.list 2>/dev/null || true)"
+fi
+
+ROOTFS="$(mktemp -d /tmp/sandbox-agent-rootfs.XXXXXX)"
+trap 'rm -rf "$ROOTFS"' EXIT
+echo "debootstrap $SUITE into $ROOTFS (about a minute) ..."
+debootstrap --variant=minbase --include=python3,ripgrep,git "$SUITE" "$ROOTFS" ${MIRROR:+"$MIRROR"} \
+    > "$ROOTFS.log" 2>&1 || { tail -20 "$ROOTFS.log" >&2; exit 1; }
+rm -f "$ROOTFS.log"
+rm -rf "$ROOTFS"/var/cache/apt/archives/*.deb "$ROOTFS"/var/lib/apt/lists/*
+echo "importing as $NAME ..."
+tar -C "$ROOTFS" -c . | docker import -c 'CMD ["sleep", "infinity"]' - "$NAME" >/dev/null
+docker run --rm --network none "$NAME" python3 -c 'import json; print("base ok: python3 with json")'

@@ -1,0 +1,318 @@
+"""DESIGN.md's security invariants 1-7, each shown against a real container."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from executor.sandbox.docker import DockerSandbox
+from executor.sandbox.gc import gc
+from tests.docker.conftest import SECRET, make_config
+
+pytestmark = pytest.mark.docker
+
+
+def shell(box: DockerSandbox, command: str, timeout: int = 20) -> Any:
+    """Run a shell command in the sandbox and return the result."""
+    return box.call("run_shell_command", {"command": command, "timeout_seconds": timeout})
+
+
+def tree_digest(root: Path) -> str:
+    """A hash over every path, mode and byte under `root` (the .git dir included)."""
+    digest = hashlib.sha256()
+    for dirpath, dirnames, filenames in sorted(os.walk(root)):
+        dirnames.sort()
+        for name in sorted(filenames + dirnames):
+            path = Path(dirpath, name)
+            stat = path.lstat()
+            digest.update(f"{path.relative_to(root)}|{stat.st_mode}|".encode())
+            if path.is_file() and not path.is_symlink():
+                digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+# -- 1. nothing outside the root -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", ["../secret.txt", "../../secret.txt", "/etc/passwd", "SECRET_ABS"])
+def test_paths_outside_the_root_are_refused(sandbox: DockerSandbox, project: Path, path: str):
+    if path == "SECRET_ABS":
+        path = str(project.parent / "secret.txt")
+    for tool, args in [("read_file", {"path": path}), ("write_file", {"path": path, "content": "x"}),
+                       ("list_files", {"path": path}), ("search_files", {"pattern": "SECRET",
+                                                                           "path": path})]:
+        result = sandbox.call(tool, args)
+        assert not result.ok, (tool, path, result.output)
+        assert "outside the project root" in result.output
+        assert SECRET not in result.output
+    assert (project.parent / "secret.txt").read_text() == SECRET + "\n"
+
+
+def test_symlinks_resolve_inside_the_container(sandbox: DockerSandbox, project: Path):
+    (project / "link-rel").symlink_to("../secret.txt")
+    (project / "link-abs").symlink_to(project.parent / "secret.txt")
+    (project / "link-dir").symlink_to(project.parent)
+    for path in ["link-rel", "link-abs", "link-dir/secret.txt"]:
+        result = sandbox.call("read_file", {"path": path})
+        assert not result.ok and "outside the project root" in result.output, result.output
+    # Even a shell that follows the links itself sees the container's filesystem, not the host's.
+    result = shell(sandbox, "cat link-rel link-abs link-dir/secret.txt; cat ../secret.txt; "
+                            f"cat {project.parent}/secret.txt; grep -r TOP-SECRET / 2>/dev/null")
+    assert SECRET not in result.output
+    search = sandbox.call("search_files", {"pattern": "TOP-SECRET"})
+    assert SECRET not in search.output
+
+
+# -- 2. read-only mounts -----------------------------------------------------------------------
+
+
+def test_read_only_run_cannot_change_a_byte(project: Path, docker_client: Any):
+    (project / "data.txt").write_text("keep me\n")
+    before = tree_digest(project)
+    with DockerSandbox(make_config(project, read_only=True), client=docker_client) as box:
+        assert box.info.mount_mode == "ro"
+        assert not box.call("write_file", {"path": "new.txt", "content": "x"}).ok
+        edit = box.call("edit_file", {"path": "data.txt", "old_text": "keep", "new_text": "lose"})
+        assert not edit.ok and "read-only" in edit.output
+        result = shell(box, "echo x > data.txt; touch new; rm -f hello.py; mkdir d; "
+                            "chmod 777 hello.py; mv src moved; git init -q again; "
+                            "echo hook > .git/hooks/pre-commit; echo done")
+        assert "Read-only file system" in result.output
+        assert shell(box, "python3 -c \"open('x.txt','w')\"").meta["exit_code"] != 0
+    assert tree_digest(project) == before
+
+
+# -- 3. no network, no capabilities, limits -----------------------------------------------------
+
+
+@pytest.fixture
+def host_listener() -> Iterator[int]:
+    """A TCP server on the host's loopback that records whether anyone connected."""
+    server = socket.create_server(("127.0.0.1", 0))
+    server.settimeout(0.2)
+    hits: list[str] = []
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                continue
+            hits.append("hit")
+            conn.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield server.getsockname()[1]
+    stop.set()
+    thread.join()
+    server.close()
+    assert not hits, "something inside the sandbox reached the host's loopback"
+
+
+def test_no_network(sandbox: DockerSandbox, host_listener: int, docker_client: Any):
+    probe = (
+        "import socket\n"
+        f"for host in ['127.0.0.1', '172.17.0.1', '10.0.2.2', 'host.docker.internal']:\n"
+        "    s = socket.socket(); s.settimeout(2)\n"
+        "    try:\n"
+        f"        s.connect((host, {host_listener})); print('CONNECTED', host)\n"
+        "    except Exception as e: print('blocked', host, type(e).__name__)\n"
+    )
+    sandbox.call("write_file", {"path": "probe.py", "content": probe})
+    result = shell(sandbox, "python3 probe.py; ls /sys/class/net")
+    assert "CONNECTED" not in result.output
+    assert result.output.count("blocked") == 4
+    assert "lo" in result.output and "eth0" not in result.output
+    attrs = docker_client.api.inspect_container(sandbox.info.container_id)
+    assert attrs["HostConfig"]["NetworkMode"] == "none"
+
+
+def test_hardening_flags(sandbox: DockerSandbox, docker_client: Any):
+    host = docker_client.api.inspect_container(sandbox.info.container_id)["HostConfig"]
+    assert host["CapDrop"] == ["ALL"] and not host["CapAdd"]
+    assert "no-new-privileges" in host["SecurityOpt"]
+    assert host["ReadonlyRootfs"] is True
+    assert host["PidsLimit"] == 256
+    assert host["Memory"] == 512 * 1024**2 and host["MemorySwap"] == host["Memory"]
+    assert host["NanoCpus"] == 10**9
+    assert "size=64m" in host["Tmpfs"]["/tmp"]
+    assert host["Privileged"] is False
+    status = shell(sandbox, "grep -E '^(CapEff|CapPrm|CapBnd|NoNewPrivs)' /proc/self/status")
+    for line in status.output.splitlines()[1:]:
+        if line.startswith("Cap"):
+            assert line.split()[-1] == "0000000000000000", line
+    assert "NoNewPrivs:\t1" in status.output
+
+
+def test_root_filesystem_read_only_and_tmp_capped(sandbox: DockerSandbox):
+    result = shell(sandbox, "touch /etc/x /usr/x 2>&1; echo ok > /tmp/ok && cat /tmp/ok; "
+                            "head -c 80M /dev/zero > /tmp/big; echo rc=$?")
+    assert result.output.count("Read-only file system") == 2
+    assert "ok" in result.output
+    assert "No space left on device" in result.output and "rc=1" in result.output
+
+
+def test_runs_as_the_owner_of_the_root_without_capabilities(project: Path, docker_client: Any):
+    os.chown(project, 1234, 2345)
+    with DockerSandbox(make_config(project), client=docker_client) as box:
+        assert box.info.user == "1234:2345"
+        assert shell(box, "id -u; id -g").output.split()[-2:] == ["1234", "2345"]
+        assert box.call("write_file", {"path": "made.txt", "content": "mine"}).ok
+    stat = (project / "made.txt").stat()
+    assert (stat.st_uid, stat.st_gid) == (1234, 2345)
+
+
+def test_uid_zero_still_has_no_capabilities(sandbox: DockerSandbox, project: Path):
+    assert project.stat().st_uid == os.getuid()
+    result = shell(sandbox, "id -u; chown 1:1 hello.py; echo rc=$?; "
+                            "mount -t tmpfs x /mnt; echo mount=$?")
+    assert "Operation not permitted" in result.output
+    assert "mount=" in result.output and "mount=0" not in result.output
+
+
+# -- 4. environment ---------------------------------------------------------------------------
+
+
+def test_host_environment_does_not_enter(project: Path, docker_client: Any, monkeypatch):
+    monkeypatch.setenv("SANDBOX_TEST_SECRET", "host-only-value-123")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-never-in-the-container-456")
+    monkeypatch.setenv("ALLOWED_VAR", "allowed-789")
+    from executor.sandbox.environment import sandbox_environment
+
+    env = sandbox_environment(["ALLOWED_VAR", "OPENAI_API_KEY"], secret_names=["OPENAI_API_KEY"])
+    with DockerSandbox(make_config(project, env=env), client=docker_client) as box:
+        result = shell(box, "env; cat /proc/1/environ | tr '\\0' '\\n'")
+    assert "host-only-value-123" not in result.output
+    assert "sk-never-in-the-container-456" not in result.output
+    assert "ALLOWED_VAR=allowed-789" in result.output
+
+
+# -- 5. state dir and .git --------------------------------------------------------------------
+
+
+def test_state_dir_hidden_and_git_read_only(project: Path, docker_client: Any):
+    state = project / ".sandbox-agent"
+    state.mkdir()
+    (state / "audit").mkdir()
+    (state / "audit" / "2026-01-01.ndjson").write_text('{"seq": 0}\n')
+    hook = project / ".git" / "hooks" / "pre-commit"
+    before = tree_digest(project)
+    with DockerSandbox(make_config(project), client=docker_client) as box:
+        for tool, args in [("read_file", {"path": ".sandbox-agent/audit/2026-01-01.ndjson"}),
+                           ("list_files", {"path": ".sandbox-agent"}),
+                           ("write_file", {"path": ".sandbox-agent/audit/x", "content": "x"}),
+                           ("write_file", {"path": ".git/hooks/pre-commit", "content": "x"}),
+                           ("edit_file", {"path": ".git/config", "old_text": "[core]",
+                                          "new_text": "[core]\n\thooksPath = /tmp"})]:
+            result = box.call(tool, args)
+            assert not result.ok, (tool, result.output)
+        listing = shell(box, "ls -A .sandbox-agent; cat .sandbox-agent/audit/*; "
+                             "echo x > .sandbox-agent/forged; echo '#!/bin/sh' > .git/hooks/pre-commit;"
+                             " git config core.hooksPath /tmp; echo end")
+        assert '"seq"' not in listing.output
+        assert listing.output.count("Read-only file system") >= 2
+        assert box.call("write_file", {"path": "ok.txt", "content": "fine"}).ok
+    (project / "ok.txt").unlink()
+    assert not hook.exists()
+    assert tree_digest(project) == before
+
+
+def test_nested_git_repositories_are_read_only_too(project: Path, docker_client: Any):
+    nested = project / "vendor" / "lib"
+    nested.mkdir(parents=True)
+    os.system(f"git init -q {nested}")
+    with DockerSandbox(make_config(project), client=docker_client) as box:
+        result = shell(box, "echo x > vendor/lib/.git/hooks/post-checkout; echo rc=$?")
+    assert "Read-only file system" in result.output
+    assert not (nested / ".git" / "hooks" / "post-checkout").exists()
+
+
+def test_git_writes_allowed_when_asked(project: Path, docker_client: Any):
+    with DockerSandbox(make_config(project, allow_git_writes=True), client=docker_client) as box:
+        result = shell(box, "git -c user.email=a@b -c user.name=a commit -q --allow-empty -m x "
+                            "&& git log --oneline | wc -l")
+    assert result.ok, result.output
+    assert "1" in result.output
+
+
+# -- 6. runaway commands ----------------------------------------------------------------------
+
+
+RUNAWAYS = {
+    "fork bomb": ("bomb() { bomb | bomb & }; bomb", 5),
+    "memory bomb": ("python3 -c \"x = []\nwhile True: x.append(' ' * 10**7)\"", 30),
+    "endless output": ("yes 'all work and no play'", 20),
+    "sleep": ("sleep 10000", 2),
+    "setsid escape": ("setsid sleep 10000 & sleep 10000", 2),
+}
+
+
+@pytest.mark.parametrize("name", list(RUNAWAYS))
+def test_runaway_commands_end_cleanly(sandbox: DockerSandbox, name: str):
+    command, timeout = RUNAWAYS[name]
+    result = shell(sandbox, command, timeout=timeout)
+    assert not result.ok
+    text = result.output.lower()
+    assert any(word in text for word in ("timed out", "limit", "killed", "memory")), result.output
+    assert len(result.output) < 100_000
+    follow_up = shell(sandbox, "echo still-alive; ps -e --no-headers | wc -l")
+    assert follow_up.ok and "still-alive" in follow_up.output, follow_up.output
+    assert int(follow_up.output.split()[-1]) < 10, "processes survived the call"
+    assert sandbox.is_alive()
+
+
+# -- 7. labels and gc -------------------------------------------------------------------------
+
+
+def test_container_labelled_and_removed_at_end(project: Path, docker_client: Any):
+    config = make_config(project)
+    with DockerSandbox(config, client=docker_client) as box:
+        container = docker_client.containers.get(box.info.container_id)
+        assert container.labels["sandbox-agent.session"] == config.session_id
+        assert container.labels["sandbox-agent.root"] == str(project)
+        assert container.name == f"sandbox-agent-{config.session_id}"
+        assert gc(docker_client).removed == []  # in use: gc leaves it alone
+    assert not docker_client.containers.list(all=True, filters={"name": container.name})
+
+
+def test_gc_removes_containers_of_a_killed_controller(project: Path, docker_client: Any, tmp_path):
+    import subprocess
+    import sys
+
+    config = make_config(project)
+    script = (
+        "import os, sys, time\n"
+        "from executor.sandbox.docker import DockerSandbox, SandboxConfig\n"
+        f"box = DockerSandbox(SandboxConfig.model_validate_json({config.model_dump_json()!r}))\n"
+        "box.start(); print('started', flush=True); time.sleep(600)\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
+                             cwd=Path(__file__).parents[2])
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "started"
+        name = f"sandbox-agent-{config.session_id}"
+        assert name in gc(docker_client).in_use
+        child.kill()
+        child.wait()
+        assert docker_client.containers.get(name).status == "running"  # kept for --resume
+        result = gc(docker_client)
+        assert name in result.removed
+        assert not docker_client.containers.list(all=True, filters={"name": name})
+    finally:
+        if child.poll() is None:
+            child.kill()
+
+
+def test_secret_never_in_container_metadata(sandbox: DockerSandbox, docker_client: Any):
+    attrs = docker_client.api.inspect_container(sandbox.info.container_id)
+    assert SECRET not in json.dumps(attrs)

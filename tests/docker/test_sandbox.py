@@ -1,0 +1,140 @@
+"""The Docker sandbox's own behaviour: tools end to end, bad input, recovery, re-attach, errors."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from executor.config import OFFLINE_BASE_IMAGE
+from executor.errors import EngineUnavailableError, ImageNotFoundError
+from executor.protocols import Sandbox
+from executor.sandbox.docker import DockerSandbox
+from executor.sandbox.engine import connect
+from tests.docker.conftest import make_config
+
+pytestmark = pytest.mark.docker
+
+
+def test_satisfies_the_sandbox_protocol(sandbox: DockerSandbox):
+    assert isinstance(sandbox, Sandbox)
+    assert sandbox.is_alive()
+    assert sandbox.info.network == "none" and sandbox.info.mount_mode == "rw"
+    assert sandbox.info.image_digest.startswith("sha256:")
+
+
+def test_the_six_tools_work_on_the_real_mount(sandbox: DockerSandbox, project: Path):
+    read = sandbox.call("read_file", {"path": "src/app.py"})
+    assert read.ok and "def add(a, b):" in read.output and "1\t" in read.output
+    assert sandbox.call("write_file", {"path": "pkg/new.py", "content": "X = 1\n"}).ok
+    assert (project / "pkg" / "new.py").read_text() == "X = 1\n"
+    edit = sandbox.call("edit_file", {"path": "src/app.py", "old_text": "a + b",
+                                      "new_text": "a - b"})
+    assert edit.ok and edit.meta["sha256_before"] != edit.meta["sha256_after"]
+    assert "a - b" in (project / "src" / "app.py").read_text()
+    search = sandbox.call("search_files", {"pattern": "def add"})
+    assert "src/app.py:1:def add(a, b):" in search.output
+    listing = sandbox.call("list_files", {})
+    assert "src/" in listing.output and "pkg/new.py" in listing.output
+    assert ".git" not in listing.output
+    run = sandbox.call("run_shell_command", {"command": "python3 hello.py; exit 3"})
+    assert not run.ok and run.meta["exit_code"] == 3 and "hello" in run.output
+
+
+@pytest.mark.parametrize(
+    ("tool", "args", "expected"),
+    [
+        ("read_file", {}, "path"),
+        ("read_file", {"path": 5}, "path"),
+        ("read_file", {"path": "hello.py", "start_line": "x"}, "start_line"),
+        ("nonexistent_tool", {}, "unknown tool"),
+        ("read_file", {"path": ""}, "empty"),
+        ("read_file", {"path": "hel\x00lo.py"}, "NUL"),
+        ("read_file", {"path": "src"}, "directory"),
+        ("read_file", {"path": "missing.txt"}, "not found"),
+        ("edit_file", {"path": "hello.py", "old_text": "nope", "new_text": "x"}, "0 match"),
+        ("run_shell_command", {"command": 42}, "command"),
+    ],
+)
+def test_bad_input_is_a_clear_error_result(sandbox: DockerSandbox, tool: str, args: dict,
+                                           expected: str):
+    result = sandbox.call(tool, args)
+    assert not result.ok
+    assert expected.lower() in result.output.lower(), result.output
+    assert sandbox.call("read_file", {"path": "hello.py"}).ok
+
+
+def test_big_and_odd_files(sandbox: DockerSandbox, project: Path):
+    with (project / "big.log").open("w") as f:
+        for i in range(1_000_000):
+            f.write(f"line {i} " + "x" * 40 + "\n")
+    assert (project / "big.log").stat().st_size > 50_000_000
+    (project / "latin1.txt").write_bytes("caf\xe9 cr\xe8me\n".encode("latin-1"))
+    (project / "blob.bin").write_bytes(b"\x00\x01\x02" * 1000)
+    big = sandbox.call("read_file", {"path": "big.log"})
+    assert big.ok and "line 0 " in big.output and "truncated" in big.output.lower()
+    assert len(big.output) < 200_000
+    tail = sandbox.call("read_file", {"path": "big.log", "start_line": 999_999, "end_line": 1_000_000})
+    assert "line 999999" in tail.output
+    latin = sandbox.call("read_file", {"path": "latin1.txt"})
+    assert "caf" in latin.output and "utf-8" in latin.output.lower()
+    blob = sandbox.call("read_file", {"path": "blob.bin"})
+    assert "binary" in blob.output.lower()
+
+
+def test_toolbox_death_is_noticed_and_repaired(sandbox: DockerSandbox):
+    warnings: list[str] = []
+    sandbox._warn = warnings.append
+    died = sandbox.call("run_shell_command", {"command": "kill -9 $PPID; sleep 5"})
+    assert not died.ok and "restarted" in died.output
+    assert warnings and "restarting the toolbox" in warnings[0]
+    assert sandbox.call("read_file", {"path": "hello.py"}).ok
+
+
+def test_stuck_toolbox_hits_the_host_deadline(sandbox: DockerSandbox):
+    warnings: list[str] = []
+    sandbox._warn = warnings.append
+    started = time.monotonic()
+    stuck = sandbox.call("run_shell_command", {"command": "kill -STOP $PPID"}, timeout=2)
+    assert time.monotonic() - started < 15
+    assert not stuck.ok and "did not answer within 2s" in stuck.output
+    assert sandbox.call("read_file", {"path": "hello.py"}).ok
+    assert any("restarting" in w for w in warnings)
+
+
+def test_reattach_to_a_left_container(project: Path, docker_client: Any):
+    config = make_config(project)
+    first = DockerSandbox(config, client=docker_client)
+    first.start()
+    first.call("run_shell_command", {"command": "echo kept > /tmp/marker"})
+    container_id = first.info.container_id
+    first.detach()  # as if the controller had crashed
+    with DockerSandbox(config, client=docker_client) as second:
+        assert second.reattached and second.info.container_id == container_id
+        assert "kept" in second.call("run_shell_command", {"command": "cat /tmp/marker"}).output
+    assert not docker_client.containers.list(all=True, filters={"id": container_id})
+
+
+def test_any_image_with_python3_works(project: Path, docker_client: Any):
+    try:
+        docker_client.images.get(OFFLINE_BASE_IMAGE)
+    except Exception:
+        pytest.skip(f"{OFFLINE_BASE_IMAGE} not built here (registry machines use python:3.12-slim)")
+    with DockerSandbox(make_config(project, image=OFFLINE_BASE_IMAGE), client=docker_client) as box:
+        assert box.call("read_file", {"path": "hello.py"}).ok
+
+
+def test_missing_image_is_a_clear_error(project: Path, docker_client: Any):
+    box = DockerSandbox(make_config(project, image="sandbox-agent-missing:nope"), client=docker_client)
+    with pytest.raises(ImageNotFoundError) as info:
+        box.start()
+    assert "image build" in str(info.value)
+
+
+def test_unreachable_engine_is_a_clear_error(monkeypatch):
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    with pytest.raises(EngineUnavailableError) as info:
+        connect(timeout=5)
+    assert "make engine" in str(info.value)

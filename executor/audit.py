@@ -1,0 +1,907 @@
+"""The audit log: hash-chained NDJSON records of everything a run does.
+
+Layout: `<root>/.sandbox-agent/audit/YYYY-MM-DD.ndjson` (UTC day of the write; the directory
+can be overridden), one record a line, directory mode 0700, files 0600. A lock file
+`.lock` beside the day files serialises writers (one `fcntl.flock` held while the tail is
+read and the record appended, then fsync), so concurrent runs on one root keep one chain.
+
+Record: `{"seq": n, "ts": "2024-05-01T12:00:00.000000Z", "kind": ..., "session": ...,
+"run": ..., <fields>, "prev": <hash of record n-1>, "hash": <hash of this record>}`.
+
+Canonical form: `json.dumps(record, sort_keys=True, separators=(",", ":"),
+ensure_ascii=True, allow_nan=False)` encoded as ASCII. `hash` is the lowercase hex
+SHA-256 of the canonical form of the record *without* its `hash` key; the line written
+is the canonical form *with* it, plus `\\n`. `seq` starts at 1 and the first record's
+`prev` is 64 zeros. The chain runs across day files: the first record of a day carries
+the hash of the last record of the previous file. See docs/AUDIT.md.
+
+Every value except `seq`, `ts`, `prev` and `hash` passes the `Redactor` before it is
+hashed and written. A failed write is reported and the run goes on, unless the log is
+`required`, when it raises `AuditError` (the loop records a tool call before running it,
+so a required log stops the run before the call executes).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import enum
+import fcntl
+import getpass
+import hashlib
+import json
+import logging
+import math
+import os
+import re
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path, PurePath
+from typing import Any, Literal, TextIO
+
+from pydantic import BaseModel
+
+from executor.errors import AuditError, AuditIntegrityError, ConfigError
+from executor.hooks import Event, HookBus, Subscriber
+from executor.redact import Redactor
+
+log = logging.getLogger(__name__)
+
+ZERO_HASH = "0" * 64
+"""`prev` of the very first record."""
+STATE_DIR = ".sandbox-agent"
+"""Per-root state directory (sessions, audit); hidden from the container."""
+LOCK_NAME = ".lock"
+"""Lock file in the audit directory held while a record is appended."""
+DAY_FILE = re.compile(r"^\d{4}-\d{2}-\d{2}\.ndjson$")
+RESERVED = frozenset({"seq", "ts", "kind", "session", "run", "prev", "hash"})
+"""Keys `record` sets itself; callers may not pass them as fields."""
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_TAIL_CHUNK = 64 * 1024
+
+WarningCallback = Callable[[str], None]
+Clock = Callable[[], datetime]
+
+
+# ---------------------------------------------------------------------------- format
+
+
+def canonical(record: Mapping[str, Any]) -> bytes:
+    """The canonical JSON bytes of `record` (sorted keys, compact, ASCII)."""
+    text = json.dumps(
+        record, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False
+    )
+    return text.encode("ascii")
+
+
+def record_hash(record: Mapping[str, Any]) -> str:
+    """SHA-256 hex of the canonical form of `record` without its `hash` key."""
+    body = {k: v for k, v in record.items() if k != "hash"}
+    return hashlib.sha256(canonical(body)).hexdigest()
+
+
+def utc_now() -> datetime:
+    """The current time in UTC (the default clock)."""
+    return datetime.now(UTC)
+
+
+def format_ts(moment: datetime) -> str:
+    """ISO-8601 UTC with microseconds and a `Z` suffix."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def default_audit_dir(root: Path) -> Path:
+    """`<root>/.sandbox-agent/audit`."""
+    return root / STATE_DIR / "audit"
+
+
+def audit_dir_for(root: Path, override: Path | str | None = None) -> Path:
+    """The audit directory for `root`: `override` (relative to the root) or the default."""
+    if override is None or str(override) == "":
+        return default_audit_dir(root)
+    path = Path(override).expanduser()
+    return path if path.is_absolute() else root / path
+
+
+def exposed_to_container(root: Path, audit_dir: Path) -> bool:
+    """Whether `audit_dir` lies inside the mounted root but outside the hidden state dir."""
+    root_r, dir_r = root.resolve(), audit_dir.resolve()
+    return dir_r.is_relative_to(root_r) and not dir_r.is_relative_to(root_r / STATE_DIR)
+
+
+def ensure_state_dir(root: Path) -> Path:
+    """Create `<root>/.sandbox-agent/` (mode 0700, with a `.gitignore` of `*`)."""
+    state = root / STATE_DIR
+    state.mkdir(mode=0o700, parents=True, exist_ok=True)
+    ignore = state / ".gitignore"
+    if not ignore.exists():
+        ignore.write_text("*\n")
+    return state
+
+
+def _plain(value: Any) -> Any:
+    """`value` as JSON-native data (what is hashed is exactly what will be read back)."""
+    if isinstance(value, BaseModel):
+        return _plain(value.model_dump(mode="json"))
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [_plain(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    if isinstance(value, enum.Enum):
+        return _plain(value.value)
+    if isinstance(value, datetime):
+        return format_ts(value)
+    if isinstance(value, PurePath | bytes | bytearray):
+        return os.fsdecode(value) if isinstance(value, PurePath) else bytes(value).hex()
+    return str(value)
+
+
+def _ms(value: float | None) -> int | None:
+    return None if value is None else round(value)
+
+
+def _utf8_len(text: str) -> int:
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def _current_user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no passwd entry (e.g. an arbitrary uid in a container)
+        return str(os.getuid())
+
+
+# ---------------------------------------------------------------------------- writer
+
+
+@dataclass(frozen=True)
+class _Head:
+    """The last record of the chain: what the next record links to."""
+
+    seq: int
+    hash: str
+
+
+def _day_files(directory: Path) -> list[Path]:
+    """Day files in chain order (their names sort chronologically)."""
+    try:
+        names = sorted(p for p in os.listdir(directory) if DAY_FILE.match(p))
+    except FileNotFoundError:
+        return []
+    return [directory / name for name in names]
+
+
+def _parse_head(line: bytes) -> _Head | None:
+    try:
+        data = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    seq, digest = data.get("seq"), data.get("hash")
+    if type(seq) is int and isinstance(digest, str) and _HEX64.match(digest):
+        return _Head(seq, digest)
+    return None
+
+
+def _last_record_of(path: Path) -> _Head | None:
+    """The last readable record of a file; a torn or garbled tail is skipped (verify reports it)."""
+    with path.open("rb") as f:
+        size = f.seek(0, os.SEEK_END)
+        chunk = _TAIL_CHUNK
+        while True:
+            start = max(0, size - chunk)
+            f.seek(start)
+            lines = f.read(size - start).split(b"\n")
+            for line in reversed(lines[1:] if start else lines):
+                head = _parse_head(line)
+                if head:
+                    return head
+            if start == 0:
+                return None
+            chunk *= 4
+
+
+def _read_head(files: Sequence[Path]) -> _Head:
+    for path in reversed(files):
+        head = _last_record_of(path)
+        if head:
+            return head
+    return _Head(0, ZERO_HASH)
+
+
+@contextlib.contextmanager
+def _flock(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on `path` (created 0600) for the duration of the block."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def _append_line(path: Path, line: bytes) -> os.stat_result:
+    """Append `line` durably; on failure, cut the file back so no torn record remains."""
+    created = not path.exists()
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        size = os.fstat(fd).st_size
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            line = b"\n" + line  # a torn line from a crash: start ours on a line of its own
+        try:
+            _write_all(fd, line)
+            os.fsync(fd)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, size)
+            raise
+        if created:
+            _fsync_dir(path.parent)
+        return os.fstat(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class AuditLog:
+    """Appends redacted, hash-chained records for one run to an audit directory."""
+
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        session: str,
+        required: bool = False,
+        max_result_bytes: int = 4096,
+        audit_prompts: bool = False,
+        redactor: Redactor | None = None,
+        clock: Clock = utc_now,
+        on_warning: WarningCallback | None = None,
+        state_root: Path | None = None,
+    ) -> None:
+        self.directory = directory
+        self.session = session
+        self.required = required
+        self.max_result_bytes = max_result_bytes
+        self.audit_prompts = audit_prompts
+        self.run_id = uuid.uuid4().hex[:12]
+        """Tells apart records of concurrent runs in one session."""
+        self.failures = 0
+        """Records that could not be written."""
+        self._redactor = redactor or Redactor.from_environ()
+        self._clock = clock
+        self._on_warning = on_warning
+        self._state_root = state_root
+        self._lock = threading.Lock()
+        self._cache: tuple[str, int, int, _Head] | None = None
+        self._warned = False
+        self._paths: dict[str, str] = {}
+        self._started: float | None = None
+
+    @classmethod
+    def for_root(
+        cls, root: Path, *, session: str, audit_dir: Path | str | None = None, **options: Any
+    ) -> AuditLog:
+        """The log of `root` (`audit_dir` overrides the default); refuses dirs the sandbox sees."""
+        directory = audit_dir_for(root, audit_dir)
+        if exposed_to_container(root, directory):
+            raise ConfigError(
+                f"audit directory {directory} is inside the project root, where the sandbox "
+                "could read or forge it",
+                fix=f"use a directory outside {root} or under {root / STATE_DIR}",
+            )
+        state_root = root if audit_dir is None or str(audit_dir) == "" else None
+        return cls(directory, session=session, state_root=state_root, **options)
+
+    # ------------------------------------------------------------------ recording
+
+    def record(self, kind: str, **fields: Any) -> dict[str, Any]:
+        """Append one record; returns it (as written, or as attempted when writing failed)."""
+        clash = RESERVED.intersection(fields)
+        if clash:
+            raise ValueError(f"reserved audit field(s): {', '.join(sorted(clash))}")
+        body = {"kind": kind, "session": self.session, "run": self.run_id, **fields}
+        try:
+            body = self._redactor.value(_plain(body))
+            return self._append(body)
+        except (OSError, ValueError, TypeError) as exc:
+            self._fail(exc)
+            return body
+
+    def run_start(
+        self,
+        *,
+        root: str | Path,
+        provider: str,
+        model: str,
+        image: str,
+        image_digest: str | None,
+        container_id: str | None,
+        mount_mode: str,
+        policy_source: str,
+        argv: Sequence[str] = (),
+        user: str | None = None,
+        host: str | None = None,
+        **extra: Any,
+    ) -> dict[str, Any]:
+        """Who started which run, where, with what model, sandbox and policy."""
+        self._started = time.monotonic()
+        return self.record(
+            "run_start", user=user or _current_user(), host=host or socket.gethostname(),
+            pid=os.getpid(), root=str(root), provider=provider, model=model, image=image,
+            image_digest=image_digest, container_id=container_id, mount_mode=mount_mode,
+            policy_source=policy_source, argv=self._redactor.argv(argv), **extra,
+        )
+
+    def model_request(
+        self,
+        *,
+        messages: int,
+        prompt_bytes: int,
+        duration_ms: float,
+        prompt_tokens: int | None = None,
+        completion_tokens: int | None = None,
+        model: str | None = None,
+        reply: str | None = None,
+        prompt: Any = None,
+        **extra: Any,
+    ) -> dict[str, Any]:
+        """One model request: sizes, duration, tokens; prompt and reply only with audit_prompts."""
+        if reply is not None:
+            extra["reply_bytes"] = _utf8_len(reply)
+        if self.audit_prompts:
+            extra.update({k: v for k, v in (("prompt", prompt), ("reply", reply)) if v is not None})
+        return self.record(
+            "model_request", model=model, messages=messages, prompt_bytes=prompt_bytes,
+            duration_ms=_ms(duration_ms), prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens, **extra,
+        )
+
+    def tool_call(
+        self,
+        *,
+        tool: str,
+        arguments: Mapping[str, Any],
+        decision: str,
+        rule: str,
+        reason: str | None = None,
+        approved_by: str | None = None,
+        call_id: str | None = None,
+        **extra: Any,
+    ) -> dict[str, Any]:
+        """A tool call and the policy decision on it (record it BEFORE running the call)."""
+        if call_id is not None and isinstance(arguments.get("path"), str):
+            self._paths[call_id] = arguments["path"]  # the write record of its result needs it
+        return self.record(
+            "tool_call", tool=tool, call_id=call_id, arguments=dict(arguments),
+            decision=decision, rule=rule, reason=reason, approved_by=approved_by, **extra,
+        )
+
+    def tool_result(
+        self,
+        *,
+        tool: str,
+        ok: bool,
+        output: str = "",
+        meta: Mapping[str, Any] | None = None,
+        call_id: str | None = None,
+        path: str | None = None,
+        **extra: Any,
+    ) -> dict[str, Any]:
+        """A tool result with a capped preview; a write's hashes also get a `write` record."""
+        meta = dict(meta or {})
+        lifted = {k: meta.pop(k) for k in _RESULT_META if k in meta}
+        if isinstance(lifted.get("duration_ms"), float):
+            lifted["duration_ms"] = _ms(lifted["duration_ms"])
+        preview, truncated = self._preview(output)
+        record = self.record(
+            "tool_result", tool=tool, call_id=call_id, ok=ok, output_bytes=_utf8_len(output),
+            preview=preview, preview_truncated=truncated, **lifted,
+            **({"meta": meta} if meta else {}), **extra,
+        )
+        remembered = self._paths.pop(call_id, None) if call_id is not None else None
+        if "sha256_after" in lifted:
+            self.write(
+                tool=tool, path=path or meta.get("path") or remembered, call_id=call_id,
+                sha256_before=lifted.get("sha256_before"), sha256_after=lifted["sha256_after"],
+                nbytes=lifted.get("bytes"), lines_changed=lifted.get("lines_changed"),
+            )
+        return record
+
+    def write(
+        self,
+        *,
+        tool: str,
+        path: str | None,
+        sha256_before: str | None,
+        sha256_after: str,
+        nbytes: int | None,
+        lines_changed: int | None,
+        call_id: str | None = None,
+        **extra: Any,
+    ) -> dict[str, Any]:
+        """A file written by a tool: its hashes before (None: new file) and after."""
+        return self.record(
+            "write", tool=tool, call_id=call_id, path=path, sha256_before=sha256_before,
+            sha256_after=sha256_after, bytes=nbytes, lines_changed=lines_changed, **extra,
+        )
+
+    def retry(
+        self,
+        *,
+        attempt: int,
+        error: str,
+        delay_ms: float | None = None,
+        what: str = "model_request",
+        **extra: Any,
+    ) -> dict[str, Any]:
+        """An operation is being retried after `error`."""
+        return self.record(
+            "retry", what=what, attempt=attempt, delay_ms=_ms(delay_ms), error=error, **extra
+        )
+
+    def error(
+        self,
+        *,
+        message: str,
+        error_type: str | None = None,
+        exit_code: int | None = None,
+        **extra: Any,
+    ) -> dict[str, Any]:
+        """An error that ended or disturbed the run."""
+        return self.record(
+            "error", error_type=error_type, message=message, exit_code=exit_code, **extra
+        )
+
+    def warning(self, *, message: str, **extra: Any) -> dict[str, Any]:
+        """Something the user was warned about."""
+        return self.record("warning", message=message, **extra)
+
+    def run_end(
+        self,
+        *,
+        turns: int,
+        status: str = "ok",
+        duration_ms: float | None = None,
+        answer: str | None = None,
+        **extra: Any,
+    ) -> dict[str, Any]:
+        """The run finished: status ("ok", "error", "interrupted", ...), turns and duration.
+
+        Without `duration_ms` the time since `run_start` is used; the answer is kept as a
+        capped preview.
+        """
+        if duration_ms is None and self._started is not None:
+            duration_ms = (time.monotonic() - self._started) * 1000
+        if answer is not None:
+            extra["answer_bytes"] = _utf8_len(answer)
+            extra["answer_preview"] = self._preview(answer)[0]
+        return self.record(
+            "run_end", status=status, turns=turns, duration_ms=_ms(duration_ms), **extra
+        )
+
+    def attach(self, bus: HookBus, *, exclude: Iterable[str] = ()) -> Subscriber:
+        """Record hook events (`complete` as `run_end`); returns the subscriber.
+
+        A required log subscribes as critical: its `AuditError` propagates out of `emit`,
+        so a failed `tool_call` record stops the run before the call executes.
+        """
+        handlers = self._handlers()
+        for kind in exclude:
+            handlers.pop(kind, None)
+
+        def on_event(event: Event) -> None:
+            try:
+                handlers[event.kind](**event.data)
+            except TypeError:  # a payload that does not fit the helper is still recorded
+                self.record(_EVENT_KINDS.get(event.kind, event.kind), **_unreserved(event.data))
+
+        kinds: list[Any] = list(handlers)
+        return bus.subscribe(on_event, *kinds, critical=self.required)
+
+    def _handlers(self) -> dict[str, Callable[..., dict[str, Any]]]:
+        return {
+            "run_start": self.run_start, "model_request": self.model_request,
+            "tool_call": self.tool_call, "tool_result": self.tool_result,
+            "retry": self.retry, "complete": self.run_end, "error": self.error,
+            "warning": self.warning,
+        }
+
+    # ------------------------------------------------------------------ internals
+
+    def _preview(self, output: str) -> tuple[str, bool]:
+        """Redact first, then cap: a cut must never expose the head of a secret."""
+        data = self._redactor.text(output).encode("utf-8", "surrogatepass")
+        if len(data) <= self.max_result_bytes:
+            return data.decode("utf-8", "replace"), False
+        return data[: self.max_result_bytes].decode("utf-8", "ignore"), True
+
+    def _append(self, body: dict[str, Any]) -> dict[str, Any]:
+        self._prepare_dir()
+        with self._lock, _flock(self.directory / LOCK_NAME):
+            files = _day_files(self.directory)
+            head = self._head(files)
+            now = self._clock()
+            record = {**body, "seq": head.seq + 1, "ts": format_ts(now), "prev": head.hash}
+            record["hash"] = record_hash(record)
+            target = self._target(files, now)
+            stat = _append_line(target, canonical(record) + b"\n")
+            head = _Head(record["seq"], record["hash"])
+            self._cache = (target.name, stat.st_size, stat.st_ino, head)
+        self._warned = False
+        return record
+
+    def _head(self, files: Sequence[Path]) -> _Head:
+        """The chain's head, from memory when no other writer appended since our last record."""
+        if files and self._cache:
+            name, size, ino, head = self._cache
+            stat = files[-1].stat()
+            if files[-1].name == name and (stat.st_size, stat.st_ino) == (size, ino):
+                return head
+        return _read_head(files)
+
+    def _target(self, files: Sequence[Path], now: datetime) -> Path:
+        """Today's file, or the newest one if the clock went back (the order stays the chain's)."""
+        name = now.astimezone(UTC).strftime("%Y-%m-%d") + ".ndjson"
+        if files and files[-1].name > name:
+            name = files[-1].name
+        return self.directory / name
+
+    def _prepare_dir(self) -> None:
+        if self._state_root is not None:
+            ensure_state_dir(self._state_root)
+        self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if self.directory.stat().st_mode & 0o077:
+            with contextlib.suppress(OSError):  # not ours to fix: still write, verify still works
+                self.directory.chmod(0o700)
+
+    def _fail(self, exc: Exception) -> None:
+        self.failures += 1
+        self._cache = None
+        error = AuditError(
+            f"audit record could not be written to {self.directory}: {exc}",
+            fix="make the audit directory writable (or run without --audit-required)",
+        )
+        if self.required:
+            raise error from exc
+        if self._warned:
+            log.debug("%s", error.message)
+            return
+        self._warned = True
+        message = f"{error.message}; the run continues without a complete audit trail"
+        log.warning("%s", message)
+        if self._on_warning:
+            self._on_warning(message)
+
+
+_RESULT_META = (
+    "exit_code", "timed_out", "duration_ms", "bytes", "sha256_before", "sha256_after",
+    "lines_changed",
+)
+_EVENT_KINDS = {"complete": "run_end"}
+
+
+def _unreserved(data: Mapping[str, Any]) -> dict[str, Any]:
+    return {(f"data_{k}" if k in RESERVED else k): v for k, v in data.items()}
+
+
+# ---------------------------------------------------------------------------- verify
+
+ProblemKind = Literal["broken", "edited", "removed", "inserted", "reordered"]
+
+
+@dataclass(frozen=True)
+class AuditProblem:
+    """The first place where the chain does not hold."""
+
+    kind: ProblemKind
+    file: str
+    """Day file name."""
+    line: int
+    """1-based line in that file."""
+    seq: int | None
+    """The record's sequence number, when it could be read."""
+    detail: str
+
+    def __str__(self) -> str:
+        seq = f", seq {self.seq}" if self.seq is not None else ""
+        return f"{self.kind} record at {self.file} line {self.line}{seq}: {self.detail}"
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    """The outcome of `verify`: ok, empty, or the first problem."""
+
+    path: str
+    files: tuple[str, ...]
+    records: int
+    """Records checked and found intact (before the problem, if any)."""
+    head_seq: int
+    """Sequence number of the last intact record (0 when none)."""
+    head_hash: str
+    """Hash of the last intact record: keep it elsewhere to detect a truncated tail later."""
+    problem: AuditProblem | None = None
+
+    @property
+    def ok(self) -> bool:
+        """No problem found (an empty log is ok)."""
+        return self.problem is None
+
+    @property
+    def empty(self) -> bool:
+        """No records at all (missing directory, no day files, or empty files)."""
+        return self.records == 0 and self.problem is None
+
+    def raise_for_problem(self) -> None:
+        """Raise `AuditIntegrityError` naming the first problem, if there is one."""
+        if self.problem is not None:
+            raise AuditIntegrityError(
+                f"audit log {self.path} failed verification: {self.problem}",
+                fix="compare with a backup or export; records after this point are not trusted",
+            )
+
+
+@dataclass(frozen=True)
+class _Entry:
+    """One line of the log as verify sees it."""
+
+    file: str
+    line: int
+    first_in_file: bool
+    seq: int | None = None
+    prev: str | None = None
+    hash: str | None = None
+    error: tuple[ProblemKind, str] | None = None
+
+
+def verify(path: Path) -> VerifyReport:
+    """Check every record of an audit directory (or of one exported .jsonl file)."""
+    files = [path] if path.is_file() else _day_files(path)
+    entries = [entry for file in files for entry in _entries(file)]
+    expected, good = _Head(0, ZERO_HASH), 0
+    for index, entry in enumerate(entries):
+        problem = entry_problem(entries, index, expected)
+        if problem:
+            return _report(path, files, good, expected, problem)
+        expected, good = _Head(entry.seq or 0, entry.hash or ""), good + 1
+    return _report(path, files, good, expected, None)
+
+
+def _report(
+    path: Path, files: Sequence[Path], good: int, head: _Head, problem: AuditProblem | None
+) -> VerifyReport:
+    return VerifyReport(
+        path=str(path), files=tuple(f.name for f in files), records=good,
+        head_seq=head.seq, head_hash=head.hash, problem=problem,
+    )
+
+
+def _entries(path: Path) -> Iterator[_Entry]:
+    data = path.read_bytes()
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()  # the newline that ends the last record
+    for number, raw in enumerate(lines, start=1):
+        yield _check_line(path.name, number, raw)
+
+
+def _check_line(file: str, number: int, raw: bytes) -> _Entry:
+    """Parse one line and check it against its own hash."""
+    try:
+        record = json.loads(raw)
+    except ValueError:
+        return _Entry(file, number, number == 1, error=("broken", "not valid JSON (torn/edited)"))
+    seq = record.get("seq") if isinstance(record, dict) else None
+    if type(seq) is not int or not isinstance(record.get("prev"), str):
+        return _Entry(file, number, number == 1, error=("broken", "not an audit record"))
+    entry = _Entry(file, number, number == 1, seq=seq, prev=record["prev"], hash=record.get("hash"))
+    if record.get("hash") != record_hash(record):
+        return _with_error(entry, "edited", "hash mismatch: the record was changed after writing")
+    if canonical(record) != raw:
+        return _with_error(entry, "edited", "line is not in canonical form (re-written)")
+    return entry
+
+
+def _with_error(entry: _Entry, kind: ProblemKind, detail: str) -> _Entry:
+    return _Entry(
+        file=entry.file, line=entry.line, first_in_file=entry.first_in_file, seq=entry.seq,
+        prev=entry.prev, hash=entry.hash, error=(kind, detail),
+    )
+
+
+def entry_problem(entries: Sequence[_Entry], index: int, expected: _Head) -> AuditProblem | None:
+    """What is wrong with `entries[index]` given the head before it (None if it links on)."""
+    entry = entries[index]
+    if entry.error:
+        return _problem(entry, *entry.error)
+    want = expected.seq + 1
+    assert entry.seq is not None
+    if entry.seq == want and entry.prev == expected.hash:
+        return None
+    if entry.seq > want:
+        return _gap(entries, index, want)
+    if entry.seq < want:
+        return _backwards(entries, index)
+    before = entries[index - 1] if index else None
+    where = f"{before.file} line {before.line}" if before else "the start"
+    return _problem(
+        entry, "edited",
+        f"prev does not match the hash of seq {expected.seq} ({where}): that record was "
+        "replaced or forged",
+    )
+
+
+def _gap(entries: Sequence[_Entry], index: int, want: int) -> AuditProblem:
+    """The record skips ahead: the missing ones are later (reordered) or gone (removed)."""
+    entry = entries[index]
+    assert entry.seq is not None
+    later = next(
+        (e for e in entries[index + 1 :] if e.seq is not None and want <= e.seq < entry.seq), None
+    )
+    if later:
+        return _problem(
+            entry, "reordered",
+            f"seq {entry.seq} comes before seq {later.seq} ({later.file} line {later.line})",
+        )
+    missing = f"seq {want}" if want == entry.seq - 1 else f"seq {want}..{entry.seq - 1}"
+    if index == 0:
+        return _problem(entry, "removed", f"{missing} missing at the start of the log")
+    before = entries[index - 1]
+    if entry.first_in_file:
+        return _problem(
+            entry, "removed",
+            f"{missing} missing between {before.file} and {entry.file} (a day file, or the end "
+            f"of {before.file}, was removed)",
+        )
+    return _problem(entry, "removed", f"{missing} missing before this line")
+
+
+def _backwards(entries: Sequence[_Entry], index: int) -> AuditProblem:
+    """The record repeats or goes back: an inserted copy, a forged record, or a move."""
+    entry = entries[index]
+    twin = next((e for e in entries[:index] if e.seq == entry.seq), None)
+    if twin is None:
+        return _problem(entry, "reordered", f"seq {entry.seq} appears after a later record")
+    if twin.hash == entry.hash:
+        return _problem(
+            entry, "inserted", f"a copy of the record at {twin.file} line {twin.line}"
+        )
+    return _problem(
+        entry, "inserted",
+        f"seq {entry.seq} is also used at {twin.file} line {twin.line} (one of them was inserted)",
+    )
+
+
+def _problem(entry: _Entry, kind: ProblemKind, detail: str) -> AuditProblem:
+    return AuditProblem(kind=kind, file=entry.file, line=entry.line, seq=entry.seq, detail=detail)
+
+
+# ---------------------------------------------------------------------------- reading
+
+
+def read_records(
+    path: Path, *, session: str | None = None, since: datetime | None = None
+) -> Iterator[dict[str, Any]]:
+    """Records of an audit directory (or file) in order; unreadable lines are skipped."""
+    files = [path] if path.is_file() else _day_files(path)
+    for file in files:
+        with file.open("rb") as f:
+            for raw in f:
+                record = _load(raw)
+                if record is not None and _selected(record, session, since):
+                    yield record
+
+
+def _load(raw: bytes) -> dict[str, Any] | None:
+    try:
+        record = json.loads(raw)
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def _selected(record: Mapping[str, Any], session: str | None, since: datetime | None) -> bool:
+    if session is not None and record.get("session") != session:
+        return False
+    if since is None:
+        return True
+    try:
+        return datetime.fromisoformat(str(record.get("ts"))) >= since
+    except ValueError:
+        return False
+
+
+_DURATION = re.compile(r"^\s*(\d+)\s*([smhdw])\s*$")
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+
+def parse_since(text: str, *, now: datetime | None = None) -> datetime:
+    """An ISO-8601 time (naive means UTC) or a duration ago like `30m`, `1h`, `2d`, `1w`."""
+    match = _DURATION.match(text)
+    if match:
+        delta = timedelta(**{_UNITS[match.group(2)]: int(match.group(1))})
+        return (now or utc_now()) - delta
+    try:
+        moment = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise ConfigError(
+            f"--since {text!r} is neither an ISO-8601 time nor a duration",
+            fix="use e.g. --since 2024-05-01T12:00 or --since 1h (s, m, h, d, w)",
+        ) from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+# ---------------------------------------------------------------------------- export
+
+ExportFormat = Literal["jsonl", "csv"]
+
+CSV_COLUMNS = (
+    "seq", "ts", "kind", "session", "run", "tool", "call_id", "decision", "approved_by",
+    "rule", "reason", "ok", "exit_code", "timed_out", "duration_ms", "output_bytes", "bytes",
+    "path", "sha256_before", "sha256_after", "lines_changed", "status", "turns", "message",
+    "prev", "hash",
+)
+"""CSV columns; every other field goes, as canonical JSON, into a final `details` column."""
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def export_records(records: Iterable[Mapping[str, Any]], fmt: ExportFormat, out: TextIO) -> int:
+    """Write `records` as JSON lines (canonical, byte-identical to the log) or CSV."""
+    if fmt == "jsonl":
+        return _export_jsonl(records, out)
+    if fmt == "csv":
+        return _export_csv(records, out)
+    raise ConfigError(f"unknown export format {fmt!r}", fix="use --format jsonl or csv")
+
+
+def _export_jsonl(records: Iterable[Mapping[str, Any]], out: TextIO) -> int:
+    count = 0
+    for record in records:
+        out.write(canonical(record).decode("ascii") + "\n")
+        count += 1
+    return count
+
+
+def _export_csv(records: Iterable[Mapping[str, Any]], out: TextIO) -> int:
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow([*CSV_COLUMNS, "details"])
+    count = 0
+    for record in records:
+        details = {k: v for k, v in record.items() if k not in CSV_COLUMNS}
+        cells = [csv_cell(record.get(column)) for column in CSV_COLUMNS]
+        writer.writerow([*cells, canonical(details).decode("ascii") if details else ""])
+        count += 1
+    return count
+
+
+def csv_cell(value: Any) -> str:
+    """A CSV cell: JSON for non-strings, and text a spreadsheet would run as a formula defused."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        return json.dumps(value, separators=(",", ":"))
+    # Tool arguments come from the model: never let them become spreadsheet formulas.
+    return "'" + value if value.startswith(_FORMULA_START) else value

@@ -1,0 +1,140 @@
+"""Secret redaction applied to everything before it reaches the audit log.
+
+Two sources of secrets are recognised:
+
+- values of host environment variables whose *names* look like credentials (`*_KEY`,
+  `*TOKEN*`, `*SECRET*`, `*PASSWORD*`, `*PASSWD*`, `*CREDENTIAL*`, ...), at least
+  `MIN_SECRET_LENGTH` characters long so that values like `1` or `true` are not
+  replaced everywhere; plus any names and literal values the caller adds;
+- common token shapes anywhere in a string (OpenAI/Anthropic `sk-…`, GitHub `ghp_…` /
+  `github_pat_…`, AWS `AKIA…`, Slack `xox?-…`, `Bearer …`, PEM private keys, JWTs,
+  `user:password@` in URLs, and `NAME_TOKEN=value` assignments).
+
+A match is replaced by `[REDACTED:<kind>]`, e.g. `[REDACTED:env:OPENAI_API_KEY]` or
+`[REDACTED:github-token]`; the kind never contains secret material. Dict values under
+secret-looking keys (`{"api_key": "…"}`) are replaced whole, whatever their length.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+MIN_SECRET_LENGTH = 6
+"""Shorter env values are not redacted (they would match everywhere and protect nothing)."""
+
+SECRET_NAME = re.compile(
+    r"(?:^|_)(?:API)?KEY$|APIKEY|ACCESS_?KEY|PRIVATE_?KEY|TOKEN(?!S)|SECRET|PASSWORD|PASSWD"
+    r"|CREDENTIAL|(?:^|_)PAT$|(?:^|_)AUTH$",
+    re.IGNORECASE,
+)
+"""Environment variable / argument names whose values are treated as secrets."""
+
+# (kind, pattern): when the pattern has a group named "secret", only that group is replaced.
+TOKEN_SHAPES: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("private-key", re.compile(
+        r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----[\s\S]*?(?:-----END [A-Z0-9 ]*PRIVATE KEY-----|\Z)"
+    )),
+    ("openai-key", re.compile(r"\bsk-(?:proj-|ant-|svcacct-)?[A-Za-z0-9_\-]{20,}")),
+    ("github-token", re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{22,})")),
+    ("aws-access-key", re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b")),
+    ("slack-token", re.compile(r"\bxox[abposr]-[A-Za-z0-9\-]{10,}")),
+    ("jwt", re.compile(r"\beyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]*")),
+    ("bearer", re.compile(r"(?i)\bBearer\s+(?P<secret>[A-Za-z0-9._~+/=\-]{8,})")),
+    ("url-credentials", re.compile(r"://(?P<secret>[^/\s:@]+:[^/\s@]+)@")),
+    ("assignment", re.compile(
+        r"(?i)\b[A-Z0-9_]*(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?)['\"]?\s*[=:]\s*['\"]?"
+        r"(?P<secret>[^\s'\",;]{6,})"
+    )),
+)
+
+
+def marker(kind: str) -> str:
+    """The text that replaces a secret of `kind`."""
+    return f"[REDACTED:{kind}]"
+
+
+def is_secret_name(name: str) -> bool:
+    """Whether an env var / argument / key name looks like it holds a credential."""
+    return bool(SECRET_NAME.search(name.replace("-", "_")))
+
+
+class Redactor:
+    """Replaces secrets in strings and, recursively, in dicts and lists."""
+
+    def __init__(
+        self,
+        env: Mapping[str, str] | None = None,
+        *,
+        extra_names: Iterable[str] = (),
+        secrets: Iterable[str] = (),
+        min_length: int = MIN_SECRET_LENGTH,
+    ) -> None:
+        extra = set(extra_names)
+        pairs = [
+            (f"env:{name}", value)
+            for name, value in (env or {}).items()
+            if (name in extra or is_secret_name(name)) and len(value) >= min_length
+        ]
+        pairs += [("secret", value) for value in secrets if len(value) >= min_length]
+        # Longest first, so a secret containing another is replaced whole.
+        pairs.sort(key=lambda p: len(p[1]), reverse=True)
+        self._kinds = {value: kind for kind, value in reversed(pairs)}
+        self._literal = (
+            re.compile("|".join(re.escape(v) for _, v in pairs)) if pairs else None
+        )
+
+    @classmethod
+    def from_environ(cls, *, extra_names: Iterable[str] = ()) -> Redactor:
+        """A redactor for the current process environment."""
+        return cls(dict(os.environ), extra_names=extra_names)
+
+    def text(self, value: str) -> str:
+        """`value` with every known secret and token shape replaced."""
+        if self._literal is not None:
+            value = self._literal.sub(lambda m: marker(self._kinds[m.group(0)]), value)
+        for kind, pattern in TOKEN_SHAPES:
+            value = pattern.sub(functools.partial(_replace, kind=kind), value)
+        return value
+
+    def value(self, value: Any) -> Any:
+        """Redact strings inside any JSON-like structure (other values are returned as is)."""
+        if isinstance(value, str):
+            return self.text(value)
+        if isinstance(value, Mapping):
+            return {k: self._item(str(k), v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [self.value(v) for v in value]
+        return value
+
+    def argv(self, argv: Sequence[str]) -> list[str]:
+        """Command-line arguments with the values of secret-named options replaced."""
+        out: list[str] = []
+        hide_next = False
+        for arg in argv:
+            if hide_next:
+                out.append(marker("argument"))
+                hide_next = False
+            elif arg.startswith("-") and "=" in arg and is_secret_name(arg.split("=", 1)[0]):
+                out.append(arg.split("=", 1)[0] + "=" + marker("argument"))
+            else:
+                hide_next = arg.startswith("-") and is_secret_name(arg.lstrip("-"))
+                out.append(self.text(arg))
+        return out
+
+    def _item(self, key: str, value: Any) -> Any:
+        if isinstance(value, str) and value and is_secret_name(key):
+            return marker(f"key:{key}")
+        return self.value(value)
+
+
+def _replace(match: re.Match[str], kind: str) -> str:
+    if "secret" not in match.re.groupindex:
+        return marker(kind)
+    start, end = match.span("secret")
+    whole = match.group(0)
+    offset = match.start()
+    return whole[: start - offset] + marker(kind) + whole[end - offset :]

@@ -1,0 +1,237 @@
+"""httpx behind the retry policy: the only place model providers touch httpx.
+
+Every httpx exception is translated here, once, into the errors of `executor.errors`:
+
+    httpx.TimeoutException                         -> ModelTimeoutError      (retried)
+    httpx.ConnectError, RemoteProtocolError,
+    ReadError, WriteError (refused / dropped)      -> ModelUnavailableError  (retried twice)
+    HTTP 429 / 5xx                                 -> ModelResponseError     (retried)
+    other HTTP 4xx, a body that is not JSON        -> ModelResponseError     (never retried)
+
+A streamed response is retried only while nothing of it has been read: once a line has
+been handed to the consumer, tokens may already be on the user's screen.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+import httpx
+
+from executor.errors import (
+    ConfigError,
+    ModelError,
+    ModelResponseError,
+    ModelTimeoutError,
+    ModelUnavailableError,
+)
+from executor.hooks import HookBus
+from executor.models.retry import Retryable, RetryPolicy, call_with_retry
+
+T = TypeVar("T")
+
+_CONNECT_TIMEOUT = 10.0
+_PROBE_TIMEOUT = 10.0
+_DETAIL_CHARS = 300
+
+
+@dataclass(frozen=True)
+class ServerHint:
+    """How to name a server in error messages, and how to fix it."""
+
+    label: str
+    """E.g. 'Ollama' or 'the OpenAI-compatible server'."""
+    unreachable_fix: str
+    """What to do when the server cannot be reached."""
+    status_fixes: Mapping[int, str] = field(default_factory=dict)
+    """What to do for particular HTTP status codes (e.g. 404: pull the model)."""
+
+
+class HttpClient:
+    """JSON requests to one model server, with retries and translated errors."""
+
+    def __init__(
+        self,
+        server: ServerHint,
+        *,
+        timeout: float,
+        policy: RetryPolicy,
+        hooks: HookBus | None = None,
+        headers: Mapping[str, str] | None = None,
+        secrets: Sequence[str] = (),
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.server = server
+        self.timeout = timeout
+        self.policy = policy
+        self._hooks = hooks
+        self._headers = dict(headers or {})
+        self._secrets = tuple(s for s in secrets if s)
+        self._transport = transport
+        self._client: httpx.Client | None = None
+
+    def __repr__(self) -> str:
+        return f"HttpClient({self.server.label!r}, timeout={self.timeout})"
+
+    def post_json(self, url: str, body: Mapping[str, Any], *, probe: bool = False) -> Any:
+        """POST `body` and return the decoded JSON reply; a probe gets one short attempt."""
+        timeout = min(self.timeout, _PROBE_TIMEOUT) if probe else self.timeout
+        return self._retrying(url, lambda: self._send("POST", url, body, timeout), not probe)
+
+    def get_json(self, url: str, *, probe: bool = False) -> Any:
+        """GET a JSON document; a probe gets one short attempt."""
+        timeout = min(self.timeout, _PROBE_TIMEOUT) if probe else self.timeout
+        return self._retrying(url, lambda: self._send("GET", url, None, timeout), not probe)
+
+    def post_stream(
+        self, url: str, body: Mapping[str, Any], consume: Callable[[Iterator[str]], T]
+    ) -> T:
+        """POST `body` and hand the reply's lines to `consume`; return what it returns."""
+        return self._retrying(url, lambda: self._stream(url, body, consume), True)
+
+    def close(self) -> None:
+        """Close pooled connections."""
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def _http(self) -> httpx.Client:
+        if self._client is None:
+            self._client = httpx.Client(
+                headers=self._headers,
+                timeout=httpx.Timeout(self.timeout, connect=min(self.timeout, _CONNECT_TIMEOUT)),
+                transport=self._transport,
+            )
+        return self._client
+
+    def _retrying(self, url: str, attempt: Callable[[], T], retry: bool) -> T:
+        policy = self.policy if retry else RetryPolicy.once()
+        return call_with_retry(attempt, policy, hooks=self._hooks, url=url)
+
+    def _send(self, method: str, url: str, body: Mapping[str, Any] | None, timeout: float) -> Any:
+        try:
+            resp = self._http().request(method, url, json=body, timeout=timeout)
+            self._check(resp, url)
+            return self._decode(resp.text, url)
+        except httpx.HTTPError as exc:
+            raise self._translate(exc, url, timeout) from exc
+
+    def _stream(
+        self, url: str, body: Mapping[str, Any], consume: Callable[[Iterator[str]], T]
+    ) -> T:
+        started = False
+
+        def lines(resp: httpx.Response) -> Iterator[str]:
+            nonlocal started
+            for line in resp.iter_lines():
+                started = True
+                yield line
+
+        try:
+            with self._http().stream("POST", url, json=body) as resp:
+                self._check(resp, url)
+                return consume(lines(resp))
+        except httpx.HTTPError as exc:
+            failure = self._translate(exc, url, self.timeout)
+            if started and isinstance(failure, Retryable):
+                failure = failure.error  # tokens may have been shown: never replay
+            raise failure from exc
+
+    def _check(self, resp: httpx.Response, url: str) -> None:
+        """Raise for an error status: Retryable for 429/5xx, ModelResponseError otherwise."""
+        if resp.status_code < 400:
+            return
+        resp.read()
+        code = resp.status_code
+        detail = self._redact(_error_detail(resp.text)) or resp.reason_phrase
+        error = ModelResponseError(
+            f"{self.server.label} at {url} answered HTTP {code}: {detail}",
+            status_code=code,
+            fix=self.server.status_fixes.get(code),
+        )
+        if code == 429 or code >= 500:
+            raise Retryable(error, "transient", f"HTTP {code}", _retry_after(resp))
+        raise error
+
+    def _decode(self, text: str, url: str) -> Any:
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as exc:
+            snippet = self._redact(text[:_DETAIL_CHARS])
+            raise ModelResponseError(
+                f"{self.server.label} at {url} sent a reply that is not JSON: {snippet!r}",
+                fix="check that --host points at the right kind of server",
+            ) from exc
+
+    def _translate(self, exc: httpx.HTTPError, url: str, timeout: float) -> ModelError | Retryable:
+        """The error the caller sees for `exc`, wrapped in Retryable when it may be retried."""
+        label, fix = self.server.label, self.server.unreachable_fix
+        if isinstance(exc, httpx.TimeoutException):
+            timed_out = ModelTimeoutError(
+                f"{label} at {url} did not answer within {timeout:g}s",
+                fix="raise --timeout, use a smaller model, or check the server's load",
+            )
+            return Retryable(timed_out, "transient", "timeout")
+        if isinstance(exc, httpx.ConnectError):
+            what = f"cannot connect to {label} at {url} ({self._redact(str(exc)) or 'refused'})"
+            return Retryable(ModelUnavailableError(what, fix=fix), "connect", "connection refused")
+        if isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError | httpx.WriteError):
+            what = f"{label} at {url} closed the connection without a complete reply"
+            return Retryable(ModelUnavailableError(what, fix=fix), "connect", "connection dropped")
+        return ModelUnavailableError(
+            f"request to {label} at {url} failed: {self._redact(str(exc))}", fix=fix
+        )
+
+    def _redact(self, text: str) -> str:
+        for secret in self._secrets:
+            text = text.replace(secret, "***")
+        return text
+
+
+def _error_detail(text: str) -> str:
+    """The server's own error message (Ollama, OpenAI and llama.cpp shapes), shortened."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        return text.strip()[:_DETAIL_CHARS]
+    error = data.get("error", data) if isinstance(data, dict) else data
+    if isinstance(error, dict):
+        error = error.get("message", error)
+    return str(error).strip()[:_DETAIL_CHARS]
+
+
+def _retry_after(resp: httpx.Response) -> float | None:
+    """Seconds the server asked us to wait (delta-seconds or an HTTP date), if any."""
+    value = resp.headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def check_http_url(url: str, *, flag: str = "--host") -> str:
+    """`url` without a trailing slash, or ConfigError when it is not an http(s) URL."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(
+            f"{flag} {url!r} is not an http(s) URL",
+            fix=f"pass e.g. {flag} http://127.0.0.1:11434",
+        )
+    try:
+        _ = parts.port
+    except ValueError as exc:
+        raise ConfigError(f"{flag} {url!r} has an invalid port", fix=f"fix {flag}") from exc
+    return url.rstrip("/")

@@ -1,0 +1,161 @@
+"""The three tool protocols, shared by every provider.
+
+- `native`: tools go in the request's `tools` field; assistant tool calls and `tool`
+  results are sent in the provider's own shape (the provider converts them).
+- `json`: no `tools` field. The tools are described in the system prompt; the model
+  answers with one JSON object per turn (`{"name", "arguments"}` or `{"answer"}`); its
+  earlier calls are shown back as that JSON, and tool results arrive as user messages
+  `TOOL_RESULT <tool>:\\n<content>`.
+- `constrained`: `json` plus a JSON schema (`reply_schema`) the server uses to force every
+  reply to be one of the offered calls or an answer.
+
+The conversation we keep stays provider-neutral; `prepare_messages` converts a copy of
+it for one request.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from executor.config import ToolProtocol
+from executor.messages import Message, ToolCall, ToolSpec
+
+PROTOCOL_PROMPT = (
+    "You are a coding agent. Reply with exactly one JSON object per turn. "
+    'To use a tool: {"name": "<tool>", "arguments": {...}} '
+    'When finished: {"answer": "<answer for the user>"}'
+)
+TOOL_RESULT_PREFIX = "TOOL_RESULT"
+# Concrete values read better than placeholders, which small models copy literally.
+_EXAMPLE_STRINGS = {"path": "README.md", "command": "ls", "pattern": "TODO"}
+_PLACEHOLDERS: dict[str, Any] = {"integer": 1, "number": 1, "boolean": True, "array": [],
+                                 "object": {}}
+
+
+def uses_json(protocol: ToolProtocol) -> bool:
+    """Whether the protocol describes the tools in the prompt instead of the `tools` field."""
+    return protocol in ("json", "constrained")
+
+
+def prepare_messages(
+    messages: Sequence[Message], tools: Sequence[ToolSpec], protocol: ToolProtocol
+) -> list[Message]:
+    """The conversation as this protocol sends it (still provider-neutral messages)."""
+    if not uses_json(protocol):
+        return list(messages)
+    return with_tool_prompt(_as_text(messages), tools)
+
+
+def with_tool_prompt(messages: list[Message], tools: Sequence[ToolSpec]) -> list[Message]:
+    """Append the protocol prompt to the first system message (or add one in front)."""
+    prompt = tools_prompt(tools)
+    for i, message in enumerate(messages):
+        if message.role == "system":
+            content = f"{message.content.rstrip()}\n\n{prompt}" if message.content else prompt
+            return [*messages[:i], Message.system(content), *messages[i + 1 :]]
+    return [Message.system(prompt), *messages]
+
+
+def tools_prompt(tools: Sequence[ToolSpec]) -> str:
+    """The system-prompt text of the json protocols: rules, one line per tool, an example."""
+    lines = [PROTOCOL_PROMPT, "", "Tools:"]
+    lines += [tool_line(tool) for tool in tools] or ["(none: answer directly)"]
+    return "\n".join([*lines, "", *_example(tools)])
+
+
+def tool_line(tool: ToolSpec) -> str:
+    """`- name: description Arguments: a (required), b (optional).`"""
+    props = tool.parameters.get("properties", {})
+    required = set(tool.parameters.get("required", []))
+    args = [f"{name} ({'required' if name in required else 'optional'})" for name in props]
+    described = tool.description.strip().rstrip(".") + "."
+    return f"- {tool.name}: {described} Arguments: {', '.join(args) or 'none'}."
+
+
+def _example(tools: Sequence[ToolSpec]) -> list[str]:
+    if not tools:
+        return ["Example:", 'assistant: {"answer": "<answer for the user>"}']
+    tool = tools[0]
+    call = render_call(ToolCall(name=tool.name, arguments=_example_arguments(tool)))
+    return [
+        "Example:",
+        f"assistant: {call}",
+        f"user: {TOOL_RESULT_PREFIX} {tool.name}:",
+        "<the tool's output>",
+        'assistant: {"answer": "<what you found or did>"}',
+    ]
+
+
+def _example_arguments(tool: ToolSpec) -> dict[str, Any]:
+    props: dict[str, Any] = tool.parameters.get("properties", {})
+    required = tool.parameters.get("required", [])
+    return {name: _placeholder(name, props.get(name, {})) for name in required}
+
+
+def _placeholder(name: str, schema: dict[str, Any]) -> Any:
+    if "default" in schema:
+        return schema["default"]
+    if schema.get("enum"):
+        return schema["enum"][0]
+    if schema.get("type") == "string":
+        return _EXAMPLE_STRINGS.get(name, f"<{name}>")
+    return _PLACEHOLDERS.get(str(schema.get("type")), f"<{name}>")
+
+
+def render_call(call: ToolCall) -> str:
+    """A tool call as the json protocols write it."""
+    return json.dumps({"name": call.name, "arguments": call.arguments}, ensure_ascii=False)
+
+
+def tool_result_text(message: Message) -> str:
+    """A tool result as the json protocols send it."""
+    return f"{TOOL_RESULT_PREFIX} {message.name or 'tool'}:\n{message.content}"
+
+
+def _as_text(messages: Sequence[Message]) -> list[Message]:
+    """Calls become their JSON text; consecutive tool results one user message."""
+    out: list[Message] = []
+    for message in messages:
+        if message.role == "assistant" and message.tool_calls:
+            out.append(Message.assistant("\n".join(render_call(c) for c in message.tool_calls)))
+        elif message.role == "tool":
+            _append_result(out, tool_result_text(message))
+        else:
+            out.append(message)
+    return out
+
+
+def _append_result(out: list[Message], text: str) -> None:
+    # Several results in a row stay one user turn: strict chat templates demand alternation.
+    last = out[-1] if out else None
+    if last is not None and last.role == "user" and last.content.startswith(TOOL_RESULT_PREFIX):
+        out[-1] = Message.user(f"{last.content}\n\n{text}")
+    else:
+        out.append(Message.user(text))
+
+
+def reply_schema(tools: Sequence[ToolSpec]) -> dict[str, Any]:
+    """The JSON schema of one reply: one of the offered calls, or an answer."""
+    defs: dict[str, Any] = {}
+    options = [_call_schema(tool, defs) for tool in tools]
+    options.append(
+        {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}
+    )
+    schema: dict[str, Any] = {"oneOf": options}
+    if defs:
+        schema["$defs"] = defs
+    return schema
+
+
+def _call_schema(tool: ToolSpec, defs: dict[str, Any]) -> dict[str, Any]:
+    params = copy.deepcopy(tool.parameters)
+    # "#/$defs/X" refs resolve against the root of the combined schema: move the defs there.
+    defs.update(params.pop("$defs", {}))
+    return {
+        "type": "object",
+        "properties": {"name": {"const": tool.name}, "arguments": params},
+        "required": ["name", "arguments"],
+    }

@@ -1,0 +1,247 @@
+"""Ollama's native chat API: `POST /api/chat` (NDJSON when streaming), `POST /api/show`."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import httpx
+
+from executor.config import ToolProtocol
+from executor.errors import ModelError, ModelResponseError
+from executor.hooks import HookBus
+from executor.messages import Message, ModelReply, ToolSpec, Usage
+from executor.models._http import HttpClient, ServerHint, check_http_url
+from executor.models.parsing import RawCall, parse_reply
+from executor.models.retry import RetryPolicy
+from executor.models.toolproto import prepare_messages, reply_schema
+from executor.protocols import TokenCallback
+from executor.tools.base import function_schema
+
+DEFAULT_OLLAMA_MODEL = "qwen2.5-coder:7b"
+"""Tool-capable, code-tuned, and runs on a laptop CPU/GPU with ~6 GB of memory."""
+DEFAULT_OLLAMA_HOST = "http://localhost:11434"
+_DEFAULT_PORT = "11434"
+_NUM_CTX = re.compile(r"^\s*num_ctx\s+(\d+)", re.MULTILINE)
+
+Reply = tuple[str, list[RawCall], Usage]
+
+
+def ollama_base_url(host: str | None = None, env: Mapping[str, str] | None = None) -> str:
+    """The server URL: `host`, else $OLLAMA_HOST, else http://localhost:11434.
+
+    As in Ollama's own client, a value without a scheme gets `http://` and, when it has no
+    port, port 11434 (`127.0.0.1`, `:11434` and `[::1]` all work); a value with a scheme
+    is used as given.
+    """
+    environ = os.environ if env is None else env
+    raw = (host or environ.get("OLLAMA_HOST", "")).strip()
+    flag = "--host" if host else "OLLAMA_HOST"
+    if not raw:
+        return DEFAULT_OLLAMA_HOST
+    if "://" not in raw:
+        hostport, slash, path = raw.partition("/")
+        raw = f"http://{_with_default_port(hostport)}{slash}{path}"
+    return check_http_url(raw, flag=flag)
+
+
+def _with_default_port(hostport: str) -> str:
+    if not hostport or hostport.startswith(":"):
+        return f"127.0.0.1{hostport or ':' + _DEFAULT_PORT}"
+    try:
+        ip = ipaddress.ip_address(hostport.strip("[]"))
+    except ValueError:
+        ip = None
+    if ip is not None:
+        return f"[{ip}]:{_DEFAULT_PORT}" if ip.version == 6 else f"{ip}:{_DEFAULT_PORT}"
+    host, _, port = hostport.rpartition(":")
+    return hostport if host and port.isdigit() else f"{hostport}:{_DEFAULT_PORT}"
+
+
+class OllamaModel:
+    """A model served by Ollama, spoken to through its native API."""
+
+    def __init__(
+        self,
+        model: str = DEFAULT_OLLAMA_MODEL,
+        *,
+        host: str | None = None,
+        tool_protocol: ToolProtocol = "native",
+        stream: bool = True,
+        temperature: float | None = None,
+        options: Mapping[str, Any] | None = None,
+        think: bool | str | None = None,
+        keep_alive: str | int | None = None,
+        timeout: float = 300.0,
+        retry: RetryPolicy | None = None,
+        hooks: HookBus | None = None,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.name = model
+        self.base_url = ollama_base_url(host)
+        self.tool_protocol: ToolProtocol = tool_protocol
+        self.stream = stream
+        self.options = {**(options or {}), **({} if temperature is None else
+                                               {"temperature": temperature})}
+        self.think = think
+        self.keep_alive = keep_alive
+        self._http = HttpClient(
+            _hint(model), timeout=timeout, policy=retry or RetryPolicy(), hooks=hooks,
+            transport=transport,
+        )
+        self._context: int | None = None
+        self._context_known = False
+
+    def __repr__(self) -> str:
+        return f"OllamaModel({self.name!r}, base_url={self.base_url!r}, " \
+               f"tool_protocol={self.tool_protocol!r}, stream={self.stream})"
+
+    def __enter__(self) -> OllamaModel:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def chat(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[ToolSpec],
+        *,
+        on_token: TokenCallback | None = None,
+    ) -> ModelReply:
+        """One `/api/chat` request; the reply parsed according to the tool protocol."""
+        body = self.request_body(messages, tools)
+        url = f"{self.base_url}/api/chat"
+        if self.stream:
+            text, calls, usage = self._http.post_stream(url, body, lambda ls: _read(ls, on_token))
+        else:
+            text, calls, usage = _reply(self._http.post_json(url, body))
+        return parse_reply(text, self.tool_protocol, native_calls=calls, usage=usage,
+                           context_length=self._context)
+
+    def request_body(
+        self, messages: Sequence[Message], tools: Sequence[ToolSpec]
+    ) -> dict[str, Any]:
+        """The JSON body `chat` sends (no I/O)."""
+        wire = prepare_messages(messages, tools, self.tool_protocol)
+        body: dict[str, Any] = {
+            "model": self.name, "messages": [_wire(m) for m in wire], "stream": self.stream,
+        }
+        if self.tool_protocol == "native" and tools:
+            body["tools"] = [function_schema(t) for t in tools]
+        if self.tool_protocol == "constrained":
+            body["format"] = reply_schema(tools)
+        optional = {"options": self.options, "think": self.think, "keep_alive": self.keep_alive}
+        body.update({k: v for k, v in optional.items() if v not in (None, {})})
+        return body
+
+    def context_length(self) -> int | None:
+        """The context window: `num_ctx` if set, else the model's (from /api/show); cached."""
+        if not self._context_known:
+            self._context = self.options.get("num_ctx") or self._show_context()
+            self._context_known = True
+        return self._context
+
+    def close(self) -> None:
+        """Close pooled connections."""
+        self._http.close()
+
+    def _show_context(self) -> int | None:
+        url = f"{self.base_url}/api/show"
+        try:
+            shown = self._http.post_json(url, {"model": self.name}, probe=True)
+        except ModelError:
+            return None
+        return _shown_context(shown) if isinstance(shown, dict) else None
+
+
+def _shown_context(shown: Mapping[str, Any]) -> int | None:
+    """`num_ctx` from the Modelfile parameters (what Ollama really uses), else the model's."""
+    match = _NUM_CTX.search(str(shown.get("parameters") or ""))
+    if match:
+        return int(match.group(1))
+    info = shown.get("model_info") or {}
+    sizes = [v for k, v in info.items() if k.endswith(".context_length") and isinstance(v, int)]
+    return sizes[0] if sizes else None
+
+
+def _hint(model: str) -> ServerHint:
+    return ServerHint(
+        label="Ollama",
+        unreachable_fix="is Ollama running? start it with `ollama serve` or pass --host",
+        status_fixes={404: f"pull the model with `ollama pull {model}` or choose one with --model"},
+    )
+
+
+def _wire(message: Message) -> dict[str, Any]:
+    """A neutral message in Ollama's shape (arguments stay objects; results name their tool)."""
+    wire: dict[str, Any] = {"role": message.role, "content": message.content}
+    if message.tool_calls:
+        wire["tool_calls"] = [
+            {"id": c.id, "function": {"name": c.name, "arguments": c.arguments}}
+            for c in message.tool_calls
+        ]
+    if message.role == "tool" and message.name:
+        wire["tool_name"] = message.name
+    return wire
+
+
+def _reply(data: Any) -> Reply:
+    """Text, calls and usage of a non-streamed reply."""
+    chunk = _chunk(data)
+    message = chunk.get("message") or {}
+    return str(message.get("content") or ""), _calls(message), _usage(chunk)
+
+
+def _read(lines: Iterator[str], on_token: TokenCallback | None) -> Reply:
+    """Accumulate an NDJSON stream, passing each content piece to `on_token`."""
+    pieces: list[str] = []
+    calls: list[RawCall] = []
+    usage = Usage()
+    for line in lines:
+        if not line.strip():
+            continue
+        chunk = _chunk(_decode_line(line))
+        message = chunk.get("message") or {}
+        piece = str(message.get("content") or "")
+        if piece:
+            pieces.append(piece)
+            if on_token is not None:
+                on_token(piece)
+        calls += _calls(message)
+        if chunk.get("done"):
+            usage = _usage(chunk)
+    return "".join(pieces), calls, usage
+
+
+def _decode_line(line: str) -> Any:
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise ModelResponseError(f"Ollama sent a stream line that is not JSON: {line[:200]!r}",
+                                 fix="check that --host points at an Ollama server") from exc
+
+
+def _chunk(data: Any) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise ModelResponseError(f"Ollama sent an unexpected reply: {str(data)[:200]!r}")
+    if data.get("error"):
+        raise ModelResponseError(f"Ollama reported an error: {str(data['error'])[:300]}")
+    return data
+
+
+def _calls(message: Mapping[str, Any]) -> list[RawCall]:
+    calls = []
+    for item in message.get("tool_calls") or []:
+        function = item.get("function") or {}
+        calls.append(RawCall(function.get("name"), function.get("arguments"), item.get("id")))
+    return calls
+
+
+def _usage(chunk: Mapping[str, Any]) -> Usage:
+    return Usage(prompt_tokens=chunk.get("prompt_eval_count"),
+                 completion_tokens=chunk.get("eval_count"))

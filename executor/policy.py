@@ -1,0 +1,661 @@
+"""The policy: allow, ask or deny each tool call, from flags, a TOML file and defaults per risk.
+
+Precedence (the first that applies decides):
+
+1. deny flags: `--deny-tool NAME`, `--deny-prefix PREFIX` (tool names), `--read-only` (tools
+   not marked read-only safe), `--deny-command PREFIX` (shell commands);
+2. the file's `[[rules]]`, first match wins;
+3. `[defaults]` per risk level (built in: low allow, medium ask, high ask, critical deny);
+   a tool that requires approval is never allowed by a default alone.
+
+Then `--yes` turns `ask` into `allow` (never `deny` into anything), and `fail_closed` turns a
+remaining `ask` into `deny` when there is no terminal to ask. `Policy.decide` does all of it;
+`Policy.evaluate` stops before the terminal step, so the loop can tell "ask the user" from
+"denied because non-interactive".
+
+Shell commands (`run_shell_command`'s `command`): deny and ask patterns are matched against
+the whole command and against every simple command in it (split on `;`, `&&`, `||`, `|`, `&`,
+newlines, `$(`, backticks, parentheses and braces; leading `VAR=value`, `sudo`/`env`-like
+wrappers, quotes and directories of the program dropped), so `ls; rm -rf x` hits a deny rule
+for `rm`. Allow patterns are conservative: they match only a command with no control
+operators, substitutions or redirections (`;`, `&`, `|`, backticks, `$(`, `<`, `>`, newlines),
+and only as a whole; anything else falls through to later rules and the default.
+See docs/POLICY.md.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from fnmatch import fnmatchcase
+from pathlib import Path
+from typing import Any, Literal, Protocol, cast
+
+from executor.errors import PolicyFileError
+from executor.tools.base import RiskLevel
+
+Verdict = Literal["allow", "ask", "deny"]
+VERDICTS: tuple[Verdict, ...] = ("allow", "ask", "deny")
+SHELL_TOOL = "run_shell_command"
+POLICY_FILE = Path(".sandbox-agent") / "policy.toml"
+"""Where the policy of a root lives, relative to the root."""
+BUILTIN_SOURCE = "built-in defaults"
+
+BUILTIN_DEFAULTS: Mapping[RiskLevel, Verdict] = {
+    RiskLevel.LOW: "allow",
+    RiskLevel.MEDIUM: "ask",
+    RiskLevel.HIGH: "ask",
+    RiskLevel.CRITICAL: "deny",
+}
+"""Decision per risk level when neither a flag nor a rule decides."""
+
+
+class ToolFacts(Protocol):
+    """What the policy needs to know about a tool (a `Tool` instance qualifies)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def risk(self) -> RiskLevel: ...
+
+    @property
+    def requires_approval(self) -> bool: ...
+
+    @property
+    def read_only_safe(self) -> bool: ...
+
+
+@dataclass(frozen=True)
+class ToolInfo:
+    """Tool facts as plain values, for tools known only by name (e.g. `policy explain`)."""
+
+    name: str
+    risk: RiskLevel = RiskLevel.LOW
+    requires_approval: bool = False
+    read_only_safe: bool = False
+
+
+@dataclass(frozen=True)
+class PolicyOverrides:
+    """Command-line flags layered over the policy file."""
+
+    yes: bool = False
+    """--yes: approve every `ask` up front (never a `deny`)."""
+    deny_tools: tuple[str, ...] = ()
+    """--deny-tool: tool names that are always denied."""
+    deny_prefixes: tuple[str, ...] = ()
+    """--deny-prefix: tools whose name starts with one of these are denied."""
+    deny_commands: tuple[str, ...] = ()
+    """--deny-command: shell commands starting with one of these are denied."""
+    read_only: bool = False
+    """--read-only: tools not marked read-only safe are denied."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What the policy says about one call, and which rule said it."""
+
+    decision: Verdict
+    tool: str
+    rule: str
+    """`policy.toml:12 [[rules]] #2`, `flag --deny-tool`, `default:medium`, ..."""
+    reason: str | None = None
+    """Why (always set for deny and ask): shown to the user and the model."""
+    approved_by: str | None = None
+    """When allowed: "user", "--yes", "policy:<rule>" or "default:<risk>"."""
+    fail_closed: bool = False
+    """An `ask` denied because the run is non-interactive."""
+    matched: str | None = None
+    """The command (or part of it) a shell pattern matched."""
+    notes: tuple[str, ...] = ()
+    """Rules that were looked at but skipped, and why."""
+
+    @property
+    def allowed(self) -> bool:
+        """The call may run."""
+        return self.decision == "allow"
+
+    @property
+    def needs_approval(self) -> bool:
+        """Someone at the terminal must approve the call first."""
+        return self.decision == "ask"
+
+    def approve(self, by: str = "user") -> Decision:
+        """This `ask` decision, approved (by the user at the terminal)."""
+        if self.decision != "ask":
+            raise ValueError(f"only an 'ask' decision can be approved, not {self.decision!r}")
+        return replace(self, decision="allow", approved_by=by)
+
+    def decline(self, by: str = "user") -> Decision:
+        """This `ask` decision, declined at the terminal."""
+        return replace(self, decision="deny", reason=f"{self.tool} was declined by the {by}")
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain data (for --json and the audit log)."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One `[[rules]]` entry of a policy file."""
+
+    id: str
+    """Where it comes from: `policy.toml:12 [[rules]] #2`."""
+    decision: Verdict
+    tool: str = "*"
+    """Exact tool name or a glob (`*`, `mcp_*`)."""
+    prefixes: tuple[str, ...] = ()
+    regexes: tuple[re.Pattern[str], ...] = ()
+    name: str | None = None
+    reason: str | None = None
+
+    @property
+    def label(self) -> str:
+        """The id plus the rule's name, if it has one."""
+        return f"{self.id} ({self.name})" if self.name else self.id
+
+    @property
+    def shell_only(self) -> bool:
+        """Whether the rule matches shell commands rather than whole tools."""
+        return bool(self.prefixes or self.regexes)
+
+    def describe(self) -> str:
+        """What the rule matches, in one line."""
+        what = [f"tool {self.tool}"]
+        what += [f"prefix {p!r}" for p in self.prefixes]
+        what += [f"regex {r.pattern!r}" for r in self.regexes]
+        return ", ".join(what)
+
+    def match(self, tool: str, command: ShellCommand | None) -> str | None:
+        """The text matched ("" for a whole-tool rule), or None."""
+        if not fnmatchcase(tool, self.tool):
+            return None
+        if not self.shell_only:
+            return command.whole if command else ""
+        if command is None:
+            return None
+        if self.decision == "allow":
+            return command.whole if not command.compound and self.hits(command.whole) else None
+        return next((text for text in command.candidates if self.hits(text)), None)
+
+    def hits(self, text: str) -> bool:
+        """Whether one of the rule's prefixes or regexes matches `text`."""
+        return any(starts_with_command(text, p) for p in self.prefixes) or any(
+            r.search(text) for r in self.regexes
+        )
+
+
+# ---------------------------------------------------------------------------- shell commands
+
+_CONTROL = re.compile(r"[;&|`<>\n\r]|\$\(")
+_SPLIT = re.compile(r"\|\||&&|\$\(|[;&|\n\r`(){}]")
+_WRAPPERS = frozenset(
+    {"sudo", "doas", "env", "command", "builtin", "exec", "nohup", "time", "nice"}
+)
+_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+
+
+@dataclass(frozen=True)
+class ShellCommand:
+    """A shell command as the policy matches it."""
+
+    whole: str
+    """The command, stripped, whitespace runs collapsed."""
+    compound: bool
+    """Contains control operators, substitutions or redirections."""
+    candidates: tuple[str, ...] = field(default=())
+    """The whole command and each simple command in it (raw and simplified), for deny/ask."""
+
+
+def parse_command(text: str) -> ShellCommand:
+    """Split `text` into what deny and allow patterns are matched against."""
+    whole = _collapse(text)
+    segments = [s for s in (_collapse(part) for part in _SPLIT.split(text)) if s]
+    simplified = [_simplify(s) for s in segments]
+    # Parts first, so `matched` names the offending part; the whole last, for patterns
+    # that span parts (`curl .* | sh`).
+    candidates = tuple(dict.fromkeys(c for c in [*segments, *simplified, whole] if c))
+    return ShellCommand(whole=whole, compound=bool(_CONTROL.search(text)), candidates=candidates)
+
+
+def starts_with_command(text: str, prefix: str) -> bool:
+    """`text` starts with `prefix`, ending at a word boundary when the prefix ends in a word."""
+    prefix = _collapse(prefix)
+    if not prefix or not text.startswith(prefix):
+        return False
+    rest = text[len(prefix) :]
+    return not rest or not re.match(r"\w", prefix[-1]) or rest[0] == " "
+
+
+def _collapse(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _simplify(segment: str) -> str:
+    """Drop quoting, `VAR=x` prefixes, wrappers like `sudo`, and the program's directory."""
+    try:
+        words = shlex.split(segment)
+    except ValueError:
+        words = segment.split()
+    while words and (_ASSIGNMENT.match(words[0]) or words[0] in _WRAPPERS):
+        words = words[1:]
+        while words and words[0].startswith("-"):  # the wrapper's own options
+            words = words[1:]
+    if words:
+        words[0] = words[0].rsplit("/", 1)[-1]
+    return _collapse(" ".join(words))
+
+
+def command_of(tool: str, args: Mapping[str, Any]) -> ShellCommand | None:
+    """The parsed command of a shell call (None for other tools)."""
+    if tool != SHELL_TOOL:
+        return None
+    command = args.get("command")
+    return parse_command(command if isinstance(command, str) else "")
+
+
+# ---------------------------------------------------------------------------- the policy
+
+
+class Policy:
+    """Decides allow / ask / deny for tool calls."""
+
+    def __init__(
+        self,
+        rules: Sequence[Rule] = (),
+        defaults: Mapping[RiskLevel, Verdict] | None = None,
+        overrides: PolicyOverrides | None = None,
+        *,
+        source: str = BUILTIN_SOURCE,
+        default_sources: Mapping[RiskLevel, str] | None = None,
+    ) -> None:
+        self.rules = tuple(rules)
+        self.defaults = {**BUILTIN_DEFAULTS, **(defaults or {})}
+        self.overrides = overrides or PolicyOverrides()
+        self.source = source
+        """The policy file's path, or "built-in defaults"."""
+        self.default_sources = {level: "built-in" for level in RiskLevel} | dict(
+            default_sources or {}
+        )
+
+    def with_overrides(self, overrides: PolicyOverrides) -> Policy:
+        """The same rules under other flags."""
+        return Policy(
+            self.rules, self.defaults, overrides, source=self.source,
+            default_sources=self.default_sources,
+        )
+
+    def decide(self, tool: ToolFacts, args: Mapping[str, Any], *, interactive: bool) -> Decision:
+        """The decision for one call, `ask` turned into `deny` when nobody can be asked."""
+        return fail_closed(self.evaluate(tool, args), interactive=interactive)
+
+    def evaluate(self, tool: ToolFacts, args: Mapping[str, Any]) -> Decision:
+        """Flags, rules, defaults and `--yes`; an `ask` is left for the caller to resolve."""
+        command = command_of(tool.name, args)
+        notes: list[str] = []
+        decision = (
+            self._flag_denial(tool, command)
+            or self._rule_decision(tool, command, notes)
+            or self._default(tool)
+        )
+        return self._apply_yes(replace(decision, notes=tuple(notes)))
+
+    def _flag_denial(self, tool: ToolFacts, command: ShellCommand | None) -> Decision | None:
+        flags = self.overrides
+        if tool.name in flags.deny_tools:
+            return _deny(tool, "flag --deny-tool", f"{tool.name} is denied by --deny-tool")
+        prefix = next((p for p in flags.deny_prefixes if tool.name.startswith(p)), None)
+        if prefix is not None:
+            return _deny(tool, "flag --deny-prefix", f"tools starting with {prefix!r} are denied")
+        if flags.read_only and not tool.read_only_safe:
+            reason = f"{tool.name} is not available in a read-only run"
+            return _deny(tool, "flag --read-only", reason)
+        return self._command_denial(tool, command)
+
+    def _command_denial(self, tool: ToolFacts, command: ShellCommand | None) -> Decision | None:
+        for prefix in self.overrides.deny_commands if command else ():
+            assert command is not None
+            hit = next((c for c in command.candidates if starts_with_command(c, prefix)), None)
+            if hit is not None:
+                reason = f"commands starting with {prefix!r} are denied by --deny-command"
+                return replace(_deny(tool, "flag --deny-command", reason), matched=hit)
+        return None
+
+    def _rule_decision(
+        self, tool: ToolFacts, command: ShellCommand | None, notes: list[str]
+    ) -> Decision | None:
+        for rule in self.rules:
+            matched = rule.match(tool.name, command)
+            if matched is not None:
+                return _from_rule(rule, tool, matched)
+            if rule.decision == "allow" and command and command.compound and any(
+                rule.hits(c) for c in command.candidates
+            ):
+                notes.append(
+                    f"skipped {rule.label}: allow patterns only match a single simple command"
+                )
+        return None
+
+    def _default(self, tool: ToolFacts) -> Decision:
+        level = RiskLevel(tool.risk)
+        verdict, rule = self.defaults[level], f"default:{level.value}"
+        if verdict == "allow" and tool.requires_approval:
+            return Decision("ask", tool.name, rule, f"{tool.name} requires approval")
+        reasons: dict[Verdict, str | None] = {
+            "allow": None,
+            "ask": f"{tool.name} is a {level.value}-risk tool: approval needed",
+            "deny": f"{level.value}-risk tools are denied by default",
+        }
+        approved = rule if verdict == "allow" else None
+        return Decision(verdict, tool.name, rule, reasons[verdict], approved_by=approved)
+
+    def _apply_yes(self, decision: Decision) -> Decision:
+        if decision.decision == "ask" and self.overrides.yes:
+            return replace(decision, decision="allow", approved_by="--yes")
+        return decision
+
+    def describe(self) -> list[tuple[str, str, str, str]]:
+        """The effective rules in evaluation order: (source, matches, decision, reason)."""
+        return [*self._flag_rows(), *self._rule_rows(), *self._default_rows()]
+
+    def _flag_rows(self) -> list[tuple[str, str, str, str]]:
+        flags = self.overrides
+        rows = [("flag --deny-tool", f"tool {name}", "deny", "") for name in flags.deny_tools]
+        rows += [("flag --deny-prefix", f"tool {p}*", "deny", "") for p in flags.deny_prefixes]
+        if flags.read_only:
+            rows.append(("flag --read-only", "tools not read-only safe", "deny", ""))
+        rows += [("flag --deny-command", f"command {p!r}", "deny", "") for p in flags.deny_commands]
+        return rows
+
+    def _rule_rows(self) -> list[tuple[str, str, str, str]]:
+        return [(r.label, r.describe(), r.decision, r.reason or "") for r in self.rules]
+
+    def _default_rows(self) -> list[tuple[str, str, str, str]]:
+        yes = " (--yes: ask → allow)" if self.overrides.yes else ""
+        return [
+            (f"default:{level.value}", f"{level.value}-risk tools ({self.default_sources[level]})",
+             verdict + (yes if verdict == "ask" else ""), "")
+            for level, verdict in self.defaults.items()
+        ]
+
+
+def fail_closed(decision: Decision, *, interactive: bool) -> Decision:
+    """Turn an `ask` into a `deny` when there is no terminal to ask (non-interactive runs)."""
+    if decision.decision != "ask" or interactive:
+        return decision
+    why = decision.rule
+    if not why.startswith("default:") and decision.reason:
+        why += f": {decision.reason}"
+    reason = (
+        f"{decision.tool} needs approval ({why}) but this run is non-interactive, so it was "
+        "not run. Approve up front with --yes, or add an allow rule to .sandbox-agent/policy.toml"
+    )
+    return replace(decision, decision="deny", reason=reason, fail_closed=True)
+
+
+def _deny(tool: ToolFacts, rule: str, reason: str) -> Decision:
+    return Decision("deny", tool.name, rule, reason)
+
+
+def _from_rule(rule: Rule, tool: ToolFacts, matched: str) -> Decision:
+    reason = rule.reason
+    if reason is None and rule.decision != "allow":
+        reason = ("denied by " if rule.decision == "deny" else "approval required by ") + rule.label
+    return Decision(
+        rule.decision, tool.name, rule.label, reason,
+        approved_by=f"policy:{rule.label}" if rule.decision == "allow" else None,
+        matched=matched or None,
+    )
+
+
+# ---------------------------------------------------------------------------- loading
+
+_RULE_KEYS = frozenset({"tool", "prefix", "regex", "decision", "name", "reason"})
+_TOP_KEYS = frozenset({"defaults", "rules"})
+_TOML_POSITION = re.compile(r"\(at (?:line (\d+), column \d+|end of document)\)")
+
+
+def default_policy_path(root: Path) -> Path:
+    """`<root>/.sandbox-agent/policy.toml`."""
+    return root / POLICY_FILE
+
+
+def load_policy(
+    root: Path | None = None,
+    path: Path | None = None,
+    overrides: PolicyOverrides | None = None,
+) -> Policy:
+    """The policy from `path` (must exist), else the root's policy file, else the defaults."""
+    if path is None and root is not None and default_policy_path(root).is_file():
+        path = default_policy_path(root)
+    if path is None:
+        return Policy(overrides=overrides)
+    return parse_policy(_read(path), path=str(path), overrides=overrides)
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise PolicyFileError(
+            f"policy file {path} not found", fix="check the --policy path"
+        ) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PolicyFileError(f"policy file {path} cannot be read: {exc}") from None
+
+
+def parse_policy(text: str, *, path: str, overrides: PolicyOverrides | None = None) -> Policy:
+    """Parse and validate policy TOML; errors name the file, the line and the reason."""
+    src = _Source(text, path)
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise src.error(f"invalid TOML: {_TOML_POSITION.sub('', str(exc)).strip()}",
+                        _toml_line(exc, src)) from None
+    for key in data.keys() - _TOP_KEYS:
+        raise src.error(f"unknown key {key!r} (expected [defaults] and [[rules]])", src.top(key))
+    defaults = _parse_defaults(src, data.get("defaults", {}))
+    rules = _parse_rules(src, data.get("rules", []))
+    sources = {level: f"{src.name} [defaults]" for level in defaults}
+    return Policy(rules, defaults, overrides, source=path, default_sources=sources)
+
+
+def _toml_line(exc: tomllib.TOMLDecodeError, src: _Source) -> int | None:
+    match = _TOML_POSITION.search(str(exc))
+    if match is None:
+        return None
+    return int(match.group(1)) if match.group(1) else len(src.lines) or None
+
+
+class _Source:
+    """The policy text, for finding the line an error is about (tomllib keeps no positions)."""
+
+    def __init__(self, text: str, path: str) -> None:
+        self.lines = text.splitlines()
+        self.path = path
+        self.name = Path(path).name
+
+    def error(self, message: str, line: int | None) -> PolicyFileError:
+        where = f"{self.path}:{line}" if line else self.path
+        return PolicyFileError(f"{where}: {message}", fix="see docs/POLICY.md for the format")
+
+    def header(self, pattern: str, index: int = 1) -> int | None:
+        """Line of the `index`-th header matching `pattern` (e.g. `[[rules]]`)."""
+        found = [n for n, line in enumerate(self.lines, 1) if re.match(pattern, line.strip())]
+        return found[index - 1] if len(found) >= index else None
+
+    def key(self, start: int | None, key: str) -> int | None:
+        """Line of `key = ...` in the table starting at line `start`, else the table's line."""
+        if start is None:  # inline tables: the first line assigning the key is our best guess
+            return self.find(rf"(^|[{{,\s])[\"']?{re.escape(key)}[\"']?\s*=")
+        for number in range(start + 1, len(self.lines) + 1):
+            text = self.lines[number - 1].strip()
+            if text.startswith("["):
+                break
+            if re.match(rf"[\"']?{re.escape(key)}[\"']?\s*=", text):
+                return number
+        return start
+
+    def top(self, key: str) -> int | None:
+        """Line of a top-level key or table named `key`."""
+        return self.find(rf"^\[*\s*[\"']?{re.escape(key)}[\"']?\s*(\]|=|\.)")
+
+    def find(self, pattern: str) -> int | None:
+        """The first line where `pattern` is found."""
+        return next((n for n, line in enumerate(self.lines, 1) if re.search(pattern, line)), None)
+
+
+def _parse_defaults(src: _Source, raw: Any) -> dict[RiskLevel, Verdict]:
+    start = src.header(r"^\[\s*defaults\s*\]")
+    if not isinstance(raw, dict):
+        raise src.error("[defaults] must be a table", src.top("defaults"))
+    levels = {level.value: level for level in RiskLevel}
+    out: dict[RiskLevel, Verdict] = {}
+    for key, value in raw.items():
+        if key not in levels:
+            raise src.error(
+                f"[defaults] has unknown risk level {key!r} (use {', '.join(levels)})",
+                src.key(start, key),
+            )
+        out[levels[key]] = _verdict(src, value, f"[defaults] {key}", src.key(start, key))
+    return out
+
+
+def _verdict(src: _Source, value: Any, what: str, line: int | None) -> Verdict:
+    if value not in VERDICTS:
+        raise src.error(f"{what}: decision must be one of allow, ask, deny (got {value!r})", line)
+    return cast(Verdict, value)
+
+
+def _parse_rules(src: _Source, raw: Any) -> list[Rule]:
+    if not isinstance(raw, list):
+        raise src.error("rules must be an array of tables ([[rules]])", src.top("rules"))
+    return [_parse_rule(src, index, entry) for index, entry in enumerate(raw, 1)]
+
+
+def _parse_rule(src: _Source, index: int, raw: Any) -> Rule:
+    start = src.header(r"^\[\[\s*rules\s*\]\]", index)
+    where, here = f"rule #{index}", start or src.top("rules")
+    if not isinstance(raw, dict):
+        raise src.error(f"{where} must be a table", here)
+    for key in raw.keys() - _RULE_KEYS:
+        raise src.error(
+            f"{where}: unknown key {key!r} (allowed: {', '.join(sorted(_RULE_KEYS))})",
+            src.key(start, key),
+        )
+    if "decision" not in raw:
+        raise src.error(f"{where}: missing decision (allow, ask or deny)", here)
+    return Rule(
+        id=f"{src.name}:{start} [[rules]] #{index}" if start else f"{src.name} rules[{index}]",
+        decision=_verdict(src, raw["decision"], where, src.key(start, "decision")),
+        tool=_tool(src, raw, where, start),
+        prefixes=tuple(_strings(src, raw, "prefix", where, start)),
+        regexes=tuple(_regex(src, p, where, src.key(start, "regex"))
+                      for p in _strings(src, raw, "regex", where, start)),
+        name=_optional_str(src, raw, "name", where, start),
+        reason=_optional_str(src, raw, "reason", where, start),
+    )
+
+
+def _tool(src: _Source, raw: Mapping[str, Any], where: str, start: int | None) -> str:
+    """The rule's tool; prefix/regex rules are about shell commands only."""
+    shell = "prefix" in raw or "regex" in raw
+    if "prefix" in raw and "regex" in raw:
+        raise src.error(f"{where}: use either prefix or regex (one rule each)", start)
+    tool = raw.get("tool", SHELL_TOOL if shell else None)
+    if not isinstance(tool, str) or not tool:
+        message = "tool must be a non-empty string" if "tool" in raw else "needs a tool"
+        raise src.error(f"{where}: {message} (a name or a glob like \"*\")", src.key(start, "tool"))
+    if shell and tool != SHELL_TOOL:
+        raise src.error(
+            f"{where}: prefix and regex match shell commands, so tool must be {SHELL_TOOL}",
+            src.key(start, "tool"),
+        )
+    return tool
+
+
+def _strings(
+    src: _Source, raw: Mapping[str, Any], key: str, where: str, start: int | None
+) -> list[str]:
+    value = raw.get(key, [])
+    values = [value] if isinstance(value, str) else value
+    if not isinstance(values, list) or not all(isinstance(v, str) and v.strip() for v in values):
+        raise src.error(
+            f"{where}: {key} must be a non-empty string or a list of them", src.key(start, key)
+        )
+    return values
+
+
+def _regex(src: _Source, pattern: str, where: str, line: int | None) -> re.Pattern[str]:
+    try:
+        return re.compile(pattern)
+    except re.error as exc:
+        raise src.error(f"{where}: invalid regex {pattern!r}: {exc}", line) from None
+
+
+def _optional_str(
+    src: _Source, raw: Mapping[str, Any], key: str, where: str, start: int | None
+) -> str | None:
+    value = raw.get(key)
+    if value is not None and not isinstance(value, str):
+        raise src.error(f"{where}: {key} must be a string", src.key(start, key))
+    return value
+
+
+# ---------------------------------------------------------------------------- explain
+
+
+def explain(
+    policy: Policy, tool: ToolFacts, args: Mapping[str, Any], *, interactive: bool = True
+) -> str:
+    """A few lines saying what the policy decides for this call, and which rule decided."""
+    decision = policy.decide(tool, args, interactive=interactive)
+    approval = "requires approval" if tool.requires_approval else "no approval needed"
+    lines = [
+        f"tool:      {tool.name} (risk {RiskLevel(tool.risk).value}, {approval})",
+        f"arguments: {json.dumps(dict(args), ensure_ascii=False)}",
+        f"decision:  {decision.decision}{_decision_note(decision, interactive)}",
+        f"rule:      {decision.rule}{_rule_detail(policy, decision)}",
+    ]
+    lines += _optional_lines(policy, tool, args, decision)
+    return "\n".join(lines)
+
+
+def _decision_note(decision: Decision, interactive: bool) -> str:
+    if decision.fail_closed:
+        return " (fail closed: approval needed, but the run is non-interactive)"
+    if decision.decision == "ask":
+        return " (the user is asked at the terminal; --yes or an allow rule approves up front)"
+    return ""
+
+
+def _rule_detail(policy: Policy, decision: Decision) -> str:
+    rule = next((r for r in policy.rules if r.label == decision.rule), None)
+    if rule is not None:
+        return f" — {rule.describe()}"
+    if decision.rule.startswith("default:"):
+        level = RiskLevel(decision.rule.removeprefix("default:"))
+        return f" — from {policy.default_sources[level]}"
+    return ""
+
+
+def _optional_lines(
+    policy: Policy, tool: ToolFacts, args: Mapping[str, Any], decision: Decision
+) -> list[str]:
+    lines = [f"reason:    {decision.reason}"] if decision.reason else []
+    if decision.approved_by:
+        lines.append(f"approved:  {decision.approved_by}")
+    if decision.matched:
+        lines.append(f"matched:   {decision.matched}")
+    command = command_of(tool.name, args)
+    if command and command.compound:
+        lines.append(f"checked:   {' | '.join(command.candidates)}")
+    lines += [f"note:      {note}" for note in decision.notes]
+    lines.append(f"policy:    {policy.source}")
+    return lines
+

@@ -51,7 +51,7 @@ def build_model(
         return OpenAIModel(settings.model, base_url=settings.host, api_key=_api_key(settings),
                            **_common(settings, hooks, transport))
     if settings.provider == "embedded":
-        return _embedded(settings, hooks)
+        return _embedded(settings, hooks, settings.tool_protocol or default_protocol("embedded"))
     raise ConfigError(f"unknown provider {settings.provider!r}",
                       fix="use --provider ollama, openai or embedded")
 
@@ -74,7 +74,7 @@ def _api_key(settings: Settings) -> str | None:
     return os.environ.get(settings.api_key_env) or None
 
 
-def _embedded(settings: Settings, hooks: HookBus | None) -> Model:
+def _embedded(settings: Settings, hooks: HookBus | None, protocol: ToolProtocol) -> Model:
     """EmbeddedModel.from_settings, imported only when asked for (xllamacpp is optional)."""
     try:
         module = importlib.import_module("executor.models.embedded")
@@ -83,7 +83,8 @@ def _embedded(settings: Settings, hooks: HookBus | None) -> Model:
             f"the embedded model is not available ({exc})",
             fix="pip install 'sandbox-agent[local]'",
         ) from exc
-    return cast(Model, module.EmbeddedModel.from_settings(settings, hooks=hooks))
+    model = module.EmbeddedModel.from_settings(settings, hooks=hooks, tool_protocol=protocol)
+    return cast(Model, model)
 
 
 __all__ = [

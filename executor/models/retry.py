@@ -18,11 +18,12 @@ attempts are used up, so `Retryable` never leaves this package.
 from __future__ import annotations
 
 import logging
+import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, TypeVar
 
-from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exponential_jitter
+from tenacity import RetryCallState, Retrying, retry_if_exception_type
 
 from executor.config import Settings
 from executor.errors import ModelError
@@ -104,16 +105,18 @@ def _stop(policy: RetryPolicy) -> Callable[[RetryCallState], bool]:
     return stop
 
 
-def _wait(policy: RetryPolicy) -> Callable[[RetryCallState], float]:
-    backoff = wait_exponential_jitter(
-        initial=policy.base_delay, max=policy.max_delay, jitter=policy.base_delay
-    )
+def backoff(policy: RetryPolicy, attempt: int) -> float:
+    """Wait after failed `attempt` (1-based): base * 2^(attempt-1) plus up to base of jitter."""
+    delay = policy.base_delay * 2.0 ** (attempt - 1) + random.uniform(0, policy.base_delay)
+    return min(delay, policy.max_delay)
 
+
+def _wait(policy: RetryPolicy) -> Callable[[RetryCallState], float]:
     def wait(state: RetryCallState) -> float:
         failure = _failure(state)
         if failure and failure.retry_after is not None:
             return max(0.0, min(failure.retry_after, policy.max_delay))
-        return float(backoff(state))
+        return backoff(policy, state.attempt_number)
 
     return wait
 

@@ -453,14 +453,15 @@ class AuditLog:
         self,
         *,
         attempt: int,
-        error: str,
-        delay_ms: float | None = None,
-        what: str = "model_request",
+        reason: str,
+        delay: float | None = None,
+        url: str | None = None,
         **extra: Any,
     ) -> dict[str, Any]:
-        """An operation is being retried after `error`."""
+        """Attempt `attempt` failed for `reason`; the next one follows in `delay` seconds."""
+        delay_ms = _ms(delay * 1000) if delay is not None else None
         return self.record(
-            "retry", what=what, attempt=attempt, delay_ms=_ms(delay_ms), error=error, **extra
+            "retry", attempt=attempt, reason=reason, delay_ms=delay_ms, url=url, **extra
         )
 
     def error(

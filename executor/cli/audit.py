@@ -1,0 +1,211 @@
+"""`sandbox-agent audit verify | show | export`: check and read the audit trail."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any, TextIO
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from executor import audit
+from executor.cli.common import RootOption, cli_errors, err_console, out_console
+from executor.errors import AuditError, AuditIntegrityError
+
+app = typer.Typer(
+    name="audit", help="Verify, show and export the audit log.", no_args_is_help=True
+)
+
+
+class ExportFormat(StrEnum):
+    """Export formats."""
+
+    JSONL = "jsonl"
+    CSV = "csv"
+
+
+AuditDirOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--audit-dir",
+        envvar="SANDBOX_AGENT_AUDIT_DIR",
+        help="Audit directory (or one exported .jsonl file); default <root>/.sandbox-agent/audit.",
+    ),
+]
+SessionOption = Annotated[
+    str | None, typer.Option("--session", "-s", help="Only records of this session.")
+]
+SinceOption = Annotated[
+    str | None,
+    typer.Option("--since", help="Only records since an ISO-8601 time or a duration (1h, 2d)."),
+]
+
+
+@app.command()
+@cli_errors
+def verify(
+    root: RootOption = Path("."),
+    audit_dir: AuditDirOption = None,
+    require_records: Annotated[
+        bool, typer.Option("--require-records", help="Fail when there are no records at all.")
+    ] = False,
+) -> None:
+    """Check the hash chain; exit 51 naming the first edited, removed, inserted or moved record."""
+    path = audit.audit_dir_for(root, audit_dir)
+    report = audit.verify(path)
+    report.raise_for_problem()
+    if report.empty:
+        if require_records:
+            raise AuditIntegrityError(f"no audit records in {path}", fix="was the log deleted?")
+        err_console.print(f"[yellow]no audit records[/] in {path}")
+        return
+    out_console.print(
+        f"ok: {report.records} records in {len(report.files)} file(s), seq 1..{report.head_seq}",
+        markup=False,
+    )
+    out_console.print(f"head: {report.head_hash}", markup=False)
+
+
+@app.command()
+@cli_errors
+def show(
+    root: RootOption = Path("."),
+    audit_dir: AuditDirOption = None,
+    session: SessionOption = None,
+    since: SinceOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON record a line.")] = False,
+) -> None:
+    """List audit records as a table (or JSON lines)."""
+    records = _records(root, audit_dir, session, since)
+    if as_json:
+        audit.export_records(records, "jsonl", sys.stdout)
+        return
+    table = Table("seq", "time (UTC)", "session", "kind", "what", show_lines=False)
+    for record in records:
+        table.add_row(*(Text(cell) for cell in _row(record)))
+    if table.row_count == 0:
+        err_console.print("no matching audit records")
+        return
+    out_console.print(table)
+
+
+@app.command()
+@cli_errors
+def export(
+    fmt: Annotated[ExportFormat, typer.Option("--format", "-f", help="jsonl or csv.")],
+    root: RootOption = Path("."),
+    audit_dir: AuditDirOption = None,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="File to write (default: stdout).")
+    ] = None,
+    session: SessionOption = None,
+    since: SinceOption = None,
+) -> None:
+    """Export audit records as JSON lines (byte-identical to the log) or CSV."""
+    records = _records(root, audit_dir, session, since)
+    with _opened(output) as out:
+        count = audit.export_records(records, "csv" if fmt is ExportFormat.CSV else "jsonl", out)
+    err_console.print(f"exported {count} record(s){f' to {output}' if output else ''}")
+
+
+def _records(
+    root: Path, audit_dir: Path | None, session: str | None, since: str | None
+) -> Iterator[dict[str, Any]]:
+    path = audit.audit_dir_for(root, audit_dir)
+    moment = audit.parse_since(since) if since else None
+    return audit.read_records(path, session=session, since=moment)
+
+
+@contextmanager
+def _opened(output: Path | None) -> Iterator[TextIO]:
+    """stdout, or `output` created private (0600): an export is as sensitive as the log."""
+    if output is None:
+        yield sys.stdout
+        return
+    try:
+        fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    except OSError as exc:
+        raise AuditError(f"cannot write {output}: {exc}") from None
+    with os.fdopen(fd, "w", encoding="utf-8", newline="") as out:
+        yield out
+
+
+def _row(record: Mapping[str, Any]) -> tuple[str, str, str, str, str]:
+    ts = str(record.get("ts", ""))[:19].replace("T", " ")
+    kind = str(record.get("kind", ""))
+    return str(record.get("seq", "")), ts, str(record.get("session", "")), kind, summarize(record)
+
+
+def summarize(record: Mapping[str, Any]) -> str:
+    """One line saying what a record is about."""
+    describe = _SUMMARIES.get(str(record.get("kind")), _generic)
+    try:
+        return describe(record)
+    except (KeyError, TypeError, ValueError):
+        return _generic(record)
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _run_start(r: Mapping[str, Any]) -> str:
+    return (
+        f"{r.get('provider')}/{r.get('model')} by {r.get('user')}@{r.get('host')}, "
+        f"image {r.get('image')} ({r.get('mount_mode')}), policy {r.get('policy_source')}"
+    )
+
+
+def _model_request(r: Mapping[str, Any]) -> str:
+    tokens = f"{r.get('prompt_tokens')}+{r.get('completion_tokens')} tokens"
+    size = f"{r.get('messages')} messages, {r.get('prompt_bytes')} B"
+    return f"{size}, {r.get('duration_ms')} ms, {tokens}"
+
+
+def _tool_call(r: Mapping[str, Any]) -> str:
+    who = r.get("approved_by") or r.get("rule")
+    return f"{r.get('tool')} {_short(r.get('arguments', {}))} → {r.get('decision')} ({who})"
+
+
+def _tool_result(r: Mapping[str, Any]) -> str:
+    status = "ok" if r.get("ok") else "failed"
+    exit_code = f", exit {r['exit_code']}" if r.get("exit_code") is not None else ""
+    size = f"{r.get('duration_ms')} ms, {r.get('output_bytes')} B"
+    return f"{r.get('tool')} {status}{exit_code}, {size}"
+
+
+def _write(r: Mapping[str, Any]) -> str:
+    before = str(r.get("sha256_before") or "new")[:12]
+    after = str(r.get("sha256_after"))[:12]
+    size = f"{r.get('bytes')} B, {r.get('lines_changed')} lines"
+    return f"{r.get('path')} {before} → {after} ({size})"
+
+
+def _run_end(r: Mapping[str, Any]) -> str:
+    return f"{r.get('status')} after {r.get('turns')} turn(s), {r.get('duration_ms')} ms"
+
+
+def _generic(r: Mapping[str, Any]) -> str:
+    rest = {k: v for k, v in r.items() if k not in audit.RESERVED}
+    return _short(rest, 120)
+
+
+_SUMMARIES: dict[str, Callable[[Mapping[str, Any]], str]] = {
+    "run_start": _run_start,
+    "model_request": _model_request,
+    "tool_call": _tool_call,
+    "tool_result": _tool_result,
+    "write": _write,
+    "retry": lambda r: f"attempt {r.get('attempt')}: {r.get('reason')}",
+    "error": lambda r: _short(r.get("message", ""), 120),
+    "warning": lambda r: _short(r.get("message", ""), 120),
+    "run_end": _run_end,
+}

@@ -1,0 +1,150 @@
+"""`sandbox-agent policy explain | show`: what the policy decides, and why."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from executor.cli.common import RootOption, cli_errors, out_console
+from executor.errors import ConfigError
+from executor.policy import Policy, PolicyOverrides, ToolFacts, ToolInfo, explain, load_policy
+from executor.tools.base import RiskLevel
+from executor.tools.builtin import BUILTIN_TOOLS
+
+app = typer.Typer(
+    name="policy", help="Explain and show the tool-call policy.", no_args_is_help=True
+)
+
+PolicyFileOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--policy", help="Policy TOML file (default <root>/.sandbox-agent/policy.toml).",
+        dir_okay=False,
+    ),
+]
+YesOption = Annotated[
+    bool, typer.Option("--yes", "-y", help="Approve every 'ask' up front (never a 'deny').")
+]
+DenyToolOption = Annotated[
+    list[str] | None, typer.Option("--deny-tool", help="Deny this tool (repeatable).")
+]
+DenyPrefixOption = Annotated[
+    list[str] | None,
+    typer.Option("--deny-prefix", help="Deny tools whose name starts with this (repeatable)."),
+]
+DenyCommandOption = Annotated[
+    list[str] | None,
+    typer.Option("--deny-command", help="Deny shell commands starting with this (repeatable)."),
+]
+ReadOnlyOption = Annotated[
+    bool, typer.Option("--read-only", help="Deny tools that are not read-only safe.")
+]
+
+
+@app.command("explain")
+@cli_errors
+def explain_command(
+    tool: Annotated[str, typer.Option("--tool", "-t", help="Tool name.")],
+    args: Annotated[str, typer.Option("--args", "-a", help="Arguments as a JSON object.")] = "{}",
+    root: RootOption = Path("."),
+    policy_file: PolicyFileOption = None,
+    yes: YesOption = False,
+    deny_tool: DenyToolOption = None,
+    deny_prefix: DenyPrefixOption = None,
+    deny_command: DenyCommandOption = None,
+    read_only: ReadOnlyOption = False,
+    non_interactive: Annotated[
+        bool, typer.Option("--non-interactive", help="Decide as a run without a terminal.")
+    ] = False,
+    risk: Annotated[
+        RiskLevel | None, typer.Option("--risk", help="Risk level of a tool that is not built in.")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the decision as JSON.")] = False,
+) -> None:
+    """Print the decision for one call and the rule that made it."""
+    overrides = _overrides(yes, deny_tool, deny_prefix, deny_command, read_only)
+    policy = load_policy(root, policy_file, overrides)
+    facts, arguments = tool_facts(tool, risk), parse_args(args)
+    if as_json:
+        decision = policy.decide(facts, arguments, interactive=not non_interactive)
+        print(json.dumps({**decision.as_dict(), "policy": policy.source}, indent=2))
+        return
+    out_console.print(explain(policy, facts, arguments, interactive=not non_interactive),
+                      markup=False)
+
+
+@app.command("show")
+@cli_errors
+def show_command(
+    root: RootOption = Path("."),
+    policy_file: PolicyFileOption = None,
+    yes: YesOption = False,
+    deny_tool: DenyToolOption = None,
+    deny_prefix: DenyPrefixOption = None,
+    deny_command: DenyCommandOption = None,
+    read_only: ReadOnlyOption = False,
+) -> None:
+    """Print the effective rules in the order they are applied."""
+    overrides = _overrides(yes, deny_tool, deny_prefix, deny_command, read_only)
+    policy = load_policy(root, policy_file, overrides)
+    out_console.print(f"policy: {policy.source}", markup=False)
+    out_console.print(rules_table(policy))
+
+
+def rules_table(policy: Policy) -> Table:
+    """The effective rules as a table (user text is never read as markup)."""
+    table = Table("#", "source", "matches", "decision", "reason")
+    for number, row in enumerate(policy.describe(), 1):
+        table.add_row(str(number), *(Text(cell) for cell in row))
+    return table
+
+
+def tool_facts(name: str, risk: RiskLevel | None) -> ToolFacts:
+    """A built-in tool by name, or a custom one described by `--risk`."""
+    builtin = next((tool() for tool in BUILTIN_TOOLS if tool.name == name), None)
+    if builtin is not None and risk is not None:
+        raise ConfigError(
+            f"{name} is built in with risk {builtin.risk.value}", fix="drop --risk"
+        )
+    if builtin is not None:
+        return builtin
+    if risk is None:
+        known = ", ".join(tool.name for tool in BUILTIN_TOOLS)
+        raise ConfigError(
+            f"unknown tool {name!r} (built in: {known})",
+            fix="for a custom tool, pass its --risk (low, medium, high, critical)",
+        )
+    return ToolInfo(name, risk, requires_approval=risk in (RiskLevel.HIGH, RiskLevel.CRITICAL))
+
+
+def parse_args(text: str) -> dict[str, Any]:
+    """The --args JSON object."""
+    example = """e.g. --args '{"command": "ls"}'"""
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise ConfigError(f"--args is not valid JSON: {exc}", fix=example) from None
+    if not isinstance(value, dict):
+        raise ConfigError("--args must be a JSON object", fix=example)
+    return value
+
+
+def _overrides(
+    yes: bool,
+    deny_tool: list[str] | None,
+    deny_prefix: list[str] | None,
+    deny_command: list[str] | None,
+    read_only: bool,
+) -> PolicyOverrides:
+    return PolicyOverrides(
+        yes=yes,
+        deny_tools=tuple(deny_tool or ()),
+        deny_prefixes=tuple(deny_prefix or ()),
+        deny_commands=tuple(deny_command or ()),
+        read_only=read_only,
+    )

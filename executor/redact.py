@@ -34,20 +34,22 @@ SECRET_NAME = re.compile(
 """Environment variable / argument names whose values are treated as secrets."""
 
 # (kind, pattern): when the pattern has a group named "secret", only that group is replaced.
+# Distinctive prefixes (ghp_, AKIA, xox?-) match even glued to other text; short generic
+# ones (sk-, eyJ) need a word boundary, or "task-…" would be redacted.
 TOKEN_SHAPES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("private-key", re.compile(
         r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----[\s\S]*?(?:-----END [A-Z0-9 ]*PRIVATE KEY-----|\Z)"
     )),
     ("openai-key", re.compile(r"\bsk-(?:proj-|ant-|svcacct-)?[A-Za-z0-9_\-]{20,}")),
-    ("github-token", re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{22,})")),
-    ("aws-access-key", re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b")),
-    ("slack-token", re.compile(r"\bxox[abposr]-[A-Za-z0-9\-]{10,}")),
+    ("github-token", re.compile(r"(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{22,})")),
+    ("aws-access-key", re.compile(r"(?:AKIA|ASIA)[0-9A-Z]{16}(?![0-9A-Z])")),
+    ("slack-token", re.compile(r"xox[abposr]-[A-Za-z0-9\-]{10,}")),
     ("jwt", re.compile(r"\beyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]*")),
     ("bearer", re.compile(r"(?i)\bBearer\s+(?P<secret>[A-Za-z0-9._~+/=\-]{8,})")),
     ("url-credentials", re.compile(r"://(?P<secret>[^/\s:@]+:[^/\s@]+)@")),
     ("assignment", re.compile(
         r"(?i)\b[A-Z0-9_]*(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?)['\"]?\s*[=:]\s*['\"]?"
-        r"(?P<secret>[^\s'\",;]{6,})"
+        r"(?!\[REDACTED:)(?P<secret>[^\s'\",;]{6,})"
     )),
 )
 

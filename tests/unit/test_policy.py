@@ -1,0 +1,399 @@
+"""The policy: rule order, shell matching, flags, fail-closed, explain, file errors, CLI."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer
+from hypothesis import given
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from executor.cli import policy as policy_cli
+from executor.errors import ConfigError, PolicyFileError
+from executor.policy import (
+    Decision,
+    Policy,
+    PolicyOverrides,
+    ToolInfo,
+    explain,
+    load_policy,
+    parse_command,
+    parse_policy,
+    starts_with_command,
+)
+from executor.tools.base import RiskLevel
+from executor.tools.builtin import EditFile, ReadFile, RunShellCommand, WriteFile
+
+SHELL = RunShellCommand()
+
+
+def policy(text: str, **flags: Any) -> Policy:
+    return parse_policy(text, path="/p/policy.toml", overrides=PolicyOverrides(**flags))
+
+
+def shell(p: Policy, command: str, *, interactive: bool = True) -> Decision:
+    return p.decide(SHELL, {"command": command}, interactive=interactive)
+
+
+DENY_RM = """
+[[rules]]
+tool = "run_shell_command"
+prefix = "rm"
+decision = "deny"
+reason = "no deletes"
+"""
+
+ALLOW_LS = """
+[[rules]]
+prefix = ["ls", "git status"]
+decision = "allow"
+"""
+
+
+# ---------------------------------------------------------------------------- rules
+
+
+def test_first_matching_rule_wins() -> None:
+    allow_first = policy(
+        '[[rules]]\nprefix = "git"\ndecision = "allow"\n'
+        '[[rules]]\nprefix = "git push"\ndecision = "deny"\n'
+    )
+    deny_first = policy(
+        '[[rules]]\nprefix = "git push"\ndecision = "deny"\n'
+        '[[rules]]\nprefix = "git"\ndecision = "allow"\n'
+    )
+    first = shell(allow_first, "git push origin")
+    assert (first.decision, first.rule) == ("allow", "policy.toml:1 [[rules]] #1")
+    second = shell(deny_first, "git push origin")
+    assert (second.decision, second.rule) == ("deny", "policy.toml:1 [[rules]] #1")
+    assert shell(deny_first, "git log").rule == "policy.toml:4 [[rules]] #2"
+
+
+def test_rule_ids_carry_line_and_name() -> None:
+    p = policy('# header\n\n[[rules]]\nname = "no-net"\ntool = "fetch_*"\ndecision = "deny"\n')
+    decision = p.decide(ToolInfo("fetch_url"), {}, interactive=True)
+    assert decision.rule == "policy.toml:3 [[rules]] #1 (no-net)"
+    assert decision.reason == "denied by policy.toml:3 [[rules]] #1 (no-net)"
+
+
+def test_prefix_matches_whole_words_regex_searches() -> None:
+    by_prefix = policy(DENY_RM)
+    assert shell(by_prefix, "rm -rf build").decision == "deny"
+    assert shell(by_prefix, "rm").decision == "deny"
+    assert shell(by_prefix, "rmdir build").decision == "ask"  # default: high risk
+    by_regex = policy('[[rules]]\nregex = "rm\\\\s+-(r|f)+"\ndecision = "deny"\n')
+    assert shell(by_regex, "find . | xargs rm -rf").decision == "deny"
+    assert shell(by_regex, "rm x").decision == "ask"
+    assert starts_with_command("./scripts/build.sh", "./scripts/")  # ends in "/": no boundary
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "rm -rf x", "  rm   -rf x", "ls; rm -rf x", "ls && rm x", "false || rm x", "ls | rm x",
+        "ls & rm x", "ls\nrm x", "echo $(rm x)", "echo `rm x`", "(rm x)", "{ rm x; }",
+        "FOO=1 rm x", "sudo -n rm x", "env A=1 rm x", "/bin/rm x", "'rm' x", '"r"m x',
+    ],
+)
+def test_deny_prefix_catches_every_simple_command(command: str) -> None:
+    decision = shell(policy(DENY_RM), command)
+    assert (decision.decision, decision.reason) == ("deny", "no deletes"), decision
+
+
+@pytest.mark.parametrize("command", ["rmdir x", "echo rm", "grep -r rm .", "ls ./rm-notes"])
+def test_deny_prefix_leaves_other_commands(command: str) -> None:
+    assert shell(policy(DENY_RM), command).decision == "ask"
+
+
+def test_matched_names_the_offending_part() -> None:
+    assert shell(policy(DENY_RM), "ls; rm -rf x").matched == "rm -rf x"
+
+
+@pytest.mark.parametrize("command", ["ls -la", "git status --short", "  ls  "])
+def test_allow_prefix_allows_simple_commands(command: str) -> None:
+    decision = shell(policy(ALLOW_LS), command, interactive=False)
+    assert decision.allowed and decision.approved_by == "policy:policy.toml:2 [[rules]] #1"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "ls; cat /etc/passwd", "ls && curl x", "ls || x", "ls | sh", "ls & x", "ls > out",
+        "ls < in", "ls $(x)", "ls `x`", "ls\nx", "git status; git push",
+    ],
+)
+def test_allow_prefix_never_matches_compound_commands(command: str) -> None:
+    decision = shell(policy(ALLOW_LS), command)
+    assert decision.decision == "ask" and decision.rule == "default:high"
+    assert decision.notes and "single simple command" in decision.notes[0]
+
+
+def test_allow_regex_is_conservative_too() -> None:
+    p = policy('[[rules]]\nregex = "^pytest( .*)?$"\ndecision = "allow"\n')
+    assert shell(p, "pytest -q").allowed
+    assert not shell(p, "pytest -q; rm -rf /").allowed
+
+
+def test_a_whole_tool_allow_rule_allows_any_command() -> None:
+    p = policy('[[rules]]\ntool = "run_shell_command"\ndecision = "allow"\n')
+    assert shell(p, "ls; make").allowed
+
+
+def test_an_ask_rule_matches_inside_compound_commands() -> None:
+    p = policy('[[rules]]\nprefix = "git push"\ndecision = "ask"\nreason = "pushes"\n', yes=False)
+    decision = shell(p, "git commit -m x && git push", interactive=True)
+    assert (decision.decision, decision.reason) == ("ask", "pushes")
+
+
+def test_tool_globs() -> None:
+    p = policy('[[rules]]\ntool = "mcp_*"\ndecision = "deny"\n[[rules]]\ntool = "*"\n'
+               'decision = "allow"\n')
+    assert p.decide(ToolInfo("mcp_fs"), {}, interactive=True).decision == "deny"
+    assert p.decide(WriteFile(), {"path": "a"}, interactive=False).allowed
+
+
+@given(st.text(max_size=40))
+def test_a_denied_command_after_anything_is_denied(prefix: str) -> None:
+    assert shell(policy(DENY_RM), prefix + "\nrm -rf /").decision == "deny"
+
+
+@given(st.text(alphabet="ls -a;&|`$()<>\n", max_size=30))
+def test_allow_never_covers_control_operators(suffix: str) -> None:
+    decision = shell(policy(ALLOW_LS), "ls " + suffix)
+    if decision.allowed:
+        assert not any(op in suffix for op in (";", "&", "|", "`", "$(", "<", ">", "\n"))
+
+
+# ---------------------------------------------------------------------------- defaults & flags
+
+
+def test_builtin_defaults_follow_risk_and_approval() -> None:
+    p = Policy()
+    read = p.decide(ReadFile(), {"path": "a"}, interactive=False)
+    assert (read.decision, read.rule, read.approved_by) == ("allow", "default:low", "default:low")
+    assert p.evaluate(WriteFile(), {"path": "a"}).decision == "ask"
+    assert p.evaluate(EditFile(), {"path": "a"}).rule == "default:medium"
+    assert p.evaluate(SHELL, {"command": "ls"}).rule == "default:high"
+    assert p.evaluate(ToolInfo("nuke", RiskLevel.CRITICAL), {}).decision == "deny"
+    flagged = p.evaluate(ToolInfo("mail", RiskLevel.LOW, requires_approval=True), {})
+    assert (flagged.decision, flagged.reason) == ("ask", "mail requires approval")
+
+
+def test_file_defaults_override_builtin_ones() -> None:
+    p = policy('[defaults]\nhigh = "deny"\nlow = "ask"\n')
+    assert shell(p, "ls").decision == "deny"
+    assert p.evaluate(ReadFile(), {}).decision == "ask"
+    assert p.evaluate(WriteFile(), {}).decision == "ask"  # medium: still built in
+    assert p.default_sources[RiskLevel.HIGH] == "policy.toml [defaults]"
+
+
+def test_yes_approves_ask_but_never_deny() -> None:
+    p = policy(DENY_RM, yes=True)
+    assert shell(p, "rm -rf /", interactive=False).decision == "deny"
+    approved = shell(p, "make", interactive=False)
+    assert (approved.decision, approved.approved_by, approved.rule) == (
+        "allow", "--yes", "default:high"
+    )
+    critical = p.decide(ToolInfo("nuke", RiskLevel.CRITICAL), {}, interactive=False)
+    assert critical.decision == "deny"
+
+
+def test_non_interactive_ask_fails_closed() -> None:
+    p = Policy()
+    asked = p.decide(WriteFile(), {"path": "a"}, interactive=True)
+    assert asked.needs_approval and not asked.fail_closed
+    denied = p.decide(WriteFile(), {"path": "a"}, interactive=False)
+    assert denied.decision == "deny" and denied.fail_closed
+    assert denied.reason and "non-interactive" in denied.reason and "--yes" in denied.reason
+    assert p.evaluate(WriteFile(), {"path": "a"}).decision == "ask"  # the step before
+
+
+def test_deny_flags_beat_file_rules() -> None:
+    allow_all = '[[rules]]\ntool = "*"\ndecision = "allow"\n'
+    by_tool = policy(allow_all, deny_tools=("write_file",), yes=True)
+    assert by_tool.evaluate(WriteFile(), {}).rule == "flag --deny-tool"
+    assert by_tool.evaluate(EditFile(), {}).allowed
+    by_prefix = policy(allow_all, deny_prefixes=("mcp_",))
+    assert by_prefix.evaluate(ToolInfo("mcp_shell"), {}).rule == "flag --deny-prefix"
+    by_command = policy(allow_all, deny_commands=("git push",))
+    denied = shell(by_command, "git add . && git  push -f")
+    assert (denied.decision, denied.rule, denied.matched) == (
+        "deny", "flag --deny-command", "git push -f"
+    )
+    assert shell(by_command, "git pull").allowed
+
+
+def test_read_only_denies_tools_that_are_not_read_only_safe() -> None:
+    p = policy('[[rules]]\ntool = "*"\ndecision = "allow"\n', read_only=True)
+    for tool in (WriteFile(), EditFile(), SHELL):
+        assert p.evaluate(tool, {"command": "ls"}).rule == "flag --read-only"
+    assert p.evaluate(ReadFile(), {"path": "a"}).allowed
+
+
+def test_approve_and_decline() -> None:
+    asked = Policy().evaluate(WriteFile(), {})
+    approved = asked.approve()
+    assert (approved.decision, approved.approved_by, approved.rule) == (
+        "allow", "user", "default:medium"
+    )
+    assert asked.decline().decision == "deny"
+    with pytest.raises(ValueError):
+        approved.approve()
+
+
+# ---------------------------------------------------------------------------- explain
+
+
+def test_explain_names_decision_rule_and_reason() -> None:
+    p = policy(ALLOW_LS + '\n[[rules]]\nname = "no-rm"\nregex = "rm\\\\s+-rf"\n'
+               'decision = "deny"\nreason = "no recursive deletes"\n')
+    text = explain(p, SHELL, {"command": "ls; rm -rf /"})
+    assert "decision:  deny" in text
+    assert "rule:      policy.toml:6 [[rules]] #2 (no-rm) — tool run_shell_command, regex" in text
+    assert "reason:    no recursive deletes" in text
+    assert "matched:   rm -rf /" in text
+    assert "skipped policy.toml:2 [[rules]] #1" in text
+    assert "policy:    /p/policy.toml" in text
+
+
+def test_explain_fail_closed_and_defaults() -> None:
+    text = explain(Policy(), WriteFile(), {"path": "a"}, interactive=False)
+    assert "decision:  deny (fail closed" in text
+    assert "rule:      default:medium — from built-in" in text
+    assert "approved:  --yes" in explain(Policy(overrides=PolicyOverrides(yes=True)), SHELL, {})
+
+
+# ---------------------------------------------------------------------------- files & errors
+
+
+def error_of(text: str) -> str:
+    with pytest.raises(PolicyFileError) as caught:
+        parse_policy(text, path="/p/policy.toml")
+    return caught.value.message
+
+
+def test_bad_toml_names_the_line() -> None:
+    message = error_of('[defaults]\nlow = "allow"\nhigh = = "ask"\n')
+    assert message.startswith("/p/policy.toml:3: invalid TOML")
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "reason"),
+    [
+        ('[[rules]]\ntool = "x"\n\ndecision = "permit"\n', 4, "must be one of allow, ask, deny"),
+        ('[[rules]]\ntool = "x"\ndecision = "deny"\n[[rules]]\nregex = "rm("\ndecision = "deny"\n',
+         5, "invalid regex"),
+        ('[defaults]\nlow = "allow"\nhuge = "deny"\n', 3, "unknown risk level 'huge'"),
+        ('[defaults]\nlow = "yes"\n', 2, "[defaults] low: decision must be"),
+        ('[[rules]]\ntool = "x"\ndecison = "deny"\n', 3, "unknown key 'decison'"),
+        ('[[rules]]\ntool = "x"\n', 1, "missing decision"),
+        ('[[rules]]\ndecision = "deny"\n', 1, "needs a tool"),
+        ('[[rules]]\ntool = "write_file"\nprefix = "x"\ndecision = "deny"\n', 2,
+         "tool must be run_shell_command"),
+        ('[[rules]]\nprefix = "a"\nregex = "b"\ndecision = "deny"\n', 1, "either prefix or regex"),
+        ('[[rules]]\nprefix = ""\ndecision = "deny"\n', 2, "prefix must be a non-empty string"),
+        ('[[rules]]\ntool = "x"\ndecision = "deny"\nreason = 3\n', 4, "reason must be a string"),
+        ('version = 2\n', 1, "unknown key 'version'"),
+        ('rules = "x"\n', 1, "rules must be an array"),
+    ],
+)
+def test_invalid_files_name_line_and_reason(text: str, line: int, reason: str) -> None:
+    message = error_of(text)
+    assert message.startswith(f"/p/policy.toml:{line}: "), message
+    assert reason in message
+
+
+def test_load_policy_finds_the_root_file(tmp_path: Path) -> None:
+    assert load_policy(tmp_path).source == "built-in defaults"
+    path = tmp_path / ".sandbox-agent" / "policy.toml"
+    path.parent.mkdir()
+    path.write_text(DENY_RM)
+    loaded = load_policy(tmp_path, overrides=PolicyOverrides(yes=True))
+    assert loaded.source == str(path) and loaded.overrides.yes
+    assert shell(loaded, "rm x").decision == "deny"
+    with pytest.raises(PolicyFileError, match="not found"):
+        load_policy(tmp_path, tmp_path / "missing.toml")
+
+
+def test_parse_command_parts() -> None:
+    parsed = parse_command("A=1 sudo /usr/bin/git  push && echo 'hi there'")
+    assert parsed.compound and parsed.whole == "A=1 sudo /usr/bin/git push && echo 'hi there'"
+    assert "git push" in parsed.candidates and "echo hi there" in parsed.candidates
+    assert not parse_command("ls -la").compound
+
+
+# ---------------------------------------------------------------------------- CLI
+
+
+@pytest.fixture
+def cli() -> Callable[..., Any]:
+    app = typer.Typer()
+    app.add_typer(policy_cli.app, name="policy")
+    runner = CliRunner()
+    return lambda *args: runner.invoke(app, ["policy", *args])
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    (tmp_path / ".sandbox-agent").mkdir()
+    (tmp_path / ".sandbox-agent" / "policy.toml").write_text(
+        '[[rules]]\nname = "no-rm"\nregex = "rm\\\\s+-rf"\ndecision = "deny"\n'
+        'reason = "no recursive deletes"\n'
+    )
+    return tmp_path
+
+
+def test_cli_explain(cli: Callable[..., Any], project: Path) -> None:
+    result = cli("explain", "--root", str(project), "--tool", "run_shell_command",
+                 "--args", '{"command": "rm -rf /"}')
+    assert result.exit_code == 0
+    assert "decision:  deny" in result.stdout and "no recursive deletes" in result.stdout
+    assert "policy.toml:1 [[rules]] #1 (no-rm)" in result.stdout
+
+
+def test_cli_explain_flags_and_json(cli: Callable[..., Any], project: Path) -> None:
+    args = ["explain", "--root", str(project), "--tool", "write_file", "--args", '{"path": "a"}']
+    closed = json.loads(cli(*args, "--non-interactive", "--json").stdout)
+    assert (closed["decision"], closed["fail_closed"]) == ("deny", True)
+    assert json.loads(cli(*args, "--yes", "--json").stdout)["approved_by"] == "--yes"
+    denied = json.loads(cli(*args, "--yes", "--deny-tool", "write_file", "--json").stdout)
+    assert (denied["decision"], denied["rule"]) == ("deny", "flag --deny-tool")
+    read_only = json.loads(cli(*args, "--read-only", "--json").stdout)
+    assert read_only["rule"] == "flag --read-only"
+    command = cli("explain", "--root", str(project), "--tool", "run_shell_command", "--args",
+                  '{"command": "git push"}', "--deny-command", "git push", "--json")
+    assert json.loads(command.stdout)["rule"] == "flag --deny-command"
+
+
+def test_cli_explain_custom_tools_need_a_risk(cli: Callable[..., Any], tmp_path: Path) -> None:
+    unknown = cli("explain", "--root", str(tmp_path), "--tool", "deploy")
+    assert unknown.exit_code == ConfigError.exit_code and "--risk" in unknown.output
+    custom = cli("explain", "--root", str(tmp_path), "--tool", "deploy", "--risk", "critical")
+    assert custom.exit_code == 0 and "default:critical" in custom.stdout
+    prefixed = cli("explain", "--root", str(tmp_path), "--tool", "mcp_x", "--risk", "low",
+                   "--deny-prefix", "mcp_")
+    assert "flag --deny-prefix" in prefixed.stdout
+
+
+def test_cli_user_errors(cli: Callable[..., Any], tmp_path: Path) -> None:
+    bad_json = cli("explain", "--root", str(tmp_path), "--tool", "read_file", "--args", "{")
+    assert bad_json.exit_code == 2 and "not valid JSON" in bad_json.output
+    bad_file = tmp_path / "bad.toml"
+    bad_file.write_text('[[rules]]\ntool = "x"\ndecision = "maybe"\n')
+    result = cli("explain", "--root", str(tmp_path), "--policy", str(bad_file), "--tool", "x",
+                 "--risk", "low")
+    assert result.exit_code == PolicyFileError.exit_code == 3
+    assert f"{bad_file}:3:" in result.output
+
+
+def test_cli_show_lists_rules_in_order(cli: Callable[..., Any], project: Path) -> None:
+    result = cli("show", "--root", str(project), "--deny-tool", "write_file")
+    assert result.exit_code == 0
+    out = result.stdout
+    positions = [out.index(s) for s in ("--deny-tool", "no-rm", "default:low", "default:critical")]
+    assert positions == sorted(positions)

@@ -50,14 +50,14 @@ def ollama_base_url(host: str | None = None, env: Mapping[str, str] | None = Non
 
 
 def _with_default_port(hostport: str) -> str:
-    if not hostport or hostport.startswith(":"):
-        return f"127.0.0.1{hostport or ':' + _DEFAULT_PORT}"
     try:
         ip = ipaddress.ip_address(hostport.strip("[]"))
     except ValueError:
         ip = None
     if ip is not None:
         return f"[{ip}]:{_DEFAULT_PORT}" if ip.version == 6 else f"{ip}:{_DEFAULT_PORT}"
+    if not hostport or hostport.startswith(":"):
+        return f"127.0.0.1{hostport or ':' + _DEFAULT_PORT}"
     host, _, port = hostport.rpartition(":")
     return hostport if host and port.isdigit() else f"{hostport}:{_DEFAULT_PORT}"
 

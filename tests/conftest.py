@@ -11,6 +11,6 @@ from tests.fakes.model_server import ModelServer
 
 @pytest.fixture
 def model_server() -> Iterator[ModelServer]:
-    """A started stand-in model server (Ollama + OpenAI protocols) on 127.0.0.1, scripted per test."""
+    """A started stand-in model server (Ollama + OpenAI) on 127.0.0.1, scripted per test."""
     with ModelServer() as server:
         yield server

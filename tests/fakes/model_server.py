@@ -55,7 +55,6 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 import threading
 import time
 from collections import deque
@@ -302,6 +301,7 @@ class ModelServer:
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = True  # server_close() joins handler threads
+    request_queue_size = 128  # the default 5 resets bursts of concurrent clients
 
     def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler],
                  owner: ModelServer) -> None:
@@ -372,7 +372,7 @@ class _Handler(BaseHTTPRequestHandler):
                  step.completion_tokens if step.completion_tokens is not None
                  else owner.completion_tokens)
         time.sleep(step.delay)
-        render = _ollama if request.protocol == "ollama" else _openai
+        render = _OllamaWire if request.protocol == "ollama" else _OpenAIWire
         if request.streaming:
             chunks = render.chunks(owner.model, step, usage, request)
             self._send_stream(request, chunks, step.delay, step.cut_after)
@@ -419,7 +419,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self.wfile.flush()
                 time.sleep(delay)
             self.wfile.write(b"0\r\n\r\n")
-        except (BrokenPipeError, ConnectionResetError, socket.timeout):
+        except (BrokenPipeError, ConnectionResetError, TimeoutError):
             pass  # the client went away mid-stream
 
 
@@ -457,7 +457,9 @@ def _pieces(text: str) -> list[str]:
     return re.findall(r"\s*\S+\s*|\s+", text)
 
 
-class _ollama:  # noqa: N801 - a namespace of renderers
+class _OllamaWire:
+    """Renders a Reply as Ollama's /api/chat does."""
+
     @staticmethod
     def _calls(step: Reply) -> list[dict[str, Any]]:
         return [{**({"id": c.id} if c.id else {}),
@@ -472,8 +474,8 @@ class _ollama:  # noqa: N801 - a namespace of renderers
     def whole(model: str, step: Reply, usage: tuple[int, int]) -> dict[str, Any]:
         message: dict[str, Any] = {"role": "assistant", "content": step.content}
         if step.tool_calls:
-            message["tool_calls"] = _ollama._calls(step)
-        return {**_ollama._final(model, usage), "message": message}
+            message["tool_calls"] = _OllamaWire._calls(step)
+        return {**_OllamaWire._final(model, usage), "message": message}
 
     @staticmethod
     def chunks(model: str, step: Reply, usage: tuple[int, int],
@@ -487,12 +489,14 @@ class _ollama:  # noqa: N801 - a namespace of renderers
         if step.tool_calls:
             yield line({"model": model, "created_at": _now(), "done": False,
                         "message": {"role": "assistant", "content": "",
-                                    "tool_calls": _ollama._calls(step)}})
-        yield line({**_ollama._final(model, usage),
+                                    "tool_calls": _OllamaWire._calls(step)}})
+        yield line({**_OllamaWire._final(model, usage),
                     "message": {"role": "assistant", "content": ""}})
 
 
-class _openai:  # noqa: N801 - a namespace of renderers
+class _OpenAIWire:
+    """Renders a Reply as an OpenAI-compatible /chat/completions does."""
+
     @staticmethod
     def _id(i: int, call: Call) -> str:
         return call.id or f"call_standin_{i}"
@@ -507,13 +511,13 @@ class _openai:  # noqa: N801 - a namespace of renderers
         message: dict[str, Any] = {"role": "assistant", "content": step.content or None}
         if step.tool_calls:
             message["tool_calls"] = [
-                {"id": _openai._id(i, c), "type": "function",
+                {"id": _OpenAIWire._id(i, c), "type": "function",
                  "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
                 for i, c in enumerate(step.tool_calls)
             ]
         finish = "tool_calls" if step.tool_calls else "stop"
         return {"id": "chatcmpl-standin", "object": "chat.completion", "created": int(time.time()),
-                "model": model, "usage": _openai._usage(usage),
+                "model": model, "usage": _OpenAIWire._usage(usage),
                 "choices": [{"index": 0, "message": message, "finish_reason": finish}]}
 
     @staticmethod
@@ -529,12 +533,12 @@ class _openai:  # noqa: N801 - a namespace of renderers
         for piece in _pieces(step.content):
             yield event({"content": piece})
         for i, call in enumerate(step.tool_calls):
-            yield from _openai._call_fragments(event, i, call)
+            yield from _OpenAIWire._call_fragments(event, i, call)
         yield event({}, "tool_calls" if step.tool_calls else "stop")
         options = request.body.get("stream_options") if isinstance(request.body, dict) else None
         if isinstance(options, dict) and options.get("include_usage"):
             usage_chunk = {"id": "chatcmpl-standin", "object": "chat.completion.chunk",
-                           "model": model, "choices": [], "usage": _openai._usage(usage)}
+                           "model": model, "choices": [], "usage": _OpenAIWire._usage(usage)}
             yield b"data: " + json.dumps(usage_chunk).encode() + b"\n\n"
         yield b"data: [DONE]\n\n"
 
@@ -544,7 +548,7 @@ class _openai:  # noqa: N801 - a namespace of renderers
         """The first fragment names the call; the arguments follow in two pieces."""
         arguments = json.dumps(call.arguments)
         half = len(arguments) // 2
-        yield event({"tool_calls": [{"index": i, "id": _openai._id(i, call), "type": "function",
+        yield event({"tool_calls": [{"index": i, "id": _OpenAIWire._id(i, call), "type": "function",
                                      "function": {"name": call.name, "arguments": ""}}]})
         for part in (arguments[:half], arguments[half:]):
             yield event({"tool_calls": [{"index": i, "function": {"arguments": part}}]})

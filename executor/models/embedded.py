@@ -9,6 +9,8 @@ Three steps, each usable on its own:
 2. `LlamaServer(path, options).start()` runs llama.cpp's OpenAI-compatible server in-process
    (xllamacpp) on 127.0.0.1 and a free port, and waits until it answers.
 3. `EmbeddedModel` ties both to the OpenAI-compatible provider and satisfies the `Model` protocol.
+   Its constructor does no I/O; `start(progress)` (or the first `chat`) does the work, so a caller
+   can show progress; `close()` stops the server. Use it as a context manager.
 
 Cache and sidecar: hashing 1.1 GB takes seconds, so after a successful check a sidecar
 `<name>.gguf.json` records the file's size, mtime and inode next to the verified sha256. Later runs
@@ -39,7 +41,14 @@ import httpx
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from executor.config import Settings, ToolProtocol
 from executor.errors import ConfigError, EmbeddedModelError
+from executor.hooks import HookBus
+from executor.messages import Message, ModelReply, ToolSpec
+from executor.models._http import ServerHint
+from executor.models.openai import OpenAIModel
+from executor.models.retry import RetryPolicy
+from executor.protocols import TokenCallback
 
 LOCAL_EXTRA_FIX = "pip install 'sandbox-agent[local]'"
 """The command that installs everything the embedded model needs."""
@@ -513,3 +522,140 @@ def _served_n_ctx(models: Any) -> int | None:
         return int(models["data"][0]["meta"]["n_ctx"])
     except (KeyError, IndexError, TypeError, ValueError):
         return None
+
+
+# --- the Model ---------------------------------------------------------------------------------
+
+
+def preflight(spec: ModelSpec = QWEN_1_5B, directory: Path | None = None) -> str:
+    """Check, without loading anything, that the model can run; a status line or the error."""
+    import_xllamacpp()
+    path = model_path(spec, directory)
+    if sidecar_trusted(path, spec):
+        return f"{spec.name}: verified in the cache at {path}"
+    find_parts(spec)
+    return f"{spec.name}: parts installed; assembled into {path} on first use"
+
+
+_SERVER_HINT = ServerHint(
+    label="the embedded model server",
+    unreachable_fix="the in-process llama.cpp server stopped; run again (it restarts)",
+)
+
+
+class EmbeddedModel:
+    """The `Model` protocol answered by llama.cpp in this process; start() shows the loading."""
+
+    def __init__(
+        self,
+        spec: ModelSpec = QWEN_1_5B,
+        *,
+        options: EmbeddedOptions | None = None,
+        tool_protocol: ToolProtocol = "constrained",
+        stream: bool = True,
+        temperature: float = 0.0,
+        timeout: float = 300.0,
+        retry: RetryPolicy | None = None,
+        hooks: HookBus | None = None,
+        cache: Path | None = None,
+        progress: ProgressCallback | None = None,
+    ) -> None:
+        self.spec = spec
+        self.name = spec.name
+        self.options = options or EmbeddedOptions()
+        self.tool_protocol: ToolProtocol = tool_protocol
+        self.cache = cache
+        """Directory of the assembled model (None: `cache_dir()`)."""
+        self.stream, self.temperature, self.timeout = stream, temperature, timeout
+        self._retry, self._hooks = retry, hooks
+        self._progress = progress
+        self._server: LlamaServer | None = None
+        self._client: OpenAIModel | None = None
+
+    @classmethod
+    def from_settings(
+        cls,
+        settings: Settings,
+        *,
+        hooks: HookBus | None = None,
+        tool_protocol: ToolProtocol | None = None,
+        progress: ProgressCallback | None = None,
+    ) -> EmbeddedModel:
+        """The embedded model `--model` names (default 1.5B), at temperature 0 unless set."""
+        return cls(
+            resolve_spec(settings.model),
+            tool_protocol=tool_protocol or settings.tool_protocol or "constrained",
+            stream=settings.stream,
+            temperature=0.0 if settings.temperature is None else settings.temperature,
+            timeout=settings.timeout,
+            retry=RetryPolicy.from_settings(settings),
+            hooks=hooks,
+            progress=progress,
+        )
+
+    def __repr__(self) -> str:
+        state = self._server.base_url if self._server else "stopped"
+        return f"EmbeddedModel({self.name!r}, tool_protocol={self.tool_protocol!r}, {state})"
+
+    def __enter__(self) -> EmbeddedModel:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    @property
+    def base_url(self) -> str | None:
+        """The running server's root URL (None before start and after close)."""
+        return self._server.base_url if self._server else None
+
+    def start(self, progress: ProgressCallback | None = None) -> EmbeddedModel:
+        """Assemble and verify the model if needed, then serve it; does nothing when running."""
+        if self._client is not None:
+            return self
+        progress = progress or self._progress
+        path = ensure_model(self.spec, directory=self.cache, progress=progress)
+        server = LlamaServer(path, self.options, alias=self.name)
+        base_url = server.start(progress)
+        self._server, self._client = server, self._connect(base_url, server.api_key)
+        return self
+
+    def chat(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[ToolSpec],
+        *,
+        on_token: TokenCallback | None = None,
+    ) -> ModelReply:
+        """One turn from the local model (starting it first if needed)."""
+        client = self.start()._client
+        assert client is not None  # start() sets it or raises
+        reply = client.chat(messages, tools, on_token=on_token)
+        return reply.model_copy(update={"context_length": self.context_length()})
+
+    def context_length(self) -> int | None:
+        """The served context window (the configured n_ctx before the server runs)."""
+        served = self._server.n_ctx if self._server else None
+        return served or self.options.n_ctx
+
+    def close(self) -> None:
+        """Stop the server and free the model's memory; safe to call twice."""
+        client, server, self._client, self._server = self._client, self._server, None, None
+        if client is not None:
+            client.close()
+        if server is not None:
+            server.stop()
+
+    def _connect(self, base_url: str, api_key: str) -> OpenAIModel:
+        """The OpenAI-compatible client for the local server."""
+        return OpenAIModel(
+            self.name,
+            base_url=f"{base_url}/v1",
+            api_key=api_key,
+            tool_protocol=self.tool_protocol,
+            stream=self.stream,
+            temperature=self.temperature,
+            timeout=self.timeout,
+            retry=self._retry,
+            hooks=self._hooks,
+            server=_SERVER_HINT,
+        )

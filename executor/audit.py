@@ -517,7 +517,7 @@ class AuditLog:
         def on_event(event: Event) -> None:
             try:
                 handlers[event.kind](**event.data)
-            except TypeError:  # a payload that does not fit the helper is still recorded
+            except (TypeError, ValueError):  # a payload that does not fit is still recorded
                 self.record(_EVENT_KINDS.get(event.kind, event.kind), **_unreserved(event.data))
 
         kinds: list[Any] = list(handlers)

@@ -517,9 +517,13 @@ def test_attach_still_records_an_event_that_does_not_fit(tmp_path: Path) -> None
     bus = HookBus()
     make_log(tmp_path).attach(bus, exclude=["warning"])
     bus.emit("tool_call", tool="t", seq=5)  # no decision/rule; a reserved key
+    bus.emit("complete", status="ok", turns=1, hash="forged")  # fits, but for a reserved key
     bus.emit("warning", message="not recorded")
     records = list(read_records(tmp_path))
-    assert [(r["kind"], r["tool"], r["data_seq"]) for r in records] == [("tool_call", "t", 5)]
+    assert [(r["kind"], r.get("data_seq"), r.get("data_hash")) for r in records] == [
+        ("tool_call", 5, None), ("run_end", None, "forged")
+    ]
+    assert verify(tmp_path).ok
 
 
 def test_audit_dir_resolution_and_exposure(tmp_path: Path) -> None:

@@ -30,7 +30,8 @@ from executor.messages import Message, ToolCall
 MARKER = re.compile(r"\[\.\.\. truncated \d+ tokens to fit the context window \.\.\.\]")
 NOTE = re.compile(r"^\[(\d+) earlier messages omitted to fit the context window\]$")
 SUMMARY = re.compile(r"^\[Summary of (\d+) earlier messages, omitted to fit the context window\]")
-WORDS = "def class return import self value path file error test the of 42 ( ) : { } \n".split(" ")
+_VOCABULARY = "def class return import self value path file error test the of 42 ( ) : { }"
+WORDS = [*_VOCABULARY.split(" "), "\n"]
 
 CHARS = TokenCounter(None)  # chars/4: fast enough for hundreds of random conversations
 TIKTOKEN = TokenCounter()
@@ -60,7 +61,8 @@ def conversations(draw: st.DrawFn) -> list[Message]:
         return words(draw(st.integers(0, 10**6)), draw(SIZES))
 
     def add(role: str, **fields: object) -> None:
-        messages.append(Message.model_validate({"role": role, "name": f"#{len(messages)}", **fields}))
+        tag = f"#{len(messages)}"
+        messages.append(Message.model_validate({"role": role, "name": tag, **fields}))
 
     if draw(st.booleans()):
         add("system", content=text())
@@ -77,10 +79,11 @@ def conversations(draw: st.DrawFn) -> list[Message]:
             count = draw(st.integers(1, 3))
             ids = [f"c{calls + i}" for i in range(count)]
             calls += count
-            args = [{"path": f"f{i}.py", "text": text()} for i in range(count)]
-            add("assistant", content=text(), tool_calls=[
-                {"id": i, "name": "write_file", "arguments": a} for i, a in zip(ids, args, strict=True)
-            ])  # fmt: skip
+            calls_ = [
+                {"id": i, "name": "write_file", "arguments": {"path": "f.py", "text": text()}}
+                for i in ids
+            ]
+            add("assistant", content=text(), tool_calls=calls_)
             answered = ids if kind == "t" else ids[: draw(st.integers(0, count - 1))]
             for call_id in answered:
                 add("tool", content=text(), tool_call_id=call_id)
@@ -204,9 +207,8 @@ def test_changed_messages_are_visible_truncations(
     for t, m in tagged(strategy(messages, budget, CHARS)).items():
         original = messages[t]
         if m != original:
-            assert (m.role, m.tool_call_id, [c.id for c in m.tool_calls]) == (
-                original.role, original.tool_call_id, [c.id for c in original.tool_calls]
-            )  # fmt: skip
+            assert m.role == original.role and m.tool_call_id == original.tool_call_id
+            assert [c.id for c in m.tool_calls] == [c.id for c in original.tool_calls]
             assert MARKER.search(m.model_dump_json())
 
 
@@ -250,11 +252,14 @@ def test_one_note_stands_for_the_dropped_messages(messages: list[Message], budge
 
 @PROPERTY
 @given(conversations(), BUDGETS)
-def test_summarizer_gets_exactly_the_dropped_messages(
-    messages: list[Message], budget: int
-) -> None:
+def test_summarizer_gets_exactly_the_dropped_messages(messages: list[Message], budget: int) -> None:
     seen: list[list[Message]] = []
-    out = summarize_trim(messages, budget, CHARS, lambda seg: seen.append(seg) or "the gist")
+
+    def summarizer(segment: list[Message]) -> str:
+        seen.append(segment)
+        return "the gist"
+
+    out = summarize_trim(messages, budget, CHARS, summarizer)
     dropped = [m for i, m in enumerate(messages) if i not in tagged(out)]
     summaries = [m for m in out if tag(m) is None]
     if dropped:
@@ -391,7 +396,8 @@ def test_truncation_keeps_head_and_tail_around_a_marker() -> None:
 
 
 def test_truncating_a_message_cuts_its_biggest_argument() -> None:
-    call = ToolCall(id="c", name="write_file", arguments={"path": "a.py", "content": words(4, 9000)})
+    arguments = {"path": "a.py", "content": words(4, 9000)}
+    call = ToolCall(id="c", name="write_file", arguments=arguments)
     message = Message.assistant("writing", [call])
     out = truncate_message(message, 500, TIKTOKEN)
     assert TIKTOKEN.count(out) <= 500
@@ -462,7 +468,12 @@ def test_a_long_summary_is_truncated_to_its_share() -> None:
 
 def test_cached_summarizer_reuses_and_extends_summaries() -> None:
     calls: list[list[Message]] = []
-    summarize = CachedSummarizer(lambda seg: calls.append(seg) or f"summary{len(calls)}")
+
+    def summarizer(segment: list[Message]) -> str:
+        calls.append(segment)
+        return f"summary{len(calls)}"
+
+    summarize = CachedSummarizer(summarizer)
     messages = story(5)
     assert summarize(messages[:6]) == "summary1"
     assert summarize(messages[:6]) == "summary1" and len(calls) == 1

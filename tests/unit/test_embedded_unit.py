@@ -288,3 +288,11 @@ def test_preflight_reports_what_first_use_will_do(fake_spec: ModelSpec, cache: P
     assert "assembled into" in preflight(fake_spec)
     ensure_model(fake_spec)
     assert "verified in the cache" in preflight(fake_spec)
+
+
+def test_only_a_loopback_listener_is_accepted() -> None:
+    assert embedded._loopback_url("http://127.0.0.1:4321/") == "http://127.0.0.1:4321"
+    assert embedded._loopback_url("127.0.0.1:4321") == "http://127.0.0.1:4321"
+    for address in ("http://0.0.0.0:4321", "http://10.0.0.5:4321", "http://localhost:1"):
+        with pytest.raises(EmbeddedModelError, match=r"not 127\.0\.0\.1"):
+            embedded._loopback_url(address)

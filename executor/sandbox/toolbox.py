@@ -1,0 +1,1192 @@
+"""sandbox-agent toolbox: the six built-in tools, served as JSON lines over stdin/stdout.
+
+One stdlib-only file that runs on python3 >= 3.9, inside the session's container (the host
+exec's it with `sys.argv = ["toolbox", *args]`) or directly: `python3 toolbox.py --root DIR`.
+Every tool semantic (path checks, caps, timeouts) lives here; the host only relays.
+
+Protocol (version 1)
+    argv      --root PATH (/workspace)  --default-timeout S (60)  --max-output BYTES (30000)
+              --hidden NAME (repeatable; default .sandbox-agent)  --readonly-dir NAME (repeatable)
+              --no-rg (or env TOOLBOX_NO_RG=1: force the Python search)  --kill-strays (see below)
+    start     {"ready": true, "pid": N, "version": 1, "python": "3.x.y", "rg": bool}
+              ("rg" is whether search_files will use ripgrep)
+    request   {"id": int, "tool": "name", "args": {...}}   one line
+    response  {"id": same, "ok": bool, "output": "text for the model", "meta": {"duration_ms": ..}}
+              A line that is not JSON, not an object or has no string "tool" gets ok false and
+              "bad request: ..."; its id is echoed when the object had one, else null.
+    special   ping -> "pong"; shutdown -> ok, then exit 0; EOF on stdin -> exit 0.
+
+Caps and choices
+    paths         relative to the root, or absolute inside it; symlinks are followed and must stay
+                  inside. Hidden names are refused at the top level; writes anywhere under a
+                  --readonly-dir name (nested .git dirs too) are refused.
+    read_file     2000 lines or 100,000 characters per call, lines cut at 2000 characters; a
+                  binary file (NUL in its first 8 KB) is ok false with "binary file (N bytes)".
+    search_files  max_results 1..1000 (default 100), output cut at 100,000 characters; ripgrep
+                  searches hidden files but not .git or hidden names, and honours .gitignore;
+                  the Python fallback does not read ignore files and skips files over 64 MB.
+                  Results are sorted by path, then line.
+    list_files    depth 3 by default (20 with a glob), 1000 entries; .git and hidden names skipped.
+    run_shell     head 2/3 + tail 1/3 of --max-output per stream; a command writing more than
+                  20 MB in total is killed. A call lasts until the command's output pipes close
+                  (or the timeout): background jobs that keep them open hold the call. When a call
+                  ends, everything it started is killed: background jobs do not survive a call.
+                  ok = exit code 0, no timeout, no output overflow, and no fork refused at the
+                  pids limit or process OOM-killed meanwhile (read from our cgroup's pids.events
+                  and memory.events / memory.oom_control, when there are such files).
+
+Which processes a call "started": those carrying this toolbox's token in their environment
+(inherited across fork, setsid and most execs), plus its process group. In a container the
+toolbox owns (it is PID 1, was entered from outside the PID namespace - ppid 0 - or got
+--kill-strays) also every process of our uid started after the command, except the toolbox,
+its ancestors and PID 1: that catches `env -i setsid ...` escapes. On a shared host the broad
+sweep would hit other people's processes, so it is never switched on there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import codecs
+import contextlib
+import difflib
+import errno
+import fnmatch
+import hashlib
+import json
+import os
+import re
+import selectors
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import time
+import traceback
+from collections import Counter, deque
+
+VERSION = 1
+BINARY_SNIFF = 8192
+READ_MAX_LINES = 2000
+READ_MAX_CHARS = 100_000
+LINE_MAX_CHARS = 2000
+LINE_MAX_BYTES = 4 * LINE_MAX_CHARS
+COUNT_BUDGET = 256 * 1024 * 1024  # bytes scanned to tell "of N lines"; beyond that N is unknown
+LIST_MAX_ENTRIES = 1000
+LIST_DEPTH, LIST_GLOB_DEPTH = 3, 20
+SEARCH_LIMIT = 1000
+SEARCH_MAX_CHARS = 100_000
+SEARCH_COLUMNS = 500
+FALLBACK_MAX_BYTES = 64 * 1024 * 1024
+OUTPUT_HARD_LIMIT = 20 * 1024 * 1024
+DIFF_MAX_LINES = 5000  # beyond this, lines_changed is counted as a multiset difference
+CHUNK = 65536
+DRAIN_SECONDS = 0.5
+SWEEP_SECONDS = 3.0
+TOKEN_VAR = "SANDBOX_TOOLBOX_TOKEN"
+# Makes the command, not the toolbox, the OOM killer's first choice, then runs it. A shell
+# prelude, because preexec_fn costs a full fork plus Python in the child (~5 ms a call).
+SHELL_PRELUDE = '{ echo 1000 > /proc/self/oom_score_adj; } 2>/dev/null; exec /bin/sh -c "$1"'
+LONG_LINE_MARK = " [... omitted end of long line]"  # what `rg --max-columns-preview` prints
+
+
+class ToolError(Exception):
+    """A failed tool call; the message is what the model reads."""
+
+    def __init__(self, message, **meta):
+        super().__init__(message)
+        self.meta = meta
+
+
+def ok(output, **meta):
+    """A successful result."""
+    return {"ok": True, "output": output, "meta": meta}
+
+
+def fail(output, **meta):
+    """A failed result."""
+    return {"ok": False, "output": output, "meta": meta}
+
+
+# -- settings ---------------------------------------------------------------------------------
+
+
+class Context:
+    """Settings from argv plus what the toolbox learned when it started."""
+
+    def __init__(self, opts):
+        self.root = os.path.realpath(opts.root)
+        self.roots = {self.root, os.path.abspath(opts.root)}  # as resolved and as given
+        self.default_timeout = opts.default_timeout
+        self.max_output = opts.max_output
+        self.hidden = frozenset(opts.hidden or [".sandbox-agent"])
+        self.readonly = frozenset(opts.readonly_dir or [])
+        no_rg = opts.no_rg or os.environ.get("TOOLBOX_NO_RG") == "1"
+        self.rg = None if no_rg else shutil.which("rg")
+        self.token = os.urandom(8).hex()
+        self.broad_sweep = opts.kill_strays or os.getpid() == 1 or os.getppid() == 0
+        self.keep = frozenset([os.getpid(), 1, *_ancestors()])
+        self.pids_events = _cgroup_file("pids", ["pids.events"])
+        self.memory_events = _cgroup_file("memory", ["memory.events", "memory.oom_control"])
+
+
+def _cgroup_file(controller, names):
+    """Our cgroup's file for a controller (v1 or v2, with or without a cgroup namespace)."""
+    dirs = []
+    try:
+        with open("/proc/self/cgroup") as f:
+            for line in f:
+                _, controllers, path = line.rstrip("\n").split(":", 2)
+                if controller in controllers.split(","):
+                    dirs += [f"/sys/fs/cgroup/{controller}{path}", f"/sys/fs/cgroup/{controller}"]
+                elif not controllers:
+                    dirs += [f"/sys/fs/cgroup{path}", f"/sys/fs/cgroup/unified{path}"]
+    except (OSError, ValueError):
+        return None
+    for directory in [*dirs, "/sys/fs/cgroup"]:
+        for name in names:
+            if os.path.isfile(os.path.join(directory, name)):
+                return os.path.join(directory, name)
+    return None
+
+
+def parse_args(argv):
+    """The toolbox's command line."""
+    parser = argparse.ArgumentParser(prog="toolbox", description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--root", default="/workspace")
+    parser.add_argument("--default-timeout", type=float, default=60.0)
+    parser.add_argument("--max-output", type=int, default=30000)
+    parser.add_argument("--hidden", action="append")
+    parser.add_argument("--readonly-dir", action="append")
+    parser.add_argument("--no-rg", action="store_true")
+    parser.add_argument("--kill-strays", action="store_true")
+    opts = parser.parse_args(argv)
+    for name in (opts.hidden or []) + (opts.readonly_dir or []):
+        if not name or "/" in name or name in (".", ".."):
+            parser.error(f"--hidden/--readonly-dir take one top-level name, not {name!r}")
+    return opts
+
+
+# -- paths ------------------------------------------------------------------------------------
+
+
+def resolve(ctx, raw, write=False):
+    """The real path inside the root for a path argument, or a ToolError saying why not."""
+    if not raw.strip():
+        raise ToolError("path is empty; give a path relative to the project root, "
+                        "e.g. 'src/app.py'")
+    if "\0" in raw:
+        raise ToolError("path contains a NUL byte")
+    if os.path.isabs(raw) and not any(_inside(r, os.path.normpath(raw)) for r in ctx.roots):
+        raise ToolError(f"path '{raw}' is outside the project root")
+    real = os.path.realpath(os.path.join(ctx.root, raw))
+    if not _inside(ctx.root, real):
+        raise ToolError(f"path '{raw}' is outside the project root")
+    parts = rel(ctx, real).split("/")
+    if parts[0] in ctx.hidden:
+        raise ToolError(f"'{raw}' is reserved and not accessible")
+    locked = [part for part in parts if part in ctx.readonly] if write else []
+    if locked:  # nested ones too: a vendored repo's .git/hooks would run on the host as well
+        raise ToolError(f"'{raw}' is inside {locked[0]}, which is read-only in the sandbox")
+    return real
+
+
+def _inside(root, path):
+    return path == root or path.startswith(os.path.join(root, ""))
+
+
+def rel(ctx, path):
+    """`path` relative to the root, as the model should write it."""
+    return os.path.relpath(path, ctx.root)
+
+
+def os_error_text(ctx, exc):
+    """A short, clear text for an OSError a tool ran into."""
+    name = exc.filename or ""
+    if name and _inside(ctx.root, os.path.abspath(name)):
+        name = rel(ctx, name)
+    texts = {
+        errno.ENOENT: f"file not found: {name}",
+        errno.EACCES: f"permission denied: {name}",
+        errno.EPERM: f"operation not permitted: {name}",
+        errno.EROFS: "read-only file system: the project is mounted read-only",
+        errno.ENOSPC: "no space left on device",
+        errno.EDQUOT: "disk quota exceeded",
+        errno.EISDIR: f"'{name}' is a directory",
+        errno.ENOTDIR: f"not a directory: a parent of '{name}' is a file",
+        errno.EEXIST: f"'{name}' already exists and is not a directory",
+        errno.ENAMETOOLONG: f"path too long: {name}",
+        errno.ELOOP: f"too many levels of symbolic links: {name}",
+        errno.EFBIG: f"file too large: {name}",
+        errno.EMFILE: "too many open files in the sandbox",
+        errno.ENOMEM: "out of memory in the sandbox",
+    }
+    return texts.get(exc.errno, f"{exc.strerror or exc}: {name}".rstrip(": "))
+
+
+def _regular_file(real, path):
+    """Raise unless `real` is an existing regular file (never open a FIFO: it would block)."""
+    info = os.stat(real)
+    if stat.S_ISDIR(info.st_mode):
+        raise ToolError(f"'{path}' is a directory; use list_files")
+    if not stat.S_ISREG(info.st_mode):
+        raise ToolError(f"'{path}' is not a regular file")
+    return info
+
+
+# -- read_file --------------------------------------------------------------------------------
+
+
+def tool_read_file(ctx, path, start_line=None, end_line=None):
+    """Numbered lines of a text file, capped, with a note on how to read the rest."""
+    first = _positive(start_line, "start_line") or 1
+    last = _positive(end_line, "end_line")
+    if last is not None and last < first:
+        raise ToolError(f"end_line ({last}) is before start_line ({first})")
+    real = resolve(ctx, path)
+    size = _regular_file(real, path).st_size
+    with open(real, "rb") as f:
+        if b"\0" in f.read(BINARY_SNIFF):
+            return fail(f"binary file ({size} bytes); not shown", binary=True, total_bytes=size)
+        f.seek(0)
+        skipped = _skip_lines(f, first - 1)
+        page = _Page(first)
+        page.fill(f, last)
+        total = page.total_lines(f)
+    if not page.lines and first > 1:
+        raise ToolError(f"start_line {first} is past the end of '{path}' ({skipped} lines)")
+    return ok(page.text(path, size, total), lines=len(page.lines), total_bytes=size,
+              truncated=page.more, start_line=first, end_line=first + len(page.lines) - 1,
+              total_lines=total)
+
+
+def _positive(value, name):
+    if value is not None and value < 1:
+        raise ToolError(f"argument '{name}' must be 1 or more")
+    return value
+
+
+def _skip_lines(f, count):
+    """Advance f past `count` lines in big chunks; returns how many it skipped (fewer at EOF)."""
+    skipped, tail = 0, b""
+    while skipped < count:
+        pos, chunk = f.tell(), f.read(1 << 20)
+        if not chunk:
+            return skipped + (1 if tail and not tail.endswith(b"\n") else 0)
+        found = chunk.count(b"\n")
+        if skipped + found >= count:
+            idx = -1
+            for _ in range(count - skipped):
+                idx = chunk.index(b"\n", idx + 1)
+            f.seek(pos + idx + 1)
+            return count
+        skipped, tail = skipped + found, chunk
+    return skipped
+
+
+def _lines(f):
+    """(bytes without newline, was cut) per line; a huge line is never held in memory."""
+    while True:
+        raw = f.readline(LINE_MAX_BYTES)
+        if not raw:
+            return
+        if raw.endswith(b"\n"):
+            yield raw[:-1], False
+            continue
+        cut = False
+        while True:  # the rest of an over-long line
+            more = f.readline(CHUNK)
+            cut = cut or bool(more)
+            if not more or more.endswith(b"\n"):
+                break
+        yield raw, cut
+
+
+def _decode(raw, cut):
+    """(text, had invalid UTF-8) of one line; a cut line may end inside a character."""
+    if raw.endswith(b"\r"):
+        raw = raw[:-1]
+    try:
+        return codecs.getincrementaldecoder("utf-8")().decode(raw, final=not cut), False
+    except UnicodeDecodeError:
+        return raw.decode("utf-8", "replace"), True
+
+
+class _Page:
+    """The lines one read_file call returns, within the caps."""
+
+    def __init__(self, first):
+        self.first, self.lines, self.chars = first, [], 0
+        self.more = self.invalid = self.long = self.eof = False
+
+    def fill(self, f, last):
+        """Take lines from f until `last`, EOF or a cap (then `more` is set)."""
+        number = self.first
+        for raw, cut in _lines(f):
+            if last is not None and number > last:
+                return
+            if len(self.lines) >= READ_MAX_LINES or self.chars >= READ_MAX_CHARS:
+                self.more = True
+                return
+            self._add(number, raw, cut)
+            number += 1
+        self.eof = True
+
+    def _add(self, number, raw, cut):
+        text, bad = _decode(raw, cut)
+        self.invalid = self.invalid or bad
+        if cut or len(text) > LINE_MAX_CHARS:
+            text, self.long = text[:LINE_MAX_CHARS] + " [... line cut]", True
+        line = f"{number:>6}\t{text}"
+        self.lines.append(line)
+        self.chars += len(line) + 1
+
+    def total_lines(self, f):
+        """Lines in the whole file when cheap to know: None if the rest is over budget."""
+        if self.eof:
+            return self.first + len(self.lines) - 1
+        if not self.more:
+            return None
+        count, last, budget = self.first + len(self.lines), b"\n", COUNT_BUDGET
+        while budget > 0:
+            chunk = f.read(1 << 20)
+            if not chunk:
+                return count + (0 if last.endswith(b"\n") else 1)
+            count, last, budget = count + chunk.count(b"\n"), chunk, budget - len(chunk)
+        return None
+
+    def text(self, path, size, total):
+        """The numbered lines plus notes on truncation and encoding."""
+        if not self.lines:
+            return f"(empty file: '{path}' has 0 bytes)"
+        notes = []
+        if self.more:
+            end = self.first + len(self.lines) - 1
+            of = f"of {total}" if total else f"of a {size}-byte file"
+            notes.append(f"[truncated: showing lines {self.first}-{end} {of}. To read more, "
+                         f"call read_file with start_line={end + 1}.]")
+        if self.long:
+            notes.append(f"[note: lines longer than {LINE_MAX_CHARS} characters were cut]")
+        if self.invalid:
+            notes.append("[note: the file is not valid UTF-8; invalid bytes are shown as U+FFFD]")
+        return "\n".join(self.lines + notes)
+
+
+# -- write_file / edit_file -------------------------------------------------------------------
+
+
+def tool_write_file(ctx, path, content):
+    """Create or overwrite a file, creating its parent directories."""
+    real = resolve(ctx, path, write=True)
+    meta = _write(real, _read_existing(real, path), _encode(content, "surrogatepass"))
+    how = "new file" if meta["created"] else f"{meta['lines_changed']} lines changed"
+    return ok(f"wrote {meta['bytes']} bytes to '{path}' ({how})", **meta)
+
+
+def tool_edit_file(ctx, path, new_text, old_text=None, replace_all=False):
+    """Replace the unique (or, with replace_all, every) occurrence of old_text."""
+    real = resolve(ctx, path, write=True)
+    before = _read_existing(real, path)
+    if old_text is None:
+        return _create_by_edit(real, path, before, new_text)
+    if old_text == "":
+        raise ToolError("old_text is empty. Give the exact text to replace, or omit old_text "
+                        "to create a new file.")
+    if before is None:
+        raise ToolError(f"file not found: {path}. To create it, call edit_file without old_text.")
+    text = _edit_text(before, path)
+    old, new, count = _find(text, old_text, new_text)
+    _check_count(text, path, old, count, replace_all)
+    after = text.replace(old, new) if replace_all else text.replace(old, new, 1)
+    meta = _write(real, before, _encode(after, "surrogateescape"))
+    done = count if replace_all else 1
+    return ok(f"edited '{path}': {done} replacement{'s' * (done > 1)}, "
+              f"{meta['lines_changed']} lines changed", replacements=done, **meta)
+
+
+def _create_by_edit(real, path, before, new_text):
+    if before is not None:
+        raise ToolError(f"'{path}' already exists. To change it, give old_text (the exact text "
+                        "to replace); to overwrite all of it, use write_file.")
+    meta = _write(real, None, _encode(new_text, "surrogatepass"))
+    return ok(f"created '{path}' ({meta['bytes']} bytes)", replacements=0, **meta)
+
+
+def _read_existing(real, path):
+    """The file's bytes, or None if it does not exist yet."""
+    try:
+        _regular_file(real, path)
+    except FileNotFoundError:
+        return None
+    with open(real, "rb") as f:
+        return f.read()
+
+
+def _edit_text(data, path):
+    if b"\0" in data[:BINARY_SNIFF]:
+        raise ToolError(f"'{path}' is a binary file; edit_file only edits text files")
+    return data.decode("utf-8", "surrogateescape")  # invalid bytes survive the edit unchanged
+
+
+def _encode(text, errors):
+    try:
+        return text.encode("utf-8", errors)
+    except UnicodeEncodeError as exc:
+        raise ToolError(f"the text cannot be written as UTF-8: {exc.reason}") from exc
+
+
+def _find(text, old, new):
+    """(old, new, count), retried with CRLF line ends when the file uses them."""
+    count = text.count(old)
+    if count == 0 and "\r\n" in text and "\n" in old and "\r\n" not in old:
+        crlf_old, crlf_new = old.replace("\n", "\r\n"), new.replace("\n", "\r\n")
+        if text.count(crlf_old):
+            return crlf_old, crlf_new, text.count(crlf_old)
+    return old, new, count
+
+
+def _check_count(text, path, old, count, replace_all):
+    if count == 0:
+        hint = _no_match_hint(text, old)
+        raise ToolError(f"old_text not found in '{path}' (0 matches). Read the file with read_file "
+                        "and copy the exact text, including spaces and indentation." + hint)
+    if count > 1 and not replace_all:
+        lines = _match_lines(text, old)
+        raise ToolError(f"old_text matches {count} times in '{path}' (at lines {lines}). Add "
+                        "surrounding lines to old_text so it matches once, or set "
+                        "replace_all=true to replace all of them.")
+
+
+def _match_lines(text, old, limit=10):
+    found, pos, line, at = [], 0, 1, text.find(old)
+    while at != -1 and len(found) < limit:
+        line += text.count("\n", pos, at)
+        found.append(str(line))
+        pos, at = at, text.find(old, at + len(old))
+    return ", ".join(found) + (", ..." if at != -1 else "")
+
+
+def _no_match_hint(text, old):
+    """A concrete reason the text did not match, when one is cheap to find."""
+    lines = [line for line in old.split("\n") if line]
+    if lines and all(re.match(r"\s*\d+\t", line) for line in lines):
+        return (" Hint: old_text starts with line numbers from read_file; remove the number "
+                "and tab at the start of each line.")
+    wanted = [line.strip() for line in old.strip("\n").split("\n")]
+    if not wanted[0] or len(text) > 5_000_000:
+        return ""
+    have = text.split("\n")
+    for i, line in enumerate(have):
+        if line.strip() == wanted[0] and [x.strip() for x in have[i:i + len(wanted)]] == wanted:
+            return (f" Hint: lines {i + 1}-{i + len(wanted)} match except for whitespace; "
+                    "copy them exactly as read_file shows them.")
+    return ""
+
+
+def _write(real, before, data):
+    """Write data to real (in place: mode, owner and hard links stay); returns the meta."""
+    os.makedirs(os.path.dirname(real), exist_ok=True)
+    with open(real, "wb") as f:
+        f.write(data)
+    return {"bytes": len(data),
+            "sha256_before": None if before is None else hashlib.sha256(before).hexdigest(),
+            "sha256_after": hashlib.sha256(data).hexdigest(),
+            "lines_changed": _lines_changed(before or b"", data), "created": before is None}
+
+
+def _lines_changed(old, new):
+    """Added plus removed lines; exact via difflib when small, a multiset count when huge."""
+    a, b = old.splitlines(), new.splitlines()
+    start = 0
+    while start < len(a) and start < len(b) and a[start] == b[start]:
+        start += 1
+    end = 0
+    while end < len(a) - start and end < len(b) - start and a[-1 - end] == b[-1 - end]:
+        end += 1
+    a, b = a[start:len(a) - end], b[start:len(b) - end]
+    if not a or not b or len(a) + len(b) > DIFF_MAX_LINES:
+        ca, cb = Counter(a), Counter(b)
+        return sum(((ca - cb) + (cb - ca)).values())
+    ops = difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes()
+    return sum((i2 - i1) + (j2 - j1) for tag, i1, i2, j1, j2 in ops if tag != "equal")
+
+
+# -- search_files -----------------------------------------------------------------------------
+
+
+def tool_search_files(ctx, pattern, path=".", max_results=100):
+    """Lines matching a regex as path:line:text, via ripgrep or a Python scan."""
+    if pattern == "":
+        raise ToolError("pattern is empty; give a regular expression, e.g. 'def main'")
+    if not 1 <= max_results <= SEARCH_LIMIT:
+        raise ToolError(f"argument 'max_results' must be between 1 and {SEARCH_LIMIT}")
+    real = resolve(ctx, path)
+    if not os.path.exists(real):
+        raise ToolError(f"path not found: {path}")
+    deadline = time.monotonic() + ctx.default_timeout
+    hits, engine = None, "rg"
+    if ctx.rg:
+        hits = _search_rg(ctx, pattern, rel(ctx, real), max_results, deadline)
+    if hits is None:  # no rg, or a pattern only Python's re understands
+        hits, engine = _search_py(ctx, real, _compile(pattern), max_results, deadline), "python"
+    return _search_result(pattern, path, hits, max_results, engine)
+
+
+def _compile(pattern):
+    try:
+        return re.compile(pattern, re.MULTILINE)
+    except (re.error, OverflowError, RecursionError) as exc:
+        raise ToolError(f"invalid regex '{pattern}': {exc}") from exc
+
+
+def _search_result(pattern, path, hits, limit, engine):
+    timed_out = hits and hits[-1] is None
+    hits = sorted(h for h in hits if h is not None)
+    more = len(hits) > limit
+    lines, chars = [], 0
+    for name, number, text in hits[:limit]:
+        line = f"{name}:{number}:{text}"
+        chars += len(line) + 1
+        if chars > SEARCH_MAX_CHARS:
+            more = True
+            break
+        lines.append(line)
+    meta = {"matches": len(lines), "truncated": bool(more or timed_out), "engine": engine}
+    if not lines:
+        return ok(f"no matches for '{pattern}' in {path}", **meta)
+    if more:
+        lines.append(f"[stopped after {len(lines)} results; narrow the pattern or path, or raise "
+                     f"max_results (up to {SEARCH_LIMIT})]")
+    if timed_out:
+        lines.append("[the search hit its time limit; results are incomplete]")
+    return ok("\n".join(lines), **meta)
+
+
+def _search_rg(ctx, pattern, target, limit, deadline):
+    """Hits from ripgrep; None when rg cannot run or rejects a pattern Python's re accepts."""
+    cmd = [ctx.rg, "--no-config", "--null", "--line-number", "--with-filename", "--no-heading",
+           "--color", "never", "--max-columns", str(SEARCH_COLUMNS), "--max-columns-preview",
+           "--hidden", "--glob", "!.git"]
+    cmd += [f"--glob=!/{name}" for name in sorted(ctx.hidden)] + ["-e", pattern, "--", target]
+    try:
+        proc = subprocess.Popen(cmd, cwd=ctx.root, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    except OSError:
+        return None  # cannot fork right now (pids limit?): the in-process scan still works
+    out, err = _Lines(limit + 1), _Capture(4096)
+    reason = _pump(proc, (out, err), deadline, lambda: "enough" if out.full() else None)
+    if reason:
+        proc.kill()
+    _finish(proc)
+    if proc.returncode == 2 and not out.lines and not reason:
+        return _rg_error(pattern, err.text())
+    hits = [_parse_rg(line) for line in out.done()]
+    return [*hits, None] if reason == "timeout" else hits
+
+
+def _rg_error(pattern, stderr):
+    if "regex" not in stderr and "error:" not in stderr:
+        raise ToolError(f"search failed: {stderr.strip()[-500:]}")
+    try:
+        re.compile(pattern)
+        return None
+    except (re.error, OverflowError, RecursionError):
+        reason = stderr.strip().splitlines()[-1].replace("error: ", "") if stderr.strip() else ""
+        raise ToolError(f"invalid regex '{pattern}': {reason}") from None
+
+
+def _parse_rg(line):
+    name, _, rest = line.partition(b"\0")
+    number, _, text = rest.partition(b":")
+    name = name.decode("utf-8", "replace")
+    name = name[2:] if name.startswith("./") else name
+    return name, int(number) if number.isdigit() else 0, text.decode("utf-8", "replace")
+
+
+def _search_py(ctx, real, regex, limit, deadline):
+    """Hits from a Python scan in path order; a trailing None marks a timeout."""
+    hits = []
+    for name in _walk_files(ctx, real):
+        hits.extend(_grep_file(ctx, name, regex))
+        if len(hits) > limit:
+            return hits
+        if time.monotonic() > deadline:
+            return [*hits, None]
+    return hits
+
+
+def _walk_files(ctx, real):
+    """Regular files under real (or real itself), skipping .git, hidden names and symlinks."""
+    if not os.path.isdir(real):
+        yield real
+        return
+    for top, dirs, files in os.walk(real):
+        dirs[:] = sorted(d for d in dirs if not _skipped(ctx, top, d)
+                         and not os.path.islink(os.path.join(top, d)))
+        for name in sorted(files):
+            path = os.path.join(top, name)
+            if not _skipped(ctx, top, name) and not os.path.islink(path):
+                yield path
+
+
+def _skipped(ctx, parent, name):
+    return name == ".git" or (name in ctx.hidden and parent == ctx.root)
+
+
+def _grep_file(ctx, path, regex):
+    try:
+        with open(path, "rb") as f:
+            if os.fstat(f.fileno()).st_size > FALLBACK_MAX_BYTES:
+                return []  # held whole in memory here; the sandbox's memory is small
+            data = f.read()
+    except OSError:
+        return []
+    if b"\0" in data:
+        return []
+    text = data.decode("utf-8", "replace")
+    if not regex.search(text):  # one C-speed pass rules out most files
+        return []
+    lines = text.split("\n")
+    if text.endswith("\n"):
+        lines.pop()
+    name = rel(ctx, path)
+    return [(name, n, _clip(line)) for n, line in enumerate(lines, 1) if regex.search(line)]
+
+
+def _clip(line):
+    if len(line.encode("utf-8", "replace")) <= SEARCH_COLUMNS:
+        return line
+    return line.encode("utf-8", "replace")[:SEARCH_COLUMNS].decode("utf-8", "ignore") + (
+        LONG_LINE_MARK)
+
+
+# -- list_files -------------------------------------------------------------------------------
+
+
+def tool_list_files(ctx, path=".", glob=None, depth=None):
+    """Entries under a directory, relative to the root, directories ending in '/'."""
+    if depth is not None and depth < 1:
+        raise ToolError("argument 'depth' must be 1 or more")
+    real = resolve(ctx, path)
+    if not os.path.isdir(real):
+        os.stat(real)  # a clear "file not found" when missing
+        return ok(rel(ctx, real), entries=1, truncated=False, depth=0)
+    depth = depth or (LIST_GLOB_DEPTH if glob else LIST_DEPTH)
+    found, more, deeper = _collect(ctx, real, glob, depth)
+    found.sort(key=lambda entry: entry.rstrip("/").split("/"))
+    lines = list(found) or [f"no entries match '{glob}' in {path}" if glob else "(empty directory)"]
+    if more:
+        lines.append(f"[stopped at {LIST_MAX_ENTRIES} entries; pass a subdirectory as path, or "
+                     "use glob or depth to narrow]")
+    if deeper:
+        lines.append(f"[directories deeper than depth={depth} are not expanded; pass one as path, "
+                     "or a bigger depth]")
+    return ok("\n".join(lines), entries=len(found), truncated=more, depth=depth)
+
+
+def _collect(ctx, top, glob, depth):
+    """Breadth first, so a cap keeps the top levels whole: (entries, capped, deeper dirs)."""
+    found, queue, deeper = [], deque([(top, 1)]), False
+    while queue:
+        directory, level = queue.popleft()
+        for entry in _scan(directory, first=directory == top):
+            if _skipped(ctx, directory, entry.name):
+                continue
+            is_dir = entry.is_dir(follow_symlinks=False)
+            name = rel(ctx, entry.path) + ("/" if is_dir else "")
+            if glob is None or _glob_match(glob, name):
+                found.append(name)
+                if len(found) > LIST_MAX_ENTRIES:
+                    return found[:-1], True, deeper
+            if is_dir and level < depth:
+                queue.append((entry.path, level + 1))
+            deeper = deeper or (is_dir and level >= depth)
+    return found, False, deeper
+
+
+def _scan(directory, first):
+    """Sorted directory entries; an unreadable subdirectory is skipped, not fatal."""
+    try:
+        with os.scandir(directory) as it:
+            return sorted(it, key=lambda entry: entry.name)
+    except OSError:
+        if first:
+            raise
+        return []
+
+
+def _glob_match(glob, name):
+    name = name.rstrip("/")
+    base = name.rsplit("/", 1)[-1]
+    if "/" not in glob:
+        return fnmatch.fnmatchcase(base, glob)
+    if glob.startswith("**/") and fnmatch.fnmatchcase(base, glob[3:]):
+        return True
+    return fnmatch.fnmatchcase(name, glob)
+
+
+# -- run_shell_command ------------------------------------------------------------------------
+
+
+def tool_run_shell_command(ctx, command, timeout_seconds=None):
+    """Run `sh -c command` in the root with a timeout, capped output and full cleanup."""
+    timeout = ctx.default_timeout if timeout_seconds is None else timeout_seconds
+    if timeout <= 0:
+        raise ToolError("argument 'timeout_seconds' must be more than 0")
+    if not command.strip():
+        raise ToolError("command is empty")
+    forks, ooms = _limit_counters(ctx)
+    proc, deadline = _spawn(ctx, command), time.monotonic() + timeout
+    since = _start_tick(proc.pid)
+    out, err = _Capture(ctx.max_output), _Capture(ctx.max_output)
+
+    def over():
+        return "overflow" if out.total + err.total > OUTPUT_HARD_LIMIT else None
+
+    reason = _pump(proc, (out, err), deadline, over) or _wait(proc, deadline)
+    shell_exit = proc.poll()
+    left = _sweep(ctx, proc.pid, since)
+    if reason:  # what the killed processes wrote before they died
+        _pump(proc, (out, err), time.monotonic() + DRAIN_SECONDS, lambda: None)
+    _finish(proc)
+    _reap()
+    forks_now, ooms_now = _limit_counters(ctx)
+    hits = (forks_now - forks, ooms_now - ooms)
+    return _shell_result(proc, reason, timeout, shell_exit, left, hits, out, err)
+
+
+def _spawn(ctx, command):
+    env = dict(os.environ)
+    env[TOKEN_VAR] = ctx.token  # marks every process this call starts, see the docstring
+    try:
+        return subprocess.Popen(
+            ["/bin/sh", "-c", SHELL_PRELUDE, "/bin/sh", command], cwd=ctx.root, env=env,
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+    except OSError as exc:
+        raise ToolError(f"could not start the command: {exc.strerror or exc}. The sandbox may be "
+                        "out of processes or memory; wait a moment and try again.") from exc
+
+
+def _wait(proc, deadline):
+    """None when the shell exited by the deadline, else 'timeout'."""
+    try:
+        proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        return None
+    except subprocess.TimeoutExpired:
+        return "timeout"
+
+
+def _finish(proc):
+    """Reap a child whose pipes we are done with."""
+    for pipe in (proc.stdout, proc.stderr):
+        if pipe is not None:
+            pipe.close()
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def _reap():
+    """Collect exited children other than our own Popen ones (matters when we are PID 1)."""
+    try:
+        while os.waitpid(-1, os.WNOHANG)[0] > 0:
+            pass
+    except ChildProcessError:
+        pass
+
+
+def _shell_result(proc, reason, timeout, shell_exit, left, hits, out, err):
+    code, sig = proc.returncode, None
+    if reason:
+        code, sig = None, "SIGKILL"
+    elif code < 0:
+        code, sig = 128 - code, _signal_name(-code)
+    forks_refused, oom_kills = hits
+    head = [_status_line(reason, timeout, code, sig, shell_exit, oom_kills)]
+    head += _runaway_notes(forks_refused, oom_kills, 0 if reason else left)
+    meta = {"exit_code": code, "timed_out": reason == "timeout", "signal": sig,
+            "stdout_bytes": out.total, "stderr_bytes": err.total,
+            "truncated": bool(reason == "overflow" or out.cut or err.cut),
+            "output_limit_exceeded": reason == "overflow", "killed_processes": left,
+            "forks_refused": forks_refused, "oom_kills": oom_kills}
+    body = head + [f"{name}:\n{cap.text().rstrip(chr(10))}"
+                   for name, cap in (("stdout", out), ("stderr", err)) if cap.total]
+    text = "\n".join(body if len(body) > len(head) else [*body, "(no output)"])
+    good = code == 0 and not (reason or forks_refused or oom_kills)
+    return {"ok": good, "output": text, "meta": meta}
+
+
+def _runaway_notes(forks_refused, oom_kills, left):
+    notes = []
+    if forks_refused:
+        notes.append(f"process limit hit: the sandbox refused {forks_refused} forks (a fork "
+                     "bomb?); everything the command started was killed")
+    if oom_kills:
+        notes.append(f"out of memory: the sandbox's memory limit made the kernel kill "
+                     f"{oom_kills} process{'es' * (oom_kills > 1)}")
+    if left:
+        notes.append(f"note: {left} background process{'es' * (left > 1)} still running "
+                     "were killed (background jobs do not survive a call)")
+    return notes
+
+
+def _limit_counters(ctx):
+    """(forks refused at the pids limit, OOM kills) so far in our cgroup; 0 when unknown."""
+    return (_counter(ctx.pids_events, b"max"), _counter(ctx.memory_events, b"oom_kill"))
+
+
+def _counter(path, key):
+    if path is None:
+        return 0
+    try:
+        with open(path, "rb") as f:
+            for line in f:
+                name, _, value = line.partition(b" ")
+                if name == key:
+                    return int(value)
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def _status_line(reason, timeout, code, sig, shell_exit, oom_kills):
+    if reason == "timeout":
+        line = f"timed out after {timeout:g}s; the command and its processes were killed"
+        if shell_exit is not None:
+            line += (f" (the shell itself exited with code {shell_exit}, but background "
+                     "processes kept its output open; redirect theirs: cmd > file 2>&1 &)")
+        return line
+    if reason == "overflow":
+        return (f"output limit exceeded: more than {OUTPUT_HARD_LIMIT // (1024 * 1024)} MB of "
+                "output, so the command was killed. Redirect output to a file and read parts.")
+    if sig or code == 137:
+        why = "" if oom_kills or (sig and sig != "SIGKILL") else "; out of memory?"
+        return f"exit_code: {code} (killed by {sig or 'SIGKILL'}{why})"
+    return f"exit_code: {code}"
+
+
+def _signal_name(number):
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+class _Capture:
+    """Head (2/3) and tail (1/3) of one output stream within a byte budget."""
+
+    def __init__(self, limit):
+        self.head_cap = limit * 2 // 3
+        self.tail_cap = limit - self.head_cap
+        self.head, self.tail, self.total = bytearray(), bytearray(), 0
+
+    def add(self, chunk):
+        self.total += len(chunk)
+        room = self.head_cap - len(self.head)
+        if room > 0:
+            self.head += chunk[:room]
+            chunk = chunk[room:]
+        if chunk:
+            self.tail += chunk
+            del self.tail[:max(0, len(self.tail) - self.tail_cap)]
+
+    @property
+    def cut(self):
+        return self.total > len(self.head) + len(self.tail)
+
+    def text(self):
+        head = self.head.decode("utf-8", "replace")
+        tail = self.tail.decode("utf-8", "replace")
+        if not self.cut:
+            return head + tail
+        omitted = self.total - len(self.head) - len(self.tail)
+        return f"{head}\n[... {omitted} bytes omitted ...]\n{tail}"
+
+
+class _Lines:
+    """Complete lines of a stream, up to a count."""
+
+    def __init__(self, limit):
+        self.limit, self.lines, self.partial = limit, [], b""
+
+    def add(self, chunk):
+        if not self.full():
+            parts = (self.partial + chunk).split(b"\n")
+            self.partial = parts.pop()
+            self.lines.extend(parts)
+
+    def full(self):
+        return len(self.lines) >= self.limit
+
+    def done(self):
+        tail = [self.partial] if self.partial and not self.full() else []
+        return (self.lines + tail)[:self.limit]
+
+
+def _pump(proc, sinks, deadline, should_stop):
+    """Feed stdout and stderr to sinks until both close, the deadline, or should_stop() says."""
+    sel = selectors.DefaultSelector()
+    for pipe, sink in ((proc.stdout, sinks[0]), (proc.stderr, sinks[1])):
+        if not pipe.closed:
+            sel.register(pipe, selectors.EVENT_READ, sink)
+    try:
+        while sel.get_map():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return "timeout"
+            for key, _ in sel.select(remaining):
+                chunk = os.read(key.fd, CHUNK)
+                if chunk:
+                    key.data.add(chunk)
+                else:
+                    sel.unregister(key.fileobj)
+            reason = should_stop()
+            if reason:
+                return reason
+        return None
+    finally:
+        sel.close()
+
+
+# -- process cleanup --------------------------------------------------------------------------
+
+
+def _sweep(ctx, pgid, since):
+    """SIGKILL the command's group and strays until none is left; returns how many there were."""
+    deadline, first = time.monotonic() + SWEEP_SECONDS, None
+    while True:
+        pids = [pid for pid in _strays(ctx, since) if pid != pgid]
+        first = len(pids) if first is None else first
+        _kill(pgid, group=True)  # most leftovers at once; a fork bomb cannot outrun it
+        for pid in pids:
+            _kill(pid)
+        if not pids or time.monotonic() > deadline:
+            return first
+        time.sleep(0.01)
+
+
+def _kill(pid, group=False):
+    with contextlib.suppress(OSError):  # already gone
+        (os.killpg if group else os.kill)(pid, signal.SIGKILL)
+
+
+def _strays(ctx, since):
+    """Live processes a call left behind (see the module docstring for which)."""
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return []
+    uid, found = os.geteuid(), []
+    for name in names:
+        if not name.isdigit() or int(name) in ctx.keep:
+            continue
+        start = _live_start(name, since)
+        if start is None or not _owned(name, uid):
+            continue
+        broad = ctx.broad_sweep and since is not None
+        if broad or _has_token(name, ctx.token):
+            found.append(int(name))
+    return found
+
+
+def _proc_stat(pid):
+    """Fields of /proc/PID/stat after the command name: state, ppid, pgrp, ..."""
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        return f.read().rsplit(b")", 1)[1].split()
+
+
+def _live_start(pid, since):
+    """Start time (clock ticks) of a live process started no earlier than `since`, else None.
+
+    Nothing a command started can be older than its shell: this cheap test rules out most of
+    /proc before any further syscall.
+    """
+    try:
+        fields = _proc_stat(pid)
+        start = int(fields[19])
+    except (OSError, IndexError, ValueError):
+        return None
+    if fields[0] in (b"Z", b"X") or (since is not None and start < since):
+        return None
+    return start
+
+
+def _owned(pid, uid):
+    try:
+        return os.stat(f"/proc/{pid}").st_uid == uid
+    except OSError:
+        return False
+
+
+def _start_tick(pid):
+    try:
+        return int(_proc_stat(pid)[19])
+    except (OSError, IndexError, ValueError):
+        return None  # without it the broad sweep stays off for this call
+
+
+def _has_token(pid, token):
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return f"{TOKEN_VAR}={token}".encode() in f.read()
+    except OSError:
+        return False
+
+
+def _ancestors():
+    """Our ancestors' pids (never swept)."""
+    found, pid = [], os.getppid()
+    while pid > 1 and pid not in found:
+        found.append(pid)
+        try:
+            pid = int(_proc_stat(pid)[1])
+        except (OSError, IndexError, ValueError):
+            break
+    return found
+
+
+# -- requests ---------------------------------------------------------------------------------
+
+STR, INT, BOOL, NUMBER = "a string", "an integer", "true or false", "a number"
+TOOLS = {
+    "read_file": (tool_read_file, {"path": (STR, True), "start_line": (INT, False),
+                                   "end_line": (INT, False)}),
+    "write_file": (tool_write_file, {"path": (STR, True), "content": (STR, True)}),
+    "edit_file": (tool_edit_file, {"path": (STR, True), "new_text": (STR, True),
+                                   "old_text": (STR, False), "replace_all": (BOOL, False)}),
+    "search_files": (tool_search_files, {"pattern": (STR, True), "path": (STR, False),
+                                         "max_results": (INT, False)}),
+    "list_files": (tool_list_files, {"path": (STR, False), "glob": (STR, False),
+                                     "depth": (INT, False)}),
+    "run_shell_command": (tool_run_shell_command, {"command": (STR, True),
+                                                   "timeout_seconds": (NUMBER, False)}),
+}
+
+
+def _is_kind(value, kind):
+    if kind == STR:
+        return isinstance(value, str)
+    if kind == BOOL:
+        return isinstance(value, bool)
+    if isinstance(value, bool):
+        return False
+    return isinstance(value, int) or (kind == NUMBER and isinstance(value, float))
+
+
+def validate(tool, spec, args):
+    """Keyword arguments for a tool, or a ToolError naming what is wrong."""
+    if not isinstance(args, dict):
+        raise ToolError("args must be a JSON object")
+    unknown = sorted(set(args) - set(spec))
+    if unknown:
+        raise ToolError(f"unknown argument{'s' * (len(unknown) > 1)} for {tool}: "
+                        f"{', '.join(unknown)}; allowed: {', '.join(spec)}")
+    clean = {}
+    for name, (kind, required) in spec.items():
+        value = args.get(name)
+        if value is None:
+            if required:
+                raise ToolError(f"missing required argument '{name}'")
+        elif not _is_kind(value, kind):
+            raise ToolError(f"argument '{name}' must be {kind}")
+        else:
+            clean[name] = value
+    return clean
+
+
+def call_tool(ctx, tool, args):
+    """One tool call as a result dict; nothing a request holds can raise out of here."""
+    try:
+        if tool == "ping":
+            return ok("pong")
+        if tool not in TOOLS:
+            raise ToolError(f"unknown tool '{tool}'; available: {', '.join(TOOLS)}")
+        handler, spec = TOOLS[tool]
+        return handler(ctx, **validate(tool, spec, args))
+    except ToolError as exc:
+        return fail(str(exc), **exc.meta)
+    except OSError as exc:
+        return fail(os_error_text(ctx, exc), errno=exc.errno)
+    except Exception as exc:
+        traceback.print_exc()
+        return fail(f"internal error in {tool}: {type(exc).__name__}: {exc}")
+
+
+def respond(ctx, line):
+    """(response, stop) for one request line."""
+    started = time.perf_counter()
+    try:
+        request = json.loads(line)
+    except Exception as exc:  # not JSON, bad UTF-8, absurd nesting
+        request, error = None, f"bad request: not valid JSON ({str(exc)[:200]})"
+    else:
+        error = _request_error(request)
+    rid = request.get("id") if isinstance(request, dict) else None
+    rid = rid if isinstance(rid, int) and not isinstance(rid, bool) else None
+    if error:
+        result, stop = fail(error), False
+    else:
+        tool = request["tool"]
+        result, stop = call_tool(ctx, tool, request.get("args") or {}), tool == "shutdown"
+        if stop:
+            result = ok("bye")
+    result["meta"]["duration_ms"] = round((time.perf_counter() - started) * 1000, 3)
+    return {"id": rid, **result}, stop
+
+
+def _request_error(request):
+    if not isinstance(request, dict):
+        return "bad request: a request is a JSON object"
+    if not isinstance(request.get("tool"), str):
+        return "bad request: missing 'tool' (a string)"
+    return None
+
+
+def serve(ctx, inp, out):
+    """Answer request lines until EOF or shutdown."""
+    send(out, {"ready": True, "pid": os.getpid(), "version": VERSION,
+               "python": ".".join(map(str, sys.version_info[:3])), "rg": bool(ctx.rg)})
+    while True:
+        line = inp.readline()
+        if not line:
+            return 0
+        response, stop = respond(ctx, line)
+        send(out, response)
+        if stop:
+            return 0
+
+
+def send(out, message):
+    """Write one protocol line."""
+    out.write(json.dumps(message, ensure_ascii=True).encode("ascii") + b"\n")
+    out.flush()
+
+
+def _on_sigterm(signum, frame):
+    raise SystemExit(0)
+
+
+def main(argv):
+    """Entry point: parse argv, then serve on stdin/stdout."""
+    opts = parse_args(argv)
+    if not os.path.isdir(opts.root):
+        sys.stderr.write(f"toolbox: root {opts.root!r} is not a directory\n")
+        return 2
+    ctx = Context(opts)
+    sys.stdout.flush()
+    out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # a stray print can never corrupt the protocol
+    sys.stdout = sys.stderr
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        return serve(ctx, sys.stdin.buffer, out)
+    except (BrokenPipeError, KeyboardInterrupt):
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

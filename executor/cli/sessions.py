@@ -1,0 +1,161 @@
+"""`sandbox-agent sessions`: list, show and remove the saved sessions of a project."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from executor.cli.common import RootOption, cli_errors, err_console, out_console
+from executor.messages import Message
+from executor.protocols import SessionSummary
+from executor.session import (
+    Entry,
+    NdjsonSessionStore,
+    SessionContents,
+    TornLineWarning,
+    list_sessions,
+    remove_session,
+)
+
+app = typer.Typer(
+    help="List, show and remove the saved sessions of a project (newest first).",
+    invoke_without_command=True,
+    no_args_is_help=False,
+)
+
+JsonOption = Annotated[bool, typer.Option("--json", help="Print a JSON array, not a table.")]
+FullOption = Annotated[bool, typer.Option("--full", help="Do not shorten tool results.")]
+NameArgument = Annotated[str, typer.Argument(help="Session name (see `sandbox-agent sessions`).")]
+
+SHORT_LINES = 12
+SHORT_CHARS = 1200
+
+
+def _safe(text: str) -> str:
+    """`text` printable as UTF-8: lone surrogates (undecodable tool output) become escapes."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _root(ctx: typer.Context, root: Path) -> Path:
+    """`--root` of the subcommand, else the one given before it (`sessions --root D show X`)."""
+    parent = ctx.parent.params.get("root") if ctx.parent else None
+    source = ctx.get_parameter_source("root")
+    if getattr(source, "name", None) == "DEFAULT" and parent is not None:
+        return Path(parent)
+    return root
+
+
+@app.callback()
+@cli_errors
+def sessions(ctx: typer.Context, root: RootOption = Path("."), as_json: JsonOption = False) -> None:
+    """List the sessions of --root, newest first."""
+    if ctx.invoked_subcommand is not None:
+        return
+    rows = list_sessions(root)
+    if as_json:
+        dump = json.dumps([row.model_dump() for row in rows], indent=2, ensure_ascii=False)
+        typer.echo(_safe(dump))  # an escaped surrogate is still valid JSON
+    elif not rows:
+        err_console.print(f"no sessions in {root}", markup=False)
+    else:
+        out_console.print(_table(rows))
+
+
+def _table(rows: list[SessionSummary]) -> Table:
+    table = Table(box=None, header_style="bold", pad_edge=False, expand=True)
+    for title in ("name", "started (UTC)", "turns", "model"):
+        table.add_column(title, no_wrap=True, justify="right" if title == "turns" else "left")
+    # Expanded, the ratio column gets what is left of the width: the others are never squeezed.
+    table.add_column("last message", overflow="ellipsis", no_wrap=True, ratio=1, min_width=8)
+    for row in rows:
+        model = f"{row.model} ({row.provider})" if row.provider else row.model
+        started = row.started_at.replace("T", " ")[:19]
+        table.add_row(row.name, started, str(row.turns), _safe(model), _safe(row.last_message))
+    return table
+
+
+@app.command("show")
+@cli_errors
+def show(
+    ctx: typer.Context, name: NameArgument, root: RootOption = Path("."), full: FullOption = False
+) -> None:
+    """Print the transcript of a session: messages, tool calls and (shortened) results."""
+    store = NdjsonSessionStore.open(_root(ctx, root), name)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TornLineWarning)  # printed below as one clean line
+        contents = store.read()
+    for note in contents.warnings:
+        err_console.print(f"warning: {note}", style="yellow", markup=False)
+    out_console.print(_heading(contents))
+    for entry in contents.entries:
+        out_console.print(_entry(entry, full))
+
+
+@app.command("rm")
+@cli_errors
+def rm(ctx: typer.Context, name: NameArgument, root: RootOption = Path(".")) -> None:
+    """Delete a session file."""
+    path = remove_session(_root(ctx, root), name)
+    err_console.print(f"removed session {name} ({path})", markup=False)
+
+
+# --- transcript ---------------------------------------------------------------------------------
+
+
+def _heading(contents: SessionContents) -> Text:
+    h = contents.header
+    text = Text(f"session {h.name}", style="bold")
+    facts = {
+        "model": f"{h.model} ({h.provider})" if h.provider else h.model,
+        "started": h.started_at,
+        "root": h.root,
+        "image": f"{h.image} {h.image_digest[:19]}".strip(),
+        "mount": h.mount_mode,
+        "container": h.container,
+    }
+    text.append("".join(f"\n  {key} {value}" for key, value in facts.items() if value), "dim")
+    return text
+
+
+def _shorten(text: str, full: bool) -> str:
+    lines = text.splitlines()
+    if full or (len(lines) <= SHORT_LINES and len(text) <= SHORT_CHARS):
+        return text
+    kept = "\n".join(lines[:SHORT_LINES])[:SHORT_CHARS]
+    rest = len(lines) - kept.count("\n") - 1
+    return f"{kept}\n… {rest} more lines, {len(text) - len(kept)} more chars (--full shows all)"
+
+
+def _entry(entry: Entry, full: bool) -> Text:
+    time = Text(f"[{entry.ts[11:19]}] ", style="dim")
+    if entry.message is None:
+        return time + Text(f"— {entry.event} {json.dumps(entry.data)}", style="dim italic")
+    return time + _message(entry.message, full)
+
+
+ROLE_STYLES = {"system": "magenta", "user": "bold green", "assistant": "bold cyan", "tool": "blue"}
+
+
+def _message(message: Message, full: bool) -> Text:
+    text = Text(message.role, style=ROLE_STYLES[message.role])
+    if message.role == "tool":
+        text.append(f" {message.name} ({message.tool_call_id})", style="blue")
+    for call in message.tool_calls:
+        text.append(f"\n  → {call.name}({_safe(_arguments(call.arguments, full))})", style="cyan")
+    if message.content:
+        short = message.role in ("tool", "system")
+        body = _shorten(_safe(message.content), full or not short)
+        text.append("\n" + "\n".join("  " + line for line in body.splitlines()))
+    return text
+
+
+def _arguments(arguments: dict[str, object], full: bool) -> str:
+    parts = [f"{key}={json.dumps(value, ensure_ascii=False)}" for key, value in arguments.items()]
+    joined = ", ".join(parts)
+    return joined if full or len(joined) <= 300 else joined[:299] + "…"

@@ -1,0 +1,589 @@
+"""Sessions: one NDJSON file a conversation under `<root>/.sandbox-agent/sessions/<name>.ndjson`.
+
+Format version 1, one JSON object a line (plain text: less, grep and jq read it):
+
+    {"type": "header", "version": 1, "id": ..., "name": ..., "model": ..., "provider": ...,
+     "root": ..., "image": ..., "image_digest": ..., "mount_mode": ..., "container": ...,
+     "started_at": "2026-11-29T23:05:01.123Z"}
+    {"type": "message", "ts": "...Z", "role": "user", "content": "..."}
+    {"type": "message", "ts": "...Z", "role": "assistant", "tool_calls": [{"id", "name",
+     "arguments"}]}
+    {"type": "message", "ts": "...Z", "role": "tool", "content": "...", "tool_call_id", "name"}
+    {"type": "event", "ts": "...Z", "event": "header_update", "data": {"container": ...}}
+
+Message lines carry the `Message` fields (defaults left out). Events record what is not a
+message: `header_update` changes the effective header (the first line is never rewritten),
+`torn_line_dropped` notes a repair; others (e.g. `resumed`) are free-form. Readers skip record
+types they do not know, so later versions can add some.
+
+Crash safety: each record is one `write` of a whole line followed by `fsync`, so a killed
+process loses at most the line it was writing. On load a torn (unparseable) last line is skipped
+with a `TornLineWarning`; any other bad line raises `SessionCorruptError` with its line number.
+The next append cuts the torn fragment off (noting it in a `torn_line_dropped` event) so the file
+stays valid. One writer per session is assumed; appends take an exclusive `flock` regardless.
+"""
+
+from __future__ import annotations
+
+import builtins
+import fcntl
+import json
+import os
+import re
+import secrets
+import stat
+import warnings
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal, Self
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from executor.errors import ConfigError, SessionCorruptError, SessionError, SessionNotFoundError
+from executor.messages import Message
+from executor.protocols import SessionSummary
+
+FORMAT_VERSION = 1
+"""Version written in every header; files from a newer version are refused."""
+STATE_DIR_NAME = ".sandbox-agent"
+"""Per-root state directory (sessions, audit); hidden from the container."""
+SUFFIX = ".ndjson"
+PREVIEW_CHARS = 72
+"""Length of the last-message preview in listings."""
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+_FIXED_HEADER_FIELDS = frozenset({"type", "version", "id", "name"})
+
+
+class TornLineWarning(UserWarning):
+    """A session file's last line was cut off (the writer was killed) and is skipped."""
+
+
+def utc_now() -> str:
+    """The current time as ISO 8601 UTC with milliseconds, e.g. `2026-11-29T23:05:01.123Z`."""
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def generate_name() -> str:
+    """A fresh session name: UTC time and a random suffix, e.g. `20261129-230501-ab12`."""
+    return datetime.now(UTC).strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
+
+
+class SessionHeader(BaseModel):
+    """The first line of a session file."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: Literal["header"] = "header"
+    version: int = FORMAT_VERSION
+    """Format version of the file."""
+    id: str = Field(default_factory=lambda: secrets.token_hex(16))
+    """Unique id (names can be reused after `rm`)."""
+    name: str
+    """File name without `.ndjson`."""
+    model: str = ""
+    provider: str = ""
+    root: str = ""
+    """Absolute project root the session ran on."""
+    image: str = ""
+    """Sandbox image reference."""
+    image_digest: str = ""
+    """Image id/digest, so a resumed session can start the very same image."""
+    mount_mode: str = ""
+    """'ro' or 'rw'."""
+    container: str = ""
+    """Container name or id, re-attached on resume while it exists."""
+    started_at: str = Field(default_factory=utc_now)
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One message or event line read back, with its timestamp and line number."""
+
+    line: int
+    ts: str
+    message: Message | None = None
+    event: str | None = None
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SessionContents:
+    """A whole session file read back."""
+
+    header: SessionHeader
+    """Effective header: the first line with every `header_update` applied."""
+    entries: list[Entry]
+    warnings: list[str]
+
+    @property
+    def messages(self) -> list[Message]:
+        """The conversation, in order."""
+        return [e.message for e in self.entries if e.message is not None]
+
+
+# --- directories ---------------------------------------------------------------------------------
+
+
+def _private_dir(path: Path) -> Path:
+    """Create `path` (mode 0700) or check an existing one: a real directory owned by us."""
+    try:
+        path.mkdir(mode=0o700)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise SessionError(f"cannot create {path}: {exc.strerror}") from exc
+    info = os.lstat(path)
+    if not stat.S_ISDIR(info.st_mode):  # a symlink here could redirect sessions and audit
+        raise SessionError(f"{path} is not a directory", fix=f"remove it: rm {path}")
+    if info.st_uid != os.geteuid():
+        raise SessionError(
+            f"{path} is owned by uid {info.st_uid}, not by you", fix=f"chown -R $(id -u) {path}"
+        )
+    if stat.S_IMODE(info.st_mode) != 0o700:
+        os.chmod(path, 0o700)  # mkdir's mode is filtered by the umask
+    return path
+
+
+def ensure_state_dir(root: Path) -> Path:
+    """`<root>/.sandbox-agent/`, created private (0700) with a `.gitignore` of `*`."""
+    root = Path(root)
+    if not root.is_dir():
+        raise ConfigError(f"project root {root} is not a directory", fix="pass an existing --root")
+    state = _private_dir(root / STATE_DIR_NAME)
+    try:
+        fd = os.open(state / ".gitignore", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return state  # an existing .gitignore may have been tuned by the user: keep it
+    with os.fdopen(fd, "w") as out:
+        out.write("*\n")
+    return state
+
+
+def sessions_dir(root: Path) -> Path:
+    """Where the sessions of `root` live (not created)."""
+    return Path(root) / STATE_DIR_NAME / "sessions"
+
+
+def _session_path(root: Path, name: str) -> Path:
+    if not _NAME.fullmatch(name):
+        raise ConfigError(
+            f"invalid session name {name!r}",
+            fix="use letters, digits, '.', '_' and '-' (up to 100, not starting with '.')",
+        )
+    return sessions_dir(root) / f"{name}{SUFFIX}"
+
+
+def session_names(root: Path) -> list[str]:
+    """Names of the sessions of `root`, sorted."""
+    directory = sessions_dir(root)
+    if not directory.is_dir():
+        return []
+    return sorted(p.name[: -len(SUFFIX)] for p in directory.glob(f"*{SUFFIX}") if p.is_file())
+
+
+def _not_found(root: Path, name: str) -> SessionNotFoundError:
+    names = session_names(root)
+    fix = ("known sessions: " + ", ".join(names[-20:])) if names else "no sessions yet"
+    return SessionNotFoundError(f"no session named {name!r} in {root}", fix=fix)
+
+
+# --- writing -------------------------------------------------------------------------------------
+
+
+def _line(record: dict[str, Any]) -> bytes:
+    try:
+        return (json.dumps(record, ensure_ascii=False) + "\n").encode()
+    except UnicodeEncodeError:  # lone surrogates (undecodable tool output): escape them
+        return (json.dumps(record) + "\n").encode()
+
+
+def _message_line(message: Message) -> bytes:
+    body = message.model_dump(mode="json", exclude_defaults=True)
+    return _line({"type": "message", "ts": utc_now(), **body})
+
+
+def _event_line(event: str, data: dict[str, Any]) -> bytes:
+    return _line({"type": "event", "ts": utc_now(), "event": event, "data": data})
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _last_line_start(fd: int, size: int) -> int:
+    """Offset just after the last newline before `size` (0 when there is none)."""
+    end = size
+    while end > 0:
+        start = max(0, end - 65536)
+        chunk = os.pread(fd, end - start, start)
+        newline = chunk.rfind(b"\n")
+        if newline >= 0:
+            return start + newline + 1
+        end = start
+    return 0
+
+
+def _heal_tail(fd: int) -> bytes:
+    """Make the file end on a line boundary; what to write first to record the repair."""
+    size = os.fstat(fd).st_size
+    if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
+        return b""
+    start = _last_line_start(fd, size)
+    try:
+        json.loads(os.pread(fd, size - start, start))
+        return b"\n"  # a whole record that only lacks its newline: keep it
+    except ValueError:
+        os.ftruncate(fd, start)  # never glue a new record onto a torn fragment
+        return _event_line("torn_line_dropped", {"bytes": size - start})
+
+
+def _append(path: Path, lines: Iterable[bytes]) -> None:
+    """Append whole lines durably (one write, then fsync), repairing a torn tail first."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_APPEND)
+    except FileNotFoundError as exc:
+        raise SessionError(f"session file {path} has disappeared") from exc
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        _write_all(fd, _heal_tail(fd) + b"".join(lines))
+        os.fsync(fd)
+    except OSError as exc:
+        raise SessionError(f"cannot write {path}: {exc.strerror}") from exc
+    finally:
+        os.close(fd)
+
+
+def _create_file(path: Path, header: SessionHeader) -> None:
+    """Write the header of a new session file; refuse an existing one."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError as exc:
+        raise ConfigError(
+            f"session {header.name!r} already exists",
+            fix="resume it with --resume, or choose another --session name",
+        ) from exc
+    try:
+        _write_all(fd, _line(header.model_dump(mode="json")))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)  # makes the new file's directory entry durable too
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+# --- reading -------------------------------------------------------------------------------------
+
+
+def _read_bytes(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError as exc:
+        raise SessionNotFoundError(f"session file {path} does not exist") from exc
+    except OSError as exc:
+        raise SessionError(f"cannot read {path}: {exc.strerror}") from exc
+
+
+def _corrupt(path: Path, number: int, reason: str) -> SessionCorruptError:
+    return SessionCorruptError(
+        f"{path}: line {number}: {reason}",
+        fix=f"repair or delete line {number} (e.g. sed -i '{number}d' {path})",
+    )
+
+
+def _parse_lines(path: Path, data: bytes, notes: list[str]) -> list[tuple[int, Any]]:
+    """(line number, object) for each non-blank line; a torn last line becomes a note."""
+    lines = data.split(b"\n")  # only \n ends a record: U+2028 may sit raw inside strings
+    last = max((n for n, raw in enumerate(lines, 1) if raw.strip()), default=0)
+    records = []
+    for number, raw in enumerate(lines, 1):
+        if not raw.strip():
+            continue
+        try:
+            records.append((number, json.loads(raw)))
+        except ValueError as exc:
+            if number != last:
+                raise _corrupt(path, number, f"not valid JSON ({exc})") from exc
+            notes.append(f"{path}: line {number} was cut off (the writer was killed); skipped it")
+    return records
+
+
+def _header(path: Path, records: list[tuple[int, Any]]) -> SessionHeader:
+    if not records or records[0][0] != 1 or not _is(records[0][1], "header"):
+        raise SessionCorruptError(
+            f"{path} has no session header on line 1 (cut off while being created?)",
+            fix=f"delete it: rm {path}",
+        )
+    try:
+        header = SessionHeader.model_validate(records[0][1])
+    except ValidationError as exc:
+        raise _corrupt(path, 1, f"invalid header ({exc.errors()[0]['msg']})") from exc
+    if header.version > FORMAT_VERSION:
+        raise SessionError(
+            f"{path} has format version {header.version}; this version reads {FORMAT_VERSION}",
+            fix="upgrade sandbox-agent",
+        )
+    return header
+
+
+def _is(record: Any, kind: str) -> bool:
+    return isinstance(record, dict) and record.get("type") == kind
+
+
+def _entry(path: Path, number: int, record: Any) -> Entry | None:
+    """The entry of one record; None for a type this version does not know."""
+    if not isinstance(record, dict):
+        raise _corrupt(path, number, "not a JSON object")
+    kind, ts = record.get("type"), str(record.get("ts", ""))
+    try:
+        if kind == "message":
+            return Entry(number, ts, message=Message.model_validate(record))
+        if kind == "event":
+            data = record.get("data")
+            return Entry(number, ts, event=str(record["event"]), data=dict(data or {}))
+    except (ValidationError, KeyError, TypeError, ValueError) as exc:
+        raise _corrupt(path, number, f"invalid {kind} record ({exc})") from exc
+    if kind == "header":
+        raise _corrupt(path, number, "a second header")
+    return None
+
+
+def _apply_updates(header: SessionHeader, entries: list[Entry]) -> SessionHeader:
+    for entry in entries:
+        if entry.event == "header_update":
+            changes = {k: v for k, v in entry.data.items() if k not in _FIXED_HEADER_FIELDS}
+            header = header.model_copy(update=changes)
+    return header
+
+
+def read_session(path: Path) -> SessionContents:
+    """Read a session file; a torn last line is skipped with a `TornLineWarning`."""
+    notes: list[str] = []
+    records = _parse_lines(path, _read_bytes(path), notes)
+    header = _header(path, records)
+    entries = [e for n, r in records[1:] if (e := _entry(path, n, r)) is not None]
+    for note in notes:
+        warnings.warn(note, TornLineWarning, stacklevel=2)
+    return SessionContents(_apply_updates(header, entries), entries, notes)
+
+
+def _read_header(path: Path) -> SessionHeader:
+    """The first line only (cheap): to check a session before using it."""
+    try:
+        with path.open("rb") as stream:
+            first = stream.readline()
+    except OSError as exc:
+        raise SessionError(f"cannot read {path}: {exc.strerror}") from exc
+    try:
+        records = [(1, json.loads(first))]
+    except ValueError:
+        records = []
+    return _header(path, records)
+
+
+# --- listing -------------------------------------------------------------------------------------
+
+
+def _preview(message: Message | None) -> str:
+    if message is None:
+        return ""
+    text = message.content
+    if not text.strip() and message.tool_calls:
+        text = "→ " + ", ".join(f"{c.name}({json.dumps(c.arguments)})" for c in message.tool_calls)
+    text = " ".join(text.split())
+    return text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 1] + "…"
+
+
+def summarize_session(path: Path) -> SessionSummary:
+    """One listing row for a session file; an unreadable file is listed with the reason."""
+    name = path.name[: -len(SUFFIX)]
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", TornLineWarning)  # a listing is not the place
+            contents = read_session(path)
+    except SessionError as exc:
+        mtime = datetime.fromtimestamp(path.stat().st_mtime, UTC).isoformat(timespec="seconds")
+        return SessionSummary(
+            name=name,
+            started_at=mtime.replace("+00:00", "Z"),
+            turns=0,
+            model="?",
+            provider="?",
+            last_message=f"(unreadable: {exc.message})",
+            path=str(path),
+        )
+    messages = contents.messages
+    header = contents.header
+    return SessionSummary(
+        name=name,
+        started_at=header.started_at,
+        turns=sum(1 for m in messages if m.role == "user"),
+        model=header.model,
+        provider=header.provider,
+        last_message=_preview(messages[-1] if messages else None),
+        path=str(path),
+    )
+
+
+def list_sessions(root: Path) -> list[SessionSummary]:
+    """Every session of `root`, newest first (by start time)."""
+    directory = sessions_dir(Path(root).resolve())
+    paths = sorted(directory.glob(f"*{SUFFIX}")) if directory.is_dir() else []
+    rows = [summarize_session(p) for p in paths if p.is_file()]
+    return sorted(rows, key=lambda row: (row.started_at, row.name), reverse=True)
+
+
+def remove_session(root: Path, name: str) -> Path:
+    """Delete the session `name` of `root`; the path it had."""
+    path = _session_path(root, name)
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        raise _not_found(root, name) from None
+    except OSError as exc:
+        raise SessionError(f"cannot remove {path}: {exc.strerror}") from exc
+    return path
+
+
+# --- the store -----------------------------------------------------------------------------------
+
+
+class NdjsonSessionStore:
+    """One session's NDJSON file (satisfies `SessionStore`); `list` covers its whole root."""
+
+    def __init__(self, root: Path, name: str) -> None:
+        self.root = Path(root)
+        """Project root the session belongs to."""
+        self.name = name
+        """Session name."""
+        self.path = _session_path(self.root, name)
+        """The session file."""
+        self.warnings: builtins.list[str] = []
+        """What the last `load`/`read` skipped (torn last line), for the CLI to show."""
+        self._header: SessionHeader | None = None
+
+    @classmethod
+    def create(
+        cls,
+        root: Path,
+        *,
+        name: str | None = None,
+        model: str = "",
+        provider: str = "",
+        image: str = "",
+        image_digest: str = "",
+        mount_mode: str = "",
+        container: str = "",
+    ) -> Self:
+        """Start a new session (a generated name when none is given); refuse an existing name."""
+        root = Path(root).resolve()
+        _private_dir(ensure_state_dir(root) / "sessions")
+        for _ in range(5):  # generated names collide only within one second
+            store = cls(root, generate_name() if name is None else name)
+            header = SessionHeader(
+                name=store.name,
+                model=model,
+                provider=provider,
+                root=str(root),
+                image=image,
+                image_digest=image_digest,
+                mount_mode=mount_mode,
+                container=container,
+            )
+            try:
+                _create_file(store.path, header)
+            except ConfigError:
+                if name is not None:
+                    raise
+                continue
+            store._header = header
+            return store
+        raise SessionError("could not pick a free session name", fix="pass --session NAME")
+
+    @classmethod
+    def open(cls, root: Path, name: str) -> Self:
+        """An existing session; `SessionNotFoundError` (listing the known names) otherwise."""
+        store = cls(Path(root).resolve(), name)
+        if not store.path.is_file():
+            raise _not_found(store.root, name)
+        store._header = _read_header(store.path)
+        return store
+
+    @classmethod
+    def latest(cls, root: Path) -> Self:
+        """The session of `root` written to most recently (what `--resume` continues)."""
+        root = Path(root).resolve()
+        by_age = sorted(
+            (p.stat().st_mtime_ns, p.name[: -len(SUFFIX)]) for p in _files(sessions_dir(root))
+        )
+        for _, name in reversed(by_age):
+            try:
+                return cls.open(root, name)
+            except SessionError:
+                continue  # cut off at creation: fall back to an older one
+        raise SessionNotFoundError(
+            f"no sessions to resume in {root}", fix="start one with: sandbox-agent ask"
+        )
+
+    @property
+    def header(self) -> SessionHeader:
+        """The effective header (first line plus later `header_update` events)."""
+        if self._header is None:
+            self.read()
+        assert self._header is not None
+        return self._header
+
+    def read(self) -> SessionContents:
+        """The whole file: effective header, messages and events."""
+        contents = read_session(self.path)
+        self.warnings = contents.warnings
+        self._header = contents.header
+        return contents
+
+    def load(self) -> builtins.list[Message]:
+        """All messages, in order; a torn last line is skipped with a warning."""
+        return self.read().messages
+
+    def append(self, message: Message) -> None:
+        """Write one message durably (fsync) before returning."""
+        _append(self.path, [_message_line(message)])
+
+    def extend(self, messages: Iterable[Message]) -> None:
+        """Write several messages with one write and one fsync (imports, tests)."""
+        _append(self.path, [_message_line(m) for m in messages])
+
+    def record_event(self, event: str, **data: Any) -> None:
+        """Append an event line (e.g. `resumed`); load skips it, `show` prints it."""
+        _append(self.path, [_event_line(event, data)])
+
+    def update_header(self, **changes: str) -> SessionHeader:
+        """Change header fields (container, image_digest, ...) by appending a `header_update`."""
+        fixed = _FIXED_HEADER_FIELDS & changes.keys()
+        if fixed:
+            raise ConfigError(f"header fields {sorted(fixed)} cannot change")
+        self.record_event("header_update", **changes)
+        self._header = self.header.model_copy(update=changes)
+        return self._header
+
+    def remove(self) -> None:
+        """Delete this session's file."""
+        remove_session(self.root, self.name)
+
+    def list(self) -> builtins.list[SessionSummary]:
+        """Sessions of this store's root, newest first."""
+        return list_sessions(self.root)
+
+
+def _files(directory: Path) -> list[Path]:
+    return [p for p in directory.glob(f"*{SUFFIX}") if p.is_file()] if directory.is_dir() else []

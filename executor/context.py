@@ -16,6 +16,17 @@ biggest of them are truncated. Truncation keeps the head and the tail of a text 
 
 Summarize (`summarize_trim`): the same plan, but the dropped messages go to a summarizer and its
 answer replaces them as one system message; if the summarizer fails, plain `trim` is used.
+
+In the agent loop (tool specs share the window, so they come off the budget):
+
+    counter = TokenCounter()                    # one per run: it caches counts and calibration
+    budget = resolve_budget(settings.max_tokens, model.context_length())
+    history = pair_tool_results(store.load())   # on resume: no call left without a result
+    fitted = trim(history, budget - counter.count_tools(tools), counter)
+    reply = model.chat(fitted, tools)
+    if reply.usage.prompt_tokens:
+        estimate = counter.count_messages(fitted) + counter.count_tools(tools)
+        counter.calibrate(estimate, reply.usage.prompt_tokens)
 """
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ Trimmer = Callable[[list[Message], int, TokenCounter], list[Message]]
 
 def words(seed: int, count: int) -> str:
     rng = random.Random(seed)
-    return " ".join(rng.choice(WORDS) for _ in range(count))
+    return " ".join(rng.choices(WORDS, k=count))
 
 
 # --- random conversations -----------------------------------------------------------------------

@@ -54,7 +54,7 @@ PREVIEW_CHARS = 72
 """Length of the last-message preview in listings."""
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
-_FIXED_HEADER_FIELDS = frozenset({"type", "version", "id", "name"})
+_FIXED_HEADER_FIELDS = frozenset({"type", "version", "id", "name", "started_at"})
 
 
 class TornLineWarning(UserWarning):
@@ -517,7 +517,7 @@ class NdjsonSessionStore:
         store = cls(Path(root).resolve(), name)
         if not store.path.is_file():
             raise _not_found(store.root, name)
-        store._header = _read_header(store.path)
+        _read_header(store.path)  # fail now on a file cut off at creation; updates come later
         return store
 
     @classmethod

@@ -139,14 +139,16 @@ def test_events_update_the_header_without_rewriting_it(tmp_path: Path) -> None:
     store.record_event("resumed", pid=123)
     store.update_header(container="sa-new")
     assert store.header.container == "sa-new"
+    assert NdjsonSessionStore.open(tmp_path, "s1").header.container == "sa-new"
     reopened = NdjsonSessionStore.open(tmp_path, "s1")
     assert reopened.read().header.container == "sa-new"
     assert reopened.header.image_digest == "sha256:old"
     assert lines(store.path)[0] == first_line
     assert [e.event for e in reopened.read().entries] == [None, "resumed", "header_update"]
     assert reopened.load() == [Message.user("hi")]
-    with pytest.raises(ConfigError):
-        store.update_header(name="other")
+    for fixed in ("name", "id", "started_at"):
+        with pytest.raises(ConfigError, match="cannot change"):
+            store.update_header(**{fixed: "other"})
 
 
 # --- crash safety --------------------------------------------------------------------------------

@@ -148,7 +148,11 @@ def _private_dir(path: Path) -> Path:
 
 
 def ensure_state_dir(root: Path) -> Path:
-    """`<root>/.sandbox-agent/`, created private (0700) with a `.gitignore` of `*`."""
+    """`<root>/.sandbox-agent/`, created private (0700) with a `.gitignore` of `*`.
+
+    Raises ConfigError for a missing root, SessionError when the directory cannot be created
+    or is not safe to use (a symlink, or owned by another user).
+    """
     root = Path(root)
     if not root.is_dir():
         raise ConfigError(f"project root {root} is not a directory", fix="pass an existing --root")
@@ -157,6 +161,8 @@ def ensure_state_dir(root: Path) -> Path:
         fd = os.open(state / ".gitignore", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
         return state  # an existing .gitignore may have been tuned by the user: keep it
+    except OSError as exc:
+        raise SessionError(f"cannot create {state / '.gitignore'}: {exc.strerror}") from exc
     with os.fdopen(fd, "w") as out:
         out.write("*\n")
     return state

@@ -741,6 +741,7 @@ def tool_run_shell_command(ctx, command, timeout_seconds=None):
     out, err = _Capture(ctx.max_output), _Capture(ctx.max_output)
 
     def over():
+        """Stop a command drowning us in output."""
         return "overflow" if out.total + err.total > OUTPUT_HARD_LIMIT else None
 
     reason = _pump(proc, (out, err), deadline, over) or _wait(proc, deadline)
@@ -885,6 +886,7 @@ class _Capture:
         self.head, self.tail, self.total = bytearray(), bytearray(), 0
 
     def add(self, chunk):
+        """Count a chunk; keep it if it falls in the head or the tail."""
         self.total += len(chunk)
         room = self.head_cap - len(self.head)
         if room > 0:
@@ -896,9 +898,11 @@ class _Capture:
 
     @property
     def cut(self):
+        """Whether bytes were dropped between head and tail."""
         return self.total > len(self.head) + len(self.tail)
 
     def text(self):
+        """What the model sees, with a marker where bytes were dropped."""
         head = self.head.decode("utf-8", "replace")
         tail = self.tail.decode("utf-8", "replace")
         if not self.cut:
@@ -914,15 +918,18 @@ class _Lines:
         self.limit, self.lines, self.partial = limit, [], b""
 
     def add(self, chunk):
+        """Split a chunk into lines, until there are enough."""
         if not self.full():
             parts = (self.partial + chunk).split(b"\n")
             self.partial = parts.pop()
             self.lines.extend(parts)
 
     def full(self):
+        """Whether the limit is reached."""
         return len(self.lines) >= self.limit
 
     def done(self):
+        """The lines, including an unterminated last one."""
         tail = [self.partial] if self.partial and not self.full() else []
         return (self.lines + tail)[:self.limit]
 
@@ -959,7 +966,7 @@ def _sweep(ctx, pgid, since):
     """SIGKILL the command's group and strays until none is left; returns how many there were."""
     deadline, first = time.monotonic() + SWEEP_SECONDS, None
     while True:
-        pids = [pid for pid in _strays(ctx, since) if pid != pgid]
+        pids = [pid for pid in _strays(ctx, pgid, since) if pid != pgid]
         first = len(pids) if first is None else first
         _kill(pgid, group=True)  # most leftovers at once; a fork bomb cannot outrun it
         for pid in pids:
@@ -974,7 +981,7 @@ def _kill(pid, group=False):
         (os.killpg if group else os.kill)(pid, signal.SIGKILL)
 
 
-def _strays(ctx, since):
+def _strays(ctx, pgid, since):
     """Live processes a call left behind (see the module docstring for which)."""
     try:
         names = os.listdir("/proc")
@@ -984,11 +991,11 @@ def _strays(ctx, since):
     for name in names:
         if not name.isdigit() or int(name) in ctx.keep:
             continue
-        start = _live_start(name, since)
-        if start is None or not _owned(name, uid):
+        group = _live_group(name, since)
+        if group is None or not _owned(name, uid):
             continue
         broad = ctx.broad_sweep and since is not None
-        if broad or _has_token(name, ctx.token):
+        if group == pgid or broad or _has_token(name, ctx.token):
             found.append(int(name))
     return found
 
@@ -999,20 +1006,20 @@ def _proc_stat(pid):
         return f.read().rsplit(b")", 1)[1].split()
 
 
-def _live_start(pid, since):
-    """Start time (clock ticks) of a live process started no earlier than `since`, else None.
+def _live_group(pid, since):
+    """Process group of a live process started no earlier than `since`, else None.
 
     Nothing a command started can be older than its shell: this cheap test rules out most of
     /proc before any further syscall.
     """
     try:
         fields = _proc_stat(pid)
-        start = int(fields[19])
+        group, start = int(fields[2]), int(fields[19])
     except (OSError, IndexError, ValueError):
         return None
     if fields[0] in (b"Z", b"X") or (since is not None and start < since):
         return None
-    return start
+    return group
 
 
 def _owned(pid, uid):
@@ -1127,13 +1134,14 @@ def respond(ctx, line):
         error = _request_error(request)
     rid = request.get("id") if isinstance(request, dict) else None
     rid = rid if isinstance(rid, int) and not isinstance(rid, bool) else None
+    stop = not error and request["tool"] == "shutdown"
     if error:
-        result, stop = fail(error), False
+        result = fail(error)
+    elif stop:
+        result = ok("bye")
     else:
-        tool = request["tool"]
-        result, stop = call_tool(ctx, tool, request.get("args") or {}), tool == "shutdown"
-        if stop:
-            result = ok("bye")
+        args = request.get("args")
+        result = call_tool(ctx, request["tool"], {} if args is None else args)
     result["meta"]["duration_ms"] = round((time.perf_counter() - started) * 1000, 3)
     return {"id": rid, **result}, stop
 

@@ -7,6 +7,7 @@ they fail instead: a green CI run always means the sandbox was really exercised.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -51,17 +52,22 @@ def _no_leftover_containers(docker_client: Any, request: pytest.FixtureRequest) 
     before = {c.id for c in docker_client.containers.list(all=True, filters={"label": LABEL_SESSION})}
     yield
     after = docker_client.containers.list(all=True, filters={"label": LABEL_SESSION})
-    leaked = [c for c in after if c.id not in before and request.node.name in c.labels.get(
+    leaked = [c for c in after if c.id not in before and test_dir_name(request) in c.labels.get(
         "sandbox-agent.root", "")]
     for container in leaked:
         container.remove(force=True)
     assert not leaked, f"test left containers behind: {[c.name for c in leaked]}"
 
 
+def test_dir_name(request: pytest.FixtureRequest) -> str:
+    """The test's name made safe for a directory name."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", request.node.name)
+
+
 @pytest.fixture
 def workdir(tmp_path: Path, request: pytest.FixtureRequest) -> Path:
     """A per-test directory whose path contains the test name (to attribute containers)."""
-    path = tmp_path / request.node.name.replace("[", "_").replace("]", "_")
+    path = tmp_path / test_dir_name(request)
     path.mkdir()
     return path
 

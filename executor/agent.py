@@ -82,12 +82,15 @@ class Agent:
     tools: ToolRegistry
     context: ToolContext
     authorize: Authorize
+    system_prompt: str = ""
+    """Sent first on every request; not part of `messages` (it may change on resume)."""
     hooks: HookBus = field(default_factory=HookBus)
     fitter: ContextFitter | None = None
     sink: MessageSink | None = None
     max_turns: int = 20
     max_bad_replies: int = 3
     messages: list[Message] = field(default_factory=list)
+    """The conversation without the system prompt, as persisted."""
 
     def add(self, message: Message) -> None:
         """Append to the conversation and persist it before going on."""
@@ -108,7 +111,6 @@ class Agent:
             bad_replies = 0
             self.add(reply.message)
             if not reply.message.tool_calls:
-                self.hooks.emit("complete", answer=reply.message.content, turns=turn)
                 return RunResult(reply.message.content, turn, records)
             records += [self.execute(call) for call in reply.message.tool_calls]
         raise MaxTurnsExceeded(
@@ -118,7 +120,8 @@ class Agent:
 
     def query(self) -> ModelReply:
         """Fit the context and ask the model for its next turn."""
-        sent = self.fitter.fit(self.messages) if self.fitter else list(self.messages)
+        prompt = [Message.system(self.system_prompt)] if self.system_prompt else []
+        sent = (self.fitter.fit if self.fitter else list)(prompt + self.messages)
         specs = self.tools.specs()
         started = time.monotonic()
         reply = self.model.chat(sent, specs, on_token=self._token)

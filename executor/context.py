@@ -560,3 +560,38 @@ def pair_tool_results(messages: Sequence[Message]) -> list[Message]:
 def _results_for(message: Message, results: dict[str, Message]) -> Iterator[Message]:
     for call in message.tool_calls if message.role == "assistant" else []:
         yield results.get(call.id) or Message.tool(call, INTERRUPTED_RESULT)
+
+
+# --- the loop's view of the window --------------------------------------------------------------
+
+
+@dataclass
+class ContextWindow:
+    """Fits each request into the budget (tool specs included) and learns from reported usage.
+
+    Satisfies the agent's `ContextFitter`; `summarizer` switches to the summarize strategy.
+    """
+
+    budget: int
+    """Tokens the prompt and the reply share."""
+    counter: TokenCounter = field(default_factory=TokenCounter)
+    tools: Sequence[ToolSpec] = ()
+    """Specs offered beside the messages (they take room too)."""
+    summarizer: Summarizer | None = None
+
+    def room(self) -> int:
+        """Budget left for the messages once the tool specs are in."""
+        return max(256, self.budget - self.counter.count_tools(self.tools))
+
+    def fit(self, messages: Sequence[Message]) -> list[Message]:
+        """A trimmed copy of `messages` (never mutated)."""
+        if self.summarizer is not None:
+            return summarize_trim(messages, self.room(), self.counter, self.summarizer)
+        return trim(messages, self.room(), self.counter)
+
+    def observe(self, sent: Sequence[Message], usage: Any) -> None:
+        """Calibrate with the prompt tokens the provider reported for `sent`."""
+        reported = getattr(usage, "prompt_tokens", None)
+        if reported:
+            estimate = self.counter.count_messages(sent) + self.counter.count_tools(self.tools)
+            self.counter.calibrate(estimate, reported)

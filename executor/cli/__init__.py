@@ -1,0 +1,59 @@
+"""The `sandbox-agent` command line (typer + rich).
+
+Results go to stdout, progress and errors to stderr. Every error is one line (plus its fix)
+and a distinct exit code, listed in docs/EXIT_CODES.md and at the end of `--help`.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from executor import __version__
+from executor.cli import audit, policy, sessions
+from executor.cli.run import ask, review
+from executor.cli.system import doctor, gc, image_app
+
+EPILOG = (
+    "Exit codes: 0 ok · 1 failed check · 2 usage or config error · 3 bad policy file · "
+    "4 no such session · 10-14 sandbox (11 no Docker engine, 12 no image, 13/14 toolbox) · "
+    "20-24 model (21 unreachable, 22 timeout, 23 refused, 24 embedded model) · "
+    "31 max turns · 40/41 session file · 50/51 audit · 130 interrupted. "
+    "See docs/EXIT_CODES.md."
+)
+
+app = typer.Typer(
+    name="sandbox-agent",
+    help="A coding agent whose every file and shell tool call runs in a hardened container.",
+    epilog=EPILOG,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+app.command(epilog=EPILOG)(ask)
+app.command(epilog=EPILOG)(review)
+app.command()(doctor)
+app.command()(gc)
+app.add_typer(image_app, name="image")
+app.add_typer(sessions.app, name="sessions")
+app.add_typer(audit.app, name="audit")
+app.add_typer(policy.app, name="policy")
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"sandbox-agent {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                 help="Print the version and exit."),
+) -> None:
+    """A coding agent whose every file and shell tool call runs in a hardened container."""
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()

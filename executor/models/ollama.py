@@ -150,6 +150,12 @@ class OllamaModel:
         """Close pooled connections."""
         self._http.close()
 
+    def ping(self) -> str:
+        """Ollama's version (one short attempt); ModelUnavailableError with the fix otherwise."""
+        answer = self._http.get_json(f"{self.base_url}/api/version", probe=True)
+        version = answer.get("version", "?") if isinstance(answer, dict) else "?"
+        return f"Ollama {version} at {self.base_url}"
+
     def _show_context(self) -> int | None:
         url = f"{self.base_url}/api/show"
         try:

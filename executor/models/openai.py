@@ -151,6 +151,12 @@ class OpenAIModel:
         """Close pooled connections."""
         self._http.close()
 
+    def ping(self) -> str:
+        """The models the server lists (one short attempt); ModelUnavailableError otherwise."""
+        listed = _listed(self._http.get_json(f"{self.base_url}/models", probe=True))
+        names = [str(m.get("id")) for m in listed[:3]]
+        return f"{self.base_url} serves {', '.join(names) or 'no models'}"
+
     def _resolve_model(self) -> None:
         """Without a model name, use the first one the server lists (llama.cpp, LM Studio)."""
         if self._model is not None:

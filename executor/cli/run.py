@@ -6,7 +6,7 @@ import json
 import signal
 import subprocess
 import sys
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from types import FrameType
 from typing import Annotated, Any
@@ -26,47 +26,114 @@ from executor.ui import ProgressView
 
 # -- options shared by ask and review ------------------------------------------------------------
 
-ProviderOpt = Annotated[Provider | None, typer.Option(
-    "--provider", "-p", help="Model provider: ollama (default), openai or embedded.",
-    show_default=False)]
-ModelOpt = Annotated[str | None, typer.Option(
-    "--model", "-m", help="Model name (provider default when omitted).", show_default=False)]
-HostOpt = Annotated[str | None, typer.Option(
-    "--host", help="Model server URL (Ollama: else $OLLAMA_HOST, else http://localhost:11434).",
-    show_default=False)]
-ProtocolOpt = Annotated[ToolProtocol | None, typer.Option(
-    "--tool-protocol", help="How tools are offered: native, json or constrained.",
-    show_default=False)]
-StreamOpt = Annotated[bool | None, typer.Option(
-    "--stream/--no-stream", help="Stream model tokens to stderr.", show_default=False)]
-TraceOpt = Annotated[bool, typer.Option(
-    "--trace", help="Print every model reply and tool call in full on stderr.")]
-MaxTurnsOpt = Annotated[int | None, typer.Option(
-    "--max-turns", min=1, help="Model turns before giving up. [default: 20]", show_default=False)]
-ImageOpt = Annotated[str | None, typer.Option(
-    "--image", help="Sandbox image (any image with python3 >= 3.9).", show_default=False)]
-TimeoutOpt = Annotated[float | None, typer.Option(
-    "--timeout", min=1, help="Seconds to wait for one model response. [default: 300]",
-    show_default=False)]
-MaxTokensOpt = Annotated[int | None, typer.Option(
-    "--max-tokens", min=256, help="Context budget in tokens (default: the model's, else 8192).",
-    show_default=False)]
-PolicyOpt = Annotated[Path | None, typer.Option(
-    "--policy", help="Policy TOML (default: <root>/.sandbox-agent/policy.toml).",
-    exists=True, dir_okay=False, show_default=False)]
-DenyToolOpt = Annotated[list[str] | None, typer.Option(
-    "--deny-tool", help="Remove this tool (repeatable).", show_default=False)]
-DenyPrefixOpt = Annotated[list[str] | None, typer.Option(
-    "--deny-prefix", help="Remove tools whose name starts with this (repeatable).",
-    show_default=False)]
+ProviderOpt = Annotated[
+    Provider | None,
+    typer.Option(
+        "--provider",
+        "-p",
+        help="Model provider: ollama (default), openai or embedded.",
+        show_default=False,
+    ),
+]
+ModelOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--model", "-m", help="Model name (provider default when omitted).", show_default=False
+    ),
+]
+HostOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--host",
+        help="Model server URL (Ollama: else $OLLAMA_HOST, else http://localhost:11434).",
+        show_default=False,
+    ),
+]
+ProtocolOpt = Annotated[
+    ToolProtocol | None,
+    typer.Option(
+        "--tool-protocol",
+        help="How tools are offered: native, json or constrained.",
+        show_default=False,
+    ),
+]
+StreamOpt = Annotated[
+    bool | None,
+    typer.Option("--stream/--no-stream", help="Stream model tokens to stderr.", show_default=False),
+]
+TraceOpt = Annotated[
+    bool, typer.Option("--trace", help="Print every model reply and tool call in full on stderr.")
+]
+MaxTurnsOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--max-turns", min=1, help="Model turns before giving up. [default: 20]", show_default=False
+    ),
+]
+ImageOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--image", help="Sandbox image (any image with python3 >= 3.9).", show_default=False
+    ),
+]
+TimeoutOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--timeout",
+        min=1,
+        help="Seconds to wait for one model response. [default: 300]",
+        show_default=False,
+    ),
+]
+MaxTokensOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--max-tokens",
+        min=256,
+        help="Context budget in tokens (default: the model's, else 8192).",
+        show_default=False,
+    ),
+]
+PolicyOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--policy",
+        help="Policy TOML (default: <root>/.sandbox-agent/policy.toml).",
+        exists=True,
+        dir_okay=False,
+        show_default=False,
+    ),
+]
+DenyToolOpt = Annotated[
+    list[str] | None,
+    typer.Option("--deny-tool", help="Remove this tool (repeatable).", show_default=False),
+]
+DenyPrefixOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--deny-prefix",
+        help="Remove tools whose name starts with this (repeatable).",
+        show_default=False,
+    ),
+]
 NoAuditOpt = Annotated[bool, typer.Option("--no-audit", help="Write no audit log for this run.")]
-AuditRequiredOpt = Annotated[bool, typer.Option(
-    "--audit-required", help="Stop before a tool call whose audit record cannot be written.")]
-AuditPromptsOpt = Annotated[bool, typer.Option(
-    "--audit-prompts", help="Record whole prompts in the audit log.")]
-EnvOpt = Annotated[list[str] | None, typer.Option(
-    "--env", help="Pass this host environment variable into the sandbox (repeatable).",
-    show_default=False)]
+AuditRequiredOpt = Annotated[
+    bool,
+    typer.Option(
+        "--audit-required", help="Stop before a tool call whose audit record cannot be written."
+    ),
+]
+AuditPromptsOpt = Annotated[
+    bool, typer.Option("--audit-prompts", help="Record whole prompts in the audit log.")
+]
+EnvOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--env",
+        help="Pass this host environment variable into the sandbox (repeatable).",
+        show_default=False,
+    ),
+]
 
 
 def _settings(**values: Any) -> dict[str, Any]:
@@ -76,6 +143,7 @@ def _settings(**values: Any) -> dict[str, Any]:
 
 def _interrupt_on_sigterm() -> None:
     """SIGTERM cleans up like Ctrl-C: the session is saved and the container removed."""
+
     def handler(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt
 
@@ -100,8 +168,13 @@ class TerminalApprover:
 
 
 def _runner(root: Path, options: dict[str, Any], view: ProgressView, interactive: bool) -> Runner:
-    runner = Runner.build(root, argv=sys.argv[1:], interactive=interactive,
-                          approver=TerminalApprover(view) if interactive else None, **options)
+    runner = Runner.build(
+        root,
+        argv=sys.argv[1:],
+        interactive=interactive,
+        approver=TerminalApprover(view) if interactive else None,
+        **options,
+    )
     view.attach(runner.hooks)
     return runner
 
@@ -118,10 +191,12 @@ def _query_from_stdin() -> str:
 def _start(runner: Runner, view: ProgressView) -> None:
     view.thinking()
     runner.start()
-    err_console.print(f"[dim]session {runner.session_name} · container "
-                      f"{runner.sandbox.name if runner.sandbox else '?'} · "
-                      f"{'read-only' if runner.options.read_only else 'read-write'} · "
-                      f"model {runner.model.name}[/]")
+    err_console.print(
+        f"[dim]session {runner.session_name} · container "
+        f"{runner.sandbox.name if runner.sandbox else '?'} · "
+        f"{'read-only' if runner.options.read_only else 'read-write'} · "
+        f"model {runner.model.name}[/]"
+    )
 
 
 # -- ask -----------------------------------------------------------------------------------------
@@ -129,31 +204,74 @@ def _start(runner: Runner, view: ProgressView) -> None:
 
 @cli_errors
 def ask(
-    query: Annotated[str | None, typer.Argument(help="The request; read from stdin when omitted.",
-                                                show_default=False)] = None,
+    query: Annotated[
+        str | None,
+        typer.Argument(help="The request; read from stdin when omitted.", show_default=False),
+    ] = None,
     root: RootOption = Path("."),
     provider: ProviderOpt = None,
     model: ModelOpt = None,
     host: HostOpt = None,
     tool_protocol: ProtocolOpt = None,
-    read_only: Annotated[bool, typer.Option("--read-only", help="Mount the project read-only; no write tools.")] = False,
-    yes: Annotated[bool, typer.Option("--yes", "-y", help="Approve writes and commands up front (policy denials still apply).")] = False,
+    read_only: Annotated[
+        bool, typer.Option("--read-only", help="Mount the project read-only; no write tools.")
+    ] = False,
+    yes: Annotated[
+        bool,
+        typer.Option(
+            "--yes", "-y", help="Approve writes and commands up front (policy denials still apply)."
+        ),
+    ] = False,
     stream: StreamOpt = None,
     trace: TraceOpt = False,
     max_turns: MaxTurnsOpt = None,
     image: ImageOpt = None,
     timeout: TimeoutOpt = None,
-    interactive: Annotated[bool, typer.Option("--interactive", "-i", help="A REPL: several requests in one session and one container.")] = False,
-    session: Annotated[str | None, typer.Option("--session", "-s", help="Name the session (or pick the one to --resume).", show_default=False)] = None,
-    resume: Annotated[bool, typer.Option("--resume", help="Continue --session, or this root's most recent session.")] = False,
+    interactive: Annotated[
+        bool,
+        typer.Option(
+            "--interactive", "-i", help="A REPL: several requests in one session and one container."
+        ),
+    ] = False,
+    session: Annotated[
+        str | None,
+        typer.Option(
+            "--session",
+            "-s",
+            help="Name the session (or pick the one to --resume).",
+            show_default=False,
+        ),
+    ] = None,
+    resume: Annotated[
+        bool,
+        typer.Option("--resume", help="Continue --session, or this root's most recent session."),
+    ] = False,
     max_tokens: MaxTokensOpt = None,
-    context_summarize: Annotated[bool, typer.Option("--context-summarize", help="Summarize dropped context instead of dropping it.")] = False,
+    context_summarize: Annotated[
+        bool,
+        typer.Option(
+            "--context-summarize", help="Summarize dropped context instead of dropping it."
+        ),
+    ] = False,
     policy: PolicyOpt = None,
     deny_tool: DenyToolOpt = None,
     deny_prefix: DenyPrefixOpt = None,
-    deny_command: Annotated[list[str] | None, typer.Option("--deny-command", help="Deny shell commands starting with this (repeatable).", show_default=False)] = None,
+    deny_command: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--deny-command",
+            help="Deny shell commands starting with this (repeatable).",
+            show_default=False,
+        ),
+    ] = None,
     env: EnvOpt = None,
-    allow_git_writes: Annotated[bool, typer.Option("--allow-git-writes", help="Mount .git read-write (hooks planted there run on the host later).")] = False,
+    allow_git_writes: Annotated[
+        bool,
+        typer.Option(
+            "--allow-git-writes",
+            help="Mount .git read-write (hooks planted there run on the host later).",
+        ),
+    ] = False,
     no_audit: NoAuditOpt = False,
     audit_required: AuditRequiredOpt = False,
     audit_prompts: AuditPromptsOpt = False,
@@ -167,13 +285,29 @@ def ask(
         query = _query_from_stdin()
     at_terminal = bool(sys.stdin and sys.stdin.isatty() and err_console.is_terminal)
     options = _settings(
-        provider=provider, model=model, host=host, tool_protocol=tool_protocol, stream=stream,
-        max_turns=max_turns, image=image, timeout=timeout, max_tokens=max_tokens,
-        env_allow=env, deny_tools=deny_tool, deny_prefixes=deny_prefix,
-        deny_commands=deny_command, policy_file=policy, session=session,
-    ) | {"read_only": read_only, "yes": yes, "resume": resume,
-         "context_summarize": context_summarize, "audit_required": audit_required,
-         "audit_prompts": audit_prompts}
+        provider=provider,
+        model=model,
+        host=host,
+        tool_protocol=tool_protocol,
+        stream=stream,
+        max_turns=max_turns,
+        image=image,
+        timeout=timeout,
+        max_tokens=max_tokens,
+        env_allow=env,
+        deny_tools=deny_tool,
+        deny_prefixes=deny_prefix,
+        deny_commands=deny_command,
+        policy_file=policy,
+        session=session,
+    ) | {
+        "read_only": read_only,
+        "yes": yes,
+        "resume": resume,
+        "context_summarize": context_summarize,
+        "audit_required": audit_required,
+        "audit_prompts": audit_prompts,
+    }
     if allow_git_writes:
         options["allow_git_writes"] = True
     if no_audit:
@@ -198,8 +332,9 @@ def _streams_text(runner: Runner, stream: bool | None) -> bool:
 
 def _answer(result: RunResult, view: ProgressView) -> None:
     view.close()
-    err_console.print(f"[dim]done in {result.turns} turn(s), {len(result.tool_calls)} tool "
-                      f"call(s)[/]")
+    err_console.print(
+        f"[dim]done in {result.turns} turn(s), {len(result.tool_calls)} tool call(s)[/]"
+    )
     typer.echo(result.answer)
 
 
@@ -226,7 +361,7 @@ def _repl(runner: Runner, view: ProgressView, first: str | None) -> None:
 # -- review --------------------------------------------------------------------------------------
 
 
-class ReportFormat(str, Enum):
+class ReportFormat(StrEnum):
     """Formats of the review report."""
 
     markdown = "markdown"
@@ -245,9 +380,25 @@ MAX_DIFF_CHARS = 60_000
 @cli_errors
 def review(
     root: RootOption = Path("."),
-    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the report here (default: stdout).", dir_okay=False, show_default=False)] = None,
-    fmt: Annotated[ReportFormat, typer.Option("--format", "-f", help="Report format.")] = ReportFormat.markdown,
-    diff_base: Annotated[str | None, typer.Option("--diff-base", help="Review only the changes since this git ref.", show_default=False)] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output",
+            "-o",
+            help="Write the report here (default: stdout).",
+            dir_okay=False,
+            show_default=False,
+        ),
+    ] = None,
+    fmt: Annotated[
+        ReportFormat, typer.Option("--format", "-f", help="Report format.")
+    ] = ReportFormat.markdown,
+    diff_base: Annotated[
+        str | None,
+        typer.Option(
+            "--diff-base", help="Review only the changes since this git ref.", show_default=False
+        ),
+    ] = None,
     provider: ProviderOpt = None,
     model: ModelOpt = None,
     host: HostOpt = None,
@@ -271,9 +422,18 @@ def review(
     root = root.resolve()
     query = _review_query(root, diff_base)
     options = _settings(
-        provider=provider, model=model, host=host, tool_protocol=tool_protocol, stream=stream,
-        max_turns=max_turns, image=image, timeout=timeout, max_tokens=max_tokens,
-        deny_tools=deny_tool, deny_prefixes=deny_prefix, policy_file=policy,
+        provider=provider,
+        model=model,
+        host=host,
+        tool_protocol=tool_protocol,
+        stream=stream,
+        max_turns=max_turns,
+        image=image,
+        timeout=timeout,
+        max_tokens=max_tokens,
+        deny_tools=deny_tool,
+        deny_prefixes=deny_prefix,
+        policy_file=policy,
     ) | {"read_only": True, "audit_required": audit_required}
     if no_audit:
         options["audit"] = False
@@ -281,8 +441,12 @@ def review(
     view = ProgressView(err_console, stream=stream is not False, trace=trace)
     runner = _runner(root, options, view, interactive=False)
     view.stream = _streams_text(runner, stream)
-    meta = {"root": str(root), "diff_base": diff_base, "provider": runner.settings.provider,
-            "model": runner.model.name}
+    meta = {
+        "root": str(root),
+        "diff_base": diff_base,
+        "provider": runner.settings.provider,
+        "model": runner.model.name,
+    }
     try:
         with runner:
             _start(runner, view)
@@ -303,38 +467,65 @@ def _review_query(root: Path, diff_base: str | None) -> str:
     if len(diff) > MAX_DIFF_CHARS:
         diff = diff[:MAX_DIFF_CHARS] + f"\n[... diff truncated at {MAX_DIFF_CHARS} characters ...]"
     return REVIEW_PROMPT.format(scope=f", focusing on these changes since {diff_base}") + (
-        f"\n\n```diff\n{diff}\n```")
+        f"\n\n```diff\n{diff}\n```"
+    )
 
 
 def git_diff(root: Path, base: str) -> str:
     """`git diff BASE` of the working tree, run on the host without external diff programs."""
-    command = ["git", "-C", str(root), "diff", "--no-color", "--no-ext-diff", "--no-textconv",
-               base, "--"]
+    command = [
+        "git",
+        "-C",
+        str(root),
+        "diff",
+        "--no-color",
+        "--no-ext-diff",
+        "--no-textconv",
+        base,
+        "--",
+    ]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise ConfigError(f"cannot run git diff: {exc}") from exc
     if done.returncode != 0:
-        raise ConfigError(f"git diff {base} failed: {done.stderr.strip()[:300]}",
-                          fix="--diff-base needs a git repository and an existing ref")
+        raise ConfigError(
+            f"git diff {base} failed: {done.stderr.strip()[:300]}",
+            fix="--diff-base needs a git repository and an existing ref",
+        )
     return done.stdout
 
 
 def _report(meta: dict[str, Any], runner: Runner, result: RunResult) -> dict[str, Any]:
-    calls = [{"tool": r.call.name, "arguments": r.call.arguments, "ok": r.result.ok}
-             for r in result.tool_calls]
-    return {"status": "ok", **meta, "session": runner.session_name, "turns": result.turns,
-            "tool_calls": calls, "review": result.answer}
+    calls = [
+        {"tool": r.call.name, "arguments": r.call.arguments, "ok": r.result.ok}
+        for r in result.tool_calls
+    ]
+    return {
+        "status": "ok",
+        **meta,
+        "session": runner.session_name,
+        "turns": result.turns,
+        "tool_calls": calls,
+        "review": result.answer,
+    }
 
 
 def _error_report(meta: dict[str, Any], runner: Runner, exc: SandboxAgentError) -> dict[str, Any]:
-    return {"status": "error", **meta, "session": runner.session_name,
-            "error": {"type": type(exc).__name__, "message": str(exc), "exit_code": exc.exit_code}}
+    return {
+        "status": "error",
+        **meta,
+        "session": runner.session_name,
+        "error": {"type": type(exc).__name__, "message": str(exc), "exit_code": exc.exit_code},
+    }
 
 
 def _write_report(report: dict[str, Any], fmt: ReportFormat, output: Path | None) -> None:
-    text = (json.dumps(report, indent=2, ensure_ascii=False) if fmt is ReportFormat.json
-            else _markdown(report))
+    text = (
+        json.dumps(report, indent=2, ensure_ascii=False)
+        if fmt is ReportFormat.json
+        else _markdown(report)
+    )
     if output is None:
         typer.echo(text)
         return
@@ -349,5 +540,8 @@ def _markdown(report: dict[str, Any]) -> str:
     if report["status"] != "ok":
         return head + f"**Review failed:** {report['error']['message']}\n\n{facts}_"
     tools = ", ".join(sorted({c["tool"] for c in report["tool_calls"]})) or "none"
-    return head + report["review"].strip() + (
-        f"\n\n---\n{facts}, {report['turns']} turns, tools used: {tools}_")
+    return (
+        head
+        + str(report["review"]).strip()
+        + (f"\n\n---\n{facts}, {report['turns']} turns, tools used: {tools}_")
+    )

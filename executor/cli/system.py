@@ -22,38 +22,60 @@ Check = Callable[[], str]
 @image_app.command("build")
 @cli_errors
 def image_build(
-    base: Annotated[str, typer.Option("--base", help="Base image (needs python3 >= 3.9).")] = DEFAULT_BASE_IMAGE,
+    base: Annotated[
+        str, typer.Option("--base", help="Base image (needs python3 >= 3.9).")
+    ] = DEFAULT_BASE_IMAGE,
     tag: Annotated[str, typer.Option("--tag", help="Name of the image to build.")] = DEFAULT_IMAGE,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only print the result.")] = False,
 ) -> None:
     """Build the sandbox image FROM --base (python:3.12-slim; offline: make base-image)."""
-    progress = (lambda line: None) if quiet else (lambda line: err_console.print(line, markup=False))
+    progress = (
+        (lambda line: None) if quiet else (lambda line: err_console.print(line, markup=False))
+    )
     image_id = build_image(tag, base, progress=progress)
     err_console.print(f"built [bold]{tag}[/] ({image_id[:19]}) from {base}")
 
 
 @cli_errors
 def gc(
-    all_hosts: Annotated[bool, typer.Option("--all-hosts", help="Also containers made from other hosts.")] = False,
-    force: Annotated[bool, typer.Option("--force", help="Also remove containers of running sessions.")] = False,
+    all_hosts: Annotated[
+        bool, typer.Option("--all-hosts", help="Also containers made from other hosts.")
+    ] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Also remove containers of running sessions.")
+    ] = False,
 ) -> None:
     """Remove sandbox containers whose session is no longer running (e.g. after a crash)."""
     result = collect(all_hosts=all_hosts, force=force)
     for name in result.removed:
         out_console.print(f"removed {name}")
-    err_console.print(f"[dim]{len(result.removed)} removed, {len(result.in_use)} in use, "
-                      f"{len(result.skipped)} from other hosts left alone[/]")
+    err_console.print(
+        f"[dim]{len(result.removed)} removed, {len(result.in_use)} in use, "
+        f"{len(result.skipped)} from other hosts left alone[/]"
+    )
 
 
 def doctor(
-    provider: Annotated[str | None, typer.Option("--provider", "-p", help="Model provider to check.", show_default=False)] = None,
-    host: Annotated[str | None, typer.Option("--host", help="Model server URL to check.", show_default=False)] = None,
-    model: Annotated[str | None, typer.Option("--model", "-m", help="Model to check.", show_default=False)] = None,
-    image: Annotated[str | None, typer.Option("--image", help="Sandbox image to check.", show_default=False)] = None,
+    provider: Annotated[
+        str | None,
+        typer.Option("--provider", "-p", help="Model provider to check.", show_default=False),
+    ] = None,
+    host: Annotated[
+        str | None, typer.Option("--host", help="Model server URL to check.", show_default=False)
+    ] = None,
+    model: Annotated[
+        str | None, typer.Option("--model", "-m", help="Model to check.", show_default=False)
+    ] = None,
+    image: Annotated[
+        str | None, typer.Option("--image", help="Sandbox image to check.", show_default=False)
+    ] = None,
 ) -> None:
     """Check the Docker engine, the sandbox image and the model server; print each fix."""
-    values = {k: v for k, v in {"provider": provider, "host": host, "model": model,
-                                "image": image}.items() if v is not None}
+    values = {
+        k: v
+        for k, v in {"provider": provider, "host": host, "model": model, "image": image}.items()
+        if v is not None
+    }
     try:
         settings = Settings.model_validate({**Settings().model_dump(), **values})
     except ValueError as exc:

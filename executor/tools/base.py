@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -19,7 +19,7 @@ from executor.messages import ToolResult, ToolSpec
 from executor.protocols import Sandbox
 
 
-class RiskLevel(str, Enum):
+class RiskLevel(StrEnum):
     """How much harm a tool can do; the policy's default decision depends on it."""
 
     LOW = "low"

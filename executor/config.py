@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Literal
 
@@ -17,6 +18,11 @@ DEFAULT_BASE_IMAGE = "python:3.12-slim"
 """Base the sandbox image is built from when a registry is reachable."""
 OFFLINE_BASE_IMAGE = "sandbox-agent-base:bookworm"
 """Base built with debootstrap (scripts/build-base-image.sh) where no registry is reachable."""
+
+
+def default_cpus() -> float:
+    """All cores up to 4: searches use every core, a runaway cannot take a big host."""
+    return float(max(1, min(4, os.cpu_count() or 1)))
 
 
 class Settings(BaseSettings):
@@ -56,8 +62,8 @@ class Settings(BaseSettings):
     """Container memory limit (no swap on top)."""
     pids_limit: int = Field(256, ge=16)
     """Maximum processes in the container."""
-    cpus: float = Field(1.0, gt=0)
-    """CPU limit of the container."""
+    cpus: float = Field(default_factory=default_cpus, gt=0)
+    """CPU limit of the container (default: the host's cores, at most 4)."""
     tmp_size: str = "64m"
     """Size of the container's /tmp tmpfs."""
     env_allow: list[str] = Field(default_factory=list)

@@ -18,7 +18,7 @@ from typing import Any, Self
 
 from pydantic import BaseModel, Field
 
-from executor.config import DEFAULT_IMAGE
+from executor.config import DEFAULT_IMAGE, default_cpus
 from executor.errors import (
     ConfigError,
     ImageNotFoundError,
@@ -68,8 +68,8 @@ class SandboxConfig(BaseModel):
     """Memory limit; swap is not allowed on top."""
     pids_limit: int = 256
     """Maximum processes."""
-    cpus: float = 1.0
-    """CPU limit."""
+    cpus: float = Field(default_factory=default_cpus)
+    """CPU limit (default: the host's cores, at most 4)."""
     tmp_size: str = "64m"
     """Size cap of the /tmp tmpfs."""
     tool_timeout: int = 60

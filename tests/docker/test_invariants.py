@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from executor.config import default_cpus
 from executor.sandbox.docker import DockerSandbox
 from executor.sandbox.gc import gc
 from tests.docker.conftest import SECRET, make_config
@@ -148,7 +149,7 @@ def test_hardening_flags(sandbox: DockerSandbox, docker_client: Any):
     assert host["ReadonlyRootfs"] is True
     assert host["PidsLimit"] == 256
     assert host["Memory"] == 512 * 1024**2 and host["MemorySwap"] == host["Memory"]
-    assert host["NanoCpus"] == 10**9
+    assert host["NanoCpus"] == int(default_cpus() * 1e9) > 0
     assert "size=64m" in host["Tmpfs"]["/tmp"]
     assert host["Privileged"] is False
     status = shell(sandbox, "grep -E '^(CapEff|CapPrm|CapBnd|NoNewPrivs)' /proc/self/status")

@@ -83,7 +83,8 @@ test: install-local image lint
 		rc=$$?; if [ $$rc = 5 ]; then echo "no embedded tests collected"; exit 1; fi; [ $$rc = 0 ]
 
 demo: install-local image
-	@rm -rf $(DEMO_DIR) && mkdir -p $(dir $(DEMO_DIR)) && cp -r examples/sample-project $(DEMO_DIR)
+	@rm -rf $(DEMO_DIR) && mkdir -p $(dir $(DEMO_DIR)) && cp -r examples/sample-project $(DEMO_DIR) \
+		&& rm -rf $(DEMO_DIR)/.sandbox-agent
 	@echo "== sandbox-agent ask --provider embedded --root $(DEMO_DIR) --yes \"$(DEMO_QUERY)\""
 	$(BIN)/sandbox-agent ask --provider embedded --root $(DEMO_DIR) --yes "$(DEMO_QUERY)"
 	@echo "== files in $(DEMO_DIR):" && ls -la $(DEMO_DIR)

@@ -1,0 +1,242 @@
+"""`sandbox-agent ask` end to end: the real CLI, the stand-in model server, a real container.
+
+Every test runs the console script as a subprocess without a terminal and asserts on what
+really happened: the files on disk, the bytes the model server received, stdout, stderr
+and the exit code.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.docker.cli_support import (
+    ALL_TOOLS,
+    PROVIDERS,
+    READ_TOOLS,
+    ask,
+    assert_ok,
+    assert_user_error,
+    containers_of,
+    explain,
+    offered_tools,
+    tool_exchanges,
+    tree,
+)
+from tests.fakes.model_server import Call, ModelServer, RecordedRequest, Reply
+
+pytestmark = pytest.mark.docker
+
+APP = "def add(a, b):\n    return a + b\n"
+
+
+def _script_every_tool(server: ModelServer) -> None:
+    server.reply(tool_calls=[Call("read_file", {"path": "src/app.py"})])
+    server.reply("Looking for callers.", tool_calls=[Call("search_files", {"pattern": "return a"})])
+    server.reply(tool_calls=[Call("edit_file", {"path": "src/app.py", "old_text": "a + b",
+                                                "new_text": "a + b + 0"})])
+    server.reply(tool_calls=[Call("write_file", {"path": "notes/todo.txt",
+                                                 "content": "check add()\n"})])
+    server.reply(tool_calls=[Call("run_shell_command",
+                                  {"command": "cat notes/todo.txt && echo shell-$((6*7))"})])
+    server.reply("Edited add() and left a note.")
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_multi_step_run_through_every_tool(project: Path, model_server: ModelServer,
+                                           provider: str):
+    before = tree(project)
+    _script_every_tool(model_server)
+
+    done = ask(project, model_server, provider, "--yes", query="tidy up add()")
+
+    assert_ok(done, "Edited add() and left a note.")
+    after = tree(project)
+    assert after == {**before, "src/app.py": b"def add(a, b):\n    return a + b + 0\n",
+                     "notes/todo.txt": b"check add()\n"}
+    chats = model_server.chat_requests
+    assert len(chats) == 6 and model_server.pending == 0
+    for request in chats:
+        assert set(offered_tools(request)) == ALL_TOOLS and len(offered_tools(request)) == 6
+    read_schema = next(t for t in chats[0].body["tools"] if t["function"]["name"] == "read_file")
+    assert "path" in read_schema["function"]["parameters"]["required"]
+    assert chats[0].body["messages"][-1] == {"role": "user", "content": "tidy up add()"}
+
+    exchanges = tool_exchanges(model_server.last_chat)
+    assert [name for name, _, _ in exchanges] == [
+        "read_file", "search_files", "edit_file", "write_file", "run_shell_command"]
+    results = [result for _, _, result in exchanges]
+    assert results[0] == "     1\tdef add(a, b):\n     2\t    return a + b"
+    assert "src/app.py:2:    return a + b" in results[1]
+    assert "edited" in results[2] and "src/app.py" in results[2]
+    assert "notes/todo.txt" in results[3]
+    assert results[4].startswith("exit_code: 0") and "check add()\nshell-42" in results[4]
+    # Each request carries exactly the results known by then: fed back in order, never lost.
+    for index, request in enumerate(chats):
+        assert [r for _, _, r in tool_exchanges(request)] == results[:index]
+
+
+def test_write_edit_and_shell_are_denied_without_a_terminal(project: Path,
+                                                            model_server: ModelServer):
+    before = tree(project)
+    model_server.reply(tool_calls=[Call("write_file", {"path": "new.txt", "content": "x\n"})])
+    model_server.reply(tool_calls=[Call("edit_file", {"path": "hello.py", "old_text": "hello",
+                                                      "new_text": "bye"})])
+    model_server.reply(tool_calls=[Call("run_shell_command", {"command": "touch made.txt"})])
+    model_server.reply("I could not change anything.")
+
+    done = ask(project, model_server, "ollama")
+
+    assert_ok(done, "I could not change anything.")
+    assert tree(project) == before
+    assert not (project / "new.txt").exists() and not (project / "made.txt").exists()
+    results = tool_exchanges(model_server.last_chat)
+    assert [name for name, _, _ in results] == ["write_file", "edit_file", "run_shell_command"]
+    for name, _, result in results:
+        assert result.startswith("Denied:"), (name, result)
+        assert "approval" in result.lower() and "--yes" in result, (name, result)
+
+
+def test_the_same_write_runs_with_yes(project: Path, model_server: ModelServer):
+    model_server.reply(tool_calls=[Call("write_file", {"path": "new.txt", "content": "x\n"})])
+    model_server.reply("Wrote it.")
+
+    done = ask(project, model_server, "ollama", "--yes")
+
+    assert_ok(done, "Wrote it.")
+    assert (project / "new.txt").read_text() == "x\n"
+    [(_, _, result)] = tool_exchanges(model_server.last_chat)
+    assert not result.startswith("Denied") and "new.txt" in result
+
+
+def test_a_policy_deny_beats_yes(project: Path, model_server: ModelServer):
+    (project / "keep.txt").write_text("keep\n")
+    model_server.reply(tool_calls=[Call("run_shell_command", {"command": "rm keep.txt"})])
+    model_server.reply(tool_calls=[Call("run_shell_command", {"command": "echo ok; rm -f keep.txt"})])
+    model_server.reply(tool_calls=[Call("run_shell_command", {"command": "echo allowed"})])
+    model_server.reply("Nothing removed.")
+
+    done = ask(project, model_server, "ollama", "--yes", "--deny-command", "rm ")
+
+    assert_ok(done, "Nothing removed.")
+    assert (project / "keep.txt").read_text() == "keep\n"
+    results = [r for _, _, r in tool_exchanges(model_server.last_chat)]
+    assert results[0].startswith("Denied:") and "rm" in results[0]
+    assert results[1].startswith("Denied:")  # a denied command hidden after `;` is still denied
+    assert results[2].startswith("exit_code: 0") and "allowed" in results[2]
+
+
+def test_read_only_offers_no_write_tools_and_rejects_writes(project: Path,
+                                                            model_server: ModelServer,
+                                                            docker_client: Any):
+    before = tree(project)
+    model_server.reply(tool_calls=[Call("write_file", {"path": "hello.py", "content": "x"})])
+    model_server.reply(tool_calls=[Call("run_shell_command", {"command": "touch made.txt"})])
+    model_server.reply(tool_calls=[Call("read_file", {"path": "hello.py"})])
+    model_server.reply("Read only, as asked.")
+
+    done = ask(project, model_server, "ollama", "--read-only", "--yes")
+
+    assert_ok(done, "Read only, as asked.")
+    assert tree(project) == before
+    for request in model_server.chat_requests:
+        assert set(offered_tools(request)) == READ_TOOLS
+    results = [r for _, _, r in tool_exchanges(model_server.last_chat)]
+    assert "Unknown tool 'write_file'" in results[0]
+    assert "Unknown tool 'run_shell_command'" in results[1]
+    assert "print(\"hello\")" in results[2]
+    assert "read-only" in model_server.chat_requests[0].body["messages"][0]["content"]
+    assert "read-only" in done.stderr  # the session line says how the root is mounted
+    assert containers_of(docker_client, project) == []
+
+
+@pytest.mark.parametrize(("flags", "removed"), [
+    (["--deny-tool", "run_shell_command"], {"run_shell_command"}),
+    (["--deny-prefix", "write"], {"write_file"}),
+    (["--deny-tool", "list_files", "--deny-prefix", "edit", "--deny-prefix", "write"],
+     {"list_files", "edit_file", "write_file"}),
+])
+def test_denied_tools_are_not_offered(project: Path, model_server: ModelServer,
+                                      flags: list[str], removed: set[str]):
+    victim = sorted(removed)[0]
+    model_server.reply(tool_calls=[Call(victim, {"path": "x.txt", "content": "x",
+                                                 "command": "touch x.txt"})])
+    model_server.reply("Done.")
+
+    done = ask(project, model_server, "ollama", "--yes", *flags)
+
+    assert_ok(done, "Done.")
+    assert set(offered_tools(model_server.chat_requests[0])) == ALL_TOOLS - removed
+    [(_, _, result)] = tool_exchanges(model_server.last_chat)
+    assert f"Unknown tool '{victim}'" in result
+    assert not (project / "x.txt").exists()
+
+
+def test_max_turns_stops_a_model_that_keeps_calling_tools(project: Path,
+                                                          model_server: ModelServer,
+                                                          docker_client: Any):
+    model_server.default = Reply(tool_calls=(Call("read_file", {"path": "hello.py"}),))
+
+    done = ask(project, model_server, "ollama", "--max-turns", "2")
+
+    line = assert_user_error(done, 31, "2 model turns")
+    assert done.stdout == ""
+    assert len(model_server.chat_requests) == 2, line
+    assert containers_of(docker_client, project) == []
+
+
+def test_unknown_tool_and_invalid_arguments_are_results_the_model_sees(
+        project: Path, model_server: ModelServer):
+    model_server.reply(tool_calls=[Call("delete_everything", {"path": "."})])
+    model_server.reply(tool_calls=[Call("read_file", {"file": "hello.py"})])
+    model_server.reply(tool_calls=[Call("read_file", {"path": "hello.py", "start_line": "first"})])
+    model_server.reply(tool_calls=[Call("read_file", {"path": "hello.py"})])
+    model_server.reply("Recovered.")
+
+    done = ask(project, model_server, "openai")
+
+    assert_ok(done, "Recovered.")
+    results = [r for _, _, r in tool_exchanges(model_server.last_chat)]
+    assert results[0].startswith("Unknown tool 'delete_everything'")
+    assert "read_file" in results[0] and "run_shell_command" in results[0]  # what exists
+    assert results[1].startswith("Invalid arguments for read_file")
+    assert "path" in results[1] and "file" in results[1]
+    assert results[2].startswith("Invalid arguments for read_file") and "start_line" in results[2]
+    assert results[3] == '     1\tprint("hello")'
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_repl_keeps_one_session_and_one_container(project: Path, model_server: ModelServer,
+                                                  provider: str, docker_client: Any):
+    seen_containers: list[list[str]] = []
+
+    def first(request: RecordedRequest) -> Reply:
+        seen_containers.append([c.id for c in containers_of(docker_client, project)])
+        return Reply(tool_calls=(Call("run_shell_command", {"command": "echo $$ > /tmp/pid"}),))
+
+    def second(request: RecordedRequest) -> Reply:
+        seen_containers.append([c.id for c in containers_of(docker_client, project)])
+        return Reply(tool_calls=(Call("run_shell_command", {"command": "cat /tmp/pid"}),))
+
+    model_server.respond(first).reply("First answer.")
+    model_server.respond(second).reply("Second answer.")
+
+    done = ask(project, model_server, provider, "-i", "--yes", query="",
+               stdin="first request\nsecond request\n")
+
+    assert done.returncode == 0, explain(done)
+    assert done.stdout == "First answer.\nSecond answer.\n", explain(done)
+    assert "Traceback" not in done.stderr
+    assert len(seen_containers) == 2 and len(seen_containers[0]) == 1
+    assert seen_containers[0] == seen_containers[1]  # one container for both requests
+    last = model_server.last_chat.body["messages"]
+    texts = [m.get("content") for m in last]
+    assert texts.index("first request") < texts.index("First answer.") < \
+        texts.index("second request")
+    # /tmp of the same container still holds what the first request wrote.
+    [_, (_, _, pid_file)] = tool_exchanges(model_server.last_chat)
+    assert pid_file.startswith("exit_code: 0") and pid_file.split("\n")[-1].isdigit()
+    assert containers_of(docker_client, project) == []
+    assert len(list((project / ".sandbox-agent" / "sessions").glob("*.ndjson"))) == 1

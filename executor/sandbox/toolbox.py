@@ -387,11 +387,12 @@ def tool_edit_file(ctx, path, new_text, old_text=None, replace_all=False):
     """Replace the unique (or, with replace_all, every) occurrence of old_text."""
     real = resolve(ctx, path, write=True)
     before = _read_existing(real, path)
-    if old_text is None:
+    if old_text is None or (old_text == "" and before is None):
+        # Small models send old_text="" to mean "create": treat it like an omitted old_text.
         return _create_by_edit(real, path, before, new_text)
     if old_text == "":
-        raise ToolError("old_text is empty. Give the exact text to replace, or omit old_text "
-                        "to create a new file.")
+        raise ToolError(f"old_text is empty but '{path}' exists. Give the exact text to "
+                        "replace, or use write_file to overwrite the whole file.")
     if before is None:
         raise ToolError(f"file not found: {path}. To create it, call edit_file without old_text.")
     text = _edit_text(before, path)

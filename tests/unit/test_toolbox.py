@@ -520,8 +520,15 @@ def test_edit_creates_a_missing_file_without_old_text(box: Box, root: Path):
            "already exists", "give old_text", "write_file")
     failed(box.call("edit_file", path="nope.py", old_text="a", new_text="b"),
            "file not found: nope.py", "without old_text")
-    failed(box.call("edit_file", path="new/mod.py", old_text="", new_text="b"), "old_text is empty")
+    failed(box.call("edit_file", path="new/mod.py", old_text="", new_text="b"),
+           "old_text is empty", "write_file")
     assert (root / "new" / "mod.py").read_text() == "VALUE = 1\n"
+
+
+def test_edit_with_empty_old_text_creates_a_missing_file(box: Box, root: Path):
+    reply = box.call("edit_file", path="hello.py", old_text="", new_text="print('hello')\n")
+    assert reply["ok"] and reply["meta"]["created"], reply
+    assert (root / "hello.py").read_text() == "print('hello')\n"
 
 
 def test_edit_keeps_crlf_and_invalid_bytes(box: Box, root: Path):

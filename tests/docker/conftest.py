@@ -1,13 +1,11 @@
 """Fixtures for tests against a real Docker engine and the real sandbox image.
 
-Without an engine (or without the image) these tests skip on a laptop, but under CI=true
-they fail instead: a green CI run always means the sandbox was really exercised.
+`docker_client` and `workdir` live in tests/conftest.py (skip without an engine, fail under
+CI=true); here: the project fixtures and the check that no test leaves a container behind.
 """
 
 from __future__ import annotations
 
-import os
-import re
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -16,34 +14,10 @@ from typing import Any
 
 import pytest
 
-from executor.config import DEFAULT_IMAGE
-from executor.errors import SandboxError
 from executor.sandbox.docker import LABEL_SESSION, DockerSandbox, SandboxConfig
-from executor.sandbox.engine import connect
+from tests.conftest import IMAGE, safe_test_name
 
-os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
-IMAGE = os.environ.get("SANDBOX_AGENT_TEST_IMAGE", DEFAULT_IMAGE)
 SECRET = "TOP-SECRET-do-not-leak-4242"
-
-
-def _unavailable(reason: str) -> None:
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"CI=true but {reason}", pytrace=False)
-    pytest.skip(reason)
-
-
-@pytest.fixture(scope="session")
-def docker_client() -> Any:
-    """A connected docker SDK client, and the sandbox image present."""
-    try:
-        client = connect(timeout=30)
-    except SandboxError as exc:
-        _unavailable(f"no Docker engine: {exc}")
-    try:
-        client.images.get(IMAGE)
-    except Exception:
-        _unavailable(f"sandbox image {IMAGE} missing (make image)")
-    return client
 
 
 @pytest.fixture(autouse=True)
@@ -52,24 +26,11 @@ def _no_leftover_containers(docker_client: Any, request: pytest.FixtureRequest) 
     before = {c.id for c in docker_client.containers.list(all=True, filters={"label": LABEL_SESSION})}
     yield
     after = docker_client.containers.list(all=True, filters={"label": LABEL_SESSION})
-    leaked = [c for c in after if c.id not in before and test_dir_name(request) in c.labels.get(
+    leaked = [c for c in after if c.id not in before and safe_test_name(request) in c.labels.get(
         "sandbox-agent.root", "")]
     for container in leaked:
         container.remove(force=True)
     assert not leaked, f"test left containers behind: {[c.name for c in leaked]}"
-
-
-def test_dir_name(request: pytest.FixtureRequest) -> str:
-    """The test's name made safe for a directory name."""
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", request.node.name)
-
-
-@pytest.fixture
-def workdir(tmp_path: Path, request: pytest.FixtureRequest) -> Path:
-    """A per-test directory whose path contains the test name (to attribute containers)."""
-    path = tmp_path / test_dir_name(request)
-    path.mkdir()
-    return path
 
 
 @pytest.fixture

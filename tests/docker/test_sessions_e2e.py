@@ -30,7 +30,7 @@ from executor.messages import Message, ToolCall
 from executor.runner import SYSTEM_PROMPT
 from executor.sandbox.docker import LABEL_LOCK
 from executor.session import NdjsonSessionStore, TornLineWarning
-from tests.docker.conftest import IMAGE
+from tests.conftest import IMAGE
 from tests.fakes.model_server import Call, ModelServer, RecordedRequest
 
 pytestmark = pytest.mark.docker

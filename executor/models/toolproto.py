@@ -84,8 +84,9 @@ def _example(tools: Sequence[ToolSpec]) -> list[str]:
         "Example:",
         f"assistant: {call}",
         f"user: {TOOL_RESULT_PREFIX} {tool.name}:",
-        "<the tool's output>",
-        'assistant: {"answer": "<what you found or did>"}',
+        "(the tool's output)",
+        # A concrete answer: small models copy a placeholder like "<answer>" literally.
+        'assistant: {"answer": "README.md explains how to install and run the project."}',
     ]
 
 

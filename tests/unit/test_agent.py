@@ -1,0 +1,322 @@
+"""The agent loop, driven by the deterministic ScriptedModel in an in-memory sandbox."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import BaseModel, ValidationError
+
+from executor.agent import Agent, Authorization
+from executor.context import ContextWindow, TokenCounter
+from executor.errors import AgentError, AuditError, MaxTurnsExceeded
+from executor.hooks import Event, HookBus
+from executor.messages import Message, ModelReply, ToolCall, ToolResult, Usage
+from executor.models import ScriptedModel
+from executor.protocols import Sandbox
+from executor.tools import Tool, ToolContext, default_registry, format_validation_error
+from executor.tools.builtin import ReadFileArgs
+from tests.fakes.sandbox import FakeSandbox
+
+
+def allow(tool: Tool, args: BaseModel, call: ToolCall) -> Authorization:
+    """Every call may run (as with --yes)."""
+    return Authorization(True, "test:allow", approved_by="--yes")
+
+
+def calls(*tool_calls: tuple[str, dict[str, Any]]) -> Message:
+    """An assistant turn calling these tools (ids c1, c2, ... in order)."""
+    return Message.assistant("", [ToolCall(id=f"c{i}", name=name, arguments=args)
+                                  for i, (name, args) in enumerate(tool_calls, 1)])
+
+
+def unusable(problem: str = "not a JSON object") -> ModelReply:
+    """A reply the parser could not use."""
+    return ModelReply(message=Message.assistant("garbage"), problem=problem, raw="garbage")
+
+
+class ListSink:
+    """A MessageSink that keeps what it is given."""
+
+    def __init__(self) -> None:
+        self.messages: list[Message] = []
+
+    def append(self, message: Message) -> None:
+        self.messages.append(message)
+
+
+def make_agent(script: list[Any], sandbox: FakeSandbox | None = None, **fields: Any) -> Agent:
+    """An agent on the built-in tools, a started fake sandbox and a ScriptedModel."""
+    box = sandbox or FakeSandbox()
+    box.start()
+    context = ToolContext(sandbox=box, root=Path("/project"), read_only=False, session_id="t")
+    return Agent(model=ScriptedModel(script), tools=default_registry(), context=context,
+                 **{"authorize": allow, **fields})
+
+
+def model_of(agent: Agent) -> ScriptedModel:
+    assert isinstance(agent.model, ScriptedModel)
+    return agent.model
+
+
+def sandbox_of(agent: Agent) -> FakeSandbox:
+    assert isinstance(agent.context.sandbox, FakeSandbox)
+    return agent.context.sandbox
+
+
+def record_events(agent: Agent) -> list[Event]:
+    events: list[Event] = []
+    agent.hooks.subscribe(events.append)
+    return events
+
+
+def test_the_fake_sandbox_satisfies_the_protocol() -> None:
+    assert isinstance(FakeSandbox(), Sandbox)
+
+
+# -- tool calls that cannot run are results the model sees ---------------------------------------
+
+
+def test_unknown_tool_is_an_error_result_and_the_run_continues() -> None:
+    agent = make_agent([calls(("teleport", {"to": "mars"})), Message.assistant("sorry")])
+
+    result = agent.run("go")
+
+    assert result.answer == "sorry" and result.turns == 2
+    [record] = result.tool_calls
+    assert not record.result.ok and record.rule == "unknown-tool"
+    seen = model_of(agent).calls[1].messages[-1]
+    assert (seen.role, seen.tool_call_id) == ("tool", "c1")
+    assert seen.content.startswith("Unknown tool 'teleport'. Available tools: read_file, ")
+    assert "run_shell_command" in seen.content
+    assert sandbox_of(agent).calls == []
+
+
+def test_invalid_arguments_are_explained_with_format_validation_error() -> None:
+    bad = {"path": 7, "start_line": 0, "colour": "red"}
+    agent = make_agent([calls(("read_file", bad)), Message.assistant("fixed")])
+
+    agent.run("read it")
+
+    with pytest.raises(ValidationError) as info:
+        ReadFileArgs.model_validate(bad)
+    seen = model_of(agent).calls[1].messages[-1]
+    assert seen.content == format_validation_error("read_file", info.value)
+    assert "- path:" in seen.content and "- colour:" in seen.content
+    assert sandbox_of(agent).calls == []
+
+
+def test_a_denied_call_is_not_executed_and_the_model_is_told_why() -> None:
+    def no_writes(tool: Tool, args: BaseModel, call: ToolCall) -> Authorization:
+        if tool.name == "write_file":
+            return Authorization(False, "policy.toml:3", reason="writes are off today")
+        return allow(tool, args, call)
+
+    agent = make_agent(
+        [calls(("write_file", {"path": "a.py", "content": "x"}), ("read_file", {"path": "a.py"})),
+         Message.assistant("could only read")],
+        authorize=no_writes,
+    )
+    events = record_events(agent)
+
+    result = agent.run("write and read")
+
+    assert sandbox_of(agent).calls == [("read_file", {"path": "a.py"})]
+    denied, read = result.tool_calls
+    assert (denied.result.ok, denied.result.output, denied.rule) == (
+        False, "Denied: writes are off today", "policy.toml:3")
+    assert read.result.ok and read.approved_by == "--yes"
+    sent = model_of(agent).calls[1].messages
+    assert [(m.tool_call_id, m.content) for m in sent[-2:]] == [
+        ("c1", "Denied: writes are off today"), ("c2", "read_file ok")]
+    decisions = [e.data["decision"] for e in events if e.kind == "tool_call"]
+    assert decisions == ["deny", "allow"]
+
+
+# -- unusable replies, turn limits ---------------------------------------------------------------
+
+
+def test_an_unusable_reply_is_reported_to_the_model_which_is_asked_again() -> None:
+    agent = make_agent([unusable("no JSON object found"), Message.assistant("better")])
+    events = record_events(agent)
+
+    assert agent.run("go").answer == "better"
+
+    retried = model_of(agent).calls[1].messages
+    assert [(m.role, m.content) for m in retried[-2:]] == [
+        ("assistant", "garbage"),
+        ("user", "Your last reply could not be used: no JSON object found")]
+    assert any(e.kind == "warning" and "no JSON object found" in e.data["message"]
+               for e in events)
+
+
+def test_unusable_replies_in_a_row_stop_the_run() -> None:
+    agent = make_agent([unusable(), unusable(), unusable("still garbage"), "never reached"],
+                       max_bad_replies=3)
+
+    with pytest.raises(AgentError, match="3 unusable replies in a row: still garbage"):
+        agent.run("go")
+
+    assert len(model_of(agent).calls) == 3
+
+
+def test_a_good_reply_resets_the_unusable_count() -> None:
+    agent = make_agent(
+        [unusable(), unusable(), calls(("list_files", {})), unusable(), unusable(),
+         Message.assistant("done")],
+        max_bad_replies=3,
+    )
+
+    assert agent.run("go").answer == "done"
+    assert sandbox_of(agent).tools_called == ["list_files"]
+
+
+def test_no_answer_within_max_turns_raises() -> None:
+    agent = make_agent([calls(("list_files", {}))] * 3 + [Message.assistant("late")], max_turns=3)
+
+    with pytest.raises(MaxTurnsExceeded) as info:
+        agent.run("loop")
+
+    assert info.value.exit_code == 31 and "3 model turns" in str(info.value)
+    assert len(model_of(agent).calls) == 3
+    assert sandbox_of(agent).tools_called == ["list_files"] * 3
+
+
+# -- events ------------------------------------------------------------------------------------
+
+
+def test_every_step_is_announced_with_its_fields() -> None:
+    box = FakeSandbox({"read_file": ToolResult(ok=True, output="1\tx = 1", meta={"bytes": 6})})
+    reply = ModelReply(message=Message.assistant("x is 1"), raw="x is 1",
+                       usage=Usage(prompt_tokens=321, completion_tokens=4))
+    agent = make_agent([calls(("read_file", {"path": "a.py"})), reply], sandbox=box)
+    events = record_events(agent)
+
+    agent.run("what is x?")
+
+    assert [e.kind for e in events] == [
+        "model_request", "tool_call", "tool_result", "token", "model_request"]
+    first, call, result, token, last = (e.data for e in events)
+    assert first["model"] == "scripted" and first["messages"] == 1
+    assert first["prompt_bytes"] == len("what is x?")
+    assert first["tools"] == default_registry().names()
+    assert first["duration_ms"] >= 0 and first["prompt_tokens"] is None
+    assert (last["prompt_tokens"], last["completion_tokens"], last["reply"]) == (321, 4, "x is 1")
+    assert last["messages"] == 3
+    assert call == {"call_id": "c1", "tool": "read_file", "arguments": {"path": "a.py"},
+                    "decision": "allow", "rule": "test:allow", "approved_by": "--yes",
+                    "reason": ""}
+    assert {k: result[k] for k in ("call_id", "tool", "ok", "output")} == {
+        "call_id": "c1", "tool": "read_file", "ok": True, "output": "1\tx = 1"}
+    assert result["meta"]["bytes"] == 6 and result["meta"]["duration_ms"] >= 0
+    assert token == {"text": "x is 1"}
+
+
+def test_a_failing_subscriber_does_not_break_the_run() -> None:
+    agent = make_agent([calls(("list_files", {})), Message.assistant("done")])
+    seen: list[str] = []
+
+    def broken(event: Event) -> None:
+        seen.append(event.kind)
+        raise RuntimeError("subscriber bug")
+
+    agent.hooks.subscribe(broken)
+
+    assert agent.run("go").answer == "done"
+    assert sandbox_of(agent).tools_called == ["list_files"]
+    assert "tool_call" in seen and "tool_result" in seen
+
+
+def test_a_critical_subscriber_failing_on_tool_call_stops_the_run_before_the_tool_runs() -> None:
+    bus = HookBus()
+
+    def audit(event: Event) -> None:
+        raise AuditError("audit record could not be written")
+
+    bus.subscribe(audit, "tool_call", critical=True)
+    agent = make_agent([calls(("run_shell_command", {"command": "rm -rf build"})), "never"],
+                       hooks=bus)
+
+    with pytest.raises(AuditError):
+        agent.run("clean up")
+
+    assert sandbox_of(agent).calls == []
+    assert len(model_of(agent).calls) == 1
+    assert not any(m.role == "tool" for m in agent.messages)
+
+
+# -- what is kept and what is sent -------------------------------------------------------------
+
+
+def test_messages_reach_the_sink_in_order_as_they_happen() -> None:
+    sink = ListSink()
+    agent = make_agent([unusable("bad"), calls(("list_files", {}), ("read_file", {"path": "a"})),
+                        Message.assistant("done")], sink=sink)
+
+    agent.run("go")
+
+    assert [(m.role, m.content, m.tool_call_id) for m in sink.messages] == [
+        ("user", "go", None),
+        ("assistant", "garbage", None),
+        ("user", "Your last reply could not be used: bad", None),
+        ("assistant", "", None),
+        ("tool", "list_files ok", "c1"),
+        ("tool", "read_file ok", "c2"),
+        ("assistant", "done", None),
+    ]
+    assert sink.messages == agent.messages
+
+
+def test_each_message_is_persisted_before_the_next_model_request() -> None:
+    sink = ListSink()
+    persisted_at_request: list[int] = []
+    agent = make_agent([calls(("list_files", {})), Message.assistant("done")], sink=sink)
+    agent.hooks.subscribe(lambda e: persisted_at_request.append(len(sink.messages)),
+                          "model_request")
+
+    agent.run("go")
+
+    # model_request is emitted after the reply arrives, before that reply is added
+    assert persisted_at_request == [1, 3]
+
+
+def test_the_system_prompt_is_sent_first_every_time_and_never_persisted() -> None:
+    sink = ListSink()
+    agent = make_agent([calls(("list_files", {})), Message.assistant("done")],
+                       system_prompt="You are a test agent.", sink=sink)
+
+    agent.run("go")
+
+    for call in model_of(agent).calls:
+        assert (call.messages[0].role, call.messages[0].content) == (
+            "system", "You are a test agent.")
+        assert sum(m.role == "system" for m in call.messages) == 1
+    assert all(m.role != "system" for m in sink.messages + agent.messages)
+
+
+def test_the_context_window_is_applied_to_every_request() -> None:
+    budget = 400
+    window = ContextWindow(budget=budget, counter=TokenCounter(None))
+    earlier = [Message.user(f"old question {n} " + "words " * 60) for n in range(10)]
+    big = ToolResult(ok=True, output="line of output\n" * 200)
+    agent = make_agent(
+        [calls(("read_file", {"path": "huge.log"})), Message.assistant("done")],
+        sandbox=FakeSandbox({"read_file": big}), system_prompt="SYSTEM", fitter=window,
+        messages=list(earlier),
+    )
+
+    agent.run("latest question")
+
+    sent = [call.messages for call in model_of(agent).calls]
+    assert len(sent) == 2
+    for messages in sent:
+        assert messages[0].content == "SYSTEM"
+        assert window.counter.count_messages(messages) <= budget
+        assert any("omitted" in m.content for m in messages if m.role == "system")
+        assert any(m.content == "latest question" for m in messages)
+    assert sent[0][-1].content == "latest question"
+    assert [m.role for m in sent[1][-2:]] == ["assistant", "tool"]
+    assert "[... truncated " in sent[1][-1].content  # too big for the budget: cut with a marker
+    assert agent.messages[:10] == earlier and agent.messages[-1].content == "done"  # kept whole
+    assert agent.messages[-2].content == big.output

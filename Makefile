@@ -91,6 +91,7 @@ demo: install-local image
 
 bench: install image
 	$(BIN)/python benchmarks/bench_sandbox.py
+	$(BIN)/python benchmarks/bench_context.py
 
 gc: install
 	$(BIN)/sandbox-agent gc

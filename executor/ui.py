@@ -23,6 +23,8 @@ class ProgressView:
         self._status: Status | None = None
         self._streaming = False
         self._calls: dict[str, dict[str, Any]] = {}
+        self.last_reply_streamed = False
+        """Whether the latest model reply was shown token by token."""
 
     def attach(self, hooks: HookBus) -> None:
         """Subscribe to every event of `hooks`."""
@@ -63,6 +65,7 @@ class ProgressView:
         self._streaming = True
 
     def _on_model_request(self, data: dict[str, Any]) -> None:
+        self.last_reply_streamed = self._streaming
         self.close()
         if self.trace:
             tokens = f"{data.get('prompt_tokens')}→{data.get('completion_tokens')} tokens"

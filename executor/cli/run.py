@@ -335,7 +335,8 @@ def _answer(result: RunResult, view: ProgressView) -> None:
     err_console.print(
         f"[dim]done in {result.turns} turn(s), {len(result.tool_calls)} tool call(s)[/]"
     )
-    typer.echo(result.answer)
+    if not (view.last_reply_streamed and sys.stdout.isatty()):  # already on this screen
+        typer.echo(result.answer)
 
 
 def _repl(runner: Runner, view: ProgressView, first: str | None) -> None:

@@ -345,9 +345,13 @@ class AuditLog:
         argv: Sequence[str] = (),
         user: str | None = None,
         host: str | None = None,
+        session: str | None = None,
         **extra: Any,
     ) -> dict[str, Any]:
-        """Who started which run, where, with what model, sandbox and policy."""
+        """Who started which run, where, with what model, sandbox and policy.
+
+        `session` (part of the hook payload) is not a field: every record carries the log's own.
+        """
         self._started = time.monotonic()
         return self.record(
             "run_start", user=user or _current_user(), host=host or socket.gethostname(),

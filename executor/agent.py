@@ -132,7 +132,7 @@ class Agent:
             prompt_bytes=sum(len(m.content) for m in sent), tools=[s.name for s in specs],
             duration_ms=round((time.monotonic() - started) * 1000, 1),
             prompt_tokens=reply.usage.prompt_tokens,
-            completion_tokens=reply.usage.completion_tokens, reply=reply.raw,
+            completion_tokens=reply.usage.completion_tokens, reply=reply.raw, prompt=sent,
         )
         return reply
 

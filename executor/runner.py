@@ -128,11 +128,16 @@ class Runner:
         tools: Iterable[Tool] = (),
         settings: Settings | None = None,
         hooks: HookBus | None = None,
-        model: Model | None = None,
+        model: Model | str | None = None,
         approver: Approver | None = None,
         **options: Any,
     ) -> Runner:
-        """A runner for `root`; `options` are Settings fields and RunOptions fields by name."""
+        """A runner for `root`; `options` are Settings fields and RunOptions fields by name.
+
+        `model` is a Model to use as is, or a model name (the Settings field of that name).
+        """
+        if isinstance(model, str):
+            options, model = {**options, "model": model}, None
         setting_values, run_values = _split_options(options)
         try:
             base = (settings or Settings()).model_dump()

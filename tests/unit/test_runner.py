@@ -1,0 +1,197 @@
+"""`Runner.build`: options split into Settings and RunOptions, tools filtered, policy wired.
+
+No Docker: nothing here calls `start()`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+from pydantic import BaseModel
+
+from executor.config import Settings
+from executor.errors import ConfigError, PolicyFileError
+from executor.messages import ToolCall, ToolResult
+from executor.models import ScriptedModel
+from executor.models.ollama import OllamaModel
+from executor.policy import Decision
+from executor.runner import Runner
+from executor.tools import RiskLevel, Tool, ToolContext
+from executor.tools.builtin import ReadFile, RunShellCommand, WriteFile
+
+BUILTINS = ["read_file", "list_files", "search_files", "write_file", "edit_file",
+            "run_shell_command"]
+READ_ONLY = ["read_file", "list_files", "search_files"]
+
+
+class EchoArgs(BaseModel):
+    text: str
+
+
+class Echo(Tool):
+    """A custom host-side tool (not read-only safe)."""
+
+    name: ClassVar[str] = "echo"
+    description: ClassVar[str] = "Echo the text."
+    Args: ClassVar[type[BaseModel]] = EchoArgs
+    risk: ClassVar[RiskLevel] = RiskLevel.HIGH
+
+    def call(self, args: Any, ctx: ToolContext) -> ToolResult:
+        return ToolResult(ok=True, output=args.text)
+
+
+class Peek(Echo):
+    """A custom tool that is read-only safe."""
+
+    name: ClassVar[str] = "peek"
+    read_only_safe: ClassVar[bool] = True
+    risk: ClassVar[RiskLevel] = RiskLevel.LOW
+
+
+def build(root: Path, **options: Any) -> Runner:
+    """A runner with a scripted model (no provider is contacted)."""
+    return Runner.build(root, model=ScriptedModel([]), **options)
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No SANDBOX_AGENT_* of the machine running the tests."""
+    import os
+
+    for name in [n for n in os.environ if n.startswith("SANDBOX_AGENT_")]:
+        monkeypatch.delenv(name)
+
+
+# -- options ---------------------------------------------------------------------------------------
+
+
+def test_options_go_to_settings_or_run_options_by_name(tmp_path: Path) -> None:
+    runner = build(tmp_path, max_turns=4, image="img:1", session="s1", read_only=True, yes=True)
+
+    assert (runner.settings.max_turns, runner.settings.image) == (4, "img:1")
+    assert (runner.options.session, runner.options.read_only, runner.options.yes) == (
+        "s1", True, True)
+    assert runner.options.root == tmp_path.resolve()
+
+
+def test_an_unknown_option_is_a_config_error_naming_it(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"unknown option.*max_turn, readonly") as info:
+        build(tmp_path, max_turn=3, readonly=True, yes=True)
+    assert info.value.exit_code == 2
+
+
+def test_an_invalid_value_is_a_config_error_naming_the_field(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="max_turns"):
+        build(tmp_path, max_turns=0)
+    with pytest.raises(ConfigError, match="deny_tools"):
+        build(tmp_path, deny_tools="write_file")
+
+
+def test_the_root_must_be_a_directory(tmp_path: Path) -> None:
+    (tmp_path / "file.txt").write_text("x")
+    with pytest.raises(ConfigError, match="not a directory"):
+        build(tmp_path / "file.txt")
+    with pytest.raises(ConfigError, match="not a directory"):
+        build(tmp_path / "missing")
+
+
+def test_environment_settings_are_overridden_by_explicit_options(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SANDBOX_AGENT_MAX_TURNS", "7")
+    monkeypatch.setenv("SANDBOX_AGENT_TIMEOUT", "33")
+    monkeypatch.setenv("SANDBOX_AGENT_IMAGE", "from-env:1")
+
+    runner = build(tmp_path, max_turns=3)
+
+    assert runner.settings.max_turns == 3  # the option wins
+    assert (runner.settings.timeout, runner.settings.image) == (33.0, "from-env:1")  # env kept
+
+
+def test_given_settings_are_the_base_and_options_override_them(tmp_path: Path) -> None:
+    runner = build(tmp_path, settings=Settings(max_turns=9, memory="1g"), max_turns=2)
+
+    assert (runner.settings.max_turns, runner.settings.memory) == (2, "1g")
+
+
+def test_the_model_is_built_from_the_settings_without_io(tmp_path: Path) -> None:
+    runner = Runner.build(tmp_path, provider="ollama", model="m:1", host="http://127.0.0.1:9")
+
+    assert isinstance(runner.model, OllamaModel) and runner.model.name == "m:1"
+    assert not (tmp_path / ".sandbox-agent").exists()  # no session, no audit yet
+    assert runner.sandbox is None and runner.agent is None
+
+
+# -- tools -----------------------------------------------------------------------------------------
+
+
+def test_all_builtin_tools_and_custom_ones_are_offered(tmp_path: Path) -> None:
+    assert build(tmp_path, tools=[Echo()]).tools.names() == [*BUILTINS, "echo"]
+
+
+def test_read_only_offers_only_read_only_safe_tools(tmp_path: Path) -> None:
+    runner = build(tmp_path, tools=[Echo(), Peek()], read_only=True)
+
+    assert runner.tools.names() == [*READ_ONLY, "peek"]
+    assert runner.policy.decide(WriteFile(), {"path": "a", "content": ""},
+                                interactive=False).rule == "flag --read-only"
+
+
+def test_denied_tools_and_prefixes_are_removed_and_denied(tmp_path: Path) -> None:
+    runner = build(tmp_path, tools=[Echo()], deny_tools=["run_shell_command"],
+                   deny_prefixes=["write", "ec"], yes=True)
+
+    assert runner.tools.names() == ["read_file", "list_files", "search_files", "edit_file"]
+    shell = runner.policy.decide(RunShellCommand(), {"command": "ls"}, interactive=False)
+    write = runner.policy.decide(WriteFile(), {"path": "a", "content": ""}, interactive=False)
+    assert (shell.allowed, shell.rule) == (False, "flag --deny-tool")
+    assert (write.allowed, write.rule) == (False, "flag --deny-prefix")
+
+
+def test_denied_commands_are_denied_even_with_yes(tmp_path: Path) -> None:
+    runner = build(tmp_path, deny_commands=["rm"], yes=True)
+
+    rm = runner.policy.decide(RunShellCommand(), {"command": "ls && rm -rf /"}, interactive=False)
+    ls = runner.policy.decide(RunShellCommand(), {"command": "ls -la"}, interactive=False)
+    assert (rm.allowed, rm.rule) == (False, "flag --deny-command")
+    assert ls.allowed and ls.approved_by == "--yes"
+
+
+def test_a_policy_file_is_read_at_build(tmp_path: Path) -> None:
+    bad = tmp_path / "policy.toml"
+    bad.write_text("[[rules]\n")
+    with pytest.raises(PolicyFileError):
+        build(tmp_path, policy_file=bad)
+
+
+# -- approvals (the runner's authorize, without a sandbox) ----------------------------------------
+
+
+def _authorize(runner: Runner, tool: Tool, args: dict[str, Any]) -> Any:
+    return runner._authorize(tool, tool.validate(args), ToolCall(name=tool.name, arguments=args))
+
+
+def test_non_interactive_runs_fail_closed(tmp_path: Path) -> None:
+    verdict = _authorize(build(tmp_path), WriteFile(), {"path": "a", "content": "x"})
+
+    assert not verdict.allowed and verdict.reason
+
+
+def test_interactive_runs_ask_the_approver(tmp_path: Path) -> None:
+    asked: list[tuple[str, Decision]] = []
+
+    def approver(tool: Tool, args: BaseModel, decision: Decision) -> bool:
+        asked.append((tool.name, decision))
+        return bool(args.model_dump()["path"] == "ok.txt")
+
+    runner = Runner.build(tmp_path, model=ScriptedModel([]), approver=approver, interactive=True)
+    yes = _authorize(runner, WriteFile(), {"path": "ok.txt", "content": "x"})
+    no = _authorize(runner, WriteFile(), {"path": "no.txt", "content": "x"})
+    read = _authorize(runner, ReadFile(), {"path": "a"})
+
+    assert (yes.allowed, yes.approved_by) == (True, "user")
+    assert not no.allowed and "declined" in no.reason
+    assert read.allowed
+    assert [name for name, _ in asked] == ["write_file", "write_file"]

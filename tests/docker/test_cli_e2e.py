@@ -7,6 +7,9 @@ and the exit code.
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -16,16 +19,19 @@ from tests.docker.cli_support import (
     ALL_TOOLS,
     PROVIDERS,
     READ_TOOLS,
+    SANDBOX_AGENT,
     ask,
     assert_ok,
     assert_user_error,
+    cli_env,
     containers_of,
     explain,
+    model_args,
     offered_tools,
     tool_exchanges,
     tree,
 )
-from tests.fakes.model_server import Call, ModelServer, RecordedRequest, Reply
+from tests.fakes.model_server import Call, Hang, ModelServer, RecordedRequest, Reply
 
 pytestmark = pytest.mark.docker
 
@@ -240,3 +246,53 @@ def test_repl_keeps_one_session_and_one_container(project: Path, model_server: M
     assert pid_file.startswith("exit_code: 0") and pid_file.split("\n")[-1].isdigit()
     assert containers_of(docker_client, project) == []
     assert len(list((project / ".sandbox-agent" / "sessions").glob("*.ndjson"))) == 1
+
+
+def test_the_api_key_reaches_the_server_and_nothing_else(project: Path, model_server: ModelServer):
+    key = "sk-test-0123456789-never-leak"
+    model_server.reply(tool_calls=[Call("run_shell_command",
+                                        {"command": "env; tr '\\0' '\\n' < /proc/1/environ"})])
+    model_server.reply("Checked.")
+
+    done = ask(project, model_server, "openai", "--yes", "--trace",
+               env={"OPENAI_API_KEY": key})
+
+    assert_ok(done, "Checked.")
+    assert {r.headers.get("authorization") for r in model_server.requests} == {f"Bearer {key}"}
+    [(_, _, shown)] = tool_exchanges(model_server.last_chat)
+    assert shown.startswith("exit_code: 0") and "PATH=" in shown
+    assert key not in shown  # invariant 4: credentials never enter the container
+    assert key not in done.stderr + done.stdout
+    for path in (project / ".sandbox-agent").rglob("*"):
+        if path.is_file():
+            assert key.encode() not in path.read_bytes(), path
+
+
+@pytest.mark.parametrize("signal_number", [signal.SIGTERM, signal.SIGINT])
+def test_a_stopped_run_removes_its_container(project: Path, model_server: ModelServer,
+                                             docker_client: Any, signal_number: int):
+    asked = threading.Event()
+
+    def hang(request: RecordedRequest) -> Hang:
+        asked.set()
+        return Hang(60)
+
+    model_server.respond(hang)
+    run = subprocess.Popen(
+        [str(SANDBOX_AGENT), "ask", "--root", str(project), *model_args(model_server, "ollama"),
+         "hello"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=cli_env())
+    try:
+        assert asked.wait(60), "the run never asked the model"
+        assert len(containers_of(docker_client, project)) == 1
+        run.send_signal(signal_number)
+        out, err = run.communicate(timeout=60)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+
+    assert run.returncode == 130, err
+    assert out == "" and "Traceback" not in err and "interrupted" in err
+    assert containers_of(docker_client, project) == []

@@ -21,7 +21,7 @@ from tests.docker.cli_support import (
     text_results,
     tool_exchanges,
 )
-from tests.fakes.model_server import Call, ModelServer, RecordedRequest
+from tests.fakes.model_server import Call, ModelServer, RecordedRequest, Reply
 
 pytestmark = pytest.mark.docker
 
@@ -223,3 +223,38 @@ def test_a_stream_cut_after_tokens_were_shown_is_not_repeated(project: Path,
 
     assert_user_error(done, 21, "closed the connection")
     assert len(model_server.chat_requests) == 1 and model_server.pending == 1
+
+
+# -- unusable replies -------------------------------------------------------------------------
+
+
+def test_unusable_replies_are_explained_and_asked_again(project: Path,
+                                                        model_server: ModelServer):
+    model_server.reply('{"nme": "read_file"}')
+    model_server.reply('{"name": "read_file", "arguments": {"path": "hello.py"')
+    model_server.reply('{"name": "read_file", "arguments": {"path": "hello.py"}}')
+    model_server.reply('{"answer": "Recovered."}')
+
+    done = ask(project, model_server, "openai", "--tool-protocol", "json")
+
+    assert_ok(done, "Recovered.")
+    messages = model_server.last_chat.body["messages"]
+    corrections = [m["content"] for m in messages
+                   if m["role"] == "user" and m["content"].startswith("Your last reply")]
+    assert len(corrections) == 2
+    assert 'neither "name" nor "answer"' in corrections[0]
+    assert "not valid JSON" in corrections[1] and "'}' is missing" in corrections[1]
+    assert text_results(model_server.last_chat) == [f"TOOL_RESULT read_file:\n{HELLO_READ}"]
+
+
+@pytest.mark.parametrize(("protocol", "reply"), [("constrained", '{"oops": 1}'),
+                                                 ("native", "")])
+def test_unusable_replies_in_a_row_end_the_run(project: Path, model_server: ModelServer,
+                                               docker_client: Any, protocol: str, reply: str):
+    model_server.default = Reply(reply)
+
+    done = ask(project, model_server, "ollama", "--tool-protocol", protocol)
+
+    assert_user_error(done, 30, "3 unusable replies in a row")
+    assert len(model_server.chat_requests) == 3
+    assert containers_of(docker_client, project) == []

@@ -1,0 +1,222 @@
+"""User mistakes and missing dependencies are one clear line and a distinct exit code, never a
+traceback; `doctor`, `gc` and `image build` work from the real console script."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import threading
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.docker.cli_support import (
+    SANDBOX_AGENT,
+    ask,
+    assert_user_error,
+    cli_env,
+    containers_of,
+    explain,
+    model_args,
+    run_cli,
+)
+from tests.fakes.model_server import Hang, ModelServer, RecordedRequest
+
+pytestmark = pytest.mark.docker
+
+
+def _closed_port() -> int:
+    """A port on 127.0.0.1 nobody listens on (bound, then released)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+# -- one line, one exit code ------------------------------------------------------------------
+
+
+def test_a_missing_root_is_a_usage_error(workdir: Path, model_server: ModelServer):
+    done = ask(workdir / "nope", model_server, "ollama")
+
+    assert_user_error(done, 2, str(workdir / "nope"), "not a directory")
+    assert model_server.requests == []
+
+
+def test_a_missing_image_names_the_command_that_builds_it(project: Path,
+                                                          model_server: ModelServer,
+                                                          docker_client: Any):
+    done = ask(project, model_server, "ollama", "--image", "nope:1")
+
+    assert_user_error(done, 12, "nope:1")
+    assert "sandbox-agent image build" in done.stderr
+    assert model_server.chat_requests == []
+    assert containers_of(docker_client, project) == []
+
+
+def test_an_unreachable_engine_is_exit_11(project: Path, model_server: ModelServer):
+    done = ask(project, model_server, "ollama",
+               env={"DOCKER_HOST": "unix:///nonexistent.sock"})
+
+    assert_user_error(done, 11, "Docker")
+    assert "fix:" in done.stderr
+    assert model_server.chat_requests == []
+
+
+@pytest.mark.parametrize("provider", ["ollama", "openai"])
+def test_an_unreachable_model_server_is_exit_21(project: Path, provider: str,
+                                                docker_client: Any):
+    port = _closed_port()
+    host = f"http://127.0.0.1:{port}" + ("/v1" if provider == "openai" else "")
+
+    done = run_cli("ask", "--root", project, "--provider", provider, "--host", host, "hi")
+
+    assert_user_error(done, 21, f"127.0.0.1:{port}", "cannot connect")
+    assert "fix:" in done.stderr
+    assert done.stderr.count("retrying model request") == 2  # refused: retried twice, no more
+    assert containers_of(docker_client, project) == []
+
+
+def test_no_query_and_nothing_on_stdin_is_a_usage_error(project: Path,
+                                                        model_server: ModelServer):
+    done = ask(project, model_server, "ollama", query="")
+
+    assert_user_error(done, 2, "query")
+    assert model_server.requests == []
+
+
+def test_the_query_is_read_from_stdin(project: Path, model_server: ModelServer):
+    model_server.reply("Answered from stdin.")
+
+    done = ask(project, model_server, "ollama", query="", stdin="  what is here?\n")
+
+    assert done.returncode == 0, explain(done)
+    assert done.stdout == "Answered from stdin.\n"
+    assert model_server.last_chat.body["messages"][-1] == {"role": "user",
+                                                           "content": "what is here?"}
+
+
+@pytest.mark.parametrize("where", ["--policy", "root"])
+def test_a_bad_policy_file_is_exit_3_with_its_line(project: Path, workdir: Path,
+                                                   model_server: ModelServer, where: str):
+    text = '[[rules]]\ntool = "write_file"\ndecision = "maybe"\n'
+    if where == "root":
+        (project / ".sandbox-agent").mkdir()
+        (project / ".sandbox-agent" / "policy.toml").write_text(text)
+        flags: list[str] = []
+    else:
+        (workdir / "policy.toml").write_text(text)
+        flags = ["--policy", str(workdir / "policy.toml")]
+
+    done = ask(project, model_server, "ollama", *flags)
+
+    assert_user_error(done, 3, "policy.toml:3", "maybe")
+    assert model_server.requests == []
+
+
+# -- doctor, gc, image build ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("provider", ["ollama", "openai"])
+def test_doctor_passes_against_a_live_server(model_server: ModelServer, provider: str):
+    done = run_cli("doctor", *model_args(model_server, provider))
+
+    assert done.returncode == 0, explain(done)
+    lines = done.stdout.splitlines()
+    assert len(lines) == 3 and all(line.startswith("✓ ") for line in lines), explain(done)
+    assert "Docker engine" in lines[0] and "sandbox image" in lines[1]
+    assert f"model provider {provider}" in lines[2] and model_server.url in lines[2]
+    assert any(r.path in ("/api/version", "/v1/models") for r in model_server.requests)
+
+
+def test_doctor_fails_and_prints_the_fix_for_a_dead_server():
+    port = _closed_port()
+
+    done = run_cli("doctor", "--host", f"http://127.0.0.1:{port}")
+
+    assert done.returncode == 1, explain(done)
+    assert "Traceback" not in done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("✓ Docker engine") and lines[1].startswith("✓ sandbox image")
+    assert lines[2].startswith("✗ model provider ollama") and f":{port}" in lines[2]
+    assert lines[3].strip().startswith("fix:") and "ollama serve" in lines[3]
+
+
+def test_doctor_reports_an_unreachable_engine():
+    done = run_cli("doctor", "--host", "http://127.0.0.1:1",
+                   env={"DOCKER_HOST": "unix:///nonexistent.sock"})
+
+    assert done.returncode == 1, explain(done)
+    assert "Traceback" not in done.stdout + done.stderr
+    assert done.stdout.startswith("✗ Docker engine")
+    assert "fix:" in done.stdout
+
+
+def test_image_build_help():
+    done = run_cli("image", "build", "--help")
+
+    assert done.returncode == 0, explain(done)
+    assert "Usage: sandbox-agent image build" in done.stdout
+    assert "--base" in done.stdout and "--tag" in done.stdout
+
+
+def test_help_lists_the_exit_codes():
+    done = run_cli("ask", "--help")
+
+    assert done.returncode == 0, explain(done)
+    assert "Exit codes:" in done.stdout and "31 max turns" in done.stdout
+
+
+def _as_host(hostname: str, argv: list[str]) -> list[str]:
+    """`argv` run in its own UTS namespace named `hostname`.
+
+    `gc` only touches containers labelled with its own host name, so a fresh name keeps this
+    test away from the containers of every other test running on the same engine.
+    """
+    user = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
+    return ["unshare", "--uts", *user, "sh", "-c", 'hostname "$0" && exec "$@"', hostname, *argv]
+
+
+def test_gc_removes_the_container_of_a_killed_run_and_only_that(
+        project: Path, model_server: ModelServer, docker_client: Any):
+    hostname = f"gc-test-{uuid.uuid4().hex[:8]}"
+    asked = threading.Event()
+
+    def hang(request: RecordedRequest) -> Hang:
+        asked.set()
+        return Hang(60)
+
+    model_server.respond(hang)
+    run = subprocess.Popen(
+        _as_host(hostname, [str(SANDBOX_AGENT), "ask", "--root", str(project),
+                            *model_args(model_server, "ollama"), "hello"]),
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env=cli_env(),
+    )
+    try:
+        assert asked.wait(60), "the run never asked the model"
+        [container] = containers_of(docker_client, project)
+        assert container.labels["sandbox-agent.host"] == hostname
+
+        in_use = subprocess.run(_as_host(hostname, [str(SANDBOX_AGENT), "gc"]),
+                                capture_output=True, text=True, env=cli_env(), timeout=60)
+        assert in_use.returncode == 0 and in_use.stdout == "", in_use
+        assert "0 removed, 1 in use" in in_use.stderr
+        assert containers_of(docker_client, project) != []
+
+        run.kill()  # SIGKILL: no cleanup, the container is orphaned
+        run.wait(timeout=30)
+        assert containers_of(docker_client, project) != []
+
+        done = subprocess.run(_as_host(hostname, [str(SANDBOX_AGENT), "gc"]),
+                              capture_output=True, text=True, env=cli_env(), timeout=60)
+        assert done.returncode == 0, done
+        assert done.stdout == f"removed {container.name}\n"
+        assert "1 removed, 0 in use" in done.stderr
+        assert containers_of(docker_client, project) == []
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()

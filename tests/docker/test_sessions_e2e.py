@@ -8,7 +8,6 @@ and what the model server received.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import shutil
@@ -19,7 +18,6 @@ import time
 import uuid
 import warnings
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +26,6 @@ import pytest
 from executor.context import INTERRUPTED_RESULT, TokenCounter
 from executor.messages import Message, ToolCall
 from executor.runner import SYSTEM_PROMPT
-from executor.sandbox.docker import LABEL_LOCK
 from executor.session import NdjsonSessionStore, TornLineWarning
 from tests.conftest import IMAGE
 from tests.fakes.model_server import Call, ModelServer, RecordedRequest
@@ -44,9 +41,18 @@ RUN_TIMEOUT = 180.0  # seconds a whole CLI run may take
 # -- running the CLI -------------------------------------------------------------------------------
 
 
-def _cli() -> list[str]:
+def cli(hostname: str | None = None) -> list[str]:
+    """The `sandbox-agent` command; with `hostname`, run in its own UTS namespace of that name.
+
+    `gc` only touches containers labelled with its own host name, so a run killed under a fresh
+    name leaves an orphan that only this test's `gc` sees (other tests run on the same engine).
+    """
     script = Path(sys.executable).with_name("sandbox-agent")
-    return [str(script)] if script.exists() else [shutil.which("sandbox-agent") or "sandbox-agent"]
+    command = [str(script) if script.exists() else shutil.which("sandbox-agent") or "sandbox-agent"]
+    if hostname is None:
+        return command
+    user = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
+    return ["unshare", "--uts", *user, "sh", "-c", 'hostname "$0" && exec "$@"', hostname, *command]
 
 
 def _env() -> dict[str, str]:
@@ -57,9 +63,9 @@ def _env() -> dict[str, str]:
                   "COLUMNS": "250"}
 
 
-def ask_args(root: Path, server: ModelServer, *args: str) -> list[str]:
+def ask_args(root: Path, server: ModelServer, *args: str, hostname: str | None = None) -> list[str]:
     """`sandbox-agent ask --root ROOT --host URL --yes ARGS...`."""
-    return [*_cli(), "ask", "--root", str(root), "--host", server.url, "--yes", *args]
+    return [*cli(hostname), "ask", "--root", str(root), "--host", server.url, "--yes", *args]
 
 
 def run(argv: list[str], *, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -89,6 +95,12 @@ def wait_for(condition: Callable[[], bool], what: str, proc: subprocess.Popen[st
 def wait_requests(server: ModelServer, count: int, proc: subprocess.Popen[str]) -> None:
     """Wait until the stand-in server has received `count` chat requests."""
     wait_for(lambda: len(server.chat_requests) >= count, f"{count} chat requests", proc)
+
+
+@pytest.fixture
+def hostname() -> str:
+    """A host name of this test's own (see `cli`)."""
+    return f"sessions-e2e-{uuid.uuid4().hex[:8]}"
 
 
 @pytest.fixture
@@ -160,28 +172,17 @@ def gone(docker_client: Any, container_id: str) -> bool:
     return not docker_client.containers.list(all=True, filters={"id": container_id})
 
 
-@contextmanager
-def keep_from_gc(lock_path: str) -> Iterator[None]:
-    """Hold a killed run's liveness lock, so a concurrent `gc` (other tests) keeps its container."""
-    fd = os.open(lock_path, os.O_RDWR)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
-
-
 # -- a run killed with SIGKILL, then resumed ---------------------------------------------------------
 
 
 def killed_run(root: Path, server: ModelServer, started: list[subprocess.Popen[str]],
-               marker: str) -> list[Message]:
+               marker: str, hostname: str) -> list[Message]:
     """Run two tool calls (one leaves `marker` in the container's /tmp), SIGKILL the process
     while it waits for the third model reply; the messages the model had received by then."""
     server.reply(tool_calls=[Call("run_shell_command", {"command": f"echo {marker} > /tmp/marker"})])
     server.reply(tool_calls=[Call("list_files", {})])
     server.hang(HANG)
-    proc = start(ask_args(root, server, "--session", "s1", "leave a marker"))
+    proc = start(ask_args(root, server, "--session", "s1", "leave a marker", hostname=hostname))
     started.append(proc)
     wait_requests(server, 3, proc)
     proc.kill()
@@ -198,28 +199,29 @@ def tear_last_line(root: Path) -> None:
 
 def test_sigkill_mid_run_then_resume_reattaches_the_same_container(
     workdir: Path, model_server: ModelServer, docker_client: Any,
-    started: list[subprocess.Popen[str]],
+    started: list[subprocess.Popen[str]], hostname: str,
 ) -> None:
     root = workdir / "proj"
     root.mkdir()
     marker = "kept-" + uuid.uuid4().hex[:8]
-    history = killed_run(root, model_server, started, marker)
+    history = killed_run(root, model_server, started, marker, hostname)
     assert [m.role for m in history] == ["user", "assistant", "tool", "assistant", "tool"]
     left = container(docker_client, session(root).header.container)
     assert left is not None and left.status == "running"  # kept for --resume
+    assert left.labels["sandbox-agent.host"] == hostname  # so no other test's gc takes it
     tear_last_line(root)
-    with keep_from_gc(left.labels[LABEL_LOCK]):  # until the resume takes the lock itself
-        with pytest.warns(TornLineWarning):
-            saved = session(root).load()
-        assert shape(saved) == shape(history)  # every message the model had seen was on disk
-        listing = run([*_cli(), "sessions", "--root", str(root), "--json"])
-        assert listing.returncode == 0, listing.stderr
-        [row] = json.loads(listing.stdout)
-        assert (row["name"], row["turns"]) == ("s1", 1)
-        model_server.reply(tool_calls=[Call("run_shell_command", {"command": "cat /tmp/marker"})])
-        model_server.reply("all done")
-        before = len(model_server.chat_requests)
-    resumed = run(ask_args(root, model_server, "--resume", "continue"))
+    with pytest.warns(TornLineWarning):
+        saved = session(root).load()
+    assert shape(saved) == shape(history)  # every message the model had seen was on disk
+    listing = run([*cli(), "sessions", "--root", str(root), "--json"])
+    assert listing.returncode == 0, listing.stderr
+    [row] = json.loads(listing.stdout)
+    assert (row["name"], row["turns"]) == ("s1", 1)
+
+    model_server.reply(tool_calls=[Call("run_shell_command", {"command": "cat /tmp/marker"})])
+    model_server.reply("all done")
+    before = len(model_server.chat_requests)
+    resumed = run(ask_args(root, model_server, "--resume", "continue", hostname=hostname))
 
     assert resumed.returncode == 0, resumed.stderr
     assert resumed.stdout.strip() == "all done"
@@ -243,24 +245,25 @@ def test_sigkill_mid_run_then_resume_reattaches_the_same_container(
 
 def test_sigkill_then_gc_then_resume_starts_a_new_container(
     workdir: Path, model_server: ModelServer, docker_client: Any,
-    started: list[subprocess.Popen[str]],
+    started: list[subprocess.Popen[str]], hostname: str,
 ) -> None:
     root = workdir / "proj"
     root.mkdir()
-    history = killed_run(root, model_server, started, "lost-" + uuid.uuid4().hex[:8])
+    history = killed_run(root, model_server, started, "lost-" + uuid.uuid4().hex[:8], hostname)
     name = session(root).header.container
     left = container(docker_client, name)
     assert left is not None
 
-    collected = run([*_cli(), "gc"])
+    assert left.labels["sandbox-agent.host"] == hostname
+    collected = run([*cli(hostname), "gc"])
     assert collected.returncode == 0, collected.stderr
-    assert f"removed {name}" in collected.stdout
+    assert collected.stdout == f"removed {name}\n"  # and nothing else
     assert gone(docker_client, left.id)
 
     model_server.reply(tool_calls=[Call("run_shell_command", {"command": "cat /tmp/marker"})])
     model_server.reply("started afresh")
     before = len(model_server.chat_requests)
-    resumed = run(ask_args(root, model_server, "--resume", "continue"))
+    resumed = run(ask_args(root, model_server, "--resume", "continue", hostname=hostname))
 
     assert resumed.returncode == 0, resumed.stderr
     assert "warning" in resumed.stderr and "started a new container" in resumed.stderr
@@ -274,13 +277,13 @@ def test_sigkill_then_gc_then_resume_starts_a_new_container(
 
 def test_sigkill_during_a_tool_call_resumes_with_a_placeholder_result(
     workdir: Path, model_server: ModelServer, docker_client: Any,
-    started: list[subprocess.Popen[str]],
+    started: list[subprocess.Popen[str]], hostname: str,
 ) -> None:
     root = workdir / "proj"
     root.mkdir()
     model_server.reply(tool_calls=[Call("run_shell_command",
                                         {"command": "touch started && sleep 300"})])
-    proc = start(ask_args(root, model_server, "--session", "s1", "wait for it"))
+    proc = start(ask_args(root, model_server, "--session", "s1", "wait for it", hostname=hostname))
     started.append(proc)
     wait_for((root / "started").exists, "the tool call running", proc)
     proc.kill()
@@ -292,7 +295,7 @@ def test_sigkill_during_a_tool_call_resumes_with_a_placeholder_result(
     before = len(model_server.chat_requests)
     left = container(docker_client, session(root).header.container)
     assert left is not None
-    resumed = run(ask_args(root, model_server, "--resume", "go on"))
+    resumed = run(ask_args(root, model_server, "--resume", "go on", hostname=hostname))
 
     assert resumed.returncode == 0, resumed.stderr
     sent = received(model_server.chat_requests[before])[1:]

@@ -108,11 +108,12 @@ class EditFile(SandboxTool):
     approval = True
 
     def describe(self, args: Any) -> str:
-        old = (args.old_text or "").splitlines(keepends=True)
-        new = args.new_text.splitlines(keepends=True)
-        diff = difflib.unified_diff(old, new, f"a/{args.path}", f"b/{args.path}", n=2)
+        # Lines without their ends: a last line lacking "\n" would run into the next one.
+        old = (args.old_text or "").splitlines()
+        new = args.new_text.splitlines()
+        diff = difflib.unified_diff(old, new, f"a/{args.path}", f"b/{args.path}", n=2, lineterm="")
         return f"edit_file {args.path}" + ("" if not args.replace_all else " (replace all)") + (
-            "\n" + "".join(diff).rstrip("\n")
+            "\n" + "\n".join(diff)
         )
 
 

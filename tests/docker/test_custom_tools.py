@@ -8,6 +8,7 @@ The `count_lines` tool is the one in examples/custom_tool.py, so the example can
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -289,3 +290,14 @@ def test_the_custom_tool_example_runs(workdir: Path, model_server: ModelServer):
     assert done.stdout.rstrip().endswith(f"calc.py has {lines} lines.")
     assert "count_lines" in offered(model_server.chat_requests[0].body)
     assert tool_messages(model_server) == [f"calc.py: {lines} lines"]
+
+
+def test_the_docs_snippet_is_the_example_tool():
+    text = (REPO / "docs" / "TOOLS.md").read_text()
+    snippet = next(block for block in re.findall(r"```python\n(.*?)```", text, re.S)
+                   if "class CountLines(Tool)" in block)
+    exec(compile(snippet, "docs/TOOLS.md", "exec"), {"__name__": "tools_md"})
+    (registered,) = executor.tools._custom  # the snippet ends by registering it
+    assert registered.spec() == CountLines.spec()
+    assert (registered.risk, registered.read_only_safe, registered.requires_approval) == (
+        CountLines.risk, CountLines.read_only_safe, CountLines().requires_approval)

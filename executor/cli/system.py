@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -38,6 +39,13 @@ def image_build(
 
 @cli_errors
 def gc(
+    root: Annotated[
+        Path | None,
+        typer.Option(
+            "--root", "-r", help="Only containers of this project root.", file_okay=False,
+            resolve_path=True, show_default=False,
+        ),
+    ] = None,
     all_hosts: Annotated[
         bool, typer.Option("--all-hosts", help="Also containers made from other hosts.")
     ] = False,
@@ -46,7 +54,7 @@ def gc(
     ] = False,
 ) -> None:
     """Remove sandbox containers whose session is no longer running (e.g. after a crash)."""
-    result = collect(all_hosts=all_hosts, force=force)
+    result = collect(root=str(root) if root else None, all_hosts=all_hosts, force=force)
     for name in result.removed:
         out_console.print(f"removed {name}")
     err_console.print(

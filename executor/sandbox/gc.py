@@ -29,13 +29,13 @@ class GcResult(BaseModel):
     """Containers of other hosts (left alone unless all_hosts)."""
 
 
-def gc(client: Any = None, *, all_hosts: bool = False, force: bool = False) -> GcResult:
-    """Remove orphaned sandbox containers; `force` removes in-use ones too."""
+def gc(
+    client: Any = None, *, root: str | None = None, all_hosts: bool = False, force: bool = False
+) -> GcResult:
+    """Remove orphaned sandbox containers (only `root`'s when given); `force`: in-use ones too."""
     client = client or connect()
     result = GcResult(removed=[], in_use=[], skipped=[])
-    with docker_errors("listing sandbox containers"):
-        containers = client.containers.list(all=True, filters={"label": LABEL_SESSION})
-    for container in containers:
+    for container in session_containers(client, root):
         _classify(container, result, all_hosts=all_hosts, force=force)
     return result
 

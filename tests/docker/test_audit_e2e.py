@@ -224,7 +224,7 @@ def test_one_record_per_event_in_order_and_verify_names_tampering(
 
 def assert_tampering_detected(root: Path, target: int) -> None:
     """Edit one byte of, delete, or swap the record `target`: verify exits 51 and names it."""
-    (path,) = day_files(root)
+    path = next(p for p in day_files(root) if f'"seq":{target},'.encode() in p.read_bytes())
     pristine = path.read_bytes()
     lines = pristine.splitlines(keepends=True)
     index = next(i for i, line in enumerate(lines) if json.loads(line)["seq"] == target)
@@ -321,7 +321,7 @@ def test_container_cannot_read_or_write_the_audit_and_session_files(
 
 # -- 3. secrets never reach the audit log ----------------------------------------------------
 
-SERVICE_TOKEN = "svc7f3a9c2e1b4d8f6a0e5c"
+SERVICE_TOKEN = "svcZq7XwP3kLm9Rt2Vb8Nc"
 OPENAI_KEY = "sk-live" + "Q7ZK2m9TnX4pR8vW1yB6cD3fG5hJ0kL"
 AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCY" + "9q2Lw8XkEy"
 GITHUB_TOKEN = "ghp_" + "R4nd0mL00k1ngT0k3nF0rT3st1ng0123456"

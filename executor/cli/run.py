@@ -490,8 +490,9 @@ def git_diff(root: Path, base: str) -> str:
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise ConfigError(f"cannot run git diff: {exc}") from exc
     if done.returncode != 0:
+        reason = (done.stderr.strip().splitlines() or ["no reason given"])[0]  # git adds usage
         raise ConfigError(
-            f"git diff {base} failed: {done.stderr.strip()[:300]}",
+            f"git diff {base} failed: {reason[:300]}",
             fix="--diff-base needs a git repository and an existing ref",
         )
     return done.stdout

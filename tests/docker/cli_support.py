@@ -81,11 +81,14 @@ def assert_user_error(done: subprocess.CompletedProcess[str], code: int, *needle
     """Exit `code`, one `error:` line on stderr naming every needle, no traceback; the line."""
     assert done.returncode == code, explain(done)
     assert "Traceback" not in done.stderr + done.stdout, explain(done)
-    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    lines = done.stderr.splitlines()
+    errors = [i for i, line in enumerate(lines) if line.startswith("error:")]
     assert len(errors) == 1, explain(done)
+    tail = lines[errors[0]:]  # the error is the last thing said: its line, then maybe its fix
+    assert len(tail) == 1 or (len(tail) == 2 and tail[1].startswith("fix: ")), explain(done)
     for needle in needles:
-        assert needle in errors[0], explain(done)
-    return errors[0]
+        assert needle in tail[0], explain(done)
+    return tail[0]
 
 
 def offered_tools(request: RecordedRequest) -> list[str]:

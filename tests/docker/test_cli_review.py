@@ -130,6 +130,20 @@ def test_review_without_changes_since_the_base_is_a_usage_error(project: Path,
     assert containers_of(docker_client, project) == []
 
 
+def test_a_diff_base_outside_a_git_repository_is_one_clear_line(workdir: Path,
+                                                               model_server: ModelServer):
+    plain = workdir / "plain"
+    plain.mkdir()
+    (plain / "a.py").write_text("x = 1\n")
+
+    done = run_cli("review", "--root", plain, *model_args(model_server, "ollama"),
+                   "--diff-base", "HEAD")
+
+    assert_user_error(done, 2, "git diff HEAD failed")
+    assert "--diff-base needs a git repository" in done.stderr
+    assert model_server.requests == []
+
+
 def test_review_writes_a_markdown_report_file(project: Path, workdir: Path,
                                               model_server: ModelServer):
     model_server.reply(REVIEW)

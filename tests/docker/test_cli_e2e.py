@@ -296,3 +296,44 @@ def test_a_stopped_run_removes_its_container(project: Path, model_server: ModelS
     assert run.returncode == 130, err
     assert out == "" and "Traceback" not in err and "interrupted" in err
     assert containers_of(docker_client, project) == []
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_several_calls_in_one_reply_each_get_their_result(project: Path,
+                                                          model_server: ModelServer,
+                                                          provider: str):
+    (project / "b.txt").write_text("bee\n")
+    model_server.reply(tool_calls=[Call("read_file", {"path": "hello.py"}),
+                                   Call("read_file", {"path": "b.txt"}),
+                                   Call("list_files", {"glob": "*.txt"})])
+    model_server.reply("Three at once.")
+
+    done = ask(project, model_server, provider)
+
+    assert_ok(done, "Three at once.")
+    exchanges = tool_exchanges(model_server.last_chat)  # checks ids / names pair up
+    assert [result for _, _, result in exchanges[:2]] == ['     1\tprint("hello")', "     1\tbee"]
+    assert "b.txt" in exchanges[2][2] and "hello.py" not in exchanges[2][2]
+
+
+def test_resume_continues_the_conversation(project: Path, model_server: ModelServer):
+    model_server.reply(tool_calls=[Call("read_file", {"path": "hello.py"})])
+    model_server.reply("It prints hello.")
+    first = ask(project, model_server, "ollama", "--session", "talk", query="what does it do?")
+    assert_ok(first, "It prints hello.")
+    model_server.reply("You asked what hello.py does.")
+
+    again = ask(project, model_server, "openai", "--session", "talk", "--resume",
+                query="what did I ask?")
+    taken = ask(project, model_server, "ollama", "--session", "talk", query="new?")
+
+    assert_ok(again, "You asked what hello.py does.")
+    messages = model_server.last_chat.body["messages"]
+    assert [m["role"] for m in messages] == ["system", "user", "assistant", "tool", "assistant",
+                                             "user"]
+    assert messages[1]["content"] == "what does it do?"
+    assert messages[3]["content"] == '     1\tprint("hello")'
+    assert messages[4]["content"] == "It prints hello."
+    assert messages[5]["content"] == "what did I ask?"
+    assert_user_error(taken, 2, "session 'talk' already exists")
+    assert "--resume" in taken.stderr

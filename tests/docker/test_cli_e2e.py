@@ -28,6 +28,7 @@ from tests.docker.cli_support import (
     explain,
     model_args,
     offered_tools,
+    run_cli,
     tool_exchanges,
     tree,
 )
@@ -115,6 +116,8 @@ def test_the_same_write_runs_with_yes(project: Path, model_server: ModelServer):
     assert (project / "new.txt").read_text() == "x\n"
     [(_, _, result)] = tool_exchanges(model_server.last_chat)
     assert not result.startswith("Denied") and "new.txt" in result
+    verified = run_cli("audit", "verify", "--root", project)  # the run left an intact trail
+    assert verified.returncode == 0 and verified.stdout.startswith("ok: "), explain(verified)
 
 
 def test_a_policy_deny_beats_yes(project: Path, model_server: ModelServer):

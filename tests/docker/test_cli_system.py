@@ -116,6 +116,36 @@ def test_a_bad_policy_file_is_exit_3_with_its_line(project: Path, workdir: Path,
     assert model_server.requests == []
 
 
+def test_settings_come_from_the_environment_and_flags_win(project: Path,
+                                                         model_server: ModelServer):
+    env = {"SANDBOX_AGENT_PROVIDER": "openai", "SANDBOX_AGENT_HOST": model_server.url,
+           "SANDBOX_AGENT_MODEL": "from-env", "SANDBOX_AGENT_STREAM": "false"}
+    model_server.reply("From the environment.")
+    by_env = run_cli("ask", "--root", project, "hi", env=env)
+    model_server.reply("From the flags.")
+    by_flags = run_cli("ask", "--root", project, "--provider", "ollama", "--host",
+                       model_server.url, "--model", "from-flag", "--stream", "hi",
+                       env={**env, "SANDBOX_AGENT_HOST": f"http://127.0.0.1:{_closed_port()}"})
+
+    assert by_env.stdout == "From the environment.\n", explain(by_env)
+    assert by_flags.stdout == "From the flags.\n", explain(by_flags)
+    first, second = model_server.chat_requests
+    assert (first.protocol, first.body["model"], first.body["stream"]) == (
+        "openai", "from-env", False)
+    assert (second.protocol, second.body["model"], second.body["stream"]) == (
+        "ollama", "from-flag", True)
+
+
+def test_ollama_host_without_a_scheme_is_used(project: Path, model_server: ModelServer):
+    model_server.reply("Found via OLLAMA_HOST.")
+
+    done = run_cli("ask", "--root", project, "hi",
+                   env={"OLLAMA_HOST": f"127.0.0.1:{model_server.port}"})
+
+    assert done.stdout == "Found via OLLAMA_HOST.\n", explain(done)
+    assert model_server.last_chat.protocol == "ollama"
+
+
 # -- doctor, gc, image build ------------------------------------------------------------------
 
 

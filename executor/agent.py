@@ -14,7 +14,7 @@ from typing import Protocol
 
 from pydantic import BaseModel, ValidationError
 
-from executor.errors import AgentError, MaxTurnsExceeded
+from executor.errors import AgentError, MaxTurnsExceeded, SandboxAgentError
 from executor.hooks import HookBus
 from executor.messages import Message, ModelReply, ToolCall, ToolResult, Usage
 from executor.protocols import Model
@@ -183,7 +183,13 @@ class Agent:
 
     def _call(self, tool: Tool, args: BaseModel) -> ToolResult:
         started = time.monotonic()
-        result = tool.call(args, self.context)
+        try:
+            result = tool.call(args, self.context)
+        except SandboxAgentError:
+            raise  # infrastructure (engine, toolbox, audit): the run cannot go on
+        except Exception as exc:  # a custom tool's bug is the model's result, not a crash
+            self.hooks.emit("warning", message=f"tool {tool.name} raised {exc!r}")
+            result = ToolResult.error(f"{tool.name} failed: {type(exc).__name__}: {exc}")
         result.meta.setdefault("duration_ms", round((time.monotonic() - started) * 1000, 1))
         return result
 

@@ -15,7 +15,13 @@ from executor.hooks import Event, HookBus
 from executor.messages import Message, ModelReply, ToolCall, ToolResult, Usage
 from executor.models import ScriptedModel
 from executor.protocols import Sandbox
-from executor.tools import Tool, ToolContext, default_registry, format_validation_error
+from executor.tools import (
+    Tool,
+    ToolContext,
+    ToolRegistry,
+    default_registry,
+    format_validation_error,
+)
 from executor.tools.builtin import ReadFileArgs
 from tests.fakes.sandbox import FakeSandbox
 
@@ -51,8 +57,8 @@ def make_agent(script: list[Any], sandbox: FakeSandbox | None = None, **fields: 
     box = sandbox or FakeSandbox()
     box.start()
     context = ToolContext(sandbox=box, root=Path("/project"), read_only=False, session_id="t")
-    return Agent(model=ScriptedModel(script), tools=default_registry(), context=context,
-                 **{"authorize": allow, **fields})
+    return Agent(model=ScriptedModel(script), context=context,
+                 **{"authorize": allow, "tools": default_registry(), **fields})
 
 
 def model_of(agent: Agent) -> ScriptedModel:
@@ -320,3 +326,24 @@ def test_the_context_window_is_applied_to_every_request() -> None:
     assert "[... truncated " in sent[1][-1].content  # too big for the budget: cut with a marker
     assert agent.messages[:10] == earlier and agent.messages[-1].content == "done"  # kept whole
     assert agent.messages[-2].content == big.output
+
+
+def test_a_custom_tool_that_raises_is_a_failed_result_not_a_crash():
+    class Broken(Tool):
+        name = "broken"
+        description = "Always raises."
+
+        class Args(BaseModel):
+            pass
+
+        def call(self, args: Any, ctx: ToolContext) -> ToolResult:
+            raise ValueError("boom")
+
+    agent = make_agent([calls(("broken", {})), "done"], tools=ToolRegistry([Broken()]))
+    warnings: list[str] = []
+    agent.hooks.subscribe(lambda e: warnings.append(e.data["message"]), "warning")
+    result = agent.run("go")
+    assert result.answer == "done"
+    assert result.tool_calls[0].result.output == "broken failed: ValueError: boom"
+    assert not result.tool_calls[0].result.ok
+    assert warnings and "boom" in warnings[0]

@@ -69,15 +69,17 @@ class ProgressView:
         self.close()
         if self.trace:
             tokens = f"{data.get('prompt_tokens')}→{data.get('completion_tokens')} tokens"
-            self.console.print(f"[blue]model[/] {data['model']} {data['duration_ms']:.0f} ms, "
+            self.console.print(f"[blue]model[/] {escape(str(data['model']))} "
+                               f"{data['duration_ms']:.0f} ms, "
                                f"{tokens}\n[dim]{escape(str(data.get('reply', '')))}[/]")
 
     def _on_tool_call(self, data: dict[str, Any]) -> None:
         self.close()
         self._calls[data["call_id"]] = data.get("arguments") or {}
         if data["decision"] != "allow":
-            self.console.print(f"[red]✗[/] {escape(data['tool'])} refused: "
-                               f"{escape(str(data.get('reason', '')))} [dim]({data['rule']})[/]")
+            reason, rule = escape(str(data.get("reason", ""))), escape(str(data["rule"]))
+            self.console.print(f"[red]✗[/] {escape(data['tool'])} refused: {reason} "
+                               f"[dim]({rule})[/]")
         elif self.trace:
             args = json.dumps(data.get("arguments", {}), ensure_ascii=False)
             self.console.print(f"[cyan]→[/] {escape(data['tool'])} {escape(args)}")

@@ -9,6 +9,7 @@ from typing import Annotated, ParamSpec, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from executor.errors import EXIT_INTERRUPTED, SandboxAgentError
 
@@ -33,9 +34,10 @@ RootOption = Annotated[
 
 def fail(error: SandboxAgentError) -> typer.Exit:
     """Print `error` as one line (plus its fix) and return the Exit to raise."""
-    err_console.print(f"[bold red]error:[/] {error.message}", markup=True)
+    # Messages quote servers, files and flags: their brackets are text, not markup.
+    err_console.print(f"[bold red]error:[/] {escape(error.message)}", markup=True)
     if error.fix:
-        err_console.print(f"[dim]fix:[/] {error.fix}", markup=True)
+        err_console.print(f"[dim]fix:[/] {escape(error.fix)}", markup=True)
     return typer.Exit(error.exit_code)
 
 

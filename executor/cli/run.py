@@ -13,6 +13,7 @@ from typing import Annotated, Any
 
 import typer
 from pydantic import BaseModel
+from rich.markup import escape
 from rich.prompt import Confirm
 
 from executor.agent import RunResult
@@ -159,7 +160,9 @@ class TerminalApprover:
     def __call__(self, tool: Tool, args: BaseModel, decision: Decision) -> bool:
         """y/n on stderr; anything but yes declines."""
         self.view.close()
-        err_console.rule(f"[bold]{tool.name}[/] needs approval [dim]({decision.rule})[/]")
+        err_console.rule(
+            f"[bold]{escape(tool.name)}[/] needs approval [dim]({escape(decision.rule)})[/]"
+        )
         err_console.print(tool.describe(args), markup=False, highlight=False)
         try:
             return Confirm.ask("Allow this call?", console=err_console, default=False)
@@ -195,7 +198,7 @@ def _start(runner: Runner, view: ProgressView) -> None:
         f"[dim]session {runner.session_name} · container "
         f"{runner.sandbox.name if runner.sandbox else '?'} · "
         f"{'read-only' if runner.options.read_only else 'read-write'} · "
-        f"model {runner.model.name}[/]"
+        f"model {escape(runner.model.name)}[/]"
     )
 
 
@@ -355,7 +358,7 @@ def _repl(runner: Runner, view: ProgressView, first: str | None) -> None:
             _answer(runner.run(pending), view)
         except SandboxAgentError as exc:  # one failed request does not end the session
             view.close()
-            err_console.print(f"[bold red]error:[/] {exc}")
+            err_console.print(f"[bold red]error:[/] {escape(str(exc))}")
         pending = None
 
 
@@ -532,7 +535,7 @@ def _write_report(report: dict[str, Any], fmt: ReportFormat, output: Path | None
         typer.echo(text)
         return
     output.write_text(text + "\n", encoding="utf-8")
-    err_console.print(f"[dim]report written to {output}[/]")
+    err_console.print(f"[dim]report written to {escape(str(output))}[/]")
 
 
 def _markdown(report: dict[str, Any]) -> str:

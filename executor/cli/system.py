@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from executor.cli.common import cli_errors, err_console, out_console
 from executor.config import DEFAULT_BASE_IMAGE, DEFAULT_IMAGE, Settings
@@ -34,7 +35,7 @@ def image_build(
         (lambda line: None) if quiet else (lambda line: err_console.print(line, markup=False))
     )
     image_id = build_image(tag, base, progress=progress)
-    err_console.print(f"built [bold]{tag}[/] ({image_id[:19]}) from {base}")
+    err_console.print(f"built [bold]{escape(tag)}[/] ({image_id[:19]}) from {escape(base)}")
 
 
 @cli_errors
@@ -87,7 +88,7 @@ def doctor(
     try:
         settings = Settings.model_validate({**Settings().model_dump(), **values})
     except ValueError as exc:
-        err_console.print(f"[bold red]error:[/] {exc}")
+        err_console.print(f"[bold red]error:[/] {escape(str(exc))}")
         raise typer.Exit(2) from None
     client: dict[str, Any] = {}
     checks: list[tuple[str, Check]] = [
@@ -104,11 +105,11 @@ def _run_check(name: str, check: Check) -> bool:
     try:
         detail = check()
     except SandboxAgentError as exc:
-        out_console.print(f"[red]✗[/] {name}: {exc.message}")
+        out_console.print(f"[red]✗[/] {escape(name)}: {escape(exc.message)}")
         if exc.fix:
             out_console.print(f"    fix: {exc.fix}", markup=False)
         return False
-    out_console.print(f"[green]✓[/] {name}: {detail}")
+    out_console.print(f"[green]✓[/] {escape(name)}: {escape(detail)}")
     return True
 
 

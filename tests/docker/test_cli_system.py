@@ -23,7 +23,7 @@ from tests.docker.cli_support import (
     model_args,
     run_cli,
 )
-from tests.fakes.model_server import Hang, ModelServer, RecordedRequest
+from tests.fakes.model_server import Call, Hang, ModelServer, RecordedRequest
 
 pytestmark = pytest.mark.docker
 
@@ -250,3 +250,40 @@ def test_gc_removes_the_container_of_a_killed_run_and_only_that(
         if run.poll() is None:
             run.kill()
             run.wait()
+
+
+# -- text from outside is printed as it is, never read as console markup ----------------------
+
+
+def test_a_server_error_with_brackets_is_shown_literally(project: Path,
+                                                         model_server: ModelServer):
+    model_server.error(400, "invalid value [/] for [bold]tools[/bold]")
+
+    done = ask(project, model_server, "ollama", "--model", "[/odd]name")
+
+    line = assert_user_error(done, 23, "HTTP 400")
+    assert line.endswith("invalid value [/] for [bold]tools[/bold]")
+    assert "model [/odd]name" in done.stderr  # the session line
+
+
+def test_doctor_shows_what_the_server_says_literally(model_server: ModelServer):
+    model_server.model = "[/weird]model"
+
+    done = run_cli("doctor", *model_args(model_server, "openai"))
+
+    assert done.returncode == 0, explain(done)
+    assert "serves [/weird]model" in done.stdout
+
+
+def test_policy_rule_labels_are_shown_literally(project: Path, workdir: Path,
+                                                model_server: ModelServer):
+    (workdir / "p.toml").write_text(
+        '[[rules]]\ntool = "write_file"\ndecision = "deny"\nreason = "no [/writes] here"\n')
+    model_server.reply(tool_calls=[Call("write_file", {"path": "x.txt", "content": "y"})])
+    model_server.reply("Denied, fine.")
+
+    done = ask(project, model_server, "ollama", "--policy", workdir / "p.toml", "--yes")
+
+    assert done.returncode == 0, explain(done)
+    assert "refused: no [/writes] here (p.toml:1 [[rules]] #1)" in done.stderr
+    assert not (project / "x.txt").exists()

@@ -424,6 +424,7 @@ def review(
     The container mounts the project read-only and no write or shell tool is offered.
     """
     root = root.resolve()
+    _check_output(output)
     query = _review_query(root, diff_base)
     options = _settings(
         provider=provider,
@@ -525,6 +526,15 @@ def _error_report(meta: dict[str, Any], runner: Runner, exc: SandboxAgentError) 
     }
 
 
+def _check_output(output: Path | None) -> None:
+    """Fail before the review runs, not after, when the report cannot be written there."""
+    if output is not None and not output.parent.is_dir():
+        raise ConfigError(
+            f"cannot write the report to {output}: {output.parent} is not a directory",
+            fix="create the directory first, or pass another --output",
+        )
+
+
 def _write_report(report: dict[str, Any], fmt: ReportFormat, output: Path | None) -> None:
     text = (
         json.dumps(report, indent=2, ensure_ascii=False)
@@ -534,7 +544,10 @@ def _write_report(report: dict[str, Any], fmt: ReportFormat, output: Path | None
     if output is None:
         typer.echo(text)
         return
-    output.write_text(text + "\n", encoding="utf-8")
+    try:
+        output.write_text(text + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot write the report to {output}: {exc.strerror}") from exc
     err_console.print(f"[dim]report written to {escape(str(output))}[/]")
 
 

@@ -157,3 +157,27 @@ def test_review_writes_a_markdown_report_file(project: Path, workdir: Path,
     text = report.read_text()
     assert text.startswith(f"# Code review of `{project}`\n\n{REVIEW}\n\n---\n_model ")
     assert text.rstrip().endswith("tools used: none_")
+
+
+def test_an_output_in_a_missing_directory_fails_before_the_review(
+        project: Path, workdir: Path, model_server: ModelServer, docker_client: Any):
+    model_server.reply(REVIEW)
+
+    done = run_cli("review", "--root", project, *model_args(model_server, "ollama"),
+                   "--output", workdir / "missing" / "report.json")
+
+    assert_user_error(done, 2, "cannot write the report", str(workdir / "missing"))
+    assert model_server.chat_requests == []
+    assert containers_of(docker_client, project) == []
+
+
+def test_an_unwritable_report_is_one_line_after_the_review(project: Path,
+                                                           model_server: ModelServer):
+    model_server.reply(REVIEW)
+
+    # Its directory exists, but not even root may write it: open() fails at the very end.
+    done = run_cli("review", "--root", project, *model_args(model_server, "ollama"),
+                   "--output", "/proc/version")
+
+    assert_user_error(done, 2, "cannot write the report")
+    assert len(model_server.chat_requests) == 1

@@ -92,6 +92,9 @@ def test_streaming_and_not_give_the_same_answer(project: Path, model_server: Mod
 
         assert_ok(done, ANSWER)
         answers.append(done.stdout)
+        # Prose streams to stderr when asked; a json protocol's raw JSON never does.
+        assert (ANSWER in done.stderr) is (streamed and protocol == "native"), done.stderr
+        assert '"answer"' not in done.stderr
         requests = model_server.chat_requests[first:]
         assert len(requests) == 2
         assert all(r.body["stream"] is streamed for r in requests)

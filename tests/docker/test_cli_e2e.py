@@ -196,15 +196,20 @@ def test_max_turns_stops_a_model_that_keeps_calling_tools(project: Path,
     assert containers_of(docker_client, project) == []
 
 
-def test_unknown_tool_and_invalid_arguments_are_results_the_model_sees(
+def test_unknown_tools_bad_arguments_and_failed_calls_are_results_the_model_sees(
         project: Path, model_server: ModelServer):
     model_server.reply(tool_calls=[Call("delete_everything", {"path": "."})])
     model_server.reply(tool_calls=[Call("read_file", {"file": "hello.py"})])
     model_server.reply(tool_calls=[Call("read_file", {"path": "hello.py", "start_line": "first"})])
+    model_server.reply(tool_calls=[Call("read_file", {"path": "missing.py"})])
+    model_server.reply(tool_calls=[Call("run_shell_command",
+                                        {"command": "echo oops >&2; exit 3"})])
+    model_server.reply(tool_calls=[Call("run_shell_command",
+                                        {"command": "sleep 30", "timeout_seconds": 1})])
     model_server.reply(tool_calls=[Call("read_file", {"path": "hello.py"})])
     model_server.reply("Recovered.")
 
-    done = ask(project, model_server, "openai")
+    done = ask(project, model_server, "openai", "--yes")
 
     assert_ok(done, "Recovered.")
     results = [r for _, _, r in tool_exchanges(model_server.last_chat)]
@@ -213,7 +218,24 @@ def test_unknown_tool_and_invalid_arguments_are_results_the_model_sees(
     assert results[1].startswith("Invalid arguments for read_file")
     assert "path" in results[1] and "file" in results[1]
     assert results[2].startswith("Invalid arguments for read_file") and "start_line" in results[2]
-    assert results[3] == '     1\tprint("hello")'
+    assert "missing.py" in results[3]  # failed calls are results too
+    assert results[4].startswith("exit_code: 3") and "oops" in results[4]
+    assert "timed out after 1s" in results[5]
+    assert results[6] == '     1\tprint("hello")'
+
+
+def test_a_failed_request_does_not_end_the_repl(project: Path, model_server: ModelServer):
+    model_server.error(400, "first one fails")
+    model_server.reply("Second works.")
+
+    done = ask(project, model_server, "ollama", "-i", query="",
+               stdin="first\nsecond\nexit\nnever read\n")
+
+    assert done.returncode == 0, explain(done)
+    assert done.stdout == "Second works.\n"
+    assert "error: " in done.stderr and "first one fails" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert len(model_server.chat_requests) == 2  # nothing after `exit`
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)

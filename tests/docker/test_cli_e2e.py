@@ -36,9 +36,6 @@ from tests.fakes.model_server import Call, Hang, ModelServer, RecordedRequest, R
 
 pytestmark = pytest.mark.docker
 
-APP = "def add(a, b):\n    return a + b\n"
-
-
 def _script_every_tool(server: ModelServer) -> None:
     server.reply(tool_calls=[Call("read_file", {"path": "src/app.py"})])
     server.reply("Looking for callers.", tool_calls=[Call("search_files", {"pattern": "return a"})])

@@ -144,7 +144,9 @@ class Agent:
         if bad_replies + 1 >= self.max_bad_replies:
             raise AgentError(
                 f"the model sent {bad_replies + 1} unusable replies in a row: {reply.problem}",
-                fix="try another model or --tool-protocol constrained",
+                fix="try a more capable model"
+                + ("" if getattr(self.model, "tool_protocol", "") == "constrained"
+                   else ", or --tool-protocol constrained"),
             )
         self.hooks.emit("warning", message=f"unusable model reply: {reply.problem}")
         self.add(Message.assistant(reply.raw or reply.message.content))

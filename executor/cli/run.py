@@ -551,6 +551,10 @@ def _write_report(report: dict[str, Any], fmt: ReportFormat, output: Path | None
     err_console.print(f"[dim]report written to {escape(str(output))}[/]")
 
 
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'s' * (count != 1)}"
+
+
 def _markdown(report: dict[str, Any]) -> str:
     scope = f" (changes since `{report['diff_base']}`)" if report.get("diff_base") else ""
     head = f"# Code review of `{report['root']}`{scope}\n\n"
@@ -561,5 +565,5 @@ def _markdown(report: dict[str, Any]) -> str:
     return (
         head
         + str(report["review"]).strip()
-        + (f"\n\n---\n{facts}, {report['turns']} turns, tools used: {tools}_")
+        + f"\n\n---\n{facts}, {_plural(report['turns'], 'turn')}, tools used: {tools}_"
     )

@@ -289,7 +289,7 @@ def test_container_labelled_and_removed_at_end(project: Path, docker_client: Any
         assert container.labels["sandbox-agent.session"] == config.session_id
         assert container.labels["sandbox-agent.root"] == str(project)
         assert container.name == f"sandbox-agent-{config.session_id}"
-        assert gc(docker_client).removed == []  # in use: gc leaves it alone
+        assert gc(docker_client, root=str(project)).removed == []  # in use: left alone
     assert not docker_client.containers.list(all=True, filters={"name": container.name})
 
 
@@ -309,11 +309,11 @@ def test_gc_removes_containers_of_a_killed_controller(project: Path, docker_clie
     try:
         assert child.stdout is not None and child.stdout.readline().strip() == "started"
         name = f"sandbox-agent-{config.session_id}"
-        assert name in gc(docker_client).in_use
+        assert name in gc(docker_client, root=str(project)).in_use
         child.kill()
         child.wait()
         assert docker_client.containers.get(name).status == "running"  # kept for --resume
-        result = gc(docker_client)
+        result = gc(docker_client, root=str(project))
         assert name in result.removed
         assert not docker_client.containers.list(all=True, filters={"name": name})
     finally:

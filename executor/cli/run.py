@@ -342,6 +342,11 @@ def _answer(result: RunResult, view: ProgressView) -> None:
         typer.echo(result.answer)
 
 
+def _prompt() -> str:
+    """The REPL prompt, shown only to a person (piped input gets none)."""
+    return "[bold cyan]you>[/] " if sys.stdin.isatty() else ""
+
+
 def _repl(runner: Runner, view: ProgressView, first: str | None) -> None:
     """Read requests until EOF or 'exit'; one session, one container, one conversation."""
     err_console.print("[dim]interactive session: empty line or Ctrl-D to leave[/]")
@@ -349,7 +354,7 @@ def _repl(runner: Runner, view: ProgressView, first: str | None) -> None:
     while True:
         if pending is None:
             try:
-                pending = err_console.input("[bold cyan]you>[/] ").strip()
+                pending = err_console.input(_prompt()).strip()
             except EOFError:
                 return
         if pending in ("", "exit", "quit"):

@@ -14,8 +14,8 @@ DEMO_DIR ?= build/demo-project
 DEMO_QUERY ?= Create a file greet.py with a function greet(name) that returns "Hello, " + name, then run python3 greet.py to check it.
 export TESTCONTAINERS_RYUK_DISABLED := true
 
-.PHONY: help install install-local engine base-image image test test-fast test-docker \
-        test-embedded lint demo bench gc clean
+.PHONY: help install install-local engine host-tools base-image image test test-fast \
+        test-docker test-embedded lint demo bench gc clean
 
 help:
 	@echo "make demo           one command: set up and run a real ask with the embedded model"
@@ -50,6 +50,9 @@ install-local: $(VENV)/.installed-local
 engine:
 	@scripts/ensure-engine.sh
 
+host-tools:
+	@scripts/ensure-host-tools.sh
+
 base-image: engine
 	@scripts/build-base-image.sh $(OFFLINE_BASE)
 
@@ -67,7 +70,7 @@ lint: install
 	$(BIN)/ruff check executor tests benchmarks
 	$(BIN)/mypy
 
-test-fast: install
+test-fast: install host-tools
 	$(BIN)/python -m pytest tests/unit -q
 
 test-docker: image
@@ -76,7 +79,7 @@ test-docker: image
 test-embedded: install-local image
 	CI=$${CI:-true} $(BIN)/python -m pytest tests/embedded -m embedded -q
 
-test: install-local image lint
+test: install-local image host-tools lint
 	CI=$${CI:-true} $(BIN)/python -m pytest tests -m "not embedded" -q -p no:cacheprovider; \
 		rc=$$?; if [ $$rc = 5 ]; then echo "no tests collected"; exit 1; fi; [ $$rc = 0 ]
 	CI=$${CI:-true} $(BIN)/python -m pytest tests/embedded -m embedded -q -p no:cacheprovider; \
@@ -89,7 +92,7 @@ demo: install-local image
 	$(BIN)/sandbox-agent ask --provider embedded --root $(DEMO_DIR) --yes "$(DEMO_QUERY)"
 	@echo "== files in $(DEMO_DIR):" && ls -la $(DEMO_DIR)
 
-bench: install image
+bench: install image host-tools
 	$(BIN)/python benchmarks/bench_sandbox.py
 	$(BIN)/python benchmarks/bench_context.py
 

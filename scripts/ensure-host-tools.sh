@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Host tools the tests and benchmarks compare against (ripgrep: the toolbox's search engine is
+# checked against the Python fallback, and timed against rg on the host). Installs them with
+# apt when running as root on Debian; otherwise says what is missing (the tests then skip those
+# comparisons; the product itself needs nothing on the host).
+set -euo pipefail
+
+missing=()
+command -v rg >/dev/null || missing+=(ripgrep)
+command -v git >/dev/null || missing+=(git)
+[ ${#missing[@]} -eq 0 ] && exit 0
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "installing ${missing[*]} ..."
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get install -y -qq "${missing[@]}" >/dev/null 2>&1 \
+        || { apt-get update -qq >/dev/null && apt-get install -y -qq "${missing[@]}" >/dev/null; }
+else
+    echo "note: ${missing[*]} not installed on the host; install them to run every comparison" >&2
+fi

@@ -67,7 +67,7 @@ image: install engine
 	$(BIN)/sandbox-agent image build --base $$base --tag $(IMAGE) --quiet
 
 lint: install
-	$(BIN)/ruff check executor tests benchmarks
+	$(BIN)/ruff check executor tests benchmarks examples
 	$(BIN)/mypy
 
 test-fast: install host-tools

@@ -110,7 +110,8 @@ def bench_search(root: Path, client: object, files: int) -> None:
     cmd = [rg, "--line-number", "--no-heading", "--color", "never", "NEEDLE_TOKEN", "."]
     host = timed(lambda: subprocess.run(cmd, cwd=root, capture_output=True, check=False), 7)
     print(f"   rg on the host               {ms(host)}")
-    print(f"   ratio sandbox / host         {statistics.median(inside) / statistics.median(host):.2f}x")
+    ratio = statistics.median(inside) / statistics.median(host)
+    print(f"   ratio sandbox / host         {ratio:.2f}x")
 
 
 def main() -> None:

@@ -17,7 +17,10 @@ if [ "$(id -u)" != 0 ]; then
 fi
 if ! command -v debootstrap >/dev/null; then
     echo "installing debootstrap ..."
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
+    export DEBIAN_FRONTEND=noninteractive NEEDRESTART_MODE=a NEEDRESTART_SUSPEND=1
+    apt-get install -y -qq debootstrap >/tmp/sandbox-agent-apt.log 2>&1 \
+        || { apt-get update -qq >/dev/null && apt-get install -y -qq debootstrap \
+             >/tmp/sandbox-agent-apt.log 2>&1; } || { tail -20 /tmp/sandbox-agent-apt.log >&2; exit 1; }
 fi
 
 # Use the mirror apt is already configured with (deb822 or one-line format), else debootstrap's default.

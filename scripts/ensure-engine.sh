@@ -14,8 +14,10 @@ fi
 if ! command -v dockerd >/dev/null; then
     echo "installing docker.io ..."
     export DEBIAN_FRONTEND=noninteractive
+    export NEEDRESTART_MODE=a NEEDRESTART_SUSPEND=1
     apt-get update -qq >/dev/null
-    apt-get install -y -qq docker.io >/dev/null
+    apt-get install -y -qq docker.io >/tmp/sandbox-agent-apt.log 2>&1 \
+        || { tail -20 /tmp/sandbox-agent-apt.log >&2; exit 1; }
 fi
 if ! command -v docker >/dev/null; then
     echo "error: docker CLI missing after installing docker.io" >&2

@@ -170,16 +170,21 @@ class TerminalApprover:
             return False
 
 
-def _runner(root: Path, options: dict[str, Any], view: ProgressView, interactive: bool) -> Runner:
-    runner = Runner.build(
-        root,
-        argv=sys.argv[1:],
-        interactive=interactive,
-        approver=TerminalApprover(view) if interactive else None,
-        **options,
-    )
+def _prepare(
+    root: Path, options: dict[str, Any], *, stream: bool | None, trace: bool, audit: bool,
+    interactive: bool,
+) -> tuple[Runner, ProgressView]:
+    """The runner for `ask` / `review`, with its progress view attached (nothing started)."""
+    if not audit:
+        options["audit"] = False
+    _interrupt_on_sigterm()
+    view = ProgressView(err_console, stream=stream is not False, trace=trace)
+    approver = TerminalApprover(view) if interactive else None
+    runner = Runner.build(root, argv=sys.argv[1:], interactive=interactive, approver=approver,
+                          **options)
     view.attach(runner.hooks)
-    return runner
+    view.stream = _streams_text(runner, stream)
+    return runner, view
 
 
 def _query_from_stdin() -> str:
@@ -313,12 +318,8 @@ def ask(
     }
     if allow_git_writes:
         options["allow_git_writes"] = True
-    if no_audit:
-        options["audit"] = False
-    _interrupt_on_sigterm()
-    view = ProgressView(err_console, stream=stream is not False, trace=trace)
-    runner = _runner(root, options, view, at_terminal)
-    view.stream = _streams_text(runner, stream)
+    runner, view = _prepare(root, options, stream=stream, trace=trace, audit=not no_audit,
+                            interactive=at_terminal)
     with runner:
         _start(runner, view)
         if interactive:
@@ -445,12 +446,8 @@ def review(
         deny_prefixes=deny_prefix,
         policy_file=policy,
     ) | {"read_only": True, "audit_required": audit_required}
-    if no_audit:
-        options["audit"] = False
-    _interrupt_on_sigterm()
-    view = ProgressView(err_console, stream=stream is not False, trace=trace)
-    runner = _runner(root, options, view, interactive=False)
-    view.stream = _streams_text(runner, stream)
+    runner, view = _prepare(root, options, stream=stream, trace=trace, audit=not no_audit,
+                            interactive=False)
     meta = {
         "root": str(root),
         "diff_base": diff_base,

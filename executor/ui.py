@@ -25,6 +25,7 @@ class ProgressView:
         self._calls: dict[str, dict[str, Any]] = {}
         self.last_reply_streamed = False
         """Whether the latest model reply was shown token by token."""
+        self._phase: str | None = None
 
     def attach(self, hooks: HookBus) -> None:
         """Subscribe to every event of `hooks`."""
@@ -103,6 +104,19 @@ class ProgressView:
     def _on_warning(self, data: dict[str, Any]) -> None:
         self.close()
         self.console.print(f"[yellow]warning:[/] {escape(str(data.get('message', '')))}")
+
+    def _on_progress(self, data: dict[str, Any]) -> None:
+        """The embedded model loading: one line per phase, a live figure where there is one."""
+        message = escape(str(data.get("message", "")))
+        if data.get("phase") != self._phase:
+            self._phase = data.get("phase")
+            self.close()
+            self.console.print(f"[dim]{message}[/]")
+            if data.get("fraction") is not None and self.console.is_terminal:
+                self._status = self.console.status(f"[dim]{message}[/]")
+                self._status.start()
+        elif self._status is not None:
+            self._status.update(f"[dim]{message}[/]")
 
     def _on_complete(self, data: dict[str, Any]) -> None:
         self.close()

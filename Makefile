@@ -11,7 +11,8 @@ IMAGE ?= sandbox-agent:latest
 BASE ?= python:3.12-slim
 OFFLINE_BASE ?= sandbox-agent-base:bookworm
 DEMO_DIR ?= build/demo-project
-DEMO_QUERY ?= Create a file greet.py with a function greet(name) that returns "Hello, " + name, then run python3 greet.py to check it.
+DEMO_ASK ?= Create greet.py with a function greet(name) that returns 'Hello, ' + name, and a line that prints greet('world').
+DEMO_FOLLOW_UP ?= Now run python3 greet.py and tell me what it prints.
 export TESTCONTAINERS_RYUK_DISABLED := true
 
 .PHONY: help install install-local engine host-tools base-image image test test-fast \
@@ -88,9 +89,16 @@ test: install-local image host-tools lint
 demo: install-local image
 	@rm -rf $(DEMO_DIR) && mkdir -p $(dir $(DEMO_DIR)) && cp -r examples/sample-project $(DEMO_DIR) \
 		&& rm -rf $(DEMO_DIR)/.sandbox-agent
-	@echo "== sandbox-agent ask --provider embedded --root $(DEMO_DIR) --yes \"$(DEMO_QUERY)\""
-	$(BIN)/sandbox-agent ask --provider embedded --root $(DEMO_DIR) --yes "$(DEMO_QUERY)"
-	@echo "== files in $(DEMO_DIR):" && ls -la $(DEMO_DIR)
+	@echo
+	@echo "== 1. sandbox-agent ask --provider embedded --root $(DEMO_DIR) --yes \"$(DEMO_ASK)\""
+	@$(BIN)/sandbox-agent ask --provider embedded --root $(DEMO_DIR) --yes "$(DEMO_ASK)"
+	@echo
+	@echo "== 2. the same session, resumed: the model runs the file inside the sandbox"
+	@$(BIN)/sandbox-agent ask --provider embedded --root $(DEMO_DIR) --yes --resume "$(DEMO_FOLLOW_UP)"
+	@echo
+	@echo "== greet.py as the agent wrote it:" && cat $(DEMO_DIR)/greet.py
+	@echo && echo "== the audit trail of both runs:"
+	@$(BIN)/sandbox-agent audit verify --root $(DEMO_DIR)
 
 bench: install image host-tools
 	$(BIN)/python benchmarks/bench_sandbox.py

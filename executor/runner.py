@@ -261,8 +261,8 @@ class Runner:
         sandbox.start()
         if self.options.resume:
             how = "re-attached to" if sandbox.reattached else "started a new"
-            self.hooks.emit("warning", message=f"resumed session {store.name}: {how} container "
-                                               f"{sandbox.name}")
+            self.hooks.emit("notice", message=f"resumed session {store.name}: {how} container "
+                                              f"{sandbox.name}")
         store.update_header(container=sandbox.name, image_digest=sandbox.info.image_digest,
                             mount_mode=sandbox.info.mount_mode)
         return sandbox

@@ -105,6 +105,10 @@ class ProgressView:
         self.close()
         self.console.print(f"[yellow]warning:[/] {escape(str(data.get('message', '')))}")
 
+    def _on_notice(self, data: dict[str, Any]) -> None:
+        self.close()
+        self.console.print(f"[dim]{escape(str(data.get('message', '')))}[/]")
+
     def _on_progress(self, data: dict[str, Any]) -> None:
         """The embedded model loading: one line per phase, a live figure where there is one."""
         message = escape(str(data.get("message", "")))

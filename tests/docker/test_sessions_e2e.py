@@ -266,7 +266,7 @@ def test_sigkill_then_gc_then_resume_starts_a_new_container(
     resumed = run(ask_args(root, model_server, "--resume", "continue", hostname=hostname))
 
     assert resumed.returncode == 0, resumed.stderr
-    assert "warning" in resumed.stderr and "started a new container" in resumed.stderr
+    assert "started a new container" in resumed.stderr  # a notice: nothing went wrong
     first, second = model_server.chat_requests[before:]
     assert shape(received(first)[1:]) == shape([*history, Message.user("continue")])
     assert "No such file" in received(second)[-1].content  # a fresh container: no marker

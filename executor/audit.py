@@ -46,15 +46,15 @@ from typing import Any, Literal, TextIO
 
 from pydantic import BaseModel
 
-from executor.errors import AuditError, AuditIntegrityError, ConfigError
+from executor.errors import AuditError, AuditIntegrityError, ConfigError, SandboxAgentError
 from executor.hooks import Event, HookBus, Subscriber
 from executor.redact import Redactor
+from executor.state import STATE_DIR, ensure_state_dir
 
 log = logging.getLogger(__name__)
 
 ZERO_HASH = "0" * 64
 """`prev` of the very first record."""
-STATE_DIR = ".sandbox-agent"
 """Per-root state directory (sessions, audit); hidden from the container."""
 LOCK_NAME = ".lock"
 """Lock file in the audit directory held while a record is appended."""
@@ -112,16 +112,6 @@ def exposed_to_container(root: Path, audit_dir: Path) -> bool:
     """Whether `audit_dir` lies inside the mounted root but outside the hidden state dir."""
     root_r, dir_r = root.resolve(), audit_dir.resolve()
     return dir_r.is_relative_to(root_r) and not dir_r.is_relative_to(root_r / STATE_DIR)
-
-
-def ensure_state_dir(root: Path) -> Path:
-    """Create `<root>/.sandbox-agent/` (mode 0700, with a `.gitignore` of `*`)."""
-    state = root / STATE_DIR
-    state.mkdir(mode=0o700, parents=True, exist_ok=True)
-    ignore = state / ".gitignore"
-    if not ignore.exists():
-        ignore.write_text("*\n")
-    return state
 
 
 def _plain(value: Any) -> Any:
@@ -327,7 +317,7 @@ class AuditLog:
         try:
             body = self._redactor.value(_plain(body))
             return self._append(body)
-        except (OSError, ValueError, TypeError) as exc:
+        except (OSError, ValueError, TypeError, SandboxAgentError) as exc:
             self._fail(exc)
             return body
 

@@ -31,7 +31,6 @@ import json
 import os
 import re
 import secrets
-import stat
 import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -44,10 +43,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from executor.errors import ConfigError, SessionCorruptError, SessionError, SessionNotFoundError
 from executor.messages import Message
 from executor.protocols import SessionSummary
+from executor.state import STATE_DIR, ensure_state_dir, private_dir
 
 FORMAT_VERSION = 1
 """Version written in every header; files from a newer version are refused."""
-STATE_DIR_NAME = ".sandbox-agent"
 """Per-root state directory (sessions, audit); hidden from the container."""
 SUFFIX = ".ndjson"
 PREVIEW_CHARS = 72
@@ -127,50 +126,9 @@ class SessionContents:
 # --- directories ---------------------------------------------------------------------------------
 
 
-def _private_dir(path: Path) -> Path:
-    """Create `path` (mode 0700) or check an existing one: a real directory owned by us."""
-    try:
-        path.mkdir(mode=0o700)
-    except FileExistsError:
-        pass
-    except OSError as exc:
-        raise SessionError(f"cannot create {path}: {exc.strerror}") from exc
-    info = os.lstat(path)
-    if not stat.S_ISDIR(info.st_mode):  # a symlink here could redirect sessions and audit
-        raise SessionError(f"{path} is not a directory", fix=f"remove it: rm {path}")
-    if info.st_uid != os.geteuid():
-        raise SessionError(
-            f"{path} is owned by uid {info.st_uid}, not by you", fix=f"chown -R $(id -u) {path}"
-        )
-    if stat.S_IMODE(info.st_mode) != 0o700:
-        os.chmod(path, 0o700)  # mkdir's mode is filtered by the umask
-    return path
-
-
-def ensure_state_dir(root: Path) -> Path:
-    """`<root>/.sandbox-agent/`, created private (0700) with a `.gitignore` of `*`.
-
-    Raises ConfigError for a missing root, SessionError when the directory cannot be created
-    or is not safe to use (a symlink, or owned by another user).
-    """
-    root = Path(root)
-    if not root.is_dir():
-        raise ConfigError(f"project root {root} is not a directory", fix="pass an existing --root")
-    state = _private_dir(root / STATE_DIR_NAME)
-    try:
-        fd = os.open(state / ".gitignore", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return state  # an existing .gitignore may have been tuned by the user: keep it
-    except OSError as exc:
-        raise SessionError(f"cannot create {state / '.gitignore'}: {exc.strerror}") from exc
-    with os.fdopen(fd, "w") as out:
-        out.write("*\n")
-    return state
-
-
 def sessions_dir(root: Path) -> Path:
     """Where the sessions of `root` live (not created)."""
-    return Path(root) / STATE_DIR_NAME / "sessions"
+    return Path(root) / STATE_DIR / "sessions"
 
 
 def _session_path(root: Path, name: str) -> Path:
@@ -494,7 +452,7 @@ class NdjsonSessionStore:
     ) -> Self:
         """Start a new session (a generated name when none is given); refuse an existing name."""
         root = Path(root).resolve()
-        _private_dir(ensure_state_dir(root) / "sessions")
+        private_dir(ensure_state_dir(root) / "sessions")
         for _ in range(5):  # generated names collide only within one second
             store = cls(root, generate_name() if name is None else name)
             header = SessionHeader(

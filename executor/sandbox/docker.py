@@ -20,7 +20,6 @@ from pydantic import BaseModel, Field
 
 from executor.config import DEFAULT_IMAGE, default_cpus
 from executor.errors import (
-    ConfigError,
     ImageNotFoundError,
     SandboxError,
     ToolboxError,
@@ -30,9 +29,9 @@ from executor.messages import ToolResult
 from executor.protocols import SandboxInfo
 from executor.sandbox.channel import Channel
 from executor.sandbox.engine import IMAGE_FIX, connect, docker_errors
+from executor.state import STATE_DIR, ensure_state_dir
 
 WORKSPACE = "/workspace"
-STATE_DIR = ".sandbox-agent"
 LABEL_SESSION = "sandbox-agent.session"
 LABEL_ROOT = "sandbox-agent.root"
 LABEL_LOCK = "sandbox-agent.lock"
@@ -188,7 +187,7 @@ class DockerSandbox:
         try:
             self._client = self._client or connect()
             image = self._image()
-            prepare_root(self.config.root)
+            ensure_state_dir(self.config.root)  # before the container: hidden from call one
             self._lock()
             self._container = self._existing() or self._create()
             self._start_toolbox()
@@ -376,18 +375,6 @@ class DockerSandbox:
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
-
-
-def prepare_root(root: Path) -> None:
-    """Create the state dir before the container starts, so it is hidden from the first call."""
-    from executor.session import ensure_state_dir
-
-    if not root.is_dir():
-        raise ConfigError(f"project root {root} is not a directory")
-    try:
-        ensure_state_dir(root)
-    except OSError as exc:
-        raise ConfigError(f"cannot create {root / STATE_DIR}: {exc.strerror}") from exc
 
 
 _PRUNE = {".git", STATE_DIR, "node_modules", ".venv", "venv", "__pycache__", ".tox"}

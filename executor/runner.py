@@ -255,7 +255,7 @@ class Runner:
         prefix = container_name("")
         session_id = (header.container[len(prefix):] if header.container.startswith(prefix)
                       else secrets.token_hex(6))
-        sandbox = DockerSandbox(self._sandbox_config(session_id, self._image(store)),
+        sandbox = DockerSandbox(self._sandbox_config(session_id, header.image_digest),
                                 warn=self._warn)
         self.sandbox = sandbox
         sandbox.start()
@@ -267,25 +267,14 @@ class Runner:
                             mount_mode=sandbox.info.mount_mode)
         return sandbox
 
-    def _image(self, store: NdjsonSessionStore) -> str:
-        """On resume, the very image the session started with, while it exists."""
-        digest = store.header.image_digest
-        if not (self.options.resume and digest):
-            return self.settings.image
-        from executor.sandbox.engine import connect
-        from executor.sandbox.image import image_exists
-
-        if image_exists(connect(), digest):
-            return digest
-        self.hooks.emit("warning", message=f"image {digest[:19]} of session {store.name} is gone; "
-                                           f"using {self.settings.image}")
-        return self.settings.image
-
-    def _sandbox_config(self, session_id: str, image: str) -> SandboxConfig:
+    def _sandbox_config(self, session_id: str, digest: str) -> SandboxConfig:
+        """On resume, the very image the session started with, falling back to the configured."""
         s = self.settings
         env = sandbox_environment(s.env_allow, secret_names=[s.api_key_env])
+        resumed = self.options.resume and digest
         return SandboxConfig(
-            root=self.options.root, session_id=session_id, image=image,
+            root=self.options.root, session_id=session_id, image=digest if resumed else s.image,
+            fallback_image=s.image if resumed else None,
             read_only=self.options.read_only, memory=s.memory, pids_limit=s.pids_limit,
             cpus=s.cpus, tmp_size=s.tmp_size, tool_timeout=s.tool_timeout, env=env,
             allow_git_writes=s.allow_git_writes,

@@ -59,6 +59,8 @@ class SandboxConfig(BaseModel):
     """Session id; the container is named sandbox-agent-<session_id>."""
     image: str = DEFAULT_IMAGE
     """Image with python3 >= 3.9 (ripgrep and git optional)."""
+    fallback_image: str | None = None
+    """Used, with a warning, when `image` no longer exists (a resumed session's old digest)."""
     read_only: bool = False
     """Mount the root read-only."""
     network: bool = False
@@ -290,15 +292,21 @@ class DockerSandbox:
     # -- helpers -----------------------------------------------------------------------------
 
     def _image(self) -> Any:
+        """The configured image, else (with a warning) the fallback when one is given."""
         import docker.errors
 
         with docker_errors(f"looking up image {self.config.image}"):
             try:
                 return self._client.images.get(self.config.image)
             except docker.errors.ImageNotFound:
-                raise ImageNotFoundError(
-                    f"sandbox image {self.config.image!r} not found", fix=IMAGE_FIX
-                ) from None
+                if not self.config.fallback_image:
+                    raise ImageNotFoundError(
+                        f"sandbox image {self.config.image!r} not found", fix=IMAGE_FIX
+                    ) from None
+        self._warn(f"image {self.config.image[:19]} is gone; using {self.config.fallback_image}")
+        self.config = self.config.model_copy(
+            update={"image": self.config.fallback_image, "fallback_image": None})
+        return self._image()
 
     def _existing(self) -> Any:
         import docker.errors

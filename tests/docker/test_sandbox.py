@@ -13,6 +13,7 @@ from executor.errors import EngineUnavailableError, ImageNotFoundError
 from executor.protocols import Sandbox
 from executor.sandbox.docker import DockerSandbox
 from executor.sandbox.engine import connect
+from tests.conftest import IMAGE
 from tests.docker.conftest import make_config
 
 pytestmark = pytest.mark.docker
@@ -138,3 +139,15 @@ def test_unreachable_engine_is_a_clear_error(monkeypatch):
     with pytest.raises(EngineUnavailableError) as info:
         connect(timeout=5)
     assert "make engine" in str(info.value)
+
+
+def test_a_gone_image_falls_back_with_a_warning(project: Path, docker_client: Any):
+    gone = "sha256:" + "0" * 64
+    warnings: list[str] = []
+    config = make_config(project, image=gone, fallback_image=IMAGE)
+    with DockerSandbox(config, client=docker_client, warn=warnings.append) as box:
+        assert box.info.image == IMAGE
+        assert box.call("read_file", {"path": "hello.py"}).ok
+    assert warnings == [f"image {gone[:19]} is gone; using {IMAGE}"]
+    with pytest.raises(ImageNotFoundError):  # without a fallback it stays an error
+        DockerSandbox(make_config(project, image=gone), client=docker_client).start()

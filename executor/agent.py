@@ -10,13 +10,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Protocol
 
 from pydantic import BaseModel, ValidationError
 
 from executor.errors import AgentError, MaxTurnsExceeded, SandboxAgentError
 from executor.hooks import HookBus
-from executor.messages import Message, ModelReply, ToolCall, ToolResult, Usage
+from executor.messages import Message, ModelReply, ToolCall, ToolResult, ToolSpec, Usage
 from executor.protocols import Model
 from executor.tools.base import Tool, ToolContext, ToolRegistry, format_validation_error
 
@@ -92,6 +93,11 @@ class Agent:
     messages: list[Message] = field(default_factory=list)
     """The conversation without the system prompt, as persisted."""
 
+    @cached_property
+    def specs(self) -> list[ToolSpec]:
+        """The offered tools' schemas, built once per agent rather than once per model call."""
+        return self.tools.specs()
+
     def add(self, message: Message) -> None:
         """Append to the conversation and persist it before going on."""
         self.messages.append(message)
@@ -122,7 +128,7 @@ class Agent:
         """Fit the context and ask the model for its next turn."""
         prompt = [Message.system(self.system_prompt)] if self.system_prompt else []
         sent = (self.fitter.fit if self.fitter else list)(prompt + self.messages)
-        specs = self.tools.specs()
+        specs = self.specs
         started = time.monotonic()
         reply = self.model.chat(sent, specs, on_token=self._token)
         if self.fitter is not None:

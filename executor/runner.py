@@ -29,7 +29,7 @@ from executor.config import Settings
 from executor.context import CachedSummarizer, ContextWindow, pair_tool_results, resolve_budget
 from executor.errors import ConfigError, MaxTurnsExceeded, SandboxAgentError, UserError
 from executor.hooks import HookBus
-from executor.messages import Message, ToolCall
+from executor.messages import Message, ToolCall, ToolSpec
 from executor.models import build_model
 from executor.policy import Decision, Policy, PolicyOverrides, load_policy
 from executor.protocols import Model
@@ -310,20 +310,22 @@ class Runner:
         assert self.sandbox is not None
         context = ToolContext(sandbox=self.sandbox, root=self.options.root,
                               read_only=self.options.read_only, session_id=store.name)
-        return Agent(
+        agent = Agent(
             model=self.model, tools=self.tools, context=context, authorize=self._authorize,
-            system_prompt=self._system_prompt(), hooks=self.hooks, fitter=self._window(),
-            sink=store, max_turns=self.settings.max_turns, messages=history,
+            system_prompt=self._system_prompt(), hooks=self.hooks, sink=store,
+            max_turns=self.settings.max_turns, messages=history,
         )
+        agent.fitter = self._window(agent.specs)
+        return agent
 
     def _system_prompt(self) -> str:
         prompt = self.options.system_prompt or SYSTEM_PROMPT
         return prompt + (READ_ONLY_NOTE if self.options.read_only else "")
 
-    def _window(self) -> ContextWindow:
+    def _window(self, specs: list[ToolSpec]) -> ContextWindow:
         budget = resolve_budget(self.settings.max_tokens, self.model.context_length())
         summarizer = CachedSummarizer(self._summarize) if self.options.context_summarize else None
-        return ContextWindow(budget=budget, tools=self.tools.specs(), summarizer=summarizer)
+        return ContextWindow(budget=budget, tools=specs, summarizer=summarizer)
 
     def _summarize(self, segment: list[Message]) -> str:
         transcript = "\n".join(f"{m.role}: {m.content}"[:2000] for m in segment)

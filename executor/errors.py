@@ -21,9 +21,8 @@ that fixes it.
     │   ├── ModelTimeoutError                 22  (also TimeoutError) no answer in time
     │   ├── ModelResponseError                23  4xx / unusable payload
     │   └── EmbeddedModelError                24  embedded model missing or corrupt
-    ├── AgentError                            30
-    │   ├── MaxTurnsExceeded                  31  no answer within --max-turns
-    │   └── ApprovalRequired                  32  a needed approval could not be obtained
+    ├── AgentError                            30  e.g. unusable model replies in a row
+    │   └── MaxTurnsExceeded                  31  no answer within --max-turns
     ├── SessionError                          40  session file unreadable
     │   └── SessionCorruptError               41  a corrupt line in the middle
     └── AuditError                            50  audit log could not be written
@@ -148,12 +147,6 @@ class MaxTurnsExceeded(AgentError):
     """The model did not give a final answer within the turn limit."""
 
     exit_code = 31
-
-
-class ApprovalRequired(AgentError):
-    """A run needed an approval it could not get (fail closed)."""
-
-    exit_code = 32
 
 
 class SessionError(SandboxAgentError):

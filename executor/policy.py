@@ -283,13 +283,6 @@ class Policy:
             default_sources or {}
         )
 
-    def with_overrides(self, overrides: PolicyOverrides) -> Policy:
-        """The same rules under other flags."""
-        return Policy(
-            self.rules, self.defaults, overrides, source=self.source,
-            default_sources=self.default_sources,
-        )
-
     def decide(self, tool: ToolFacts, args: Mapping[str, Any], *, interactive: bool) -> Decision:
         """The decision for one call, `ask` turned into `deny` when nobody can be asked."""
         return fail_closed(self.evaluate(tool, args), interactive=interactive)

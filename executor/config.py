@@ -20,6 +20,16 @@ OFFLINE_BASE_IMAGE = "sandbox-agent-base:bookworm"
 """Base built with debootstrap (scripts/build-base-image.sh) where no registry is reachable."""
 
 
+DEFAULT_MEMORY = "512m"
+"""Container memory limit (no swap on top)."""
+DEFAULT_PIDS_LIMIT = 256
+"""Container process limit."""
+DEFAULT_TMP_SIZE = "64m"
+"""Size cap of the container's /tmp."""
+DEFAULT_TOOL_TIMEOUT = 60
+"""Seconds run_shell_command may take unless the call asks otherwise."""
+
+
 def default_cpus() -> float:
     """All cores up to 4: searches use every core, a runaway cannot take a big host."""
     return float(max(1, min(4, os.cpu_count() or 1)))
@@ -56,15 +66,15 @@ class Settings(BaseSettings):
     """Stream tokens from the model."""
     image: str = DEFAULT_IMAGE
     """Sandbox image."""
-    tool_timeout: int = Field(60, ge=1)
+    tool_timeout: int = Field(DEFAULT_TOOL_TIMEOUT, ge=1)
     """Default timeout in seconds of run_shell_command."""
-    memory: str = "512m"
+    memory: str = DEFAULT_MEMORY
     """Container memory limit (no swap on top)."""
-    pids_limit: int = Field(256, ge=16)
+    pids_limit: int = Field(DEFAULT_PIDS_LIMIT, ge=16)
     """Maximum processes in the container."""
     cpus: float = Field(default_factory=default_cpus, gt=0)
     """CPU limit of the container (default: the host's cores, at most 4)."""
-    tmp_size: str = "64m"
+    tmp_size: str = DEFAULT_TMP_SIZE
     """Size of the container's /tmp tmpfs."""
     env_allow: list[str] = Field(default_factory=list)
     """Host environment variables passed into the container (none by default)."""

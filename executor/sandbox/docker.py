@@ -18,7 +18,14 @@ from typing import Any, Self
 
 from pydantic import BaseModel, Field
 
-from executor.config import DEFAULT_IMAGE, default_cpus
+from executor.config import (
+    DEFAULT_IMAGE,
+    DEFAULT_MEMORY,
+    DEFAULT_PIDS_LIMIT,
+    DEFAULT_TMP_SIZE,
+    DEFAULT_TOOL_TIMEOUT,
+    default_cpus,
+)
 from executor.errors import (
     ImageNotFoundError,
     SandboxError,
@@ -65,15 +72,15 @@ class SandboxConfig(BaseModel):
     """Mount the root read-only."""
     network: bool = False
     """Give the container a network (off by default)."""
-    memory: str = "512m"
+    memory: str = DEFAULT_MEMORY
     """Memory limit; swap is not allowed on top."""
-    pids_limit: int = 256
+    pids_limit: int = DEFAULT_PIDS_LIMIT
     """Maximum processes."""
     cpus: float = Field(default_factory=default_cpus)
     """CPU limit (default: the host's cores, at most 4)."""
-    tmp_size: str = "64m"
+    tmp_size: str = DEFAULT_TMP_SIZE
     """Size cap of the /tmp tmpfs."""
-    tool_timeout: int = 60
+    tool_timeout: int = DEFAULT_TOOL_TIMEOUT
     """Default timeout of run_shell_command in seconds."""
     max_output: int = 30_000
     """Bytes of each command output stream kept for the model."""

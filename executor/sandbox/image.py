@@ -37,15 +37,12 @@ def ensure_base(client: Any, base: str, progress: Progress) -> None:
     if image_exists(client, base):
         return
     progress(f"pulling {base} ...")
-    try:
-        with docker_errors(f"pulling {base}"):
-            try:
-                client.images.pull(base)
-            except docker.errors.APIError as exc:
-                raise ImageNotFoundError(f"cannot pull base image {base!r}: {exc.explanation}",
-                                         fix=BASE_FIX) from exc
-    except ImageNotFoundError as exc:
-        raise ImageNotFoundError(exc.message, fix=BASE_FIX) from exc
+    with docker_errors(f"pulling {base}"):  # connection problems; a refused pull is below
+        try:
+            client.images.pull(base)
+        except docker.errors.APIError as exc:
+            raise ImageNotFoundError(f"cannot pull base image {base!r}: {exc.explanation}",
+                                     fix=BASE_FIX) from exc
 
 
 def build_image(

@@ -192,6 +192,15 @@ def test_image_build_help():
     assert "--base" in done.stdout and "--tag" in done.stdout
 
 
+def test_image_build_from_a_base_that_cannot_be_pulled_names_the_offline_way(docker_client: Any):
+    base = f"sandbox-agent-no-such-base-{uuid.uuid4().hex[:8]}:1"
+    done = run_cli("image", "build", "--base", base, "--tag", "sandbox-agent-never-built:1")
+
+    assert_user_error(done, 12, f"cannot pull base image '{base}'")
+    assert "make base-image" in done.stderr
+    assert not docker_client.images.list(name="sandbox-agent-never-built")
+
+
 def test_help_lists_the_exit_codes():
     done = run_cli("ask", "--help")
 

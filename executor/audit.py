@@ -1,7 +1,10 @@
 """The audit log: hash-chained NDJSON records of everything a run does.
 
-Layout: `<root>/.sandbox-agent/audit/YYYY-MM-DD.ndjson` (UTC day of the write; the directory
-can be overridden), one record a line, directory mode 0700, files 0600. A lock file
+Layout: `<project state dir>/audit/YYYY-MM-DD.ndjson` (UTC day of the write; the state dir is
+per user and outside the project tree, see executor/state.py; the directory can be overridden
+with one outside the project), one record a line, directory mode 0700, files 0600. Every file
+is opened without following links and without blocking, and must be a regular file we own: a
+symlink or FIFO in place of a day file is an error, never followed and never a hang. A lock file
 `.lock` beside the day files serialises writers (one `fcntl.flock` held while the tail is
 read and the record appended, then fsync), so concurrent runs on one root keep one chain.
 
@@ -49,13 +52,19 @@ from pydantic import BaseModel
 from executor.errors import AuditError, AuditIntegrityError, ConfigError, SandboxAgentError
 from executor.hooks import Event, HookBus, Subscriber
 from executor.redact import Redactor
-from executor.state import STATE_DIR, ensure_state_dir
+from executor.state import (
+    check_outside,
+    ensure_project_dir,
+    open_private,
+    private_dir,
+    project_dir,
+    real_root,
+)
 
 log = logging.getLogger(__name__)
 
 ZERO_HASH = "0" * 64
 """`prev` of the very first record."""
-"""Per-root state directory (sessions, audit); hidden from the container."""
 LOCK_NAME = ".lock"
 """Lock file in the audit directory held while a record is appended."""
 DAY_FILE = re.compile(r"^\d{4}-\d{2}-\d{2}\.ndjson$")
@@ -96,22 +105,15 @@ def format_ts(moment: datetime) -> str:
 
 
 def default_audit_dir(root: Path) -> Path:
-    """`<root>/.sandbox-agent/audit`."""
-    return root / STATE_DIR / "audit"
+    """`<project state dir>/audit` (not created)."""
+    return project_dir(root) / "audit"
 
 
 def audit_dir_for(root: Path, override: Path | str | None = None) -> Path:
-    """The audit directory for `root`: `override` (relative to the root) or the default."""
+    """The audit directory for `root`: `override` (relative to the working dir) or the default."""
     if override is None or str(override) == "":
         return default_audit_dir(root)
-    path = Path(override).expanduser()
-    return path if path.is_absolute() else root / path
-
-
-def exposed_to_container(root: Path, audit_dir: Path) -> bool:
-    """Whether `audit_dir` lies inside the mounted root but outside the hidden state dir."""
-    root_r, dir_r = root.resolve(), audit_dir.resolve()
-    return dir_r.is_relative_to(root_r) and not dir_r.is_relative_to(root_r / STATE_DIR)
+    return Path(override).expanduser().absolute()
 
 
 def _plain(value: Any) -> Any:
@@ -165,7 +167,7 @@ def _day_files(directory: Path) -> list[Path]:
     """Day files in chain order (their names sort chronologically)."""
     try:
         names = sorted(p for p in os.listdir(directory) if DAY_FILE.match(p))
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return []
     return [directory / name for name in names]
 
@@ -185,7 +187,7 @@ def _parse_head(line: bytes) -> _Head | None:
 
 def _last_record_of(path: Path) -> _Head | None:
     """The last readable record of a file; a torn or garbled tail is skipped (verify reports it)."""
-    with path.open("rb") as f:
+    with os.fdopen(open_private(path, os.O_RDONLY), "rb") as f:
         size = f.seek(0, os.SEEK_END)
         chunk = _TAIL_CHUNK
         while True:
@@ -212,7 +214,7 @@ def _read_head(files: Sequence[Path]) -> _Head:
 @contextlib.contextmanager
 def _flock(path: Path) -> Iterator[None]:
     """Hold an exclusive lock on `path` (created 0600) for the duration of the block."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    fd = open_private(path, os.O_RDWR | os.O_CREAT)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
@@ -222,8 +224,8 @@ def _flock(path: Path) -> Iterator[None]:
 
 def _append_line(path: Path, line: bytes) -> os.stat_result:
     """Append `line` durably; on failure, cut the file back so no torn record remains."""
-    created = not path.exists()
-    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
+    created = not os.path.lexists(path)
+    fd = open_private(path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
     try:
         size = os.fstat(fd).st_size
         if size and os.pread(fd, 1, size - 1) != b"\n":
@@ -295,14 +297,9 @@ class AuditLog:
     def for_root(
         cls, root: Path, *, session: str, audit_dir: Path | str | None = None, **options: Any
     ) -> AuditLog:
-        """The log of `root` (`audit_dir` overrides the default); refuses dirs the sandbox sees."""
+        """The log of `root` (`audit_dir` overrides the default); refuses dirs in the project."""
         directory = audit_dir_for(root, audit_dir)
-        if exposed_to_container(root, directory):
-            raise ConfigError(
-                f"audit directory {directory} is inside the project root, where the sandbox "
-                "could read or forge it",
-                fix=f"use a directory outside {root} or under {root / STATE_DIR}",
-            )
+        check_outside(real_root(root), directory, "the audit directory")
         state_root = root if audit_dir is None or str(audit_dir) == "" else None
         return cls(directory, session=session, state_root=state_root, **options)
 
@@ -553,7 +550,7 @@ class AuditLog:
         """The chain's head, from memory when no other writer appended since our last record."""
         if files and self._cache:
             name, size, ino, head = self._cache
-            stat = files[-1].stat()
+            stat = files[-1].lstat()
             if files[-1].name == name and (stat.st_size, stat.st_ino) == (size, ino):
                 return head
         return _read_head(files)
@@ -562,16 +559,17 @@ class AuditLog:
         """Today's file, or the newest one if the clock went back (the order stays the chain's)."""
         name = now.astimezone(UTC).strftime("%Y-%m-%d") + ".ndjson"
         if files and files[-1].name > name:
+            ahead = (now + timedelta(days=2)).astimezone(UTC).strftime("%Y-%m-%d") + ".ndjson"
+            if files[-1].name > ahead:  # a planted far-future file would capture every record
+                raise ValueError(f"day file {files[-1].name} is dated in the future; check the "
+                                 "clock, or move that file away")
             name = files[-1].name
         return self.directory / name
 
     def _prepare_dir(self) -> None:
         if self._state_root is not None:
-            ensure_state_dir(self._state_root)
-        self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        if self.directory.stat().st_mode & 0o077:
-            with contextlib.suppress(OSError):  # not ours to fix: still write, verify still works
-                self.directory.chmod(0o700)
+            ensure_project_dir(self._state_root)
+        private_dir(self.directory, parents=True)
 
     def _fail(self, exc: Exception) -> None:
         self.failures += 1
@@ -674,7 +672,7 @@ class _Entry:
 
 def verify(path: Path) -> VerifyReport:
     """Check every record of an audit directory (or of one exported .jsonl file)."""
-    files = [path] if path.is_file() else _day_files(path)
+    files = _files_of(path)
     entries = [entry for file in files for entry in _entries(file)]
     expected, good = _Head(0, ZERO_HASH), 0
     for index, entry in enumerate(entries):
@@ -694,8 +692,23 @@ def _report(
     )
 
 
+def _files_of(path: Path) -> list[Path]:
+    """One exported file, or the day files of a directory (a link is not followed)."""
+    return [path] if path.is_file() and not path.is_symlink() else _day_files(path)
+
+
+def _read(path: Path) -> bytes:
+    """A log file's bytes; a link, FIFO or device raises OSError instead of being followed."""
+    with os.fdopen(open_private(path, os.O_RDONLY, owner=False), "rb") as f:
+        return f.read()
+
+
 def _entries(path: Path) -> Iterator[_Entry]:
-    data = path.read_bytes()
+    try:
+        data = _read(path)
+    except OSError as exc:
+        yield _Entry(path.name, 1, True, error=("broken", f"cannot be read: {exc.strerror or exc}"))
+        return
     lines = data.split(b"\n")
     if lines and lines[-1] == b"":
         lines.pop()  # the newline that ends the last record
@@ -801,13 +814,15 @@ def read_records(
     path: Path, *, session: str | None = None, since: datetime | None = None
 ) -> Iterator[dict[str, Any]]:
     """Records of an audit directory (or file) in order; unreadable lines are skipped."""
-    files = [path] if path.is_file() else _day_files(path)
-    for file in files:
-        with file.open("rb") as f:
-            for raw in f:
-                record = _load(raw)
-                if record is not None and _selected(record, session, since):
-                    yield record
+    for file in _files_of(path):
+        try:
+            data = _read(file)
+        except OSError as exc:
+            raise AuditError(f"cannot read {file}: {exc.strerror or exc}") from exc
+        for raw in data.splitlines():
+            record = _load(raw)
+            if record is not None and _selected(record, session, since):
+                yield record
 
 
 def _load(raw: bytes) -> dict[str, Any] | None:

@@ -83,6 +83,6 @@ class Settings(BaseSettings):
     audit: bool = True
     """Write the audit log."""
     audit_dir: Path | None = None
-    """Audit directory; None: <root>/.sandbox-agent/audit."""
+    """Audit directory (outside the project); None: the project's dir in the user state dir."""
     audit_max_result_bytes: int = Field(4096, ge=0)
     """Bytes of each tool result kept in the audit preview."""

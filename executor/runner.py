@@ -37,6 +37,7 @@ from executor.redact import Redactor
 from executor.sandbox.docker import DockerSandbox, SandboxConfig, container_name
 from executor.sandbox.environment import sandbox_environment
 from executor.session import NdjsonSessionStore, session_names
+from executor.state import legacy_notice
 from executor.tools import Tool, ToolContext, ToolRegistry, default_registry
 
 SYSTEM_PROMPT = (
@@ -180,6 +181,9 @@ class Runner:
             self.sandbox = self._start_sandbox(store)
             self.audit = self._open_audit(store)
             self._announce(store)
+            notice = legacy_notice(self.options.root)
+            if notice:
+                self.hooks.emit("notice", message=notice)
             self.agent = self._agent(store, history)
         except BaseException:
             self.close()
@@ -252,9 +256,7 @@ class Runner:
 
     def _start_sandbox(self, store: NdjsonSessionStore) -> DockerSandbox:
         header = store.header
-        prefix = container_name("")
-        session_id = (header.container[len(prefix):] if header.container.startswith(prefix)
-                      else secrets.token_hex(6))
+        session_id = _sandbox_id(header.sandbox_id, header.container)
         sandbox = DockerSandbox(self._sandbox_config(session_id, header.image_digest),
                                 warn=self._warn)
         self.sandbox = sandbox
@@ -263,7 +265,8 @@ class Runner:
             how = "re-attached to" if sandbox.reattached else "started a new"
             self.hooks.emit("notice", message=f"resumed session {store.name}: {how} container "
                                               f"{sandbox.name}")
-        store.update_header(container=sandbox.name, image_digest=sandbox.info.image_digest,
+        store.update_header(container=sandbox.name, sandbox_id=session_id,
+                            image_digest=sandbox.info.image_digest,
                             mount_mode=sandbox.info.mount_mode)
         return sandbox
 
@@ -369,6 +372,16 @@ def _overrides(run: RunOptions) -> PolicyOverrides:
         yes=run.yes, deny_tools=tuple(run.deny_tools), deny_prefixes=tuple(run.deny_prefixes),
         deny_commands=tuple(run.deny_commands), read_only=run.read_only,
     )
+
+
+def _sandbox_id(recorded: str, container: str) -> str:
+    """The session's sandbox id as recorded (validated on load), else a new one."""
+    prefix = container_name("")
+    if recorded:
+        return recorded
+    if container.startswith(prefix):  # sessions from before sandbox_id was recorded
+        return container[len(prefix):]
+    return secrets.token_hex(6)
 
 
 def _status(exc: BaseException) -> str:

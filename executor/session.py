@@ -1,4 +1,8 @@
-"""Sessions: one NDJSON file a conversation under `<root>/.sandbox-agent/sessions/<name>.ndjson`.
+"""Sessions: one NDJSON file a conversation, `<project state dir>/sessions/<name>.ndjson`.
+
+The project state dir is per user and outside the project tree (executor/state.py), so neither
+the repository nor the sandbox can read, plant or edit a session. Values read back are still
+validated: a header field that does not have its expected shape is dropped with a warning.
 
 Format version 1, one JSON object a line (plain text: less, grep and jq read it):
 
@@ -31,6 +35,7 @@ import json
 import os
 import re
 import secrets
+import stat
 import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -43,20 +48,40 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from executor.errors import ConfigError, SessionCorruptError, SessionError, SessionNotFoundError
 from executor.messages import Message
 from executor.protocols import SessionSummary
-from executor.state import STATE_DIR, ensure_state_dir, private_dir
+from executor.state import (
+    ensure_project_dir,
+    open_private,
+    private_dir,
+    project_dir,
+    read_private,
+    real_root,
+    regular_files,
+)
 
 FORMAT_VERSION = 1
 """Version written in every header; files from a newer version are refused."""
-"""Per-root state directory (sessions, audit); hidden from the container."""
 SUFFIX = ".ndjson"
 PREVIEW_CHARS = 72
 """Length of the last-message preview in listings."""
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 _FIXED_HEADER_FIELDS = frozenset({"type", "version", "id", "name", "started_at"})
+SANDBOX_ID = re.compile(r"[0-9a-f]{12}")
+"""Shape of a sandbox id (the container is named sandbox-agent-<id>)."""
+_CHECKED_FIELDS = {
+    "sandbox_id": SANDBOX_ID,
+    "container": re.compile(r"sandbox-agent-[0-9a-f]{12}"),
+    "image_digest": re.compile(r"sha256:[0-9a-f]{64}"),
+    "mount_mode": re.compile(r"ro|rw"),
+}
+"""Header values the controller acts on, and the only shapes it accepts for them."""
 
 
-class TornLineWarning(UserWarning):
+class SessionWarning(UserWarning):
+    """Something in a session file was skipped or ignored (the CLI prints it as one line)."""
+
+
+class TornLineWarning(SessionWarning):
     """A session file's last line was cut off (the writer was killed) and is skipped."""
 
 
@@ -93,7 +118,9 @@ class SessionHeader(BaseModel):
     mount_mode: str = ""
     """'ro' or 'rw'."""
     container: str = ""
-    """Container name or id, re-attached on resume while it exists."""
+    """Container name, re-attached on resume while it exists."""
+    sandbox_id: str = ""
+    """12 hex digits naming this session's container (`sandbox-agent-<id>`)."""
     started_at: str = Field(default_factory=utc_now)
 
 
@@ -128,7 +155,7 @@ class SessionContents:
 
 def sessions_dir(root: Path) -> Path:
     """Where the sessions of `root` live (not created)."""
-    return Path(root) / STATE_DIR / "sessions"
+    return project_dir(root) / "sessions"
 
 
 def _session_path(root: Path, name: str) -> Path:
@@ -142,10 +169,7 @@ def _session_path(root: Path, name: str) -> Path:
 
 def session_names(root: Path) -> list[str]:
     """Names of the sessions of `root`, sorted."""
-    directory = sessions_dir(root)
-    if not directory.is_dir():
-        return []
-    return sorted(p.name[: -len(SUFFIX)] for p in directory.glob(f"*{SUFFIX}") if p.is_file())
+    return sorted(p.name[: -len(SUFFIX)] for p in regular_files(sessions_dir(root), SUFFIX))
 
 
 def _not_found(root: Path, name: str) -> SessionNotFoundError:
@@ -209,9 +233,11 @@ def _heal_tail(fd: int) -> bytes:
 def _append(path: Path, lines: Iterable[bytes]) -> None:
     """Append whole lines durably (one write, then fsync), repairing a torn tail first."""
     try:
-        fd = os.open(path, os.O_RDWR | os.O_APPEND)
+        fd = open_private(path, os.O_RDWR | os.O_APPEND)
     except FileNotFoundError as exc:
         raise SessionError(f"session file {path} has disappeared") from exc
+    except OSError as exc:
+        raise SessionError(f"cannot write {path}: {exc.strerror or exc}") from exc
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         _write_all(fd, _heal_tail(fd) + b"".join(lines))
@@ -225,7 +251,7 @@ def _append(path: Path, lines: Iterable[bytes]) -> None:
 def _create_file(path: Path, header: SessionHeader) -> None:
     """Write the header of a new session file; refuse an existing one."""
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     except FileExistsError as exc:
         raise ConfigError(
             f"session {header.name!r} already exists",
@@ -252,11 +278,11 @@ def _fsync_dir(directory: Path) -> None:
 
 def _read_bytes(path: Path) -> bytes:
     try:
-        return path.read_bytes()
+        return read_private(path)
     except FileNotFoundError as exc:
         raise SessionNotFoundError(f"session file {path} does not exist") from exc
     except OSError as exc:
-        raise SessionError(f"cannot read {path}: {exc.strerror}") from exc
+        raise SessionError(f"cannot read {path}: {exc.strerror or exc}") from exc
 
 
 def _corrupt(path: Path, number: int, reason: str) -> SessionCorruptError:
@@ -331,24 +357,37 @@ def _apply_updates(header: SessionHeader, entries: list[Entry]) -> SessionHeader
     return header
 
 
+def _checked(path: Path, header: SessionHeader, notes: list[str]) -> SessionHeader:
+    """The header with every value the controller acts on in its expected shape, or dropped."""
+    dropped = {}
+    for name, shape in _CHECKED_FIELDS.items():
+        value = getattr(header, name)
+        if value and not (isinstance(value, str) and shape.fullmatch(value)):
+            dropped[name] = ""
+            notes.append(f"{path}: ignored header field {name} (not a valid value)")
+    return header.model_copy(update=dropped) if dropped else header
+
+
 def read_session(path: Path) -> SessionContents:
     """Read a session file; a torn last line is skipped with a `TornLineWarning`."""
     notes: list[str] = []
     records = _parse_lines(path, _read_bytes(path), notes)
     header = _header(path, records)
     entries = [e for n, r in records[1:] if (e := _entry(path, n, r)) is not None]
+    header = _checked(path, _apply_updates(header, entries), notes)
     for note in notes:
-        warnings.warn(note, TornLineWarning, stacklevel=2)
-    return SessionContents(_apply_updates(header, entries), entries, notes)
+        kind = TornLineWarning if "was cut off" in note else SessionWarning
+        warnings.warn(note, kind, stacklevel=2)
+    return SessionContents(header, entries, notes)
 
 
 def _read_header(path: Path) -> SessionHeader:
     """The first line only (cheap): to check a session before using it."""
     try:
-        with path.open("rb") as stream:
-            first = stream.readline()
+        with os.fdopen(open_private(path, os.O_RDONLY), "rb") as stream:
+            first = stream.readline(1 << 20)
     except OSError as exc:
-        raise SessionError(f"cannot read {path}: {exc.strerror}") from exc
+        raise SessionError(f"cannot read {path}: {exc.strerror or exc}") from exc
     try:
         records = [(1, json.loads(first))]
     except ValueError:
@@ -374,10 +413,10 @@ def summarize_session(path: Path) -> SessionSummary:
     name = path.name[: -len(SUFFIX)]
     try:
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore", TornLineWarning)  # a listing is not the place
+            warnings.simplefilter("ignore", SessionWarning)  # a listing is not the place
             contents = read_session(path)
     except SessionError as exc:
-        mtime = datetime.fromtimestamp(path.stat().st_mtime, UTC).isoformat(timespec="seconds")
+        mtime = datetime.fromtimestamp(path.lstat().st_mtime, UTC).isoformat(timespec="seconds")
         return SessionSummary(
             name=name,
             started_at=mtime.replace("+00:00", "Z"),
@@ -402,9 +441,7 @@ def summarize_session(path: Path) -> SessionSummary:
 
 def list_sessions(root: Path) -> list[SessionSummary]:
     """Every session of `root`, newest first (by start time)."""
-    directory = sessions_dir(Path(root).resolve())
-    paths = sorted(directory.glob(f"*{SUFFIX}")) if directory.is_dir() else []
-    rows = [summarize_session(p) for p in paths if p.is_file()]
+    rows = [summarize_session(p) for p in sorted(regular_files(sessions_dir(root), SUFFIX))]
     return sorted(rows, key=lambda row: (row.started_at, row.name), reverse=True)
 
 
@@ -427,7 +464,7 @@ class NdjsonSessionStore:
     """One session's NDJSON file (satisfies `SessionStore`); `list` covers its whole root."""
 
     def __init__(self, root: Path, name: str) -> None:
-        self.root = Path(root)
+        self.root = real_root(root)
         """Project root the session belongs to."""
         self.name = name
         """Session name."""
@@ -451,8 +488,8 @@ class NdjsonSessionStore:
         container: str = "",
     ) -> Self:
         """Start a new session (a generated name when none is given); refuse an existing name."""
-        root = Path(root).resolve()
-        private_dir(ensure_state_dir(root) / "sessions")
+        root = real_root(root)
+        private_dir(ensure_project_dir(root) / "sessions")
         for _ in range(5):  # generated names collide only within one second
             store = cls(root, generate_name() if name is None else name)
             header = SessionHeader(
@@ -464,6 +501,7 @@ class NdjsonSessionStore:
                 image_digest=image_digest,
                 mount_mode=mount_mode,
                 container=container,
+                sandbox_id=secrets.token_hex(6),
             )
             try:
                 _create_file(store.path, header)
@@ -478,8 +516,8 @@ class NdjsonSessionStore:
     @classmethod
     def open(cls, root: Path, name: str) -> Self:
         """An existing session; `SessionNotFoundError` (listing the known names) otherwise."""
-        store = cls(Path(root).resolve(), name)
-        if not store.path.is_file():
+        store = cls(real_root(root), name)
+        if not _is_regular(store.path):
             raise _not_found(store.root, name)
         _read_header(store.path)  # fail now on a file cut off at creation; updates come later
         return store
@@ -487,9 +525,10 @@ class NdjsonSessionStore:
     @classmethod
     def latest(cls, root: Path) -> Self:
         """The session of `root` written to most recently (what `--resume` continues)."""
-        root = Path(root).resolve()
+        root = real_root(root)
         by_age = sorted(
-            (p.stat().st_mtime_ns, p.name[: -len(SUFFIX)]) for p in _files(sessions_dir(root))
+            (p.lstat().st_mtime_ns, p.name[: -len(SUFFIX)])
+            for p in regular_files(sessions_dir(root), SUFFIX)
         )
         for _, name in reversed(by_age):
             try:
@@ -511,6 +550,11 @@ class NdjsonSessionStore:
     def read(self) -> SessionContents:
         """The whole file: effective header, messages and events."""
         contents = read_session(self.path)
+        if contents.header.root and contents.header.root != str(self.root):
+            contents.warnings.append(f"{self.path}: recorded root {contents.header.root!r} is "
+                                     f"not {self.root}; using {self.root}")
+            contents = SessionContents(contents.header.model_copy(update={"root": str(self.root)}),
+                                       contents.entries, contents.warnings)
         self.warnings = contents.warnings
         self._header = contents.header
         return contents
@@ -549,5 +593,8 @@ class NdjsonSessionStore:
         return list_sessions(self.root)
 
 
-def _files(directory: Path) -> list[Path]:
-    return [p for p in directory.glob(f"*{SUFFIX}") if p.is_file()] if directory.is_dir() else []
+def _is_regular(path: Path) -> bool:
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False

@@ -1,31 +1,127 @@
-"""The state dir `<root>/.sandbox-agent/`: sessions and audit live here, hidden from the sandbox.
+"""Where sandbox-agent keeps what it trusts: the per-user state and config dirs.
 
-It is created on the host before a container starts (so it is covered from the first call),
-private (0700), with a `.gitignore` of `*` so it never lands in the user's commits.
+Nothing here lives in the project tree. A clone or a pull request ships whatever files it likes
+(look-alikes of our state, symlinks into the host, FIFOs), and the sandbox can write anywhere in
+the tree, so the host controller never reads permissions, sessions or audit records from it.
+
+    state home   $SANDBOX_AGENT_STATE_DIR, else $XDG_STATE_HOME/sandbox-agent,
+                 else ~/.local/state/sandbox-agent                         (mode 0700)
+      projects/<name>-<16 hex of sha256(real path of the root)>/
+        root         the project's real path (checked when read back)
+        sessions/    one NDJSON file a session          (docs/SESSIONS.md)
+        audit/       hash-chained day files             (docs/AUDIT.md)
+        trust.json   hashes of project files the person trusted (project policy)
+    config home  $SANDBOX_AGENT_CONFIG_DIR, else $XDG_CONFIG_HOME/sandbox-agent,
+                 else ~/.config/sandbox-agent
+        policy.toml  the user-level policy, always trusted
+
+Every file is created 0600 in a 0700 directory we own and is opened without following links
+and without blocking (`O_NOFOLLOW | O_NONBLOCK`), then checked to be a regular file we own:
+a symlink or FIFO planted in our place is an error, never followed and never a hang.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import os
+import re
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 
 from executor.errors import ConfigError, SessionError
 
-STATE_DIR = ".sandbox-agent"
-"""Name of the state dir under the project root."""
+LEGACY_DIR = ".sandbox-agent"
+"""The in-tree state dir of versions before 0.2: never read as trusted any more."""
+ROOT_MARKER = "root"
+"""File in a project's state dir holding the project's real path."""
+_SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
+_OPEN_FLAGS = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
-def private_dir(path: Path) -> Path:
-    """Create `path` (mode 0700) or check an existing one: a real directory owned by us."""
+def _xdg(variable: str, override: str, fallback: str) -> Path:
+    explicit = os.environ.get(override)
+    if explicit:
+        return Path(explicit).expanduser().absolute()
+    base = os.environ.get(variable) or os.path.expanduser(fallback)
+    return Path(base).absolute() / "sandbox-agent"
+
+
+def state_home() -> Path:
+    """The per-user state dir (not created)."""
+    return _xdg("XDG_STATE_HOME", "SANDBOX_AGENT_STATE_DIR", "~/.local/state")
+
+
+def config_home() -> Path:
+    """The per-user config dir (not created)."""
+    return _xdg("XDG_CONFIG_HOME", "SANDBOX_AGENT_CONFIG_DIR", "~/.config")
+
+
+def real_root(root: Path | str) -> Path:
+    """The project root with every link resolved: the identity state is keyed by."""
+    return Path(os.path.realpath(os.fspath(root)))
+
+
+def project_key(root: Path | str) -> str:
+    """`<name>-<16 hex>`: readable, and unique per real path of the root."""
+    real = real_root(root)
+    digest = hashlib.sha256(os.fsencode(real)).hexdigest()[:16]
+    name = _SAFE_NAME.sub("_", real.name)[:40].strip("._-") or "root"
+    return f"{name}-{digest}"
+
+
+def project_dir(root: Path | str) -> Path:
+    """The state dir of one project (not created)."""
+    return state_home() / "projects" / project_key(root)
+
+
+def ensure_project_dir(root: Path | str) -> Path:
+    """The project's state dir, created private; refuses a state home inside the project."""
+    real = real_root(root)
+    if not real.is_dir():
+        raise ConfigError(f"project root {root} is not a directory", fix="pass an existing --root")
+    check_outside(real, state_home(), "the state dir (SANDBOX_AGENT_STATE_DIR)")
+    home = private_dir(state_home(), parents=True)
+    path = private_dir(private_dir(home / "projects") / project_key(real))
+    _write_marker(path / ROOT_MARKER, real)
+    return path
+
+
+def _write_marker(path: Path, real: Path) -> None:
     try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _OPEN_FLAGS, 0o600)
+    except FileExistsError:
+        return
+    except OSError as exc:
+        raise SessionError(f"cannot create {path}: {exc.strerror}") from exc
+    with os.fdopen(fd, "wb") as out:
+        out.write(os.fsencode(real) + b"\n")
+
+
+def check_outside(root: Path, path: Path, what: str) -> None:
+    """ConfigError when `path` lies inside the project `root` (the sandbox could reach it)."""
+    target = real_root(path)
+    if target == root or root in target.parents:
+        raise ConfigError(
+            f"{what} {path} is inside the project root {root}, where the sandbox and the "
+            "repository could read or forge it",
+            fix="point it at a directory outside the project",
+        )
+
+
+def private_dir(path: Path, *, parents: bool = False) -> Path:
+    """Create `path` (mode 0700) or check an existing one: a real directory we own."""
+    try:
+        if parents:
+            path.parent.mkdir(parents=True, exist_ok=True)
         path.mkdir(mode=0o700)
     except FileExistsError:
         pass
     except OSError as exc:
         raise SessionError(f"cannot create {path}: {exc.strerror}") from exc
     info = os.lstat(path)
-    if not stat.S_ISDIR(info.st_mode):  # a symlink here could redirect sessions and audit
+    if not stat.S_ISDIR(info.st_mode):  # a symlink here would redirect sessions and audit
         raise SessionError(f"{path} is not a directory", fix=f"remove it: rm {path}")
     if info.st_uid != os.geteuid():
         raise SessionError(
@@ -36,22 +132,61 @@ def private_dir(path: Path) -> Path:
     return path
 
 
-def ensure_state_dir(root: Path) -> Path:
-    """`<root>/.sandbox-agent/`, created private (0700) with a `.gitignore` of `*`.
+def open_private(path: Path, flags: int, mode: int = 0o600, *, owner: bool = True) -> int:
+    """An fd for a state file: never through a link, never blocking, only a regular file we own.
 
-    Raises ConfigError for a missing root, SessionError when the directory cannot be created
-    or is not safe to use (a symlink, or owned by another user).
+    `owner=False` drops the ownership check (reading a file the person named, e.g. an export).
+
+    Raises OSError (ELOOP for a symlink, EINVAL-like errors for the rest) so callers translate it
+    into their own error where they know the context.
     """
-    root = Path(root)
-    if not root.is_dir():
-        raise ConfigError(f"project root {root} is not a directory", fix="pass an existing --root")
-    state = private_dir(root / STATE_DIR)
+    fd = os.open(path, flags | _OPEN_FLAGS, mode)
     try:
-        fd = os.open(state / ".gitignore", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return state  # an existing .gitignore may have been tuned by the user: keep it
-    except OSError as exc:
-        raise SessionError(f"cannot create {state / '.gitignore'}: {exc.strerror}") from exc
-    with os.fdopen(fd, "w") as out:
-        out.write("*\n")
-    return state
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(f"{path} is not a regular file")
+        if owner and info.st_uid != os.geteuid():
+            raise OSError(f"{path} is owned by uid {info.st_uid}, not by you")
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_private(path: Path, limit: int | None = None) -> bytes:
+    """The bytes of a state file (see `open_private`), at most `limit` of them."""
+    fd = open_private(path, os.O_RDONLY)
+    with os.fdopen(fd, "rb") as stream:
+        return stream.read() if limit is None else stream.read(limit)
+
+
+def regular_files(directory: Path, suffix: str) -> Iterator[Path]:
+    """Entries of `directory` ending in `suffix` that are regular files (links are not)."""
+    with contextlib.suppress(FileNotFoundError, NotADirectoryError), os.scandir(directory) as it:
+        for entry in it:
+            if entry.name.endswith(suffix) and entry.is_file(follow_symlinks=False):
+                yield directory / entry.name
+
+
+def legacy_state(root: Path) -> Path | None:
+    """`<root>/.sandbox-agent` when an older version left sessions or audit there."""
+    legacy = Path(root) / LEGACY_DIR
+    if not legacy.is_dir() or legacy.is_symlink():
+        return None
+    found = any((legacy / name).exists() or (legacy / name).is_symlink()
+                for name in ("sessions", "audit"))
+    return legacy if found else None
+
+
+def legacy_notice(root: Path) -> str | None:
+    """One line for a person whose project still holds an old in-tree state dir."""
+    legacy = legacy_state(root)
+    if legacy is None:
+        return None
+    return (
+        f"{legacy} was written by an older sandbox-agent (or shipped by the repository); it is "
+        f"ignored and never trusted. State now lives in {state_home()}. Delete it with "
+        f"`rm -rf {legacy}` (an old audit trail there can still be checked with "
+        f"`sandbox-agent audit verify --audit-dir {legacy / 'audit'}`)."
+    )

@@ -55,6 +55,16 @@ def safe_test_name(request: pytest.FixtureRequest) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", request.node.name)
 
 
+@pytest.fixture(autouse=True)
+def _private_state(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+                   ) -> Path:
+    """Each test gets its own user state and config dirs (never the developer's own)."""
+    base = tmp_path_factory.mktemp("user")
+    monkeypatch.setenv("SANDBOX_AGENT_STATE_DIR", str(base / "state"))
+    monkeypatch.setenv("SANDBOX_AGENT_CONFIG_DIR", str(base / "config"))
+    return base
+
+
 @pytest.fixture
 def workdir(tmp_path: Path, request: pytest.FixtureRequest) -> Path:
     """A per-test directory whose path contains the test name (to attribute containers)."""

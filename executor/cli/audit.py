@@ -17,7 +17,7 @@ from rich.text import Text
 
 from executor import audit
 from executor.cli.common import RootOption, cli_errors, err_console, out_console
-from executor.errors import AuditError, AuditIntegrityError
+from executor.errors import AuditError, AuditIntegrityError, ConfigError
 
 app = typer.Typer(
     name="audit", help="Verify, show and export the audit log.", no_args_is_help=True
@@ -36,7 +36,8 @@ AuditDirOption = Annotated[
     typer.Option(
         "--audit-dir",
         envvar="SANDBOX_AGENT_AUDIT_DIR",
-        help="Audit directory (or one exported .jsonl file); default <root>/.sandbox-agent/audit.",
+        help="Audit directory (or one exported .jsonl file); default: the project's audit dir "
+        "in the user state dir (see `sandbox-agent audit path`).",
     ),
 ]
 SessionOption = Annotated[
@@ -58,7 +59,7 @@ def verify(
     ] = False,
 ) -> None:
     """Check the hash chain; exit 51 naming the first edited, removed, inserted or moved record."""
-    path = audit.audit_dir_for(root, audit_dir)
+    path = _audit_path(root, audit_dir)
     report = audit.verify(path)
     report.raise_for_problem()
     if report.empty:
@@ -118,9 +119,22 @@ def export(
 def _records(
     root: Path, audit_dir: Path | None, session: str | None, since: str | None
 ) -> Iterator[dict[str, Any]]:
-    path = audit.audit_dir_for(root, audit_dir)
+    path = _audit_path(root, audit_dir)
     moment = audit.parse_since(since) if since else None
     return audit.read_records(path, session=session, since=moment)
+
+
+@app.command("path")
+@cli_errors
+def path_(root: RootOption = Path("."), audit_dir: AuditDirOption = None) -> None:
+    """Print where the audit log of --root is kept (it is never inside the project)."""
+    typer.echo(str(_audit_path(root, audit_dir)))
+
+
+def _audit_path(root: Path, audit_dir: Path | None) -> Path:
+    if audit_dir is None and not root.is_dir():
+        raise ConfigError(f"project root {root} does not exist", fix="pass an existing --root")
+    return audit.audit_dir_for(root, audit_dir)
 
 
 @contextmanager

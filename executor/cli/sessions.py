@@ -18,7 +18,7 @@ from executor.session import (
     Entry,
     NdjsonSessionStore,
     SessionContents,
-    TornLineWarning,
+    SessionWarning,
     list_sessions,
     remove_session,
 )
@@ -88,7 +88,7 @@ def show(
     """Print the transcript of a session: messages, tool calls and (shortened) results."""
     store = NdjsonSessionStore.open(_root(ctx, root), name)
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", TornLineWarning)  # printed below as one clean line
+        warnings.simplefilter("ignore", SessionWarning)  # printed below as one clean line
         contents = store.read()
     for note in contents.warnings:
         err_console.print(f"warning: {note}", style="yellow", markup=False)

@@ -6,6 +6,7 @@ stdin/stdout) are kept apart: `DockerSandbox` owns the container, `Toolbox` the 
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import socket
@@ -28,6 +29,7 @@ from executor.config import (
 )
 from executor.errors import (
     ImageNotFoundError,
+    SandboxAgentError,
     SandboxError,
     ToolboxError,
     ToolboxTimeoutError,
@@ -36,7 +38,8 @@ from executor.messages import ToolResult
 from executor.protocols import SandboxInfo
 from executor.sandbox.channel import Channel
 from executor.sandbox.engine import IMAGE_FIX, connect, docker_errors
-from executor.state import STATE_DIR, ensure_state_dir
+from executor.sandbox.protect import Protected, TreeScan, protected_paths, scan, sweep
+from executor.state import LEGACY_DIR, legacy_state
 
 WORKSPACE = "/workspace"
 LABEL_SESSION = "sandbox-agent.session"
@@ -170,6 +173,10 @@ class DockerSandbox:
         self._toolbox: Toolbox | None = None
         self._lock_fd: int | None = None
         self._info: SandboxInfo | None = None
+        self._tree: TreeScan | None = None
+        self._protected = Protected((), ())
+        self._made_dirs: list[Path] = []
+        self._started_ns = 0
         self.reattached = False
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -196,7 +203,7 @@ class DockerSandbox:
         try:
             self._client = self._client or connect()
             image = self._image()
-            ensure_state_dir(self.config.root)  # before the container: hidden from call one
+            self._protect()
             self._lock()
             self._container = self._existing() or self._create()
             self._start_toolbox()
@@ -214,7 +221,37 @@ class DockerSandbox:
             with docker_errors("removing the sandbox container"):
                 self._container.remove(force=True, v=True)
             self._container = None
+            self._after_session()
         self._unlock()
+
+    def _protect(self) -> None:
+        """Find what git on the host would run from the tree, before the container exists."""
+        self._started_ns = time.time_ns()
+        if self.config.read_only:
+            return
+        self._tree = scan(self.config.root)
+        if not self.config.allow_git_writes:
+            self._protected = protected_paths(self.config.root, self._tree)
+        self._made_dirs = [d for rel in self._protected.missing
+                           for d in _missing_chain(self.config.root, rel)]
+
+    def _after_session(self) -> None:
+        """Clear set-id bits the session left, report new repositories, remove our mountpoints."""
+        if self._tree is None:
+            return
+        for path in self._made_dirs:  # the engine created these empty mountpoints
+            with contextlib.suppress(OSError):
+                os.rmdir(path)
+        try:
+            done = sweep(self.config.root, self._tree, self._started_ns)
+        except (OSError, SandboxAgentError) as exc:
+            self._warn(f"could not check the project after the session: {exc}")
+            return
+        for rel in done.setid_cleared:
+            self._warn(f"removed the set-id bits of {rel}: set-id files are not allowed")
+        for rel in done.new_git:
+            self._warn(f"a git repository appeared during the session at {rel}; review its "
+                       "hooks and config before running git there")
 
     def detach(self) -> None:
         """Leave the container running for a later `--resume` (stdin closed, lock released)."""
@@ -331,7 +368,8 @@ class DockerSandbox:
         return container
 
     def _create(self) -> Any:
-        options = container_options(self.config, self._lock_path(), self._mount_user())
+        options = container_options(self.config, self._lock_path(), self._mount_user(),
+                                    self._protected)
         with docker_errors("creating the sandbox container"):
             container = self._client.containers.create(**options)
             try:
@@ -349,7 +387,7 @@ class DockerSandbox:
 
     def _argv(self) -> list[str]:
         argv = ["--root", WORKSPACE, "--default-timeout", str(self.config.tool_timeout),
-                "--max-output", str(self.config.max_output), "--hidden", STATE_DIR]
+                "--max-output", str(self.config.max_output), "--hidden", LEGACY_DIR]
         if not self.config.allow_git_writes:
             argv += ["--readonly-dir", ".git"]
         return argv
@@ -392,28 +430,6 @@ class DockerSandbox:
             self._lock_fd = None
 
 
-_PRUNE = {".git", STATE_DIR, "node_modules", ".venv", "venv", "__pycache__", ".tox"}
-
-
-def git_dirs(root: Path, *, max_depth: int = 4, limit: int = 64) -> list[str]:
-    """Relative paths of `.git` entries (the root's and nested repositories') to mount read-only.
-
-    Git hooks and config planted there would run later on the host, outside the sandbox.
-    """
-    found: list[str] = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        rel = os.path.relpath(dirpath, root)
-        depth = 0 if rel == "." else rel.count(os.sep) + 1
-        candidate = os.path.join(dirpath, ".git")
-        if (".git" in dirnames or ".git" in filenames) and not os.path.islink(candidate):
-            # A symlinked .git is not mounted: that would expose its target outside the root.
-            found.append(os.path.normpath(os.path.join(rel, ".git")))
-        dirnames[:] = [] if depth >= max_depth else [d for d in dirnames if d not in _PRUNE]
-        if len(found) >= limit:
-            break
-    return found
-
-
 def container_name(session_id: str) -> str:
     """Docker name of a session's container."""
     return f"sandbox-agent-{session_id}"
@@ -427,20 +443,21 @@ def default_lock_dir() -> Path:
     return Path(base) / "sandbox-agent-locks"
 
 
-def container_options(config: SandboxConfig, lock_path: Path, user: str) -> dict[str, Any]:
+def container_options(config: SandboxConfig, lock_path: Path, user: str,
+                      protected: Protected | None = None) -> dict[str, Any]:
     """Keyword arguments for `containers.create`: every hardening switch in one place."""
     from docker.types import Mount
 
     root = str(config.root)
+    protected = protected or Protected((), ())
     mounts = [Mount(WORKSPACE, root, type="bind", read_only=config.read_only)]
-    if not config.read_only and not config.allow_git_writes:
-        mounts += [
-            Mount(f"{WORKSPACE}/{rel}", str(config.root / rel), type="bind", read_only=True)
-            for rel in git_dirs(config.root)
-        ]
+    mounts += [Mount(_inside(rel), str(config.root / rel), type="bind", read_only=True)
+               for rel in protected.existing]
     tmpfs = {"/tmp": f"rw,nosuid,nodev,size={config.tmp_size},mode=1777"}
-    if (config.root / STATE_DIR).is_dir():
-        tmpfs[f"{WORKSPACE}/{STATE_DIR}"] = "ro,nosuid,nodev,noexec,size=4k,mode=0500"
+    empty = "ro,nosuid,nodev,noexec,size=4k,mode=0555"
+    tmpfs.update({_inside(rel): empty for rel in protected.missing})
+    if legacy_state(config.root) is not None:  # an old in-tree state dir may hold transcripts
+        tmpfs[f"{WORKSPACE}/{LEGACY_DIR}"] = "ro,nosuid,nodev,noexec,size=4k,mode=0500"
     return {
         "image": config.image, "name": container_name(config.session_id),
         "command": ["sleep", "infinity"], "init": True, "user": user,
@@ -455,6 +472,19 @@ def container_options(config: SandboxConfig, lock_path: Path, user: str) -> dict
             LABEL_LOCK: str(lock_path), LABEL_HOST: socket.gethostname(),
         },
     }
+
+
+def _missing_chain(root: Path, rel: str) -> list[Path]:
+    """The directories of `rel` that do not exist yet, deepest first."""
+    chain, path = [], root / rel
+    while path != root and not os.path.lexists(path):
+        chain.append(path)
+        path = path.parent
+    return chain
+
+
+def _inside(rel: str) -> str:
+    return WORKSPACE if rel == "." else f"{WORKSPACE}/{rel}"
 
 
 _BASE_ENV = {

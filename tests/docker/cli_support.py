@@ -27,12 +27,14 @@ ALL_TOOLS = {"read_file", "list_files", "search_files", "write_file", "edit_file
 READ_TOOLS = {"read_file", "list_files", "search_files"}
 PROVIDERS = ("ollama", "openai")
 _SCRUBBED = ("OLLAMA_HOST", "OPENAI_BASE_URL", "OPENAI_API_KEY", "DOCKER_HOST")
+_KEPT = ("SANDBOX_AGENT_STATE_DIR", "SANDBOX_AGENT_CONFIG_DIR")
+"""Set per test by tests/conftest.py: each test's private user state and config."""
 
 
 def cli_env(**extra: str) -> dict[str, str]:
     """The host environment minus anything that configures sandbox-agent, plus `extra`."""
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith("SANDBOX_AGENT_") and k not in _SCRUBBED}
+           if (not k.startswith("SANDBOX_AGENT_") or k in _KEPT) and k not in _SCRUBBED}
     env.update(SANDBOX_AGENT_IMAGE=IMAGE, SANDBOX_AGENT_RETRY_BASE_DELAY="0.01",
                NO_COLOR="1", COLUMNS="250", TERM="dumb")
     if "DOCKER_HOST" in os.environ:  # the engine the fixtures use, unless a test overrides it

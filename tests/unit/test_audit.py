@@ -88,12 +88,13 @@ def test_layout_utc_day_private_modes_and_state_dir(tmp_path: Path) -> None:
         tmp_path, session="s", clock=Clock(late_evening_west), redactor=Redactor({})
     )
     record = log.record("note")
-    directory = tmp_path / ".sandbox-agent" / "audit"
+    directory = audit.default_audit_dir(tmp_path)
+    assert tmp_path.resolve() not in directory.parents  # never inside the project
     assert (directory / "2024-05-02.ndjson").is_file()  # 01:30 UTC the next day
     assert record["ts"].startswith("2024-05-02T01:30:00.") and record["ts"].endswith("Z")
     assert stat.S_IMODE(directory.stat().st_mode) == 0o700
     assert stat.S_IMODE((directory / "2024-05-02.ndjson").stat().st_mode) == 0o600
-    assert (tmp_path / ".sandbox-agent" / ".gitignore").read_text() == "*\n"
+    assert not (tmp_path / ".sandbox-agent").exists()
 
 
 def test_chain_continues_across_days(tmp_path: Path) -> None:
@@ -527,10 +528,10 @@ def test_attach_still_records_an_event_that_does_not_fit(tmp_path: Path) -> None
 
 
 def test_audit_dir_resolution_and_exposure(tmp_path: Path) -> None:
-    assert audit.audit_dir_for(tmp_path) == tmp_path / ".sandbox-agent" / "audit"
-    assert audit.audit_dir_for(tmp_path, "logs") == tmp_path / "logs"
+    assert audit.audit_dir_for(tmp_path) == audit.default_audit_dir(tmp_path)
+    assert audit.audit_dir_for(tmp_path, tmp_path / "logs") == tmp_path / "logs"
     with pytest.raises(ConfigError, match="inside the project root"):
-        AuditLog.for_root(tmp_path, session="s", audit_dir="logs")
+        AuditLog.for_root(tmp_path, session="s", audit_dir=tmp_path / "logs")
     outside = AuditLog.for_root(tmp_path / "root", session="s", audit_dir=tmp_path / "elsewhere")
     assert outside.directory == tmp_path / "elsewhere"
 
@@ -616,7 +617,7 @@ def project(tmp_path: Path) -> Path:
 def test_cli_verify_ok_and_tampered(cli: Callable[..., Any], project: Path) -> None:
     ok = cli("verify", "--root", str(project))
     assert ok.exit_code == 0 and "ok: 3 records" in ok.stdout
-    path = day_file(project / ".sandbox-agent" / "audit", "2024-05-01")
+    path = day_file(audit.default_audit_dir(project), "2024-05-01")
     path.write_bytes(path.read_bytes().replace(b'"exit_code":0', b'"exit_code":1'))
     bad = cli("verify", "--root", str(project))
     assert bad.exit_code == AuditIntegrityError.exit_code == 51
@@ -662,3 +663,34 @@ def test_cli_export_writes_a_private_file(
     ]
     jsonl = cli("export", "--root", str(project), "-f", "jsonl")
     assert len(jsonl.stdout.splitlines()) == 3
+
+
+def test_a_symlinked_day_file_is_never_followed(tmp_path: Path) -> None:
+    target = tmp_path / "bashrc"
+    target.write_text("original\n")
+    log = AuditLog(tmp_path / "log", session="s", redactor=Redactor({}), clock=Clock())
+    log.record("note")
+    (tmp_path / "log" / "2099-12-31.ndjson").symlink_to(target)
+    warnings: list[str] = []
+    log = AuditLog(tmp_path / "log", session="s", redactor=Redactor({}), clock=Clock(),
+                   on_warning=warnings.append)
+    log.tool_call(tool="read_file", arguments={"path": "$(id > /tmp/x)"}, decision="allow",
+                  rule="default:low")
+    assert target.read_text() == "original\n"
+    assert log.failures == 1 and warnings
+    report = verify(tmp_path / "log")
+    assert not report.ok and report.problem is not None
+    assert report.problem.file == "2099-12-31.ndjson"
+
+
+def test_a_fifo_in_place_of_a_day_file_is_an_error_not_a_hang(tmp_path: Path) -> None:
+    directory = tmp_path / "log"
+    directory.mkdir(mode=0o700)
+    os.mkfifo(directory / "2024-05-01.ndjson")
+    log = AuditLog(directory, session="s", redactor=Redactor({}), clock=Clock(), required=True)
+    with pytest.raises(AuditError):
+        log.record("note")
+    report = verify(directory)
+    assert report.problem is not None and "cannot be read" in report.problem.detail
+    with pytest.raises(AuditError, match="cannot read"):
+        list(read_records(directory))

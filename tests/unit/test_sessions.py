@@ -28,11 +28,12 @@ from executor.protocols import SessionStore
 from executor.session import (
     NdjsonSessionStore,
     TornLineWarning,
-    ensure_state_dir,
     generate_name,
     list_sessions,
     session_names,
+    sessions_dir,
 )
+from executor.state import ensure_project_dir
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -56,45 +57,10 @@ def lines(path: Path) -> list[str]:
     return path.read_bytes().decode().split("\n")
 
 
-# --- state dir -----------------------------------------------------------------------------------
-
-
-def test_state_dir_is_private_and_git_ignored(tmp_path: Path) -> None:
-    state = ensure_state_dir(tmp_path)
-    assert state == tmp_path / ".sandbox-agent"
-    assert (state / ".gitignore").read_text() == "*\n"
-    assert stat.S_IMODE(state.stat().st_mode) == 0o700
-    assert state.stat().st_uid == os.geteuid()
-
-
-def test_state_dir_is_repaired_but_a_custom_gitignore_kept(tmp_path: Path) -> None:
-    state = tmp_path / ".sandbox-agent"
-    state.mkdir(mode=0o755)
-    (state / ".gitignore").write_text("*\n!keep\n")
-    ensure_state_dir(tmp_path)
-    assert stat.S_IMODE(state.stat().st_mode) == 0o700
-    assert (state / ".gitignore").read_text() == "*\n!keep\n"
-
-
-def test_state_dir_refuses_a_symlink_and_a_foreign_owner(tmp_path: Path) -> None:
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
-    project = tmp_path / "project"
-    project.mkdir()
-    (project / ".sandbox-agent").symlink_to(elsewhere)
-    with pytest.raises(SessionError, match="not a directory"):
-        ensure_state_dir(project)
-    if os.geteuid() == 0:  # only root can hand a directory to another user
-        (project / ".sandbox-agent").unlink()
-        (project / ".sandbox-agent").mkdir()
-        os.chown(project / ".sandbox-agent", 4242, 4242)
-        with pytest.raises(SessionError, match="owned by uid 4242"):
-            ensure_state_dir(project)
-
-
 def test_session_files_are_private(tmp_path: Path) -> None:
     store = new_store(tmp_path)
-    assert store.path == tmp_path.resolve() / ".sandbox-agent" / "sessions" / "s1.ndjson"
+    assert store.path == sessions_dir(tmp_path) / "s1.ndjson"
+    assert tmp_path.resolve() not in store.path.parents  # state never lives in the project
     assert stat.S_IMODE(store.path.stat().st_mode) == 0o600
     assert stat.S_IMODE(store.path.parent.stat().st_mode) == 0o700
 
@@ -104,7 +70,7 @@ def test_session_files_are_private(tmp_path: Path) -> None:
 
 def test_round_trip_and_readable_format(tmp_path: Path) -> None:
     store = new_store(
-        tmp_path, image="sandbox-agent:latest", image_digest="sha256:ab", mount_mode="ro"
+        tmp_path, image="sandbox-agent:latest", image_digest="sha256:abababababababababababababababababababababababababababababababab", mount_mode="ro"
     )
     for message in conversation():
         store.append(message)
@@ -113,7 +79,7 @@ def test_round_trip_and_readable_format(tmp_path: Path) -> None:
     records = [json.loads(line) for line in lines(store.path) if line]
     header = records[0]
     assert header["type"] == "header" and header["version"] == 1 and header["name"] == "s1"
-    assert header["image_digest"] == "sha256:ab" and header["mount_mode"] == "ro"
+    assert header["image_digest"] == "sha256:abababababababababababababababababababababababababababababababab" and header["mount_mode"] == "ro"
     assert header["root"] == str(tmp_path.resolve()) and header["started_at"].endswith("Z")
     assert [r["type"] for r in records[1:]] == ["message"] * 5
     assert records[3]["tool_calls"][0] == {
@@ -133,16 +99,16 @@ def test_unknown_record_types_are_skipped(tmp_path: Path) -> None:
 
 
 def test_events_update_the_header_without_rewriting_it(tmp_path: Path) -> None:
-    store = new_store(tmp_path, container="sa-old", image_digest="sha256:old")
+    store = new_store(tmp_path, container="sandbox-agent-00000000a01d", image_digest="sha256:0d0d0d0d0d0d0d0d0d0d0d0d0d0d0d0d0d0d0d0d0d0d0d0d0d0d0d0d0d0d0d0d")
     first_line = lines(store.path)[0]
     store.append(Message.user("hi"))
     store.record_event("resumed", pid=123)
-    store.update_header(container="sa-new")
-    assert store.header.container == "sa-new"
-    assert NdjsonSessionStore.open(tmp_path, "s1").header.container == "sa-new"
+    store.update_header(container="sandbox-agent-00000000beef")
+    assert store.header.container == "sandbox-agent-00000000beef"
+    assert NdjsonSessionStore.open(tmp_path, "s1").header.container == "sandbox-agent-00000000beef"
     reopened = NdjsonSessionStore.open(tmp_path, "s1")
-    assert reopened.read().header.container == "sa-new"
-    assert reopened.header.image_digest == "sha256:old"
+    assert reopened.read().header.container == "sandbox-agent-00000000beef"
+    assert reopened.header.image_digest == "sha256:0d0d0d0d0d0d0d0d0d0d0d0d0d0d0d0d0d0d0d0d0d0d0d0d0d0d0d0d0d0d0d0d"
     assert lines(store.path)[0] == first_line
     assert [e.event for e in reopened.read().entries] == [None, "resumed", "header_update"]
     assert reopened.load() == [Message.user("hi")]
@@ -187,7 +153,7 @@ def _lines_written(path: Path) -> int:
 def kill_writer(root: Path, filler: int, mid_line: bool) -> Path:
     """Start a child appending messages in a loop and SIGKILL it: after 200 lines, or as soon
     as a line is visibly half-written (the kill then lands inside that write)."""
-    path = root / ".sandbox-agent" / "sessions" / "killed.ndjson"
+    path = sessions_dir(root) / "killed.ndjson"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     child = subprocess.Popen([sys.executable, "-c", WRITER, str(root), str(filler)], env=env)
     try:
@@ -296,7 +262,7 @@ def test_a_last_record_missing_only_its_newline_is_kept(tmp_path: Path) -> None:
 
 
 def test_a_session_cut_off_at_creation_is_reported_not_loaded(tmp_path: Path) -> None:
-    sessions = ensure_state_dir(tmp_path) / "sessions"
+    sessions = ensure_project_dir(tmp_path) / "sessions"
     sessions.mkdir()
     (sessions / "cut.ndjson").write_bytes(b'{"type": "header", "vers')
     with pytest.raises(SessionCorruptError, match="no session header"):
@@ -451,7 +417,7 @@ def test_cli_show_errors(tmp_path: Path) -> None:
     new_store(tmp_path, "s").extend(conversation())
     code, _, err = run("show", "nope", "--root", str(tmp_path))
     assert code == 4 and "no session named 'nope'" in err and "known sessions: s" in err
-    path = tmp_path / ".sandbox-agent" / "sessions" / "s.ndjson"
+    path = sessions_dir(tmp_path) / "s.ndjson"
     path.write_text(path.read_text().replace('"role": "user"', '"role": user', 1))
     code, _, err = run("show", "s", "--root", str(tmp_path))
     assert code == 41 and "line 3" in err and "Traceback" not in err
@@ -464,3 +430,27 @@ def test_cli_rm(tmp_path: Path) -> None:
     assert code == 0 and "removed session gone" in err
     assert session_names(tmp_path) == ["kept"]
     assert run("rm", "gone", "--root", str(tmp_path))[0] == 4
+
+
+def test_header_values_the_controller_acts_on_are_validated(tmp_path: Path) -> None:
+    store = new_store(tmp_path)
+    store.update_header(container="sandbox-agent-/../../../../tmp/x/pwned",
+                        sandbox_id="../../x", image_digest="sha256:../../evil", mount_mode="rw")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        header = NdjsonSessionStore.open(tmp_path, "s1").read().header
+    assert len([w for w in caught if "ignored header field" in str(w.message)]) == 3
+    assert (header.container, header.sandbox_id, header.image_digest) == ("", "", "")
+    assert header.mount_mode == "rw"
+
+
+def test_a_symlink_in_place_of_a_session_file_is_not_followed(tmp_path: Path) -> None:
+    store = new_store(tmp_path)
+    target = tmp_path / "bashrc"
+    target.write_text("original\n")
+    store.path.unlink()
+    store.path.symlink_to(target)
+    with pytest.raises(SessionError):
+        store.append(Message.user("$(id > /tmp/x)"))
+    assert target.read_text() == "original\n"
+    assert "s1" not in session_names(tmp_path)

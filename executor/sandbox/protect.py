@@ -1,0 +1,310 @@
+"""What in the project tree git on the host would run, so it can be mounted read-only.
+
+Git runs code from a repository's own files: hooks in `.git/hooks` (or wherever `core.hooksPath`
+points), `core.fsmonitor` and friends in `.git/config`, and any config file that config
+includes. A repository can be a `.git` directory, a `gitdir:` file pointing elsewhere, or a
+symlink, at any depth (vendored code and `node_modules` included). `protected_paths` finds all
+of them before the container starts; the sandbox mounts each read-only over the read-write root,
+so the kernel refuses writes to them. Paths that do not exist yet but would be honoured
+(a `hooksPath` or include target) get an empty read-only mount so they cannot be created.
+
+After a bind-mode session `sweep` clears set-id bits the session left (the seccomp profile
+refuses them in the first place; this is defence in depth) and reports `.git` entries that
+appeared (the toolbox quarantines those a command creates).
+
+Reading `.git` files here is safe: they are opened without following links, only when they are
+small regular files, and only parsed, never executed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from executor.errors import ConfigError
+
+MAX_ENTRIES = 2_000_000
+"""Entries walked before giving up (a guarantee we cannot give is an error, not a guess)."""
+MAX_MOUNTS = 512
+"""Read-only mounts before the tree is refused (the engine slows down well before thousands)."""
+_MAX_CONFIG = 1 << 20
+_SECTION = re.compile(r'^\s*\[\s*([A-Za-z0-9.-]+)(?:\s+"((?:[^"\\]|\\.)*)")?\s*\]\s*(.*)$')
+_KEY = re.compile(r"^\s*([A-Za-z][A-Za-z0-9-]*)\s*(?:=\s*(.*))?$")
+_SETID = stat.S_ISUID | stat.S_ISGID
+
+
+@dataclass(frozen=True)
+class TreeScan:
+    """What the walk found: every `.git` entry, relative to the root, by kind."""
+
+    git_entries: dict[str, str] = field(default_factory=dict)
+    """Relative path of each `.git` entry -> 'dir', 'file', 'symlink' or 'other'."""
+
+
+@dataclass(frozen=True)
+class Protected:
+    """Read-only mounts over the root: existing paths, and missing ones to keep missing."""
+
+    existing: tuple[str, ...]
+    """Relative paths (files or directories) to bind read-only."""
+    missing: tuple[str, ...]
+    """Relative paths of directories that do not exist but git would honour."""
+
+
+def scan(root: Path) -> TreeScan:
+    """Walk the tree (links not followed, `.git` directories not entered)."""
+    found: dict[str, str] = {}
+    for rel, entry in _walk(root):
+        if entry.name == ".git":
+            found[rel] = _kind(entry)
+    return TreeScan(found)
+
+
+def _walk(root: Path) -> Iterator[tuple[str, os.DirEntry[str]]]:
+    stack, seen = [""], 0
+    while stack:
+        rel_dir = stack.pop()
+        try:
+            with os.scandir(root / rel_dir if rel_dir else root) as entries:
+                listing = list(entries)
+        except OSError:
+            continue  # unreadable for us: unreadable for the container's user as well
+        for entry in listing:
+            seen += 1
+            if seen > MAX_ENTRIES:
+                raise ConfigError(
+                    f"the project has more than {MAX_ENTRIES:,} files; git repositories in it "
+                    "cannot all be found and protected",
+                    fix="point --root at a smaller directory, or pass --allow-git-writes",
+                )
+            rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
+            yield rel, entry
+            if entry.name != ".git" and entry.is_dir(follow_symlinks=False):
+                stack.append(rel)
+
+
+def _kind(entry: os.DirEntry[str]) -> str:
+    if entry.is_symlink():
+        return "symlink"
+    if entry.is_dir(follow_symlinks=False):
+        return "dir"
+    return "file" if entry.is_file(follow_symlinks=False) else "other"
+
+
+# ---------------------------------------------------------------------------- what to protect
+
+
+def protected_paths(root: Path, tree: TreeScan, *, global_configs: list[Path] | None = None
+                    ) -> Protected:
+    """Every path under `root` that git on the host would run code from."""
+    root = Path(os.path.realpath(root))
+    found = _Found(root)
+    configs = global_configs if global_configs is not None else user_git_configs()
+    repos = [(root / rel, kind) for rel, kind in tree.git_entries.items()]
+    for entry, kind in repos + enclosing_repos(root):
+        worktree = entry.parent
+        for git_dir in found.git_dirs(entry, kind):
+            found.config_paths(worktree, git_dir / "config")
+        for config in configs:
+            found.config_paths(worktree, config)
+    return found.result()
+
+
+def enclosing_repos(root: Path) -> list[tuple[Path, str]]:
+    """`.git` entries of the directories above the root (a monorepo the project sits in)."""
+    repos = []
+    for parent in root.parents:
+        entry = parent / ".git"
+        if os.path.lexists(entry):
+            kind = "symlink" if entry.is_symlink() else "dir" if entry.is_dir() else "file"
+            repos.append((entry, kind))
+    return repos
+
+
+class _Found:
+    """Paths to mount read-only, collected while reading repositories and their config."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.existing: set[str] = set()
+        self.missing: set[str] = set()
+
+    def add(self, target: Path) -> None:
+        """Protect `target` when it lies inside the root."""
+        rel = _relative(self.root, target)
+        if rel is not None:
+            (self.existing if os.path.lexists(target) else self.missing).add(rel)
+
+    def git_dirs(self, entry: Path, kind: str) -> list[Path]:
+        """The git directories a `.git` entry stands for, each protected."""
+        if kind == "dir":
+            dirs = [entry]
+        elif kind == "file":
+            self.add(entry)  # the pointer itself: rewritten, it would point at a planted repo
+            target = _gitdir_target(entry)
+            dirs = [target] if target else []
+        elif kind == "symlink":
+            dirs = [Path(os.path.realpath(entry))]
+        else:
+            dirs = []
+        dirs += [c for d in dirs if (c := _common_dir(d)) is not None]
+        for git_dir in dirs:
+            if os.path.isdir(git_dir):
+                self.add(git_dir)
+        return dirs
+
+    def config_paths(self, worktree: Path, config: Path, depth: int = 0) -> None:
+        """hooksPath and include targets of one config file (and what it includes)."""
+        if depth > 5:
+            return
+        for key, value in config_values(config):
+            if key == "core.hookspath":
+                self.add(_expand(value, worktree))
+            elif key == "include.path" or (key.startswith("includeif.") and key.endswith(".path")):
+                target = _expand(value, config.parent)
+                self.add(target)  # an included file can set hooksPath, fsmonitor, more includes
+                self.config_paths(worktree, target, depth + 1)
+
+    def result(self) -> Protected:
+        """The outermost paths (one mount covers what is inside it), within the mount cap."""
+        existing = _outermost(self.existing)
+        missing = {m for m in self.missing if not _covered(m, existing)}
+        if len(existing) + len(missing) > MAX_MOUNTS:
+            raise ConfigError(
+                f"the project holds {len(existing) + len(missing)} git directories and hook "
+                f"paths; more than {MAX_MOUNTS} cannot be mounted read-only",
+                fix="point --root at a smaller directory, or pass --allow-git-writes",
+            )
+        return Protected(tuple(sorted(existing)), tuple(sorted(missing)))
+
+
+def _common_dir(git_dir: Path) -> Path | None:
+    """A linked worktree's main git dir (`commondir`), which holds the shared config and hooks."""
+    text = _small_text(git_dir / "commondir")
+    return Path(os.path.realpath(git_dir / text.strip())) if text and text.strip() else None
+
+
+def _gitdir_target(entry: Path) -> Path | None:
+    text = _small_text(entry)
+    if not text or not text.startswith("gitdir:"):
+        return None
+    target = Path(text[len("gitdir:"):].strip())
+    return Path(os.path.realpath(entry.parent / target))
+
+
+def _expand(value: str, base: Path) -> Path:
+    path = Path(os.path.expanduser(value))
+    return Path(os.path.realpath(path if path.is_absolute() else base / path))
+
+
+def config_values(path: Path) -> list[tuple[str, str]]:
+    """`(section[.subsection].key lowercased, value)` pairs of a git config file.
+
+    A small reader for the keys that matter here; it is conservative where git's syntax is rich
+    (a value it cannot unquote is taken as written, which only ever adds a mount).
+    """
+    text = _small_text(path)
+    if text is None:
+        return []
+    pairs, section = [], ""
+    for line in text.splitlines():
+        header = _SECTION.match(line)
+        if header:
+            name, sub, rest = header.groups()
+            section = name.lower() + (f".{sub}" if sub is not None else "")
+            line = rest
+            if not line.strip():
+                continue
+        key = _KEY.match(line)
+        if key and section:
+            pairs.append((f"{section}.{key.group(1).lower()}", _unquote(key.group(2) or "")))
+    return pairs
+
+
+def _unquote(raw: str) -> str:
+    out, quoted = [], False
+    for index, char in enumerate(raw):
+        if char == '"':
+            quoted = not quoted
+        elif char in "#;" and not quoted:
+            break
+        elif char == "\\" and index + 1 < len(raw):
+            continue
+        else:
+            out.append(char)
+    return "".join(out).strip()
+
+
+def _small_text(path: Path) -> str | None:
+    """A small regular file's text, never through a link and never blocking; else None."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as stream:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > _MAX_CONFIG:
+            return None
+        return stream.read(_MAX_CONFIG).decode("utf-8", "replace")
+
+
+def user_git_configs() -> list[Path]:
+    """The person's global and system git config files (they can point hooks into a tree)."""
+    home = Path(os.path.expanduser("~"))
+    xdg = Path(os.environ.get("XDG_CONFIG_HOME") or home / ".config")
+    candidates = [os.environ.get("GIT_CONFIG_GLOBAL"), home / ".gitconfig", xdg / "git" / "config",
+                  os.environ.get("GIT_CONFIG_SYSTEM"), "/etc/gitconfig"]
+    return [Path(c) for c in candidates if c]
+
+
+def _relative(root: Path, target: Path) -> str | None:
+    if target == root:
+        return "."
+    try:
+        return target.relative_to(root).as_posix()
+    except ValueError:
+        return None
+
+
+def _covered(rel: str, parents: set[str]) -> bool:
+    return "." in parents or any(rel.startswith(p + "/") or rel == p for p in parents)
+
+
+def _outermost(paths: set[str]) -> set[str]:
+    """Drop paths inside another one in the set (one mount covers them)."""
+    return {p for p in paths if not _covered(p, paths - {p})}
+
+
+# ---------------------------------------------------------------------------- after a session
+
+
+@dataclass
+class Sweep:
+    """What `sweep` did after a session."""
+
+    setid_cleared: list[str] = field(default_factory=list)
+    new_git: list[str] = field(default_factory=list)
+
+
+def sweep(root: Path, before: TreeScan, since_ns: int) -> Sweep:
+    """Clear set-id bits set since `since_ns`; list `.git` entries that were not there before.
+
+    Runs after the container is gone, so nothing in the sandbox can race it.
+    """
+    result = Sweep()
+    for rel, entry in _walk(root):
+        if entry.name == ".git" and rel not in before.git_entries:
+            result.new_git.append(rel)
+        try:
+            info = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        fresh = info.st_ctime_ns >= since_ns
+        if info.st_mode & _SETID and fresh and not stat.S_ISLNK(info.st_mode):
+            os.chmod(root / rel, stat.S_IMODE(info.st_mode) & ~_SETID)
+            result.setid_cleared.append(rel)
+    return result

@@ -20,7 +20,10 @@ from typing import Any
 
 import pytest
 
-from executor.audit import CSV_COLUMNS
+from executor.audit import CSV_COLUMNS, default_audit_dir
+from executor.session import sessions_dir
+from executor.state import project_dir
+from tests.docker.cli_support import _KEPT
 from tests.docker.conftest import IMAGE
 from tests.fakes.model_server import Call, ModelServer
 
@@ -38,7 +41,7 @@ _SCRUBBED = ("OLLAMA_HOST", "OPENAI_BASE_URL", "OPENAI_API_KEY", "AWS_SECRET_ACC
 def cli(*args: Any, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """`sandbox-agent ARGS` with stdin /dev/null and only the configuration a test passes."""
     base = {k: v for k, v in os.environ.items()
-            if not k.startswith("SANDBOX_AGENT_") and k not in _SCRUBBED}
+            if (not k.startswith("SANDBOX_AGENT_") or k in _KEPT) and k not in _SCRUBBED}
     base.update(SANDBOX_AGENT_IMAGE=IMAGE, SANDBOX_AGENT_RETRY_BASE_DELAY="0.01", NO_COLOR="1",
                 COLUMNS="250", TERM="dumb", **(env or {}))
     return subprocess.run([str(SANDBOX_AGENT), *map(str, args)], stdin=subprocess.DEVNULL,
@@ -53,7 +56,7 @@ def ask(root: Path, server: ModelServer, *flags: Any, query: str = "do the task"
 
 
 def audit_dir(root: Path) -> Path:
-    return root / ".sandbox-agent" / "audit"
+    return default_audit_dir(root)
 
 
 def day_files(root: Path) -> list[Path]:
@@ -260,39 +263,36 @@ def test_container_cannot_read_or_write_the_audit_and_session_files(
     (root / "readme.txt").write_text("a project file\n")
     model_server.reply("noted")
     ok_run(ask(root, model_server, "--session", "first", query=f"remember {MARKER}"))
-    day = day_files(root)[-1].name
-    session_file = root / ".sandbox-agent" / "sessions" / "first.ndjson"
+    day = day_files(root)[-1]
+    session_file = sessions_dir(root) / "first.ndjson"
+    assert root.resolve() not in session_file.parents and root.resolve() not in day.parents
     session_before, audit_before = session_file.read_bytes(), audit_bytes(root)
     assert MARKER.encode() in session_before and MARKER.encode() in audit_before
     first_hashes = [r["hash"] for r in records(root)]
     first_requests = len(model_server.requests)
 
-    audit_rel, session_rel = f".sandbox-agent/audit/{day}", ".sandbox-agent/sessions/first.ndjson"
+    state = project_dir(root)
+    up = "../" * len(root.resolve().parts)  # enough ../ to reach / from /workspace
     must_fail = [
-        Call("read_file", {"path": audit_rel}),
-        Call("read_file", {"path": session_rel}),
-        Call("read_file", {"path": f"/workspace/{audit_rel}"}),
-        Call("read_file", {"path": f"./src/../{session_rel}"}),
-        Call("list_files", {"path": ".sandbox-agent"}),
-        Call("list_files", {"path": ".sandbox-agent/audit"}),
-        Call("search_files", {"pattern": "MARK[E]R", "path": ".sandbox-agent"}),
-        Call("search_files", {"pattern": "MARK[E]R", "path": session_rel}),
-        Call("write_file", {"path": audit_rel, "content": "forged\n"}),
-        Call("edit_file", {"path": session_rel, "old_text": '"role"', "new_text": '"forged"'}),
-        Call("edit_file", {"path": ".sandbox-agent/forged.ndjson", "new_text": "forged\n"}),
-        Call("run_shell_command", {"command": f"cat {audit_rel}"}),
-        Call("run_shell_command", {"command": f"cat {session_rel}"}),
-        Call("run_shell_command", {"command": "ls -la .sandbox-agent/audit .sandbox-agent/sessions"}),
-        Call("run_shell_command", {"command": f"echo forged >> {audit_rel}"}),
-        Call("run_shell_command", {"command": f"echo forged > {session_rel}"}),
-        Call("run_shell_command", {"command": "echo forged > .sandbox-agent/forged"}),
+        Call("read_file", {"path": str(day)}),
+        Call("read_file", {"path": str(session_file)}),
+        Call("read_file", {"path": f"{up}{str(day).lstrip('/')}"}),
+        Call("list_files", {"path": str(state)}),
+        Call("search_files", {"pattern": "MARK[E]R", "path": str(state)}),
+        Call("write_file", {"path": str(day), "content": "forged\n"}),
+        Call("edit_file", {"path": str(session_file), "old_text": '"role"', "new_text": "x"}),
+        Call("run_shell_command", {"command": f"cat {day}"}),
+        Call("run_shell_command", {"command": f"cat {session_file}"}),
+        Call("run_shell_command", {"command": f"ls -la {state}"}),
+        Call("run_shell_command", {"command": f"echo forged >> {day}"}),
+        Call("run_shell_command", {"command": f"echo forged > {session_file}"}),
     ]
     may_succeed = [  # they run, but must not reveal anything
         Call("list_files", {"path": ".", "depth": 5}),
         Call("search_files", {"pattern": "MARK[E]R|seq|role"}),
-        Call("run_shell_command", {"command": "ls -laR .sandbox-agent; grep -rs 'MARK[E]R' "
-                                              "/workspace /tmp; find / -path /proc -prune -o "
-                                              "-name '*.ndjson' -print 2>/dev/null; true"}),
+        Call("run_shell_command", {"command": "grep -rs 'MARK[E]R' /workspace /tmp /home /root; "
+                                              "find / -path /proc -prune -o -name '*.ndjson' "
+                                              "-print 2>/dev/null; true"}),
     ]
     model_server.reply(tool_calls=must_fail + may_succeed)
     model_server.reply("tried everything")
@@ -310,8 +310,7 @@ def test_container_cannot_read_or_write_the_audit_and_session_files(
     assert outcomes == [False] * len(must_fail) + [True] * len(may_succeed), list(
         zip(outcomes, results, strict=True))
     assert all(r["decision"] == "allow" for r in of_kind(run2, "tool_call"))
-    assert sorted(p.name for p in (root / ".sandbox-agent").iterdir()) == [
-        ".gitignore", "audit", "sessions"]
+    assert not (root / ".sandbox-agent").exists()  # nothing of ours lands in the project
 
     received = b"".join(request.raw for request in model_server.requests[first_requests:])
     assert MARKER.encode() not in received
@@ -319,128 +318,38 @@ def test_container_cannot_read_or_write_the_audit_and_session_files(
     assert b'"type": "header"' not in received and b'"prev":' not in received
 
 
-# -- 3. secrets never reach the audit log ----------------------------------------------------
-
-SERVICE_TOKEN = "svcZq7XwP3kLm9Rt2Vb8Nc"
-OPENAI_KEY = "sk-live" + "Q7ZK2m9TnX4pR8vW1yB6cD3fG5hJ0kL"
-AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCY" + "9q2Lw8XkEy"
-GITHUB_TOKEN = "ghp_" + "R4nd0mL00k1ngT0k3nF0rT3st1ng0123456"
-PEM_BODY = ["MIIEowIBAAKCAQEA3q8v1Zf2Yx9Lk7Qm0TnP4sR6uW8yB1cD3fG5hJ7kL9mN2p",
-            "Xq4Rt6Vw8Yz0Ab2Cd4Ef6Gh8Ij0Kl2Mn4Op6Qr8St0Uv2Wx4Yz6Ab8Cd0Ef2Gh4",
-            "Ij6Kl8Mn0Op2Qr4St6Uv8Wx0Yz2Ab4Cd6Ef8Gh0Ij2Kl4Mn6Op8Qr0St2Uv4Wx"]
-PEM = "-----BEGIN RSA PRIVATE KEY-----\n" + "\n".join(PEM_BODY) + "\n-----END RSA PRIVATE KEY-----\n"
-
-
-def test_secrets_never_appear_in_the_audit_log(workdir: Path, model_server: ModelServer):
-    root = new_root(workdir)
-    (root / "config").mkdir()
-    (root / "config" / "creds.txt").write_text(
-        f"# deployment\npush with {GITHUB_TOKEN} please\n{PEM}")
-    env = {"MY_SERVICE_TOKEN": SERVICE_TOKEN, "OPENAI_API_KEY": OPENAI_KEY,
-           "AWS_SECRET_ACCESS_KEY": AWS_SECRET}
-    model_server.reply(tool_calls=[Call("read_file", {"path": "config/creds.txt"})])
-    model_server.reply(tool_calls=[Call("run_shell_command", {"command": "env"})])
-    model_server.reply(tool_calls=[Call("run_shell_command", {
-        "command": f"echo token=$MY_SERVICE_TOKEN; printf '%s\\n' '{AWS_SECRET}' '{OPENAI_KEY}'"})])
-    model_server.reply(tool_calls=[Call("search_files", {"pattern": "ghp_"})])
-    model_server.reply(f"The service token is {SERVICE_TOKEN} and the GitHub token {GITHUB_TOKEN}.")
-    done = ask(root, model_server, "--yes", "--audit-prompts", "--env", "MY_SERVICE_TOKEN",
-               "--env", "OPENAI_API_KEY", query=f"check the deployment, token {SERVICE_TOKEN}",
-               env=env)
-    ok_run(done)
-
-    # The secrets were really in play: the container had the allow-listed token, the model saw
-    # the file, and the model's own API key never entered the container.
-    read, env_out, echo, search = tool_messages(model_server)
-    assert GITHUB_TOKEN in read and PEM_BODY[1] in read
-    assert f"MY_SERVICE_TOKEN={SERVICE_TOKEN}" in env_out
-    assert "OPENAI_API_KEY" not in env_out and OPENAI_KEY not in env_out
-    assert AWS_SECRET not in env_out and "AWS_SECRET_ACCESS_KEY" not in env_out
-    assert f"token={SERVICE_TOKEN}" in echo and AWS_SECRET in echo and GITHUB_TOKEN in search
-
-    log = audit_bytes(root)
-    for secret in [SERVICE_TOKEN, OPENAI_KEY, AWS_SECRET, GITHUB_TOKEN, *PEM_BODY]:
-        assert secret.encode() not in log, secret
-        for piece in (secret[:12], secret[-12:]):  # nor a recognisable part of one
-            assert piece.encode() not in log, piece
-
-    recs = records(root)
-    results = of_kind(recs, "tool_result")
-    assert [r["tool"] for r in results] == ["read_file", "run_shell_command",
-                                            "run_shell_command", "search_files"]
-    assert "[REDACTED:github-token]" in results[0]["preview"]
-    assert "[REDACTED:private-key]" in results[0]["preview"]
-    assert "MY_SERVICE_TOKEN=[REDACTED:env:MY_SERVICE_TOKEN]" in results[1]["preview"]
-    assert "token=[REDACTED:env:MY_SERVICE_TOKEN]" in results[2]["preview"]
-    assert "[REDACTED:env:AWS_SECRET_ACCESS_KEY]" in results[2]["preview"]
-    shell_call = of_kind(recs, "tool_call")[2]
-    assert "[REDACTED:" in shell_call["arguments"]["command"]
-    assert "[REDACTED:env:MY_SERVICE_TOKEN]" in recs[-1]["answer_preview"]
-    assert any("[REDACTED:env:MY_SERVICE_TOKEN]" in arg for arg in recs[0]["argv"])
-    prompts = [r.get("prompt") for r in of_kind(recs, "model_request")]
-    assert all(prompts), "--audit-prompts records the whole prompt of every request"
-    last_prompt = json.dumps(prompts[-1])
-    assert "check the deployment" in last_prompt and "[REDACTED:private-key]" in last_prompt
+def test_planted_in_tree_state_is_never_read_or_followed(workdir: Path, model_server: ModelServer):
+    """A clone ships `.sandbox-agent/` look-alikes: an audit day file linked to ~/.bashrc, a
+    session, nested state; none of it is read, followed or written, and one notice says so."""
+    root = new_root(workdir, git=True)
+    bashrc = workdir / "bashrc"
+    bashrc.write_text("# the person's shell start-up file\n")
+    planted = root / ".sandbox-agent"
+    (planted / "audit").mkdir(parents=True)
+    (planted / "audit" / "2099-12-31.ndjson").symlink_to(bashrc)
+    (planted / "sessions").mkdir()
+    (planted / "sessions" / "evil.ndjson").write_text(
+        '{"type": "header", "version": 1, "name": "evil", "container": '
+        '"sandbox-agent-/../../../../tmp/x/pwned"}\n')
+    (root / "sub" / ".sandbox-agent" / "audit").mkdir(parents=True)
+    (root / "sub" / ".sandbox-agent" / "audit" / "2099-12-31.ndjson").symlink_to(bashrc)
+    for flags in (["--read-only"], ["--yes"]):
+        model_server.reply(tool_calls=[Call("read_file", {"path": "$(id > /tmp/pwned-x)"})])
+        model_server.reply("done")
+        done = ask(root, model_server, *flags)
+        ok_run(done)
+        assert "is ignored and never trusted" in done.stderr
+    model_server.reply("done")
+    ok_run(ask(root / "sub", model_server, "--yes"))
+    assert bashrc.read_text() == "# the person's shell start-up file\n"
+    assert sorted(p.name for p in (planted / "audit").iterdir()) == ["2099-12-31.ndjson"]
+    assert (planted / "audit" / "2099-12-31.ndjson").is_symlink()
+    assert "evil" not in cli("sessions", "--root", root).stdout
     assert cli("audit", "verify", "--root", root).returncode == 0
-
-
-# -- 4. --audit-required fails closed --------------------------------------------------------
-
-
-def test_audit_required_stops_the_run_when_the_log_cannot_be_written(
-        workdir: Path, model_server: ModelServer):
-    root = new_root(workdir)
-    blocker = workdir / "not-a-directory"
-    blocker.write_text("a regular file: nothing can be created under it, even by root\n")
-    env = {"SANDBOX_AGENT_AUDIT_DIR": str(blocker / "audit")}
-    write = Call("write_file", {"path": "victim.txt", "content": "written\n"})
-    model_server.reply(tool_calls=[write])
-    model_server.reply("wrote it")
-
-    done = ask(root, model_server, "--yes", "--audit-required", env=env)
-    assert done.returncode == 50, (done.stdout, done.stderr)
-    assert "audit record could not be written" in done.stderr
-    assert not (root / "victim.txt").exists()
-    assert model_server.pending == 2  # stopped before the model was even asked
-    assert blocker.read_text().startswith("a regular file")
-
-    done = ask(root, model_server, "--yes", env=env)
-    ok_run(done)
-    assert (root / "victim.txt").read_text() == "written\n"
-    assert "warning" in done.stderr and "audit record could not be written" in done.stderr
-    assert "continues without a complete audit trail" in done.stderr
-
-
-def test_audit_required_stops_before_the_tool_call_when_the_log_breaks_mid_run(
-        workdir: Path, model_server: ModelServer):
-    from executor.errors import AuditError
-    from executor.hooks import Event
-    from executor.runner import Runner
-
-    root = new_root(workdir)
-    parent = workdir / "audit-parent"
-    model_server.reply(tool_calls=[Call("write_file", {"path": "victim.txt", "content": "x\n"})])
-    model_server.reply("wrote it")
-
-    def break_the_log(event: Event) -> None:
-        """After the model_request record: the audit directory becomes unreachable."""
-        (parent / "audit").rename(workdir / "moved-audit")
-        parent.rmdir()
-        parent.write_text("now a file\n")
-
-    runner = Runner.build(root, provider="ollama", host=model_server.url, image=IMAGE, yes=True,
-                          audit_required=True, audit_dir=parent / "audit", stream=False)
-    with runner:
-        runner.start()
-        runner.hooks.subscribe(break_the_log, "model_request")  # after the audit log's own
-        with pytest.raises(AuditError) as raised:
-            runner.run("write the file")
-    assert raised.value.exit_code == 50
-    assert not (root / "victim.txt").exists()
-    kinds = [json.loads(line)["kind"]
-             for f in sorted((workdir / "moved-audit").glob("*.ndjson"))
-             for line in f.read_bytes().splitlines()]
-    assert kinds == ["run_start", "model_request"]
+    model_server.reply("resumed")
+    resumed = ask(root, model_server, "--resume", query="go on")
+    ok_run(resumed)
+    assert "pwned" not in resumed.stderr and not Path("/tmp/x/pwned.lock").exists()
 
 
 # -- 5. --no-audit ---------------------------------------------------------------------------
@@ -453,7 +362,7 @@ def test_no_audit_writes_no_records(workdir: Path, model_server: ModelServer):
     ok_run(ask(root, model_server, "--yes", "--no-audit"))
     assert (root / "out.txt").read_text() == "hi\n"  # the run did happen
     assert not audit_dir(root).exists()
-    assert (root / ".sandbox-agent" / "sessions").is_dir()
+    assert sessions_dir(root).is_dir()
     done = cli("audit", "verify", "--root", root, "--require-records")
     assert done.returncode == 51 and "no audit records" in done.stderr
 

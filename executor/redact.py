@@ -6,9 +6,12 @@ Two sources of secrets are recognised:
   `*TOKEN*`, `*SECRET*`, `*PASSWORD*`, `*PASSWD*`, `*CREDENTIAL*`, ...), at least
   `MIN_SECRET_LENGTH` characters long so that values like `1` or `true` are not
   replaced everywhere; plus any names and literal values the caller adds;
-- common token shapes anywhere in a string (OpenAI/Anthropic `sk-…`, GitHub `ghp_…` /
-  `github_pat_…`, AWS `AKIA…`, Slack `xox?-…`, `Bearer …`, PEM private keys, JWTs,
-  `user:password@` in URLs, and `NAME_TOKEN=value` assignments).
+- common token shapes anywhere in a string (`TOKEN_SHAPES`, listed in docs/AUDIT.md: OpenAI,
+  Anthropic, Stripe, GitHub, GitLab, AWS, Google, Slack, npm, PyPI, Hugging Face, and more;
+  `Bearer …`, PEM private keys, JWTs, `user:password@` in URLs, `NAME_TOKEN=value`).
+
+An env secret is also found reversed, base64-encoded (standard and URL-safe, with or without
+padding) and hex-encoded (either case): the usual ways a command turns it into other bytes.
 
 A match is replaced by `[REDACTED:<kind>]`, e.g. `[REDACTED:env:OPENAI_API_KEY]` or
 `[REDACTED:github-token]`; the kind never contains secret material. Dict values under
@@ -17,6 +20,7 @@ secret-looking keys (`{"api_key": "…"}`) are replaced whole, whatever their le
 
 from __future__ import annotations
 
+import base64
 import functools
 import os
 import re
@@ -40,10 +44,28 @@ TOKEN_SHAPES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("private-key", re.compile(
         r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----[\s\S]*?(?:-----END [A-Z0-9 ]*PRIVATE KEY-----|\Z)"
     )),
-    ("openai-key", re.compile(r"\bsk-(?:proj-|ant-|svcacct-)?[A-Za-z0-9_\-]{20,}")),
+    ("openai-key", re.compile(r"\bsk-(?:proj-|ant-|svcacct-|or-v1-)?[A-Za-z0-9_\-]{20,}")),
+    ("stripe-key", re.compile(r"\b(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{16,}")),
     ("github-token", re.compile(r"(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{22,})")),
+    ("gitlab-token", re.compile(r"\bgl(?:pat|dt|rt|ptt|cbt|oas)-[A-Za-z0-9_\-]{20,}")),
     ("aws-access-key", re.compile(r"(?:AKIA|ASIA)[0-9A-Z]{16}(?![0-9A-Z])")),
+    ("google-api-key", re.compile(r"AIza[0-9A-Za-z_\-]{35}")),
+    ("google-oauth-token", re.compile(r"\bya29\.[0-9A-Za-z_\-]{20,}")),
     ("slack-token", re.compile(r"xox[abposr]-[A-Za-z0-9\-]{10,}")),
+    ("slack-webhook", re.compile(r"hooks\.slack\.com/services/[A-Za-z0-9/]{20,}")),
+    ("npm-token", re.compile(r"\bnpm_[A-Za-z0-9]{36}")),
+    ("pypi-token", re.compile(r"\bpypi-AgE[A-Za-z0-9_\-]{50,}")),
+    ("huggingface-token", re.compile(r"\bhf_[A-Za-z0-9]{30,}")),
+    ("groq-key", re.compile(r"\bgsk_[A-Za-z0-9]{40,}")),
+    ("replicate-token", re.compile(r"\br8_[A-Za-z0-9]{30,}")),
+    ("xai-key", re.compile(r"\bxai-[A-Za-z0-9]{40,}")),
+    ("perplexity-key", re.compile(r"\bpplx-[A-Za-z0-9]{40,}")),
+    ("digitalocean-token", re.compile(r"\bdo[por]_v1_[a-f0-9]{64}")),
+    ("shopify-token", re.compile(r"\bshp(?:at|ca|pa|ss)_[a-fA-F0-9]{32}")),
+    ("sendgrid-key", re.compile(r"\bSG\.[A-Za-z0-9_\-]{16,}\.[A-Za-z0-9_\-]{16,}")),
+    ("twilio-key", re.compile(r"\bSK[0-9a-f]{32}\b")),
+    ("databricks-token", re.compile(r"\bdapi[0-9a-f]{32}")),
+    ("telegram-bot-token", re.compile(r"\b\d{8,10}:AA[A-Za-z0-9_\-]{33}")),
     ("jwt", re.compile(r"\beyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]*")),
     ("bearer", re.compile(r"(?i)\bBearer\s+(?P<secret>[A-Za-z0-9._~+/=\-]{8,})")),
     ("url-credentials", re.compile(r"://(?P<secret>[^/\s:@]+:[^/\s@]+)@")),
@@ -52,6 +74,14 @@ TOKEN_SHAPES: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"(?!\[REDACTED:)(?P<secret>[^\s'\",;]{6,})"
     )),
 )
+
+
+def encodings(value: str) -> list[str]:
+    """`value` and the forms a command easily turns it into: reversed, base64, hex."""
+    raw = value.encode("utf-8", "surrogatepass")
+    b64 = [base64.b64encode(raw).decode(), base64.urlsafe_b64encode(raw).decode()]
+    forms = [value, value[::-1], *b64, *(b.rstrip("=") for b in b64), raw.hex(), raw.hex().upper()]
+    return list(dict.fromkeys(f for f in forms if f))
 
 
 def marker(kind: str) -> str:
@@ -77,11 +107,13 @@ class Redactor:
     ) -> None:
         extra = set(extra_names)
         pairs = [
-            (f"env:{name}", value)
+            (f"env:{name}", form)
             for name, value in (env or {}).items()
             if (name in extra or is_secret_name(name)) and len(value) >= min_length
+            for form in encodings(value)
         ]
-        pairs += [("secret", value) for value in secrets if len(value) >= min_length]
+        pairs += [("secret", form) for value in secrets if len(value) >= min_length
+                  for form in encodings(value)]
         # Longest first, so a secret containing another is replaced whole.
         pairs.sort(key=lambda p: len(p[1]), reverse=True)
         self._kinds = {value: kind for kind, value in reversed(pairs)}

@@ -55,6 +55,10 @@ def safe_test_name(request: pytest.FixtureRequest) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", request.node.name)
 
 
+PRIVATE_ENV = ("SANDBOX_AGENT_STATE_DIR", "SANDBOX_AGENT_CONFIG_DIR")
+"""Set per test by `_private_state`; test helpers that scrub SANDBOX_AGENT_* keep these."""
+
+
 @pytest.fixture(autouse=True)
 def _private_state(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
                    ) -> Path:

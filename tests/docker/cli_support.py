@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from tests.conftest import PRIVATE_ENV
 from tests.docker.conftest import IMAGE
 from tests.fakes.model_server import ModelServer, RecordedRequest
 
@@ -27,8 +28,7 @@ ALL_TOOLS = {"read_file", "list_files", "search_files", "write_file", "edit_file
 READ_TOOLS = {"read_file", "list_files", "search_files"}
 PROVIDERS = ("ollama", "openai")
 _SCRUBBED = ("OLLAMA_HOST", "OPENAI_BASE_URL", "OPENAI_API_KEY", "DOCKER_HOST")
-_KEPT = ("SANDBOX_AGENT_STATE_DIR", "SANDBOX_AGENT_CONFIG_DIR")
-"""Set per test by tests/conftest.py: each test's private user state and config."""
+_KEPT = PRIVATE_ENV
 
 
 def cli_env(**extra: str) -> dict[str, str]:

@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 
+from executor.session import sessions_dir
+from executor.state import project_dir
 from tests.docker.cli_support import (
     ALL_TOOLS,
     PROVIDERS,
@@ -267,7 +269,7 @@ def test_repl_keeps_one_session_and_one_container(project: Path, model_server: M
     [_, (_, _, pid_file)] = tool_exchanges(model_server.last_chat)
     assert pid_file.startswith("exit_code: 0") and pid_file.split("\n")[-1].isdigit()
     assert containers_of(docker_client, project) == []
-    assert len(list((project / ".sandbox-agent" / "sessions").glob("*.ndjson"))) == 1
+    assert len(list(sessions_dir(project).glob("*.ndjson"))) == 1
 
 
 def test_the_api_key_reaches_the_server_and_nothing_else(project: Path, model_server: ModelServer):
@@ -285,7 +287,7 @@ def test_the_api_key_reaches_the_server_and_nothing_else(project: Path, model_se
     assert shown.startswith("exit_code: 0") and "PATH=" in shown
     assert key not in shown  # invariant 4: credentials never enter the container
     assert key not in done.stderr + done.stdout
-    for path in (project / ".sandbox-agent").rglob("*"):
+    for path in project_dir(project).rglob("*"):
         if path.is_file():
             assert key.encode() not in path.read_bytes(), path
 

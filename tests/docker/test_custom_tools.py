@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 import executor.tools
 from examples.custom_tool import CountLines
 from executor.agent import RunResult
+from executor.audit import default_audit_dir
 from executor.messages import ToolResult
 from executor.policy import Decision
 from executor.runner import Runner
@@ -97,7 +98,7 @@ def run(root: Path, server: ModelServer, query: str = "go", **options: Any) -> R
 
 
 def audit_records(root: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for path in sorted((root / ".sandbox-agent" / "audit").glob("*"))
+    return [json.loads(line) for path in sorted(default_audit_dir(root).glob("*"))
             if path.suffix == ".ndjson" for line in path.read_bytes().splitlines()]
 
 
@@ -124,7 +125,7 @@ def test_registered_tool_is_offered_validated_run_in_the_sandbox_and_audited(
         Call("count_lines", {"path": "poem.txt", "recursive": True}),
         Call("count_lines", {}),
         Call("count_lines", {"path": "../outside.txt"}),
-        Call("count_lines", {"path": ".sandbox-agent/audit"}),
+        Call("count_lines", {"path": str(default_audit_dir(root))}),
     ])
     model_server.reply("poem.txt has 7 lines.")
     result = run(root, model_server)
@@ -145,7 +146,7 @@ def test_registered_tool_is_offered_validated_run_in_the_sandbox_and_audited(
     assert "- recursive: Extra inputs are not permitted" in extra
     assert "- path: Field required" in missing
     assert outside == "path '../outside.txt' is outside the project root"  # the toolbox said so
-    assert hidden == "'.sandbox-agent/audit' is reserved and not accessible"
+    assert hidden == f"path '{default_audit_dir(root)}' is outside the project root"
 
     records = audit_records(root)
     calls = [r for r in records if r["kind"] == "tool_call"]

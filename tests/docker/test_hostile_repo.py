@@ -7,7 +7,6 @@ would run are exactly as they were, and git on the host sees no planted reposito
 
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 

@@ -23,11 +23,12 @@ from typing import Any
 
 import pytest
 
+from executor.audit import default_audit_dir
 from executor.context import INTERRUPTED_RESULT, TokenCounter
 from executor.messages import Message, ToolCall
 from executor.runner import SYSTEM_PROMPT
-from executor.session import NdjsonSessionStore, TornLineWarning
-from tests.conftest import IMAGE
+from executor.session import NdjsonSessionStore, TornLineWarning, sessions_dir
+from tests.conftest import IMAGE, PRIVATE_ENV
 from tests.fakes.model_server import Call, ModelServer, RecordedRequest
 
 pytestmark = pytest.mark.docker
@@ -58,7 +59,8 @@ def cli(hostname: str | None = None) -> list[str]:
 def _env() -> dict[str, str]:
     """The caller's environment without settings that would change the run, plus the test image."""
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith("SANDBOX_AGENT_") and k not in ("OLLAMA_HOST", "OPENAI_BASE_URL")}
+           if (not k.startswith("SANDBOX_AGENT_") or k in PRIVATE_ENV)
+           and k not in ("OLLAMA_HOST", "OPENAI_BASE_URL")}
     return env | {"SANDBOX_AGENT_IMAGE": IMAGE, "SANDBOX_AGENT_RETRY_BASE_DELAY": "0",
                   "COLUMNS": "250"}
 
@@ -124,7 +126,7 @@ def session(root: Path, name: str = "s1") -> NdjsonSessionStore:
 
 def audit_records(root: Path) -> list[dict[str, Any]]:
     """Every record of the root's audit log, in order."""
-    files = sorted((root / ".sandbox-agent" / "audit").glob("*.ndjson"))
+    files = sorted(default_audit_dir(root).glob("*.ndjson"))
     return [json.loads(line) for f in files for line in f.read_text().splitlines() if line.strip()]
 
 
@@ -436,12 +438,12 @@ def test_the_session_file_is_not_readable_from_the_container(
 ) -> None:
     root = workdir / "proj"
     root.mkdir()
+    state = sessions_dir(root)
+    model_server.reply(tool_calls=[Call("run_shell_command", {"command": f"cat {state}/*"})])
+    model_server.reply(tool_calls=[Call("read_file", {"path": f"{state}/s1.ndjson"})])
     model_server.reply(tool_calls=[Call("run_shell_command",
-                                        {"command": "cat .sandbox-agent/sessions/*"})])
-    model_server.reply(tool_calls=[Call("read_file", {"path": ".sandbox-agent/sessions/s1.ndjson"})])
-    model_server.reply(tool_calls=[Call("run_shell_command",
-                                        {"command": "cat /workspace/.sandbox-agent/sessions/s1.ndjson"
-                                                    " ../workspace/.sandbox-agent/audit/*"})])
+                                        {"command": f"cat ../..{state}/s1.ndjson "
+                                                    f"{default_audit_dir(root)}/*"})])
     model_server.reply("could not")
 
     done = run(ask_args(root, model_server, "--session", "s1", "read your session file"))

@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from executor.audit import default_audit_dir
+
 pytestmark = pytest.mark.embedded
 CLI = str(Path(sys.executable).parent / "sandbox-agent")
 
@@ -31,7 +33,7 @@ def test_agent_creates_hello_py_in_the_sandbox(workdir: Path, docker_client: Any
     assert hello.is_file(), done.stderr[-3000:]
     ran = subprocess.run([sys.executable, str(hello)], capture_output=True, text=True, timeout=30)
     assert ran.returncode == 0 and "hello" in ran.stdout.lower(), (hello.read_text(), ran)
-    audit = b"".join(p.read_bytes() for p in (root / ".sandbox-agent" / "audit").glob("*.ndjson"))
+    audit = b"".join(p.read_bytes() for p in default_audit_dir(root).glob("*.ndjson"))
     records = [json.loads(line) for line in audit.splitlines()]
     writes = [r for r in records if r["kind"] == "write" and r.get("path") == "hello.py"]
     assert writes and writes[0]["sha256_before"] is None, "the write was not audited"

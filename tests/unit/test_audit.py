@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import csv
 import hashlib
 import io
@@ -326,6 +327,16 @@ SHAPES = {
     ),
     "url-credentials": "https://deploy:s3cr3tpass@git.example.com/repo.git",
     "assignment": "export DB_PASSWORD=hunter2hunter2",
+    "stripe-live": "sk_" + "live_" + "4eC39HqLyjWDarjtT1zdp7dc",
+    "stripe-restricted": "rk_" + "test_" + "51H8abcdEFGHijklMNOPqrst",
+    "gitlab-token": "glpat-" + "xYz12AbC34dEf56GhI78",
+    "google-api-key": "AIza" + "SyD-9tSrke72PouQMnMX-a7eZSW0jkFMBWY",
+    "npm-token": "npm_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8",
+    "huggingface-token": "hf_" + "AbCdEfGhIjKlMnOpQrStUvWxYz012345",
+    "pypi-token": "pypi-AgE" + "IcHlwaS5vcmcCJGE2ZDVlN2Q4LTk5ZTAtNGQ0Zi1hNjY0LWM0N2ExYmIwMjE",
+    "sendgrid-key": "SG." + "ngeVfQFYQlKU0ufo8x5d1A.TwL2iGABf9DHoTf-09kqeF8tAmbihYzrnopKc-1s5cr",
+    "digitalocean-token": "dop_v1_" + "ab" * 32,
+    "groq-key": "gsk_" + "Ab1" * 17 + "c",
 }
 SECRET_PART = {
     "bearer": "abc.def-ghi_jkl~mno",
@@ -368,6 +379,20 @@ def test_env_secrets_never_reach_the_file(tmp_path: Path, monkeypatch: pytest.Mo
         assert value.encode() not in data
     assert b"[REDACTED:env:DB_PASSWORD]" in data
     assert b'"exit_code":1' in data  # a short value ("1") is not redacted everywhere
+
+
+@pytest.mark.parametrize("encode", [
+    lambda v: v[::-1],
+    lambda v: base64.b64encode(v.encode()).decode(),
+    lambda v: base64.urlsafe_b64encode(v.encode()).decode().rstrip("="),
+    lambda v: v.encode().hex(),
+    lambda v: v.encode().hex().upper(),
+], ids=["reversed", "base64", "base64url-unpadded", "hex", "HEX"])
+def test_an_env_secret_is_found_in_its_usual_encodings(encode: Callable[[str], str]) -> None:
+    secret = "s3cr3t-v4lue/with+odd?bytes"
+    redactor = Redactor({"SERVICE_TOKEN": secret})
+    leaked = redactor.text(f"echo {encode(secret)} | something")
+    assert encode(secret) not in leaked and "[REDACTED:env:SERVICE_TOKEN]" in leaked
 
 
 def test_extra_secret_names_are_redacted(tmp_path: Path) -> None:

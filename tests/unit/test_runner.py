@@ -20,6 +20,7 @@ from executor.policy import Decision
 from executor.runner import Runner
 from executor.tools import RiskLevel, Tool, ToolContext
 from executor.tools.builtin import ReadFile, RunShellCommand, WriteFile
+from tests.conftest import PRIVATE_ENV
 
 BUILTINS = ["read_file", "list_files", "search_files", "write_file", "edit_file",
             "run_shell_command"]
@@ -60,7 +61,7 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
     """No SANDBOX_AGENT_* of the machine running the tests."""
     import os
 
-    for name in [n for n in os.environ if n.startswith("SANDBOX_AGENT_")]:
+    for name in [n for n in os.environ if n.startswith("SANDBOX_AGENT_") and n not in PRIVATE_ENV]:
         monkeypatch.delenv(name)
 
 

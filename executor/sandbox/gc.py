@@ -47,8 +47,13 @@ def _classify(container: Any, result: GcResult, *, all_hosts: bool, force: bool)
     elif not force and _in_use(labels.get(LABEL_LOCK, "")):
         result.in_use.append(container.name)
     else:
+        import docker.errors
+
         with docker_errors(f"removing {container.name}"):
-            container.remove(force=True, v=True)
+            try:
+                container.remove(force=True, v=True)
+            except docker.errors.NotFound:
+                return  # removed meanwhile by its own session or another gc
         result.removed.append(container.name)
 
 
@@ -69,4 +74,5 @@ def session_containers(client: Any, root: str | None = None) -> list[Any]:
     """Sandbox containers, optionally only those of one project root."""
     filters = {"label": [LABEL_SESSION] + ([f"{LABEL_ROOT}={root}"] if root else [])}
     with docker_errors("listing sandbox containers"):
-        return list(client.containers.list(all=True, filters=filters))
+        # Containers of other runs may be removed while we list: skip those, do not fail.
+        return list(client.containers.list(all=True, filters=filters, ignore_removed=True))

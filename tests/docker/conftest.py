@@ -15,19 +15,21 @@ from typing import Any
 import pytest
 
 from executor.sandbox.docker import LABEL_SESSION, DockerSandbox, SandboxConfig
-from tests.conftest import IMAGE, safe_test_name
+from tests.conftest import IMAGE
 
 SECRET = "TOP-SECRET-do-not-leak-4242"
 
 
 @pytest.fixture(autouse=True)
-def _no_leftover_containers(docker_client: Any, request: pytest.FixtureRequest) -> Iterator[None]:
-    """Every test must remove the containers it created."""
+def _no_leftover_containers(docker_client: Any, tmp_path: Path) -> Iterator[None]:
+    """Every test must remove the containers it created (those whose root is under its tmp_path;
+    other test runs may share the engine, and their containers are none of ours)."""
+    mine = str(tmp_path.parent)
     before = {c.id for c in docker_client.containers.list(all=True, filters={"label": LABEL_SESSION})}
     yield
     after = docker_client.containers.list(all=True, filters={"label": LABEL_SESSION})
-    leaked = [c for c in after if c.id not in before and safe_test_name(request) in c.labels.get(
-        "sandbox-agent.root", "")]
+    leaked = [c for c in after if c.id not in before
+              and c.labels.get("sandbox-agent.root", "").startswith(mine + "/")]
     for container in leaked:
         container.remove(force=True)
     assert not leaked, f"test left containers behind: {[c.name for c in leaked]}"

@@ -35,8 +35,10 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any, Literal, Protocol, cast
 
-from executor.errors import PolicyFileError
+from executor.errors import ConfigError, PolicyFileError
+from executor.state import config_home
 from executor.tools.base import RiskLevel
+from executor.trust import read_project_file
 
 Verdict = Literal["allow", "ask", "deny"]
 VERDICTS: tuple[Verdict, ...] = ("allow", "ask", "deny")
@@ -44,6 +46,8 @@ SHELL_TOOL = "run_shell_command"
 POLICY_FILE = Path(".sandbox-agent") / "policy.toml"
 """Where the policy of a root lives, relative to the root."""
 BUILTIN_SOURCE = "built-in defaults"
+USER_POLICY_HINT = "~/.config/sandbox-agent/policy.toml"
+"""How docs and messages name the user policy file."""
 
 BUILTIN_DEFAULTS: Mapping[RiskLevel, Verdict] = {
     RiskLevel.LOW: "allow",
@@ -273,7 +277,13 @@ class Policy:
         *,
         source: str = BUILTIN_SOURCE,
         default_sources: Mapping[RiskLevel, str] | None = None,
+        tighten: Policy | None = None,
+        notices: Sequence[str] = (),
     ) -> None:
+        self.tighten = tighten
+        """An untrusted project policy: only its deny and ask rules count, and only to tighten."""
+        self.notices = tuple(notices)
+        """One line each about where the policy came from, for the person (e.g. untrusted)."""
         self.rules = tuple(rules)
         self.defaults = {**BUILTIN_DEFAULTS, **(defaults or {})}
         self.overrides = overrides or PolicyOverrides()
@@ -296,7 +306,17 @@ class Policy:
             or self._rule_decision(tool, command, notes)
             or self._default(tool)
         )
+        if self.tighten is not None:
+            decision = _stricter(decision, self.tighten.tightening(tool, command, notes))
         return self._apply_yes(replace(decision, notes=tuple(notes)))
+
+    def tightening(self, tool: ToolFacts, command: ShellCommand | None,
+                   notes: list[str]) -> Decision | None:
+        """What this (untrusted) policy says, limited to deny and ask: rules, then defaults."""
+        decision = self._rule_decision(tool, command, notes)
+        if decision is None and self.default_sources[RiskLevel(tool.risk)] != "built-in":
+            decision = self._default(tool)
+        return decision if decision is not None and decision.decision != "allow" else None
 
     def _flag_denial(self, tool: ToolFacts, command: ShellCommand | None) -> Decision | None:
         flags = self.overrides
@@ -352,6 +372,14 @@ class Policy:
             return replace(decision, decision="allow", approved_by="--yes")
         return decision
 
+    def without_allows(self) -> Policy:
+        """A copy that can only tighten: no allow rules, no allow defaults."""
+        defaults = {lv: v for lv, v in self.defaults.items()
+                    if v != "allow" and self.default_sources[lv] != "built-in"}
+        sources = {lv: self.default_sources[lv] for lv in defaults}
+        return Policy([r for r in self.rules if r.decision != "allow"], defaults,
+                      self.overrides, source=self.source, default_sources=sources)
+
     def describe(self) -> list[tuple[str, str, str, str]]:
         """The effective rules in evaluation order: (source, matches, decision, reason)."""
         return [*self._flag_rows(), *self._rule_rows(), *self._default_rows()]
@@ -366,7 +394,12 @@ class Policy:
         return rows
 
     def _rule_rows(self) -> list[tuple[str, str, str, str]]:
-        return [(r.label, r.describe(), r.decision, r.reason or "") for r in self.rules]
+        rows: list[tuple[str, str, str, str]] = [
+            (r.label, r.describe(), r.decision, r.reason or "") for r in self.rules]
+        if self.tighten is not None:
+            rows += [(f"{r.label} (untrusted, tightens only)", r.describe(), r.decision,
+                      r.reason or "") for r in self.tighten.rules]
+        return rows
 
     def _default_rows(self) -> list[tuple[str, str, str, str]]:
         yes = " (--yes: ask → allow)" if self.overrides.yes else ""
@@ -375,6 +408,16 @@ class Policy:
              verdict + (yes if verdict == "ask" else ""), "")
             for level, verdict in self.defaults.items()
         ]
+
+
+_SEVERITY: Mapping[Verdict, int] = {"allow": 0, "ask": 1, "deny": 2}
+
+
+def _stricter(decision: Decision, other: Decision | None) -> Decision:
+    """The stricter of two decisions (the first on a tie)."""
+    if other is None or _SEVERITY[other.decision] <= _SEVERITY[decision.decision]:
+        return decision
+    return other
 
 
 def fail_closed(decision: Decision, *, interactive: bool) -> Decision:
@@ -386,7 +429,8 @@ def fail_closed(decision: Decision, *, interactive: bool) -> Decision:
         why += f": {decision.reason}"
     reason = (
         f"{decision.tool} needs approval ({why}) but this run is non-interactive, so it was "
-        "not run. Approve up front with --yes, or add an allow rule to .sandbox-agent/policy.toml"
+        "not run. Approve up front with --yes, or add an allow rule to your policy "
+        f"({USER_POLICY_HINT})"
     )
     return replace(decision, decision="deny", reason=reason, fail_closed=True)
 
@@ -414,8 +458,13 @@ _TOML_POSITION = re.compile(r"\(at (?:line (\d+), column \d+|end of document)\)"
 
 
 def default_policy_path(root: Path) -> Path:
-    """`<root>/.sandbox-agent/policy.toml`."""
+    """`<root>/.sandbox-agent/policy.toml`: a project policy, used as trusted only when trusted."""
     return root / POLICY_FILE
+
+
+def user_policy_path() -> Path:
+    """The person's own policy, always trusted: `~/.config/sandbox-agent/policy.toml`."""
+    return config_home() / "policy.toml"
 
 
 def load_policy(
@@ -423,12 +472,66 @@ def load_policy(
     path: Path | None = None,
     overrides: PolicyOverrides | None = None,
 ) -> Policy:
-    """The policy from `path` (must exist), else the root's policy file, else the defaults."""
-    if path is None and root is not None and default_policy_path(root).is_file():
-        path = default_policy_path(root)
-    if path is None:
-        return Policy(overrides=overrides)
-    return parse_policy(_read(path), path=str(path), overrides=overrides)
+    """The policy for a run: the person's own policy plus `path` (named by them) or the project's.
+
+    The user policy's rules come first (the person's word wins) and its defaults override. A
+    project policy (`<root>/.sandbox-agent/policy.toml`) is the repository's word: used in full
+    only when the person trusted its exact content (`sandbox-agent policy trust`), otherwise
+    only its deny and ask rules apply, and only where they are stricter.
+    """
+    layers = [_parse_file(user_policy_path(), "user")] if user_policy_path().is_file() else []
+    notices: list[str] = []
+    tighten = None
+    if path is not None:
+        layers.append(_parse_file(path, "--policy"))
+    elif root is not None:
+        project, tighten, notices = _project_policy(root)
+        layers += [project] if project else []
+    return _combine(layers, overrides, tighten, notices)
+
+
+def _parse_file(path: Path, label: str) -> Policy:
+    return parse_policy(_read(path), path=str(path), label=label)
+
+
+def _project_policy(root: Path) -> tuple[Policy | None, Policy | None, list[str]]:
+    """(trusted layer, untrusted tightening layer, notices) of the root's policy file."""
+    try:
+        file = read_project_file(root, POLICY_FILE.as_posix())
+    except ConfigError as exc:
+        return None, None, [exc.message]
+    if file is None:
+        return None, None, []
+    text = _decode(file.data, file.path)
+    if file.trusted:
+        return parse_policy(text, path=str(file.path), label="project, trusted"), None, []
+    untrusted = parse_policy(text, path=str(file.path), label="project, untrusted: deny/ask only")
+    why = "changed since you trusted it" if file.changed else "not trusted"
+    notice = (f"project policy {file.path} is {why}: only its deny and ask rules apply; "
+              f"review it and trust it with `sandbox-agent policy trust --root {root}`")
+    return None, untrusted.without_allows(), [notice]
+
+
+def _combine(layers: list[Policy], overrides: PolicyOverrides | None, tighten: Policy | None,
+             notices: list[str]) -> Policy:
+    """One policy: the layers' rules in order, later layers' defaults under earlier ones."""
+    rules = [rule for layer in layers for rule in layer.rules]
+    defaults: dict[RiskLevel, Verdict] = {}
+    sources: dict[RiskLevel, str] = {}
+    for layer in reversed(layers):
+        for level, source in layer.default_sources.items():
+            if source != "built-in":
+                defaults[level], sources[level] = layer.defaults[level], source
+    names = [layer.source for layer in layers] + ([tighten.source] if tighten else [])
+    return Policy(rules, defaults, overrides, source=" + ".join(names) or BUILTIN_SOURCE,
+                  default_sources=sources, tighten=tighten, notices=notices)
+
+
+def _decode(data: bytes, path: Path) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PolicyFileError(f"policy file {path} cannot be read: {exc}") from None
 
 
 def _read(path: Path) -> str:
@@ -442,8 +545,12 @@ def _read(path: Path) -> str:
         raise PolicyFileError(f"policy file {path} cannot be read: {exc}") from None
 
 
-def parse_policy(text: str, *, path: str, overrides: PolicyOverrides | None = None) -> Policy:
-    """Parse and validate policy TOML; errors name the file, the line and the reason."""
+def parse_policy(text: str, *, path: str, overrides: PolicyOverrides | None = None,
+                 label: str | None = None) -> Policy:
+    """Parse and validate policy TOML; errors name the file, the line and the reason.
+
+    `label` (e.g. "user", "project, untrusted") is added to the policy's source.
+    """
     src = _Source(text, path)
     try:
         data = tomllib.loads(text)
@@ -455,7 +562,8 @@ def parse_policy(text: str, *, path: str, overrides: PolicyOverrides | None = No
     defaults = _parse_defaults(src, data.get("defaults", {}))
     rules = _parse_rules(src, data.get("rules", []))
     sources = {level: f"{src.name} [defaults]" for level in defaults}
-    return Policy(rules, defaults, overrides, source=path, default_sources=sources)
+    source = f"{path} ({label})" if label else path
+    return Policy(rules, defaults, overrides, source=source, default_sources=sources)
 
 
 def _toml_line(exc: tomllib.TOMLDecodeError, src: _Source) -> int | None:

@@ -65,7 +65,7 @@ class RunOptions(BaseModel):
     deny_commands: list[str] = Field(default_factory=list)
     """Shell commands starting with one of these are denied."""
     policy_file: Path | None = None
-    """Policy TOML (default: <root>/.sandbox-agent/policy.toml when present)."""
+    """A policy TOML the person names (default: the project's, if they trusted it)."""
     session: str | None = None
     """Session name (generated when None)."""
     resume: bool = False
@@ -181,9 +181,9 @@ class Runner:
             self.sandbox = self._start_sandbox(store)
             self.audit = self._open_audit(store)
             self._announce(store)
-            notice = legacy_notice(self.options.root)
-            if notice:
-                self.hooks.emit("notice", message=notice)
+            for notice in [legacy_notice(self.options.root), *self.policy.notices]:
+                if notice:
+                    self.hooks.emit("notice", message=notice)
             self.agent = self._agent(store, history)
         except BaseException:
             self.close()

@@ -10,11 +10,21 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from executor.cli.common import RootOption, cli_errors, out_console
+from executor.cli.common import RootOption, cli_errors, err_console, out_console
 from executor.errors import ConfigError
-from executor.policy import Policy, PolicyOverrides, ToolFacts, ToolInfo, explain, load_policy
+from executor.policy import (
+    POLICY_FILE,
+    Policy,
+    PolicyOverrides,
+    ToolFacts,
+    ToolInfo,
+    explain,
+    load_policy,
+    parse_policy,
+)
 from executor.tools.base import RiskLevel
 from executor.tools.builtin import BUILTIN_TOOLS
+from executor.trust import read_project_file, trust, untrust
 
 app = typer.Typer(
     name="policy", help="Explain and show the tool-call policy.", no_args_is_help=True
@@ -23,7 +33,8 @@ app = typer.Typer(
 PolicyFileOption = Annotated[
     Path | None,
     typer.Option(
-        "--policy", help="Policy TOML file (default <root>/.sandbox-agent/policy.toml).",
+        "--policy", help="Policy TOML file to use instead of the project's (your own policy, "
+        "~/.config/sandbox-agent/policy.toml, always applies).",
         dir_okay=False,
     ),
 ]
@@ -93,7 +104,45 @@ def show_command(
     overrides = _overrides(yes, deny_tool, deny_prefix, deny_command, read_only)
     policy = load_policy(root, policy_file, overrides)
     out_console.print(f"policy: {policy.source}", markup=False)
+    for notice in policy.notices:
+        err_console.print(f"note: {notice}", markup=False)
     out_console.print(rules_table(policy))
+
+
+@app.command("trust")
+@cli_errors
+def trust_command(
+    root: RootOption = Path("."),
+    show: Annotated[bool, typer.Option("--show/--no-show", help="Print the file first.")] = True,
+) -> None:
+    """Trust the project's policy file (.sandbox-agent/policy.toml) as it is now.
+
+    Its SHA-256 is recorded in your state dir, outside the project; any later change makes it
+    untrusted again (then only its deny and ask rules apply).
+    """
+    file = read_project_file(root, POLICY_FILE.as_posix())
+    if file is None:
+        raise ConfigError(f"{root / POLICY_FILE} does not exist", fix="nothing to trust")
+    parse_policy(file.data.decode("utf-8", "replace"), path=str(file.path))  # refuse a bad file
+    if show:
+        out_console.print(inert(file.data.decode("utf-8", "replace")), markup=False)
+    trust(root, file)
+    err_console.print(f"trusted {file.path} (sha256 {file.sha256[:16]}…)", markup=False)
+
+
+@app.command("untrust")
+@cli_errors
+def untrust_command(root: RootOption = Path(".")) -> None:
+    """Stop trusting the project's policy file (only its deny and ask rules apply again)."""
+    found = untrust(root, POLICY_FILE.as_posix())
+    what = "no longer trusted" if found else "was not trusted"
+    err_console.print(f"{root / POLICY_FILE} {what}", markup=False)
+
+
+def inert(text: str) -> str:
+    """Control characters shown escaped (a file from the repository may hold any bytes)."""
+    return "".join(c if c in "\n\t" or (c.isprintable() and not 0x80 <= ord(c) < 0xA0)
+                   else c.encode("unicode_escape").decode() for c in text)
 
 
 def rules_table(policy: Policy) -> Table:

@@ -25,9 +25,10 @@ def _no_leftover_containers(docker_client: Any, tmp_path: Path) -> Iterator[None
     """Every test must remove the containers it created (those whose root is under its tmp_path;
     other test runs may share the engine, and their containers are none of ours)."""
     mine = str(tmp_path.parent)
-    before = {c.id for c in docker_client.containers.list(all=True, filters={"label": LABEL_SESSION})}
+    ours = {"all": True, "filters": {"label": LABEL_SESSION}, "ignore_removed": True}
+    before = {c.id for c in docker_client.containers.list(**ours)}
     yield
-    after = docker_client.containers.list(all=True, filters={"label": LABEL_SESSION})
+    after = docker_client.containers.list(**ours)
     leaked = [c for c in after if c.id not in before
               and c.labels.get("sandbox-agent.root", "").startswith(mine + "/")]
     for container in leaked:

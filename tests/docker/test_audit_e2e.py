@@ -97,10 +97,14 @@ def new_root(workdir: Path, name: str = "proj", git: bool = False) -> Path:
     return root
 
 
-def write_policy(root: Path, text: str) -> Path:
+def write_policy(root: Path, text: str, *, trusted: bool = True) -> Path:
+    """The project's policy file, trusted by the person through the CLI unless told otherwise."""
     path = root / ".sandbox-agent" / "policy.toml"
     path.parent.mkdir(mode=0o700, exist_ok=True)
     path.write_text(text)
+    if trusted:
+        done = cli("policy", "trust", "--root", root)
+        assert done.returncode == 0 and "trusted" in done.stderr, done.stderr
     return path
 
 
@@ -170,7 +174,7 @@ def test_one_record_per_event_in_order_and_verify_names_tampering(
     assert "data_session" not in start and start["pid"] > 0 and start["user"]
     assert start["mount_mode"] == "rw" and start["image"] == IMAGE
     assert start["image_digest"].startswith("sha256:") and len(start["container_id"]) == 64
-    assert start["policy_source"] == str(policy)
+    assert start["policy_source"] == f"{policy} (project, trusted)"
     assert start["argv"][0] == "ask" and "--yes" in start["argv"]
 
     requests = of_kind(recs, "model_request")
@@ -318,6 +322,39 @@ def test_container_cannot_read_or_write_the_audit_and_session_files(
     assert b'"type": "header"' not in received and b'"prev":' not in received
 
 
+def test_a_shipped_policy_grants_nothing_until_the_person_trusts_it(
+        workdir: Path, model_server: ModelServer):
+    root = new_root(workdir, git=True)
+    policy = write_policy(root, '[[rules]]\ntool = "*"\ndecision = "allow"\n', trusted=False)
+    calls = [Call("write_file", {"path": "planted.sh", "content": "echo hi\n"}),
+             Call("run_shell_command", {"command": "touch ran"})]
+    model_server.reply(tool_calls=calls)
+    model_server.reply("done")
+    done = ask(root, model_server)  # no --yes, no terminal: fail closed
+    ok_run(done)
+    assert f"project policy {policy} is not trusted" in done.stderr
+    assert not (root / "planted.sh").exists() and not (root / "ran").exists()
+    decisions = [(r["decision"], r["approved_by"]) for r in of_kind(records(root), "tool_call")]
+    assert decisions == [("deny", None), ("deny", None)]
+    assert "(project, untrusted: deny/ask only)" in of_kind(records(root), "run_start")[0][
+        "policy_source"]
+
+    shown = cli("policy", "trust", "--root", root)
+    assert shown.returncode == 0 and 'decision = "allow"' in shown.stdout
+    model_server.reply(tool_calls=calls)
+    model_server.reply("done")
+    ok_run(ask(root, model_server))
+    assert (root / "planted.sh").exists() and (root / "ran").exists()
+    allowed = [r["approved_by"] for r in of_kind(records(root), "tool_call")][2:]
+    assert all(a.startswith("policy:") for a in allowed), allowed
+
+    policy.write_text(policy.read_text() + "# changed by a later commit\n")
+    model_server.reply(tool_calls=[Call("run_shell_command", {"command": "touch again"})])
+    model_server.reply("done")
+    done = ask(root, model_server)
+    assert "changed since you trusted it" in done.stderr and not (root / "again").exists()
+
+
 def test_planted_in_tree_state_is_never_read_or_followed(workdir: Path, model_server: ModelServer):
     """A clone ships `.sandbox-agent/` look-alikes: an audit day file linked to ~/.bashrc, a
     session, nested state; none of it is read, followed or written, and one notice says so."""
@@ -444,7 +481,7 @@ def test_policy_explain_and_the_same_rules_in_a_real_run(workdir: Path, model_se
     assert f"rule:      {deny_id} (no recursive deletes) — tool run_shell_command, regex " \
            "'rm\\s+-[a-zA-Z]*[rf]'" in lines
     assert "reason:    recursive deletes are not allowed here" in lines
-    assert "matched:   rm -rf /" in lines and f"policy:    {policy}" in lines
+    assert "matched:   rm -rf /" in lines and f"policy:    {policy} (project, trusted)" in lines
     with_yes = cli("policy", "explain", "--root", root, "--yes", "--json", "--tool",
                    "run_shell_command", "--args", '{"command": "ls && rm -fr /tmp/x"}')
     assert json.loads(with_yes.stdout)["decision"] == "deny"
@@ -484,7 +521,7 @@ def test_policy_explain_and_the_same_rules_in_a_real_run(workdir: Path, model_se
 def test_an_invalid_policy_file_stops_the_run_before_anything_happens(
         workdir: Path, model_server: ModelServer):
     root = new_root(workdir)
-    write_policy(root, '[[rules]]\nprefix = "ls"\ndecision = "permit"\n')
+    write_policy(root, '[[rules]]\nprefix = "ls"\ndecision = "permit"\n', trusted=False)
     model_server.reply("never asked")
     done = ask(root, model_server, "--yes")
     assert done.returncode == 3, (done.stdout, done.stderr)

@@ -28,6 +28,7 @@ from executor.policy import Decision
 from executor.runner import Runner
 from executor.tools import RiskLevel, Tool, ToolContext, default_registry, register
 from executor.tools.builtin import BUILTIN_TOOLS
+from executor.trust import read_project_file, trust
 from tests.docker.conftest import IMAGE
 from tests.fakes.model_server import Call, ModelServer
 
@@ -197,6 +198,7 @@ def test_a_policy_rule_can_allow_a_critical_tool(workdir: Path, model_server: Mo
     policy = root / ".sandbox-agent" / "policy.toml"
     policy.parent.mkdir()
     policy.write_text('[[rules]]\nname = "deploys"\ntool = "deploy"\ndecision = "allow"\n')
+    trust(root, read_project_file(root, ".sandbox-agent/policy.toml"))  # the person's word
     register(Deploy)
     model_server.reply(tool_calls=[Call("deploy", {"target": "staging"})])
     model_server.reply("deployed")

@@ -26,8 +26,10 @@ from executor.policy import (
     parse_policy,
     starts_with_command,
 )
+from executor.state import config_home
 from executor.tools.base import RiskLevel
 from executor.tools.builtin import EditFile, ReadFile, RunShellCommand, WriteFile
+from executor.trust import read_project_file, trust
 
 SHELL = RunShellCommand()
 
@@ -314,10 +316,63 @@ def test_load_policy_finds_the_root_file(tmp_path: Path) -> None:
     path.parent.mkdir()
     path.write_text(DENY_RM)
     loaded = load_policy(tmp_path, overrides=PolicyOverrides(yes=True))
-    assert loaded.source == str(path) and loaded.overrides.yes
-    assert shell(loaded, "rm x").decision == "deny"
+    assert loaded.source.startswith(str(path)) and loaded.overrides.yes
+    assert shell(loaded, "rm x").decision == "deny"  # an untrusted project may tighten
     with pytest.raises(PolicyFileError, match="not found"):
         load_policy(tmp_path, tmp_path / "missing.toml")
+
+
+ALLOW_ALL = '[[rules]]\ntool = "*"\ndecision = "allow"\n'
+WRITE = ToolInfo("write_file", RiskLevel.MEDIUM, requires_approval=True)
+
+
+def test_a_project_policy_allows_nothing_until_the_person_trusts_it(tmp_path: Path) -> None:
+    path = tmp_path / ".sandbox-agent" / "policy.toml"
+    path.parent.mkdir()
+    path.write_text(ALLOW_ALL + '[defaults]\nmedium = "allow"\n')
+    untrusted = load_policy(tmp_path)
+    assert untrusted.decide(WRITE, {"path": "a"}, interactive=False).decision == "deny"
+    assert untrusted.notices and "not trusted" in untrusted.notices[0]
+    trust(tmp_path, read_project_file(tmp_path, ".sandbox-agent/policy.toml"))
+    trusted = load_policy(tmp_path)
+    decision = trusted.decide(WRITE, {"path": "a"}, interactive=False)
+    assert decision.decision == "allow" and decision.approved_by.startswith("policy:")
+    assert not trusted.notices
+    path.write_text(ALLOW_ALL + "# one more line\n")
+    changed = load_policy(tmp_path)
+    assert changed.decide(WRITE, {"path": "a"}, interactive=False).decision == "deny"
+    assert "changed since you trusted it" in changed.notices[0]
+
+
+def test_an_untrusted_ask_never_weakens_the_persons_deny(tmp_path: Path) -> None:
+    user = config_home() / "policy.toml"
+    user.parent.mkdir(parents=True)
+    user.write_text('[[rules]]\nprefix = "git push"\ndecision = "deny"\n'
+                    '[[rules]]\nprefix = "git status"\ndecision = "allow"\n')
+    project = tmp_path / ".sandbox-agent" / "policy.toml"
+    project.parent.mkdir()
+    project.write_text('[[rules]]\nprefix = "git"\ndecision = "ask"\n')
+    policy = load_policy(tmp_path, overrides=PolicyOverrides(yes=True))
+    assert shell(policy, "git push").decision == "deny"
+    assert shell(policy, "git status").decision == "allow"  # ask, then --yes
+    assert shell(policy, "git status").approved_by == "--yes"
+    assert shell(load_policy(tmp_path), "git status").decision == "ask"
+
+
+def test_the_persons_policy_and_a_named_file_apply_a_linked_project_policy_is_not_used(
+        tmp_path: Path) -> None:
+    user = config_home() / "policy.toml"
+    user.parent.mkdir(parents=True)
+    user.write_text('[[rules]]\ntool = "write_file"\ndecision = "allow"\n')
+    assert load_policy(tmp_path).decide(WRITE, {"path": "a"}, interactive=False).allowed
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "policy.toml").write_text(ALLOW_ALL)
+    (tmp_path / ".sandbox-agent").symlink_to(elsewhere)
+    linked = load_policy(tmp_path)
+    assert "not used" in linked.notices[0] and "elsewhere" not in linked.source
+    named = load_policy(tmp_path, elsewhere / "policy.toml")
+    assert str(elsewhere / "policy.toml") in named.source and not named.notices
 
 
 def test_parse_command_parts() -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import stat
 import socket
 from typing import Any
 
@@ -58,9 +59,16 @@ def _classify(container: Any, result: GcResult, *, all_hosts: bool, force: bool)
 
 
 def _in_use(lock_path: str) -> bool:
+    """Whether the session holding `lock_path` still runs (a label is data: validate it)."""
     if not lock_path or not os.path.exists(lock_path):
         return False
-    fd = os.open(lock_path, os.O_RDWR)
+    try:  # never follow a link or block on a FIFO a foreign container's label points at
+        fd = os.open(lock_path, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return False
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return False
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

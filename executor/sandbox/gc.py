@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import fcntl
 import os
-import stat
 import socket
+import stat
 from typing import Any
 
 from pydantic import BaseModel

@@ -355,6 +355,23 @@ def test_a_shipped_policy_grants_nothing_until_the_person_trusts_it(
     assert "changed since you trusted it" in done.stderr and not (root / "again").exists()
 
 
+def test_a_fifo_in_place_of_a_day_file_never_hangs_the_controller(
+        workdir: Path, model_server: ModelServer):
+    root = new_root(workdir)
+    model_server.reply("first")
+    ok_run(ask(root, model_server))
+    fifo = audit_dir(root) / "2099-12-30.ndjson"
+    os.mkfifo(fifo)
+    model_server.reply("second")
+    done = ask(root, model_server)  # RUN_TIMEOUT bounds it: a hang fails the test
+    ok_run(done)
+    assert "audit record could not be written" in done.stderr and "not a regular file" in done.stderr
+    verified = cli("audit", "verify", "--root", root)
+    assert verified.returncode == 51 and "2099-12-30.ndjson" in verified.stderr
+    required = ask(root, model_server, "--audit-required")
+    assert required.returncode == 50, required.stderr
+
+
 def test_planted_in_tree_state_is_never_read_or_followed(workdir: Path, model_server: ModelServer):
     """A clone ships `.sandbox-agent/` look-alikes: an audit day file linked to ~/.bashrc, a
     session, nested state; none of it is read, followed or written, and one notice says so."""

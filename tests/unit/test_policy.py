@@ -22,8 +22,8 @@ from executor.policy import (
     ToolInfo,
     explain,
     load_policy,
-    parse_command,
     parse_policy,
+    shell_of,
     starts_with_command,
 )
 from executor.tools.base import RiskLevel
@@ -97,12 +97,21 @@ def test_prefix_matches_whole_words_regex_searches() -> None:
     [
         "rm -rf x", "  rm   -rf x", "ls; rm -rf x", "ls && rm x", "false || rm x", "ls | rm x",
         "ls & rm x", "ls\nrm x", "echo $(rm x)", "echo `rm x`", "(rm x)", "{ rm x; }",
-        "FOO=1 rm x", "sudo -n rm x", "env A=1 rm x", "/bin/rm x", "'rm' x", '"r"m x',
+        "FOO=1 rm x", "/bin/rm x", "'rm' x", '"r"m x',
     ],
 )
 def test_deny_prefix_catches_every_simple_command(command: str) -> None:
     decision = shell(policy(DENY_RM), command)
     assert (decision.decision, decision.reason) == ("deny", "no deletes"), decision
+
+
+# These were denied with the rule's own reason when wrappers were peeled off by name; a
+# wrapper now makes the command unresolvable, so they are denied as that (fail closed).
+@pytest.mark.parametrize("command", ["sudo -n rm x", "env A=1 rm x"])
+def test_deny_prefix_fails_closed_on_wrappers(command: str) -> None:
+    decision = shell(policy(DENY_RM), command)
+    assert decision.decision == "deny" and decision.reason, decision
+    assert decision.reason.startswith(f"cannot tell statically what `{command}` runs"), decision
 
 
 @pytest.mark.parametrize("command", ["rmdir x", "echo rm", "grep -r rm .", "ls ./rm-notes"])
@@ -165,8 +174,8 @@ def test_a_denied_command_after_anything_is_denied(prefix: str) -> None:
 @given(st.text(alphabet="ls -a;&|`$()<>\n", max_size=30))
 def test_allow_never_covers_control_operators(suffix: str) -> None:
     decision = shell(policy(ALLOW_LS), "ls " + suffix)
-    if decision.allowed:
-        assert not any(op in suffix for op in (";", "&", "|", "`", "$(", "<", ">", "\n"))
+    if decision.allowed:  # a trailing newline ends the one command: it is not an operator
+        assert not any(op in suffix.strip() for op in (";", "&", "|", "`", "$(", "<", ">", "\n"))
 
 
 # ---------------------------------------------------------------------------- defaults & flags
@@ -320,11 +329,12 @@ def test_load_policy_finds_the_root_file(tmp_path: Path) -> None:
         load_policy(tmp_path, tmp_path / "missing.toml")
 
 
-def test_parse_command_parts() -> None:
-    parsed = parse_command("A=1 sudo /usr/bin/git  push && echo 'hi there'")
-    assert parsed.compound and parsed.whole == "A=1 sudo /usr/bin/git push && echo 'hi there'"
-    assert "git push" in parsed.candidates and "echo hi there" in parsed.candidates
-    assert not parse_command("ls -la").compound
+def test_shell_of_parses_shell_calls_only() -> None:
+    parsed = shell_of("run_shell_command", {"command": "A=1 /usr/bin/git  push && echo 'hi there'"})
+    assert parsed is not None and not parsed.single and parsed.resolved
+    assert [c.argv for c in parsed.commands] == [("/usr/bin/git", "push"), ("echo", "hi there")]
+    assert shell_of("read_file", {"command": "ls"}) is None
+    assert shell_of("run_shell_command", {"command": 3}) == shell_of("run_shell_command", {})
 
 
 # ---------------------------------------------------------------------------- CLI

@@ -318,7 +318,7 @@ class _Walker:
                 self.newline_inside(node)
             else:
                 self.arithmetic(node)
-                self.heredoc(node)
+        self.unparsed_substitutions(root)
 
     def flag(self, node: Node, why: str, fix: str = _DIRECT) -> None:
         """Record that `node` cannot be resolved statically."""
@@ -354,13 +354,27 @@ class _Walker:
                           "use literal numbers, or compute the value in a separate step")
                 return
 
-    def heredoc(self, node: Node) -> None:
-        """tree-sitter-bash leaves backticks in here-document bodies unparsed."""
-        if node.type == "heredoc_body" and not _quoted_heredoc(node.parent) and "`" in _text(
-            node.text
-        ):
-            self.flag(node.parent or node, "a here-document body with backticks (they run "
-                      "commands that cannot be checked here)", "use $( ) instead of backticks")
+    def unparsed_substitutions(self, root: Node) -> None:
+        """Flag each backtick or `$(` that bash runs but tree-sitter-bash read as text (it
+        leaves backticks unparsed in here-document bodies and inside `${x:-…}`)."""
+        for match in _SUBSTITUTION.finditer(self.source):
+            position = match.end() - len(match.group(1))
+            leaf = root.descendant_for_byte_range(position, position + 1)
+            if leaf is None or _parsed_substitution(leaf) or not _continues_line(leaf):
+                continue
+            kind = "backtick" if match.group(1) == b"`" else "$( )"
+            self.flag(leaf.parent or leaf, f"a {kind} substitution the parser read as text "
+                      "(the command in it cannot be checked here)",
+                      "use $( ) outside here-documents and ${…}, or run it as its own command")
+
+
+_SUBSTITUTION = re.compile(rb"(?<!\\)(?:\\\\)*(`|\$\()")
+
+
+def _parsed_substitution(leaf: Node) -> bool:
+    """`leaf` is the opening token of a substitution tree-sitter parsed."""
+    kinds = {leaf.type, leaf.parent.type if leaf.parent else ""}
+    return bool(kinds & {"command_substitution", "arithmetic_expansion"})
 
 
 def _snippet(node: Node) -> str:
@@ -388,8 +402,8 @@ def command_problem(command: SimpleCommand) -> tuple[str, str] | None:
     program, args = command.program, command.words[1:]
     if program in EVALUATORS and args:
         return EVALUATORS[program], _DIRECT
-    if program in SHELLS and not all(a.literal and a.text in ("--version", "--help")
-                                     for a in args):
+    if program in SHELLS and not (args and all(a.literal and a.text in ("--version", "--help")
+                                               for a in args)):
         return (f"{program} runs shell code (from -c, a script or its input) that cannot be "
                 "checked here", "run the commands directly, not through a shell")
     return _wrapper_problem(program, args)

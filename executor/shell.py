@@ -270,7 +270,10 @@ def _quoted_heredoc(redirect: Node | None) -> bool:
 
 
 def _text(raw: bytes | None) -> str:
-    return (raw or b"").decode("utf-8", "surrogatepass")
+    try:
+        return (raw or b"").decode("utf-8", "surrogatepass")
+    except UnicodeDecodeError:  # a node boundary inside an invalid sequence: shown, not matched
+        return (raw or b"").decode("utf-8", "replace")
 
 
 def _is_single(root: Node, source: bytes) -> bool:

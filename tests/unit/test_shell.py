@@ -10,6 +10,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from executor.shell import (
     MAX_CONTINUATIONS,
@@ -26,6 +28,14 @@ def argvs(analysis: ShellAnalysis) -> list[tuple[str, ...]]:
 
 def whys(command: str) -> list[str]:
     return [u.why for u in analyze(command).unresolved]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list("rm x;&|`$(){}[]<>'\"\\\n#*?=-!~\0\ud800é")),
+               max_size=40))
+def test_any_text_is_analysed_without_error(text: str) -> None:
+    analysis = analyze(text)
+    assert analysis.single <= analysis.resolved  # one plain command is always resolved
 
 
 # ---------------------------------------------------------------------------- every simple command

@@ -192,6 +192,14 @@ SUBCOMMAND_WRAPPERS: dict[str, frozenset[str]] = {
 
 FIND_EXEC = frozenset({"-exec", "-execdir", "-ok", "-okdir"})
 
+NAME_BUILTINS = frozenset(
+    {"printf", "read", "unset", "declare", "typeset", "local", "export", "readonly", "mapfile",
+     "readarray", "getopts", "wait", "test", "[", "[["}
+)
+"""Builtins that take variable names, whose array subscripts bash evaluates as arithmetic
+(so `printf -v 'a[$(rm x)]' y` runs `rm x`)."""
+_CODE_IN_SUBSCRIPT = re.compile(r"\[[^\]]*(\$\(|`)")
+
 
 def analyze(command: str) -> ShellAnalysis:
     """Every simple command in `command`, resolved, and why any part cannot be resolved."""
@@ -321,6 +329,7 @@ class _Walker:
                 self.newline_inside(node)
             else:
                 self.arithmetic(node)
+                self.test_subscript(node)
         self.unparsed_substitutions(root)
 
     def flag(self, node: Node, why: str, fix: str = _DIRECT) -> None:
@@ -347,6 +356,16 @@ class _Walker:
                 self.flag(node, "bash ends a command at a newline, but the parser read on (bash "
                           "rejects it as a syntax error)", "fix the syntax")
                 return
+
+    def test_subscript(self, node: Node) -> None:
+        """`[[ -v 'a[$(cmd)]' ]]` evaluates the subscript, running the command."""
+        if node.type != "test_command":
+            return
+        texts = (_resolve(n).text for n in _descendants(node)
+                 if n.type in ("word", "raw_string", "string", "ansi_c_string", "concatenation"))
+        if any(_CODE_IN_SUBSCRIPT.search(text) for text in texts):
+            self.flag(node, "a test evaluates the subscript of a name, and this one holds a "
+                      "command (`a[$(…)]`)", "run the command directly")
 
     def arithmetic(self, node: Node) -> None:
         """Flag arithmetic on run-time values: bash evaluates `a[$(cmd)]` found in them."""
@@ -405,6 +424,9 @@ def command_problem(command: SimpleCommand) -> tuple[str, str] | None:
     program, args = command.program, command.words[1:]
     if program in EVALUATORS and args:
         return EVALUATORS[program], _DIRECT
+    if program in NAME_BUILTINS and any(_CODE_IN_SUBSCRIPT.search(a.text) for a in args):
+        return (f"{program} evaluates the subscript of a name, and this one holds a command "
+                "(`a[$(…)]`)", "run the command directly")
     if program in SHELLS and not (args and all(a.literal and a.text in ("--version", "--help")
                                                for a in args)):
         return (f"{program} runs shell code (from -c, a script or its input) that cannot be "

@@ -116,6 +116,9 @@ def test_what_a_runtime_word_could_become(word: str, may_be_option: bool) -> Non
         ("echo ${a[i]}", "arithmetic on `i`"),
         ("echo ${s:n}", "arithmetic on `n`"),
         ("let n=1", "let evaluates arithmetic"),
+        ("printf -v 'a[$(rm x)]' y", "printf evaluates the subscript of a name"),
+        ("unset 'a[`rm x`]'", "unset evaluates the subscript"),
+        ("[[ -v 'a[$(rm x)]' ]]", "a test evaluates the subscript"),
         ("cat <<EOF\n`rm x`\nEOF", "backtick substitution the parser read as text"),
         ('echo "${x:-`rm x`}"', "backtick substitution the parser read as text"),
         ("echo 'unterminated", "cannot parse"),
@@ -141,7 +144,7 @@ def test_every_wrapper_running_a_command_is_unresolved(wrapper: str) -> None:
      "echo $((1+2))", "for f in *.py; do echo $f; done", "grep -rm 3 x .", "command -v rg",
      "env", "time", "[[ $? -ne 0 ]] || echo $(($# + 1))", "bash --version", "find . -name '*.py'",
      "find \"$d\" -type f", "cat <<EOF\nhello $USER\nEOF", "echo ${a[0]} ${a[@]} ${s:1:2}",
-     "uv pip list", "export A=1 B", "unset A"],
+     "uv pip list", "export A=1 B", "unset A", "printf '%s' '[x]'", "grep '[$(]' f"],
 )
 def test_ordinary_commands_are_resolved(command: str) -> None:
     assert analyze(command).resolved, analyze(command).unresolved

@@ -194,7 +194,7 @@ FIND_EXEC = frozenset({"-exec", "-execdir", "-ok", "-okdir"})
 
 NAME_BUILTINS = frozenset(
     {"printf", "read", "unset", "declare", "typeset", "local", "export", "readonly", "mapfile",
-     "readarray", "getopts", "wait", "test", "[", "[["}
+     "readarray", "getopts", "wait", "test"}
 )
 """Builtins that take variable names, whose array subscripts bash evaluates as arithmetic
 (so `printf -v 'a[$(rm x)]' y` runs `rm x`)."""
@@ -255,13 +255,14 @@ def _next_continuation(source: bytes, tree: Tree, start: int) -> int | None:
     """Offset of the first backslash at or after `start` that bash reads as a continuation."""
     for match in _CONTINUATION.finditer(source, start):
         position = match.end() - 2
-        if _continues_line(tree.root_node.descendant_for_byte_range(position, position + 1)):
+        if _in_code(tree.root_node.descendant_for_byte_range(position, position + 1)):
             return position
     return None
 
 
-def _continues_line(node: Node | None) -> bool:
-    """False inside single quotes, `$'…'`, comments and quoted here-document bodies."""
+def _in_code(node: Node | None) -> bool:
+    """Not inside literal text: single quotes, `$'…'`, comments, quoted here-document bodies
+    (where bash neither joins continuations nor runs substitutions)."""
     while node is not None:
         if node.type in _NO_CONTINUATION_INSIDE:
             return False
@@ -272,9 +273,9 @@ def _continues_line(node: Node | None) -> bool:
 
 
 def _quoted_heredoc(redirect: Node | None) -> bool:
-    start = next((c for c in redirect.children if c.type == "heredoc_start"), None) if redirect \
-        else None
-    return start is not None and any(q in _text(start.text) for q in "'\"\\")
+    """A here-document whose delimiter is quoted (`<<'EOF'`): its body is literal text."""
+    starts = [c for c in redirect.children if c.type == "heredoc_start"] if redirect else []
+    return any(q in _text(start.text) for start in starts for q in "'\"\\")
 
 
 def _text(raw: bytes | None) -> str:
@@ -334,7 +335,10 @@ class _Walker:
 
     def flag(self, node: Node, why: str, fix: str = _DIRECT) -> None:
         """Record that `node` cannot be resolved statically."""
-        self.unresolved.append(Unresolved(_snippet(node), why, fix))
+        text = _snippet(node)
+        if len(text) > _SNIPPET_MAX:  # it is quoted back to the model and the person
+            text = text[: _SNIPPET_MAX - 1] + "…"
+        self.unresolved.append(Unresolved(text, why, fix))
 
     def command(self, node: Node) -> None:
         """Record a simple command and check what its program does."""
@@ -382,7 +386,7 @@ class _Walker:
         for match in _SUBSTITUTION.finditer(self.source):
             position = match.end() - len(match.group(1))
             leaf = root.descendant_for_byte_range(position, position + 1)
-            if leaf is None or _parsed_substitution(leaf) or not _continues_line(leaf):
+            if leaf is None or _parsed_substitution(leaf) or not _in_code(leaf):
                 continue
             kind = "backtick" if match.group(1) == b"`" else "$( )"
             self.flag(leaf.parent or leaf, f"a {kind} substitution the parser read as text "
@@ -390,6 +394,7 @@ class _Walker:
                       "use $( ) outside here-documents and ${…}, or run it as its own command")
 
 
+_SNIPPET_MAX = 200
 _SUBSTITUTION = re.compile(rb"(?<!\\)(?:\\\\)*(`|\$\()")
 
 

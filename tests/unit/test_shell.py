@@ -191,7 +191,8 @@ def test_too_many_continuations_are_unresolved() -> None:
     assert any("line continuations" in u.why for u in analysis.unresolved)
 
 
-_RECORDER = "echo() { printf '%s\\0' \"$@\" >> \"$RECORD\"; printf '\\1' >> \"$RECORD\"; }\n"
+# One file per call: the two sides of a pipeline run at once.
+_RECORDER = "echo() { printf '%s\\0' \"$@\" > \"$(mktemp -p \"$RECORD\")\"; }\n"
 
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
@@ -207,10 +208,10 @@ _RECORDER = "echo() { printf '%s\\0' \"$@\" >> \"$RECORD\"; printf '\\1' >> \"$R
 def test_literal_words_match_what_bash_runs(command: str, tmp_path: Path) -> None:
     """Differential check: bash runs `command` with `echo` recording each call's argv."""
     record = tmp_path / "record"
-    record.touch()
+    record.mkdir()
     subprocess.run(["bash", "-c", _RECORDER + command], capture_output=True, check=True,
                    env={"RECORD": str(record), "PATH": os.environ["PATH"]}, cwd=tmp_path)
-    ran = Counter(("echo", *r.decode().split("\0")[:-1]) for r in record.read_bytes().split(b"\1")[:-1])
+    ran = Counter(("echo", *f.read_bytes().decode().split("\0")[:-1]) for f in record.iterdir())
     echoes = [c for c in analyze(command).commands if c.program == "echo"]
     assert len(echoes) == sum(ran.values()), (echoes, ran)
     assert Counter(("echo", *c.argv[1:]) for c in echoes if c.literal) <= ran, (echoes, ran)

@@ -13,29 +13,40 @@ remaining `ask` into `deny` when there is no terminal to ask. `Policy.decide` do
 `Policy.evaluate` stops before the terminal step, so the loop can tell "ask the user" from
 "denied because non-interactive".
 
-Shell commands (`run_shell_command`'s `command`): deny and ask patterns are matched against
-the whole command and against every simple command in it (split on `;`, `&&`, `||`, `|`, `&`,
-newlines, `$(`, backticks, parentheses and braces; leading `VAR=value`, `sudo`/`env`-like
-wrappers, quotes and directories of the program dropped), so `ls; rm -rf x` hits a deny rule
-for `rm`. Allow patterns are conservative: they match only a command with no control
-operators, substitutions or redirections (`;`, `&`, `|`, backticks, `$(`, `<`, `>`, newlines),
-and only as a whole; anything else falls through to later rules and the default.
-See docs/POLICY.md.
+Shell commands (`run_shell_command`'s `command`) are parsed by `executor.shell.analyze` with a
+real bash grammar into every simple command they run, anywhere in the text, each with its
+words resolved (quotes and escapes removed), plus the reasons the text cannot be resolved
+statically (`eval`, `sh -c`, wrappers like `timeout`, a program name known only at run time).
+
+- deny and ask patterns (`--deny-command`, a rule's `prefix` or `regex`) are matched against
+  every simple command. A prefix binds spellings: the program by basename (`/bin/rm`, `\\rm`,
+  `'rm'` are `rm`), its further words against the command's normal form (`-rf` ≡ `-r -f`,
+  `--recursive` ≡ `-r`, `git -C DIR push` ≡ `git push`); a regex is searched in several
+  spellings of each simple command and in the whole text.
+- fail closed: when a deny pattern might match but that cannot be told statically (an
+  unresolved command, or an argument known only at run time), the call is denied with a
+  reason saying why and how to rewrite it; an ask pattern asks.
+- allow patterns are conservative: they match only a resolved command that is one simple
+  command with nothing else (no operators, assignments, redirections, substitutions), and
+  a prefix only word for word, as written.
+
+The shell checks are defence in depth; the container is the boundary. See docs/POLICY.md.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import shlex
 import tomllib
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from fnmatch import fnmatchcase
+from functools import cache
 from pathlib import Path
 from typing import Any, Literal, Protocol, cast
 
 from executor.errors import ConfigError, PolicyFileError
+from executor.shell import ShellAnalysis, SimpleCommand, Token, analyze, normal_form, normalise
 from executor.state import config_home
 from executor.tools.base import RiskLevel
 from executor.trust import read_project_file
@@ -146,7 +157,7 @@ class Decision:
 
 @dataclass(frozen=True)
 class Rule:
-    """One `[[rules]]` entry of a policy file."""
+    """One `[[rules]]` entry of a policy file (or a `--deny-command` flag, as a rule)."""
 
     id: str
     """Where it comes from: `policy.toml:12 [[rules]] #2`."""
@@ -175,56 +186,179 @@ class Rule:
         what += [f"regex '{r.pattern}'" for r in self.regexes]
         return ", ".join(what)
 
-    def match(self, tool: str, command: ShellCommand | None) -> str | None:
-        """The text matched ("" for a whole-tool rule), or None."""
+    def match(self, tool: str, shell: ShellAnalysis | None) -> Hit | None:
+        """Whether the rule applies to this call (for certain, or perhaps), else None."""
         if not fnmatchcase(tool, self.tool):
             return None
         if not self.shell_only:
-            return command.whole if command else ""
-        if command is None:
+            return Hit(_collapse(shell.source) if shell else "")
+        if shell is None:
             return None
         if self.decision == "allow":
-            return command.whole if not command.compound and self.hits(command.whole) else None
-        return next((text for text in command.candidates if self.hits(text)), None)
+            return Hit(_collapse(shell.source)) if self.allows(shell) else None
+        return self.denies(shell)
 
-    def hits(self, text: str) -> bool:
-        """Whether one of the rule's prefixes or regexes matches `text`."""
-        return any(starts_with_command(text, p) for p in self.prefixes) or any(
-            r.search(text) for r in self.regexes
+    def allows(self, shell: ShellAnalysis) -> bool:
+        """Allow semantics: one resolved simple command and nothing else, matched as written."""
+        if not shell.single:
+            return False
+        command = shell.commands[0]
+        return any(CommandPattern.of(p).allows(command) for p in self.prefixes) or any(
+            r.search(_collapse(shell.joined)) for r in self.regexes
         )
 
+    def denies(self, shell: ShellAnalysis) -> Hit | None:
+        """Deny/ask semantics: any simple command hits; perhaps, when that cannot be told."""
+        perhaps: Hit | None = None
+        for command in shell.commands:
+            hit = self._hit(command)
+            if hit is not None and hit.certain:
+                return hit
+            perhaps = perhaps or hit
+        whole = (_collapse(shell.source), _collapse(shell.joined))
+        for text in whole:  # patterns that span simple commands (`curl .* | sh`)
+            pattern = self._textual_hit(text)
+            if pattern is not None:
+                return Hit(text, pattern)
+        if perhaps is None and shell.unresolved:
+            first = shell.unresolved[0]
+            perhaps = Hit(first.text, certain=False, why=first.why, fix=first.fix)
+        return perhaps
 
-# ---------------------------------------------------------------------------- shell commands
+    def _hit(self, command: SimpleCommand) -> Hit | None:
+        perhaps: Hit | None = None
+        for prefix in self.prefixes:
+            verdict = CommandPattern.of(prefix).hits(command)
+            if verdict == "yes":
+                return Hit(_collapse(command.text), prefix)
+            if verdict == "maybe" and perhaps is None:
+                runtime = next(w.text for w in command.words if not w.literal)
+                why = f"`{runtime}` is only known when it runs, and could make it `{prefix}`"
+                perhaps = Hit(_collapse(command.text), prefix, False, why,
+                              "write the arguments out literally")
+        regex = next((r for r in self.regexes for s in spellings(command) if r.search(s)), None)
+        return Hit(_collapse(command.text), regex.pattern) if regex else perhaps
 
-_CONTROL = re.compile(r"[;&|`<>\n\r]|\$\(")
-_SPLIT = re.compile(r"\|\||&&|\$\(|[;&|\n\r`(){}]")
-_WRAPPERS = frozenset(
-    {"sudo", "doas", "env", "command", "builtin", "exec", "nohup", "time", "nice"}
-)
-_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+    def _textual_hit(self, text: str) -> str | None:
+        """The regex, or the prefix that is not one simple command, matching `text` as text."""
+        regex = next((r.pattern for r in self.regexes if r.search(text)), None)
+        textual = (p for p in self.prefixes if CommandPattern.of(p).command is None)
+        return regex or next((p for p in textual if starts_with_command(text, p)), None)
 
 
 @dataclass(frozen=True)
-class ShellCommand:
-    """A shell command as the policy matches it."""
+class Hit:
+    """A shell rule applying to a call: for certain, or perhaps (cannot tell statically)."""
 
-    whole: str
-    """The command, stripped, whitespace runs collapsed."""
-    compound: bool
-    """Contains control operators, substitutions or redirections."""
-    candidates: tuple[str, ...] = field(default=())
-    """The whole command and each simple command in it (raw and simplified), for deny/ask."""
+    matched: str
+    """The command, or the part of it, that matched."""
+    pattern: str | None = None
+    """The prefix or regex that matched."""
+    certain: bool = True
+    why: str | None = None
+    """When not certain: what cannot be told statically."""
+    fix: str | None = None
+    """When not certain: how to write the command so it can be checked."""
+
+    def uncertain_reason(self, decision: Verdict, rule: str) -> str:
+        """Why a rule that might apply decided: says what is unknown and how to rewrite it."""
+        outcome = "it was denied" if decision == "deny" else "it needs approval"
+        kind = "deny" if decision == "deny" else "ask"
+        fix = (self.fix or "run the program directly").rstrip(".")
+        return (f"cannot tell statically what `{self.matched}` runs ({self.why}); shell "
+                f"{kind} rules are set ({rule}), so {outcome}. {fix[0].upper()}{fix[1:]}.")
 
 
-def parse_command(text: str) -> ShellCommand:
-    """Split `text` into what deny and allow patterns are matched against."""
-    whole = _collapse(text)
-    segments = [s for s in (_collapse(part) for part in _SPLIT.split(text)) if s]
-    simplified = [_simplify(s) for s in segments]
-    # Parts first, so `matched` names the offending part; the whole last, for patterns
-    # that span parts (`curl .* | sh`).
-    candidates = tuple(dict.fromkeys(c for c in [*segments, *simplified, whole] if c))
-    return ShellCommand(whole=whole, compound=bool(_CONTROL.search(text)), candidates=candidates)
+# ---------------------------------------------------------------------------- shell patterns
+
+PrefixMatch = Literal["yes", "maybe", "no"]
+_ORDER: dict[PrefixMatch, int] = {"no": 0, "maybe": 1, "yes": 2}
+
+
+@dataclass(frozen=True)
+class CommandPattern:
+    """A shell-command prefix (`--deny-command`, a rule's `prefix`), as the words it means."""
+
+    text: str
+    """The prefix, whitespace runs collapsed."""
+    command: SimpleCommand | None
+    """Its words; None when it is not one literal simple command (then matched as text)."""
+
+    @staticmethod
+    @cache
+    def of(text: str) -> CommandPattern:
+        """The pattern of a prefix (parsed once)."""
+        shell = analyze(text)
+        ok = shell.single and shell.commands[0].literal
+        return CommandPattern(_collapse(text), shell.commands[0] if ok else None)
+
+    def hits(self, command: SimpleCommand) -> PrefixMatch:
+        """Deny/ask: the same program (by basename), then the further words in normal form:
+        the pattern's operands lead the command's, its options are among the command's."""
+        if self.command is None:
+            return "yes" if starts_with_command(_collapse(command.text), self.text) else "no"
+        if not _same_program(self.command, command):
+            return "no"
+        want, have = normalise(self.command), normalise(command)
+        return min(_operands_match(want, have), _options_match(want, have), key=_ORDER.__getitem__)
+
+    def allows(self, command: SimpleCommand) -> bool:
+        """Allow: the pattern's words are the command's first words, exactly as written."""
+        if self.command is None:
+            return starts_with_command(_collapse(command.text), self.text)
+        want, have = self.command.argv, command.words
+        if len(have) < len(want) or not all(w.literal for w in have[: len(want)]):
+            return False
+        *same, last = want
+        return all(a == b.text for a, b in zip(same, have, strict=False)) and _word_prefix(
+            have[len(want) - 1].text, last
+        )
+
+
+def _same_program(pattern: SimpleCommand, command: SimpleCommand) -> bool:
+    first = pattern.argv[0]
+    if first.endswith("/"):  # a directory: any program under it
+        return command.words[0].literal and command.words[0].text.startswith(first)
+    return pattern.program == command.program
+
+
+def _operands_match(want: Sequence[Token], have: Sequence[Token]) -> PrefixMatch:
+    """The pattern's operands (`push` of `git push`) are the command's first ones."""
+    needed = [t.text for t in want if t.kind == "operand"]
+    found = 0
+    for token in have:
+        if found == len(needed):
+            break
+        if token.kind == "runtime":
+            return "maybe"
+        if token.kind == "operand":
+            if not _word_prefix(token.text, needed[found]):
+                return "no"
+            found += 1
+    return "yes" if found == len(needed) else "no"
+
+
+def _options_match(want: Sequence[Token], have: Sequence[Token]) -> PrefixMatch:
+    """The pattern's options (`-r`, `-f` of `rm -rf`) are all among the command's."""
+    needed = {t.text for t in want if t.kind == "option"}
+    if needed <= {t.text for t in have if t.kind == "option"}:
+        return "yes"
+    return "maybe" if any(t.kind == "runtime" and t.may_be_option for t in have) else "no"
+
+
+def _word_prefix(word: str, pattern: str) -> bool:
+    """Equal, or `pattern` ends in a non-word character (`./scripts/`) and starts `word`."""
+    return word == pattern or (bool(re.search(r"\W$", pattern)) and word.startswith(pattern))
+
+
+def spellings(command: SimpleCommand) -> tuple[str, ...]:
+    """What a regex is searched in: the source text, the resolved words, the normal form,
+    and the normal form with runs of short options clustered again (`rm -rf x`)."""
+    normal = normal_form(command)
+    clustered = re.sub(r"(?<= )-(\w)((?: -\w)+)(?= |$)",
+                       lambda m: "-" + m.group(1) + m.group(2).replace(" -", ""), normal)
+    return tuple(dict.fromkeys(
+        [_collapse(command.text), " ".join(command.argv), normal, clustered]))
 
 
 def starts_with_command(text: str, prefix: str) -> bool:
@@ -240,27 +374,13 @@ def _collapse(text: str) -> str:
     return " ".join(text.split())
 
 
-def _simplify(segment: str) -> str:
-    """Drop quoting, `VAR=x` prefixes, wrappers like `sudo`, and the program's directory."""
-    try:
-        words = shlex.split(segment)
-    except ValueError:
-        words = segment.split()
-    while words and (_ASSIGNMENT.match(words[0]) or words[0] in _WRAPPERS):
-        words = words[1:]
-        while words and words[0].startswith("-"):  # the wrapper's own options
-            words = words[1:]
-    if words:
-        words[0] = words[0].rsplit("/", 1)[-1]
-    return _collapse(" ".join(words))
-
-
-def command_of(tool: str, args: Mapping[str, Any]) -> ShellCommand | None:
-    """The parsed command of a shell call (None for other tools)."""
+def shell_of(tool: str, args: Mapping[str, Any]) -> ShellAnalysis | None:
+    """The analysed command of a shell call (None for other tools)."""
     if tool != SHELL_TOOL:
         return None
     command = args.get("command")
-    return parse_command(command if isinstance(command, str) else "")
+    return analyze(command if isinstance(command, str) else "")
+
 
 
 # ---------------------------------------------------------------------------- the policy
@@ -299,26 +419,26 @@ class Policy:
 
     def evaluate(self, tool: ToolFacts, args: Mapping[str, Any]) -> Decision:
         """Flags, rules, defaults and `--yes`; an `ask` is left for the caller to resolve."""
-        command = command_of(tool.name, args)
+        shell = shell_of(tool.name, args)
         notes: list[str] = []
         decision = (
-            self._flag_denial(tool, command)
-            or self._rule_decision(tool, command, notes)
+            self._flag_denial(tool, shell)
+            or self._rule_decision(tool, shell, notes)
             or self._default(tool)
         )
         if self.tighten is not None:
-            decision = _stricter(decision, self.tighten.tightening(tool, command, notes))
+            decision = _stricter(decision, self.tighten.tightening(tool, shell, notes))
         return self._apply_yes(replace(decision, notes=tuple(notes)))
 
-    def tightening(self, tool: ToolFacts, command: ShellCommand | None,
+    def tightening(self, tool: ToolFacts, shell: ShellAnalysis | None,
                    notes: list[str]) -> Decision | None:
         """What this (untrusted) policy says, limited to deny and ask: rules, then defaults."""
-        decision = self._rule_decision(tool, command, notes)
+        decision = self._rule_decision(tool, shell, notes)
         if decision is None and self.default_sources[RiskLevel(tool.risk)] != "built-in":
             decision = self._default(tool)
         return decision if decision is not None and decision.decision != "allow" else None
 
-    def _flag_denial(self, tool: ToolFacts, command: ShellCommand | None) -> Decision | None:
+    def _flag_denial(self, tool: ToolFacts, shell: ShellAnalysis | None) -> Decision | None:
         flags = self.overrides
         if tool.name in flags.deny_tools:
             return _deny(tool, "flag --deny-tool", f"{tool.name} is denied by --deny-tool")
@@ -328,31 +448,36 @@ class Policy:
         if flags.read_only and not tool.read_only_safe:
             reason = f"{tool.name} is not available in a read-only run"
             return _deny(tool, "flag --read-only", reason)
-        return self._command_denial(tool, command)
+        return self._command_denial(tool, shell)
 
-    def _command_denial(self, tool: ToolFacts, command: ShellCommand | None) -> Decision | None:
-        for prefix in self.overrides.deny_commands if command else ():
-            assert command is not None
-            hit = next((c for c in command.candidates if starts_with_command(c, prefix)), None)
-            if hit is not None:
-                reason = f"commands starting with {prefix!r} are denied by --deny-command"
-                return replace(_deny(tool, "flag --deny-command", reason), matched=hit)
-        return None
+    def _command_denial(self, tool: ToolFacts, shell: ShellAnalysis | None) -> Decision | None:
+        if shell is None or not self.overrides.deny_commands:
+            return None
+        flag = Rule("flag --deny-command", "deny", SHELL_TOOL, self.overrides.deny_commands)
+        hit = flag.denies(shell)
+        if hit is None:
+            return None
+        reason = (f"commands starting with {hit.pattern!r} are denied by --deny-command"
+                  if hit.certain else hit.uncertain_reason("deny", "--deny-command"))
+        return replace(_deny(tool, flag.id, reason), matched=hit.matched)
 
     def _rule_decision(
-        self, tool: ToolFacts, command: ShellCommand | None, notes: list[str]
+        self, tool: ToolFacts, shell: ShellAnalysis | None, notes: list[str]
     ) -> Decision | None:
+        """The first rule that applies decides; one that only might apply (the command cannot
+        be resolved statically) denies if it is a deny rule, and makes the result at least
+        `ask` if it is an ask rule (a deny rule further down still denies)."""
+        floor: Decision | None = None
         for rule in self.rules:
-            matched = rule.match(tool.name, command)
-            if matched is not None:
-                return _from_rule(rule, tool, matched)
-            if rule.decision == "allow" and command and command.compound and any(
-                rule.hits(c) for c in command.candidates
-            ):
-                notes.append(
-                    f"skipped {rule.label}: allow patterns only match a single simple command"
-                )
-        return None
+            hit = rule.match(tool.name, shell)
+            if hit is None:
+                notes += _skipped_allow(rule, shell)
+                continue
+            decision = _from_rule(rule, tool, hit)
+            if hit.certain or rule.decision == "deny":
+                return _at_least(decision, floor)
+            floor = floor or decision
+        return _at_least(self._default(tool), floor) if floor else None
 
     def _default(self, tool: ToolFacts) -> Decision:
         level = RiskLevel(tool.risk)
@@ -439,15 +564,40 @@ def _deny(tool: ToolFacts, rule: str, reason: str) -> Decision:
     return Decision("deny", tool.name, rule, reason)
 
 
-def _from_rule(rule: Rule, tool: ToolFacts, matched: str) -> Decision:
+def _from_rule(rule: Rule, tool: ToolFacts, hit: Hit) -> Decision:
     reason = rule.reason
-    if reason is None and rule.decision != "allow":
+    if not hit.certain:
+        reason = hit.uncertain_reason(rule.decision, rule.label)
+    elif reason is None and rule.decision != "allow":
         reason = ("denied by " if rule.decision == "deny" else "approval required by ") + rule.label
     return Decision(
         rule.decision, tool.name, rule.label, reason,
         approved_by=f"policy:{rule.label}" if rule.decision == "allow" else None,
-        matched=matched or None,
+        matched=hit.matched or None,
     )
+
+
+_STRICTNESS: dict[Verdict, int] = {"allow": 0, "ask": 1, "deny": 2}
+
+
+def _at_least(decision: Decision, floor: Decision | None) -> Decision:
+    """`decision`, or `floor` when that is stricter."""
+    if floor is not None and _STRICTNESS[floor.decision] > _STRICTNESS[decision.decision]:
+        return floor
+    return decision
+
+
+def _skipped_allow(rule: Rule, shell: ShellAnalysis | None) -> list[str]:
+    """A note when an allow rule would match a part of a command that is not one simple one."""
+    if rule.decision != "allow" or not rule.shell_only or shell is None or shell.single:
+        return []
+    if not any(CommandPattern.of(p).allows(c) for p in rule.prefixes for c in shell.commands) \
+            and not any(r.search(_collapse(c.text)) for r in rule.regexes for c in shell.commands):
+        return []
+    why = "allow patterns only match a single simple command"
+    if shell.unresolved:
+        why += f", and this one cannot be resolved statically ({shell.unresolved[0].why})"
+    return [f"skipped {rule.label}: {why}"]
 
 
 # ---------------------------------------------------------------------------- loading
@@ -753,10 +903,25 @@ def _optional_lines(
         lines.append(f"approved:  {decision.approved_by}")
     if decision.matched:
         lines.append(f"matched:   {decision.matched}")
-    command = command_of(tool.name, args)
-    if command and command.compound:
-        lines.append(f"checked:   {' | '.join(command.candidates)}")
+    lines += shell_lines(shell_of(tool.name, args))
     lines += [f"note:      {note}" for note in decision.notes]
     lines.append(f"policy:    {policy.source}")
     return lines
 
+
+
+def shell_lines(shell: ShellAnalysis | None) -> list[str]:
+    """How a shell command was parsed: each simple command's words, and what is unresolved."""
+    if shell is None:
+        return []
+    lines = [f"joined:    {_collapse(shell.joined)}  (line continuations joined)"
+             ] if shell.joined != shell.source else []
+    for number, command in enumerate(shell.commands, 1):
+        runtime = [w.text for w in command.words if not w.literal]
+        known = f"  (known only at run time: {', '.join(runtime)})" if runtime else ""
+        argv = json.dumps(list(command.argv), ensure_ascii=False)
+        lines.append(f"command {number}: {command.program or '?'} argv {argv}{known}")
+    lines += [f"unresolved: `{u.text}`: {u.why} (fix: {u.fix})" for u in shell.unresolved]
+    if not shell.commands and not shell.unresolved:
+        lines.append("command:   (none)")
+    return lines

@@ -21,6 +21,7 @@ from executor.policy import (
     explain,
     load_policy,
     parse_policy,
+    shell_of,
 )
 from executor.tools.base import RiskLevel
 from executor.tools.builtin import BUILTIN_TOOLS
@@ -50,7 +51,9 @@ DenyPrefixOption = Annotated[
 ]
 DenyCommandOption = Annotated[
     list[str] | None,
-    typer.Option("--deny-command", help="Deny shell commands starting with this (repeatable)."),
+    typer.Option("--deny-command",
+                 help="Deny shell commands starting with this, anywhere in a command line; "
+                      "unresolvable command lines are denied too (repeatable)."),
 ]
 ReadOnlyOption = Annotated[
     bool, typer.Option("--read-only", help="Deny tools that are not read-only safe.")
@@ -77,13 +80,16 @@ def explain_command(
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the decision as JSON.")] = False,
 ) -> None:
-    """Print the decision for one call and the rule that made it."""
+    """Print the decision for one call, the rule that made it and, for a shell command, how
+    it was parsed: each simple command's words and what cannot be resolved statically."""
     overrides = _overrides(yes, deny_tool, deny_prefix, deny_command, read_only)
     policy = load_policy(root, policy_file, overrides)
     facts, arguments = tool_facts(tool, risk), parse_args(args)
     if as_json:
         decision = policy.decide(facts, arguments, interactive=not non_interactive)
-        print(json.dumps({**decision.as_dict(), "policy": policy.source}, indent=2))
+        shell = shell_of(facts.name, arguments)
+        parse = {"shell": shell.as_dict()} if shell else {}
+        print(json.dumps({**decision.as_dict(), "policy": policy.source, **parse}, indent=2))
         return
     out_console.print(explain(policy, facts, arguments, interactive=not non_interactive),
                       markup=False)

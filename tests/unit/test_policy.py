@@ -22,8 +22,8 @@ from executor.policy import (
     ToolInfo,
     explain,
     load_policy,
-    parse_command,
     parse_policy,
+    shell_of,
     starts_with_command,
 )
 from executor.state import config_home
@@ -99,12 +99,21 @@ def test_prefix_matches_whole_words_regex_searches() -> None:
     [
         "rm -rf x", "  rm   -rf x", "ls; rm -rf x", "ls && rm x", "false || rm x", "ls | rm x",
         "ls & rm x", "ls\nrm x", "echo $(rm x)", "echo `rm x`", "(rm x)", "{ rm x; }",
-        "FOO=1 rm x", "sudo -n rm x", "env A=1 rm x", "/bin/rm x", "'rm' x", '"r"m x',
+        "FOO=1 rm x", "/bin/rm x", "'rm' x", '"r"m x',
     ],
 )
 def test_deny_prefix_catches_every_simple_command(command: str) -> None:
     decision = shell(policy(DENY_RM), command)
     assert (decision.decision, decision.reason) == ("deny", "no deletes"), decision
+
+
+# These were denied with the rule's own reason when wrappers were peeled off by name; a
+# wrapper now makes the command unresolvable, so they are denied as that (fail closed).
+@pytest.mark.parametrize("command", ["sudo -n rm x", "env A=1 rm x"])
+def test_deny_prefix_fails_closed_on_wrappers(command: str) -> None:
+    decision = shell(policy(DENY_RM), command)
+    assert decision.decision == "deny" and decision.reason, decision
+    assert decision.reason.startswith(f"cannot tell statically what `{command}` runs"), decision
 
 
 @pytest.mark.parametrize("command", ["rmdir x", "echo rm", "grep -r rm .", "ls ./rm-notes"])
@@ -167,8 +176,180 @@ def test_a_denied_command_after_anything_is_denied(prefix: str) -> None:
 @given(st.text(alphabet="ls -a;&|`$()<>\n", max_size=30))
 def test_allow_never_covers_control_operators(suffix: str) -> None:
     decision = shell(policy(ALLOW_LS), "ls " + suffix)
-    if decision.allowed:
-        assert not any(op in suffix for op in (";", "&", "|", "`", "$(", "<", ">", "\n"))
+    if decision.allowed:  # a trailing newline ends the one command: it is not an operator
+        assert not any(op in suffix.strip() for op in (";", "&", "|", "`", "$(", "<", ">", "\n"))
+
+
+# ---------------------------------------------------------------------------- spellings
+
+DENY_RM_FLAG = {"deny_commands": ("rm",), "yes": True}
+
+# The review's spellings of `rm x` that ran under `--deny-command rm --yes`: each is denied
+# now, either because the parse finds `rm` or because it cannot tell (fail closed).
+REVIEW_SPELLINGS = {
+    "sh -c 'rm x'": "sh runs shell code",
+    "if true; then rm x; fi": None,
+    "eval rm x": "eval runs its arguments as shell code",
+    "$(echo rm) x": "the program name `$(echo rm)` is only known when it runs",
+    "a=rm; $a x": "the program name `$a` is only known when it runs",
+    "nice -n 5 rm x": "nice runs another command",
+    "timeout 5 rm x": "timeout runs another command",
+    "env -u HOME rm x": "env runs another command",
+    "rm${IFS}x": "the program name `rm${IFS}x` is only known when it runs",
+    "r\\\nm x": None,
+    "for f in x; do rm $f; done": None,
+}
+
+
+@pytest.mark.parametrize(("command", "why"), REVIEW_SPELLINGS.items())
+def test_review_spellings_of_rm_are_denied(command: str, why: str | None) -> None:
+    decision = shell(policy("", **DENY_RM_FLAG), command, interactive=False)
+    assert (decision.decision, decision.rule) == ("deny", "flag --deny-command"), decision
+    assert decision.reason is not None
+    if why is None:  # resolved: the rule itself matched
+        assert decision.reason == "commands starting with 'rm' are denied by --deny-command"
+        assert decision.matched and decision.matched.startswith("rm ")
+    else:  # unresolved: says why and how to rewrite it
+        assert decision.reason.startswith("cannot tell statically what `"), decision.reason
+        assert why in decision.reason and "so it was denied." in decision.reason
+        assert "--deny-command" in decision.reason
+
+
+def test_the_fail_closed_reason_reads_as_documented() -> None:
+    decision = shell(policy("", **DENY_RM_FLAG), "eval rm x")
+    assert decision.reason == (
+        "cannot tell statically what `eval rm x` runs (eval runs its arguments as shell code); "
+        "shell deny rules are set (--deny-command), so it was denied. Run the program directly."
+    )
+
+
+@pytest.mark.parametrize(
+    "command",
+    ["echo a\\\\\nrm x", "cat <<EOF\n$(rm y)\nEOF", "echo ${x:-$(rm y)}", "\\rm x", "'rm' x",
+     "/bin/rm x", "$'\\x72m' x", "x() { rm y; }", "echo ok | (cd d && rm y)"],
+)
+def test_rm_anywhere_is_denied_with_the_rules_reason(command: str) -> None:
+    decision = shell(policy(DENY_RM), command)
+    assert (decision.decision, decision.reason) == ("deny", "no deletes"), decision
+
+
+BENIGN = ["ls -la", "python3 -m pytest -q", "git status", "cat a | grep b", "[[ -f x ]] && echo y",
+          "echo $((1+2))", "for f in *.py; do echo $f; done", "grep -rm 3 x .", "rmdir build",
+          "echo rm", "git rm --cached x", "ls ./rm"]
+
+
+@pytest.mark.parametrize("command", BENIGN)
+def test_benign_commands_are_not_denied_by_an_rm_rule(command: str) -> None:
+    decision = shell(policy(DENY_RM, **DENY_RM_FLAG), command, interactive=False)
+    assert (decision.decision, decision.approved_by) == ("allow", "--yes"), decision
+
+
+@pytest.mark.parametrize("command", ["ls -la", "python3 -m pytest -q", "git status", "  ls  "])
+def test_benign_single_commands_are_allowed_by_allow_rules(command: str) -> None:
+    allow = policy('[[rules]]\nprefix = ["ls", "git status", "python3 -m pytest"]\n'
+                   'decision = "allow"\n' + DENY_RM)
+    assert shell(allow, command, interactive=False).allowed
+
+
+@pytest.mark.parametrize(
+    ("command", "hit"),
+    [
+        ("git -C . push", True), ("git --no-pager -c a=b push origin", True),
+        ("/usr/bin/git push -f", True), ("'git' \"push\"", True), ("git --git-dir=.git push", True),
+        ("git pull", False), ("git log push", False), ("git commit -m push", False),
+        ("echo git push", False),
+    ],
+)
+def test_a_prefix_binds_the_spellings_of_git_push(command: str, hit: bool) -> None:
+    decision = shell(policy("", deny_commands=("git push",)), command)
+    assert (decision.decision == "deny") is hit, decision
+
+
+@pytest.mark.parametrize(
+    ("command", "hit"),
+    [
+        ("rm -rf x", True), ("rm -fr x", True), ("rm -r -f x", True), ("rm -Rf x", True),
+        ("rm --recursive --force x", True), ("rm --rec --force x", True), ("rm -rfv x", True),
+        ("rm -r x", False), ("rm x", False), ("rm -- -rf", False), ("rm ./-rf", False),
+    ],
+)
+def test_a_prefix_binds_option_spellings(command: str, hit: bool) -> None:
+    rules = policy('[[rules]]\nprefix = "rm -rf"\ndecision = "deny"\nreason = "no rm -rf"\n')
+    decision = shell(rules, command)
+    assert (decision.decision, decision.reason) == (("deny", "no rm -rf") if hit else
+                                                    ("ask", decision.reason)), decision
+
+
+@pytest.mark.parametrize(
+    "command", ["rm $opts x", 'rm "$o" x', "rm * x", "rm -r $x", "git $sub", "git -C $d $s"]
+)
+def test_a_prefix_that_might_match_at_run_time_fails_closed(command: str) -> None:
+    rules = policy('[[rules]]\nprefix = ["rm -rf", "git push"]\ndecision = "deny"\n')
+    decision = shell(rules, command)
+    assert decision.decision == "deny" and decision.reason, decision
+    assert "is only known when it runs" in decision.reason
+    assert decision.reason.endswith("Write the arguments out literally.")
+
+
+@pytest.mark.parametrize("command", ["rm ./*.py", "rm ./\"$f\" x", "git status $x", "rm -r ./\"$x\""])
+def test_runtime_words_that_cannot_change_the_match_do_not_deny(command: str) -> None:
+    rules = policy('[[rules]]\nprefix = ["rm -rf", "git push"]\ndecision = "deny"\n')
+    assert shell(rules, command).decision == "ask"
+
+
+@pytest.mark.parametrize(
+    ("regex", "command"),
+    [
+        ("git\\\\s+push", "git -C . push"), ("git\\\\s+push", "sh -c 'git push'"),
+        ("rm\\\\s+-rf", "rm --recursive --force x"), ("rm\\\\s+-[a-zA-Z]*r", "rm -f -R x"),
+        ("^rm x$", "\\rm 'x'"), ("curl .*\\\\| *sh", "curl -s x | sh"),
+    ],
+)
+def test_a_regex_is_searched_in_every_spelling(regex: str, command: str) -> None:
+    rules = policy(f'[[rules]]\nregex = "{regex}"\ndecision = "deny"\nreason = "no"\n')
+    assert shell(rules, command).decision == "deny", (regex, command)
+
+
+def test_unresolved_commands_pass_without_shell_deny_or_ask_rules() -> None:
+    assert shell(policy(""), "eval rm x").rule == "default:high"
+    whole_tool = policy('[[rules]]\ntool = "run_shell_command"\ndecision = "allow"\n' + DENY_RM)
+    assert shell(whole_tool, "eval rm x").allowed  # the allow-all comes first: as for `rm x`
+
+
+def test_an_ask_rule_asks_for_unresolved_commands() -> None:
+    ask_push = '[[rules]]\nprefix = "git push"\ndecision = "ask"\n'
+    then_allow = ask_push + '[[rules]]\ntool = "run_shell_command"\ndecision = "allow"\n'
+    decision = shell(policy(then_allow), "sh -c 'git push'")
+    assert decision.decision == "ask" and decision.rule == "policy.toml:1 [[rules]] #1"
+    assert decision.reason and "so it needs approval" in decision.reason
+    assert shell(policy(then_allow), "git status").allowed
+    then_deny = policy(ask_push + DENY_RM)
+    assert shell(then_deny, "eval x").decision == "deny"  # a deny rule further down wins
+    closed = shell(policy(then_allow), "eval git push", interactive=False)
+    assert closed.decision == "deny" and closed.fail_closed
+    assert shell(policy(then_allow, yes=True), "eval git push").approved_by == "--yes"
+
+
+def test_allow_rules_never_match_unresolved_commands() -> None:
+    p = policy('[[rules]]\nprefix = ["eval", "timeout", "sh"]\ndecision = "allow"\n')
+    for command in ("eval ls", "timeout 5 ls", "sh -c ls"):
+        decision = shell(p, command)
+        assert decision.decision == "ask" and decision.rule == "default:high", decision
+        assert "cannot be resolved statically" in decision.notes[0]
+
+
+@pytest.mark.parametrize(
+    "command",
+    ["PATH=/tmp/x ls", "ls -la\\ ; rm x", "/tmp/x/ls", "ls>x", "'ls' $(rm x)"],
+)
+def test_allow_prefixes_match_words_as_written(command: str) -> None:
+    assert not shell(policy(ALLOW_LS), command).allowed, command
+
+
+def test_allow_prefixes_do_not_normalise_options() -> None:
+    p = policy('[[rules]]\nprefix = "git status"\ndecision = "allow"\n')
+    assert shell(p, "git status -s").allowed and shell(p, "'git' status").allowed
+    assert not shell(p, "git -c core.fsmonitor='rm x' status").allowed
 
 
 # ---------------------------------------------------------------------------- defaults & flags
@@ -268,6 +449,22 @@ def test_explain_fail_closed_and_defaults() -> None:
     assert "decision:  deny (fail closed" in text
     assert "rule:      default:medium — from built-in" in text
     assert "approved:  --yes" in explain(Policy(overrides=PolicyOverrides(yes=True)), SHELL, {})
+
+
+def test_explain_shows_the_parse() -> None:
+    p = policy("", deny_commands=("rm",))
+    text = explain(p, SHELL, {"command": "ls -la | eval rm x; echo \"$HOME\"/'a b'"})
+    lines = text.splitlines()
+    assert 'command 1: ls argv ["ls", "-la"]' in lines
+    assert 'command 2: eval argv ["eval", "rm", "x"]' in lines
+    assert 'command 3: echo argv ["echo", "\\"$HOME\\"/\'a b\'"]  (known only at run time: ' \
+           '"$HOME"/\'a b\')' in lines
+    assert ("unresolved: `eval rm x`: eval runs its arguments as shell code "
+            "(fix: run the program directly)") in lines
+    assert "decision:  deny" in lines and "rule:      flag --deny-command" in lines
+    joined = explain(p, SHELL, {"command": "r\\\nm x"})
+    assert "joined:    rm x  (line continuations joined)" in joined.splitlines()
+    assert "matched:   rm x" in joined.splitlines()
 
 
 # ---------------------------------------------------------------------------- files & errors
@@ -375,11 +572,12 @@ def test_the_persons_policy_and_a_named_file_apply_a_linked_project_policy_is_no
     assert str(elsewhere / "policy.toml") in named.source and not named.notices
 
 
-def test_parse_command_parts() -> None:
-    parsed = parse_command("A=1 sudo /usr/bin/git  push && echo 'hi there'")
-    assert parsed.compound and parsed.whole == "A=1 sudo /usr/bin/git push && echo 'hi there'"
-    assert "git push" in parsed.candidates and "echo hi there" in parsed.candidates
-    assert not parse_command("ls -la").compound
+def test_shell_of_parses_shell_calls_only() -> None:
+    parsed = shell_of("run_shell_command", {"command": "A=1 /usr/bin/git  push && echo 'hi there'"})
+    assert parsed is not None and not parsed.single and parsed.resolved
+    assert [c.argv for c in parsed.commands] == [("/usr/bin/git", "push"), ("echo", "hi there")]
+    assert shell_of("read_file", {"command": "ls"}) is None
+    assert shell_of("run_shell_command", {"command": 3}) == shell_of("run_shell_command", {})
 
 
 # ---------------------------------------------------------------------------- CLI
@@ -423,6 +621,11 @@ def test_cli_explain_flags_and_json(cli: Callable[..., Any], project: Path) -> N
     command = cli("explain", "--root", str(project), "--tool", "run_shell_command", "--args",
                   '{"command": "git push"}', "--deny-command", "git push", "--json")
     assert json.loads(command.stdout)["rule"] == "flag --deny-command"
+    parsed = json.loads(cli("explain", "--root", str(project), "--tool", "run_shell_command",
+                            "--args", '{"command": "timeout 5 rm x"}', "--json").stdout)
+    assert parsed["shell"]["commands"][0]["argv"] == ["timeout", "5", "rm", "x"]
+    assert parsed["shell"]["unresolved"][0]["why"].startswith("timeout runs another command")
+    assert "shell" not in json.loads(cli(*args, "--json").stdout)
 
 
 def test_cli_explain_custom_tools_need_a_risk(cli: Callable[..., Any], tmp_path: Path) -> None:

@@ -19,7 +19,8 @@ Protocol (version 1)
 Caps and choices
     paths         relative to the root, or absolute inside it; symlinks are followed and must stay
                   inside. Hidden names are refused at the top level; writes anywhere under a
-                  --readonly-dir name (nested .git dirs too) are refused.
+                  --readonly-dir name (nested .git dirs too) are refused, whether the name is in
+                  the path as given, in the resolved path or in a symlink met on the way.
     read_file     2000 lines or 100,000 characters per call, lines cut at 2000 characters; a
                   binary file (NUL in its first 8 KB) is ok false with "binary file (N bytes)".
     search_files  max_results 1..1000 (default 100), output cut at 100,000 characters; ripgrep
@@ -185,10 +186,38 @@ def resolve(ctx, raw, write=False):
     parts = rel(ctx, real).split("/")
     if parts[0] in ctx.hidden:
         raise ToolError(f"'{raw}' is reserved and not accessible")
-    locked = [part for part in parts if part in ctx.readonly] if write else []
-    if locked:  # nested ones too: a vendored repo's .git/hooks would run on the host as well
+    # Nested ones too (a vendored repo's .git/hooks would run on the host as well), and names
+    # met on the way: a link to a .git directory leaves no ".git" in the resolved path.
+    met = parts + _names_on_the_way(ctx.root, raw) if write and ctx.readonly else []
+    locked = sorted(ctx.readonly.intersection(met))
+    if locked:
         raise ToolError(f"'{raw}' is inside {locked[0]}, which is read-only in the sandbox")
     return real
+
+
+def _names_on_the_way(root, raw):
+    """Every name resolving raw from root passes through, symlink targets included."""
+    names, todo, here, hops = [], deque(raw.split("/")), "/" if raw.startswith("/") else root, 0
+    while todo:
+        part = todo.popleft()
+        if part in ("", "."):
+            continue
+        if part == "..":
+            here = os.path.dirname(here)
+            continue
+        names.append(part)
+        path = os.path.join(here, part)
+        try:
+            target = os.readlink(path) if hops < 40 else None
+        except OSError:
+            target = None  # not a link, or missing: a plain name
+        if target is None:
+            here = path
+            continue
+        hops += 1
+        todo.extendleft(reversed(target.split("/")))
+        here = "/" if target.startswith("/") else here
+    return names
 
 
 def _inside(root, path):

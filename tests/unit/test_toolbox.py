@@ -381,6 +381,19 @@ def test_readonly_dirs_refuse_writes_but_allow_reads(box: Box, root: Path):
     assert box.call("write_file", path="vendor/lib/ok.txt", content="x")["ok"]
 
 
+def test_writes_through_a_link_to_a_git_dir_are_refused(box: Box, root: Path):
+    (root / "gitdir" / "hooks").mkdir(parents=True)
+    (root / "sub").mkdir()
+    (root / "sub" / ".git").symlink_to("../gitdir")
+    (root / "alias").symlink_to("sub/.git")
+    for path in ("sub/.git/hooks/pre-commit", "alias/hooks/pre-commit",
+                 str(root / "sub" / ".git" / "config")):
+        failed(box.call("write_file", path=path, content="#!/bin/sh\n"),
+               f"'{path}' is inside .git, which is read-only in the sandbox")
+    assert list((root / "gitdir" / "hooks").iterdir()) == []
+    assert box.call("read_file", path="alias/hooks/../../README.md")["ok"]  # reads go on
+
+
 # -- read_file --------------------------------------------------------------------------------
 
 

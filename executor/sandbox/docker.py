@@ -19,6 +19,7 @@ from typing import Any, Self
 from pydantic import BaseModel, Field
 
 from executor.config import (
+    DEFAULT_DISK_BUDGET,
     DEFAULT_IMAGE,
     DEFAULT_MEMORY,
     DEFAULT_PIDS_LIMIT,
@@ -88,6 +89,8 @@ class SandboxConfig(BaseModel):
     """Allow-listed host environment passed in (already filtered by the caller)."""
     allow_git_writes: bool = False
     """Mount .git read-write."""
+    disk_budget: int = DEFAULT_DISK_BUDGET
+    """Bytes the project may grow by in the session (0: no budget); also each file's size limit."""
     lock_dir: Path | None = None
     """Where liveness lock files go (None: the user's cache dir)."""
 
@@ -349,9 +352,10 @@ class DockerSandbox:
 
     def _argv(self) -> list[str]:
         argv = ["--root", WORKSPACE, "--default-timeout", str(self.config.tool_timeout),
-                "--max-output", str(self.config.max_output), "--hidden", STATE_DIR]
+                "--max-output", str(self.config.max_output), "--hidden", STATE_DIR,
+                "--disk-budget", str(self.config.disk_budget)]
         if not self.config.allow_git_writes:
-            argv += ["--readonly-dir", ".git"]
+            argv += ["--readonly-dir", ".git", "--git-guard"]
         return argv
 
     def _mount_user(self) -> str:
@@ -429,7 +433,7 @@ def default_lock_dir() -> Path:
 
 def container_options(config: SandboxConfig, lock_path: Path, user: str) -> dict[str, Any]:
     """Keyword arguments for `containers.create`: every hardening switch in one place."""
-    from docker.types import Mount
+    from docker.types import Mount, Ulimit
 
     root = str(config.root)
     mounts = [Mount(WORKSPACE, root, type="bind", read_only=config.read_only)]
@@ -439,6 +443,9 @@ def container_options(config: SandboxConfig, lock_path: Path, user: str) -> dict
             for rel in git_dirs(config.root)
         ]
     tmpfs = {"/tmp": f"rw,nosuid,nodev,size={config.tmp_size},mode=1777"}
+    budget = config.disk_budget if not config.read_only else 0
+    # The toolbox polls the disk budget; this stops one file outgrowing it between two polls.
+    ulimits = [Ulimit(name="fsize", soft=budget, hard=budget)] if budget else []
     if (config.root / STATE_DIR).is_dir():
         tmpfs[f"{WORKSPACE}/{STATE_DIR}"] = "ro,nosuid,nodev,noexec,size=4k,mode=0500"
     return {
@@ -449,7 +456,7 @@ def container_options(config: SandboxConfig, lock_path: Path, user: str) -> dict
         "cap_drop": ["ALL"], "security_opt": ["no-new-privileges"], "read_only": True,
         "pids_limit": config.pids_limit, "mem_limit": config.memory,
         "memswap_limit": config.memory, "nano_cpus": int(config.cpus * 1e9),
-        "environment": {**_BASE_ENV, **config.env}, "ipc_mode": "private",
+        "environment": {**_BASE_ENV, **config.env}, "ipc_mode": "private", "ulimits": ulimits,
         "labels": {
             LABEL_SESSION: config.session_id, LABEL_ROOT: root,
             LABEL_LOCK: str(lock_path), LABEL_HOST: socket.gethostname(),

@@ -878,11 +878,12 @@ def _walk(ctx):
             except OSError:
                 continue  # gone since the listing
             path = prefix + entry.name
-            stats[path] = _entry(st)
-            if _is_git(entry.name):
-                gits.append(path)
-            elif stat.S_ISDIR(st.st_mode) and not _opaque(entry.name):
+            stats[path] = (st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino,
+                           st.st_blocks, st.st_nlink)  # _entry(st), inline: the hot loop
+            if stat.S_ISDIR(st.st_mode) and not _opaque(entry.name):
                 stack.append((path + "/", entry.path))
+            elif _is_git(entry.name):
+                gits.append(path)
             if len(stats) >= TRACK_MAX_ENTRIES:
                 return stats, False, gits, unlisted
     return stats, True, gits, unlisted
@@ -899,14 +900,13 @@ def _listing(directory, unlisted, prefix):
 
 def _size(stats):
     """Bytes allocated (st_blocks), hard links counted once."""
-    total, seen = 0, set()
-    for mode, _, _, _, ino, blocks, nlink in stats.values():
-        if nlink > 1 and not stat.S_ISDIR(mode):
-            if ino in seen:
-                continue
-            seen.add(ino)
-        total += blocks
-    return total * 512
+    total = sum(st[5] for st in stats.values())
+    linked = {}  # inode -> (blocks, how many of its names were counted)
+    for st in stats.values():
+        if st[6] > 1 and not stat.S_ISDIR(st[0]):
+            blocks, seen = linked.get(st[4], (st[5], 0))
+            linked[st[4]] = (blocks, seen + 1)
+    return (total - sum(blocks * (seen - 1) for blocks, seen in linked.values())) * 512
 
 
 def _tree_size(ctx):

@@ -117,3 +117,26 @@ def test_the_budget_is_each_files_size_limit_in_the_container(project: Path, doc
     assert not result.ok
     assert result.output.startswith("exit_code: 153 (file size limit exceeded (the disk budget))")
     assert (project / "x.bin").stat().st_size == 8 << 20
+
+
+def test_a_repository_made_on_the_host_stops_commands_until_it_is_mounted_read_only(
+        project: Path, docker_client: Any):
+    with DockerSandbox(make_config(project), client=docker_client) as box:
+        assert box.call("run_shell_command", {"command": "true"}).ok  # the project's .git is fine
+        subprocess.run(["git", "init", "-q", str(project / "sub")], check=True)
+        refused = box.call("run_shell_command", {"command": "touch ran"})
+    assert not refused.ok and refused.meta["remount_needed"] == ["sub/.git"], refused
+    assert "the command was not run" in refused.output and not (project / "ran").exists()
+    with DockerSandbox(make_config(project), client=docker_client) as box:  # sub/.git mounted
+        result = box.call("run_shell_command", {"command": "touch ran; touch sub/.git/x"})
+    assert "Read-only file system" in result.output and (project / "ran").exists()
+    assert "remount_needed" not in result.meta and not (project / "sub" / ".git" / "x").exists()
+
+
+def test_set_id_bits_never_stay_on_a_file_in_the_project(project: Path, docker_client: Any):
+    with DockerSandbox(make_config(project), client=docker_client) as box:
+        result = box.call("run_shell_command", {"command": "cp /bin/true tool; chmod 4755 tool"})
+    assert not (project / "tool").stat().st_mode & 0o6000  # removed, or refused by the kernel
+    if result.meta.get("setid_cleared"):
+        assert result.meta["setid_cleared"][0]["path"] == "tool"
+        assert "removed set-uid bit from ./tool" in result.output

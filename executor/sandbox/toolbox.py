@@ -72,9 +72,10 @@ Change tracking (run_shell_command)
                   command was killed or took the project over the budget (ok false).
     disk          while a command runs, statvfs is polled every 0.1 s; once the file system grew
                   by the room left in the budget (or free space is under --min-free) a stat walk
-                  measures the project: if this command made it grow past the budget (or while
-                  space is low), it is killed like a timeout; if not, the growth was someone
-                  else's and the next check waits for more.
+                  measures the project (at most every 0.3 s, or 3x the walk's time): if this
+                  command made it grow past the budget (or while space is low), it is killed
+                  like a timeout; if not, the growth was someone else's and the next check waits
+                  for more. The statvfs baseline is taken as each command starts.
     text          one line each: "files changed: 2 created, 1 modified", outside changes, set-id
                   bits removed, .git entries disabled, the disk budget.
 
@@ -138,6 +139,7 @@ HASH_WALK_MAX = 512 * 1024 * 1024  # bytes hashed per walk at most
 QUARANTINE = ".git.quarantined-"  # what a .git made in the sandbox is renamed to
 SETID = stat.S_ISUID | stat.S_ISGID
 DISK_POLL_SECONDS = 0.1
+DISK_WALK_GAP = 0.3  # seconds at least between two walks measuring the project during a command
 DISK_STEP = 1024 * 1024  # growth between walks confirming the disk budget, when already over
 MIN_FREE = 256 * 1024 * 1024
 
@@ -1371,7 +1373,7 @@ class _DiskWatch:
 
     def __init__(self, ctx):
         self.ctx, self.disk = ctx, ctx.disk
-        self.next_poll = self.next_low = 0.0
+        self.next_poll = self.next_walk = 0.0
         self.trigger = self._trigger(_fs_usage(ctx.root)[0], self.disk.growth())
 
     def _trigger(self, used, growth):
@@ -1386,17 +1388,18 @@ class _DiskWatch:
             return None
         self.next_poll = now + DISK_POLL_SECONDS
         used, free = _fs_usage(self.ctx.root)
-        low = free < self.disk.min_free and now >= self.next_low
-        if not low and (self.trigger is None or used < self.trigger):
+        low = free < self.disk.min_free
+        grew = self.trigger is not None and used >= self.trigger
+        if now < self.next_walk or not (low or grew):
             return None
         size = _tree_size(self.ctx)
+        # Others writing to the same file system must not keep us walking all the time.
+        self.next_walk = now + max(DISK_WALK_GAP, 3 * (time.monotonic() - now))
         growth = size - self.disk.base
-        over = 0 < self.disk.budget < growth
-        if size > self.disk.before and (over or low):  # this command is adding to it
-            self.disk.stopped = (growth, free)
+        if size > self.disk.before and (low or 0 < self.disk.budget < growth):
+            self.disk.stopped = (growth, free)  # this command is adding to it
             return "disk"
         self.trigger = self._trigger(used, growth)  # the growth was someone else's
-        self.next_low = now + 1.0 if low else self.next_low
         return None
 
 

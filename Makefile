@@ -103,6 +103,7 @@ demo: install-local image
 bench: install image host-tools
 	$(BIN)/python benchmarks/bench_sandbox.py
 	$(BIN)/python benchmarks/bench_context.py
+	$(BIN)/python benchmarks/bench_tracking.py
 
 gc: install
 	$(BIN)/sandbox-agent gc

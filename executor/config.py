@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 Provider = Literal["ollama", "openai", "embedded"]
@@ -28,6 +29,19 @@ DEFAULT_TMP_SIZE = "64m"
 """Size cap of the container's /tmp."""
 DEFAULT_TOOL_TIMEOUT = 60
 """Seconds run_shell_command may take unless the call asks otherwise."""
+DEFAULT_DISK_BUDGET = 1024**3
+"""Bytes the project may grow by in one session before commands are killed and writes refused."""
+
+_SIZE = re.compile(r"(\d+)\s*(?:([kmgt])(?:i?b)?|b)?", re.IGNORECASE)
+
+
+def parse_size(text: str) -> int:
+    """Bytes from a size like `1g`, `500m`, `64k` or `1048576` (binary units); ValueError else."""
+    match = _SIZE.fullmatch(text.strip())
+    if not match:
+        raise ValueError(f"not a size: {text!r} (give bytes, or a number with k, m, g or t)")
+    number, unit = int(match[1]), (match[2] or " ").lower()
+    return number << 10 * " kmgt".index(unit)
 
 
 def default_cpus() -> float:
@@ -80,9 +94,17 @@ class Settings(BaseSettings):
     """Host environment variables passed into the container (none by default)."""
     allow_git_writes: bool = False
     """Mount .git read-write (it is read-only by default)."""
+    disk_budget: int = Field(DEFAULT_DISK_BUDGET, ge=0)
+    """Bytes the project may grow by in a session (`1g`, `500m` or bytes; 0: no budget)."""
     audit: bool = True
     """Write the audit log."""
     audit_dir: Path | None = None
     """Audit directory (outside the project); None: the project's dir in the user state dir."""
     audit_max_result_bytes: int = Field(4096, ge=0)
     """Bytes of each tool result kept in the audit preview."""
+
+    @field_validator("disk_budget", mode="before")
+    @classmethod
+    def _size(cls, value: Any) -> Any:
+        """Sizes are given as text (`1g`) in flags and the environment."""
+        return parse_size(value) if isinstance(value, str) else value

@@ -280,7 +280,7 @@ class Runner:
             fallback_image=s.image if resumed else None,
             read_only=self.options.read_only, memory=s.memory, pids_limit=s.pids_limit,
             cpus=s.cpus, tmp_size=s.tmp_size, tool_timeout=s.tool_timeout, env=env,
-            allow_git_writes=s.allow_git_writes,
+            allow_git_writes=s.allow_git_writes, disk_budget=s.disk_budget,
         )
 
     def _open_audit(self, store: NdjsonSessionStore) -> AuditLog | None:

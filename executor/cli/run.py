@@ -280,6 +280,16 @@ def ask(
             help="Mount .git read-write (hooks planted there run on the host later).",
         ),
     ] = False,
+    disk_budget: Annotated[
+        str | None,
+        typer.Option(
+            "--disk-budget",
+            metavar="SIZE",
+            help="How much the project may grow in this session, e.g. 500m or 2g; 0: no "
+            "limit. [default: 1g]",
+            show_default=False,
+        ),
+    ] = None,
     no_audit: NoAuditOpt = False,
     audit_required: AuditRequiredOpt = False,
     audit_prompts: AuditPromptsOpt = False,
@@ -308,6 +318,7 @@ def ask(
         deny_commands=deny_command,
         policy_file=policy,
         session=session,
+        disk_budget=disk_budget,
     ) | {
         "read_only": read_only,
         "yes": yes,

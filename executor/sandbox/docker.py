@@ -20,6 +20,7 @@ from typing import Any, Self
 from pydantic import BaseModel, Field
 
 from executor.config import (
+    DEFAULT_DISK_BUDGET,
     DEFAULT_IMAGE,
     DEFAULT_MEMORY,
     DEFAULT_PIDS_LIMIT,
@@ -91,6 +92,8 @@ class SandboxConfig(BaseModel):
     """Allow-listed host environment passed in (already filtered by the caller)."""
     allow_git_writes: bool = False
     """Mount .git read-write."""
+    disk_budget: int = DEFAULT_DISK_BUDGET
+    """Bytes the project may grow by in the session (0: no budget); also each file's size limit."""
     lock_dir: Path | None = None
     """Where liveness lock files go (None: the user's cache dir)."""
 
@@ -387,9 +390,10 @@ class DockerSandbox:
 
     def _argv(self) -> list[str]:
         argv = ["--root", WORKSPACE, "--default-timeout", str(self.config.tool_timeout),
-                "--max-output", str(self.config.max_output), "--hidden", LEGACY_DIR]
+                "--max-output", str(self.config.max_output), "--hidden", LEGACY_DIR,
+                "--disk-budget", str(self.config.disk_budget)]
         if not self.config.allow_git_writes:
-            argv += ["--readonly-dir", ".git"]
+            argv += ["--readonly-dir", ".git", "--git-guard"]
         return argv
 
     def _mount_user(self) -> str:
@@ -446,7 +450,7 @@ def default_lock_dir() -> Path:
 def container_options(config: SandboxConfig, lock_path: Path, user: str,
                       protected: Protected | None = None) -> dict[str, Any]:
     """Keyword arguments for `containers.create`: every hardening switch in one place."""
-    from docker.types import Mount
+    from docker.types import Mount, Ulimit
 
     root = str(config.root)
     protected = protected or Protected((), ())
@@ -458,6 +462,9 @@ def container_options(config: SandboxConfig, lock_path: Path, user: str,
     tmpfs.update({_inside(rel): empty for rel in protected.missing})
     if legacy_state(config.root) is not None:  # an old in-tree state dir may hold transcripts
         tmpfs[f"{WORKSPACE}/{LEGACY_DIR}"] = "ro,nosuid,nodev,noexec,size=4k,mode=0500"
+    budget = config.disk_budget if not config.read_only else 0
+    # The toolbox polls the disk budget; this stops one file outgrowing it between two polls.
+    ulimits = [Ulimit(name="fsize", soft=budget, hard=budget)] if budget else []
     return {
         "image": config.image, "name": container_name(config.session_id),
         "command": ["sleep", "infinity"], "init": True, "user": user,
@@ -466,7 +473,7 @@ def container_options(config: SandboxConfig, lock_path: Path, user: str,
         "cap_drop": ["ALL"], "security_opt": ["no-new-privileges"], "read_only": True,
         "pids_limit": config.pids_limit, "mem_limit": config.memory,
         "memswap_limit": config.memory, "nano_cpus": int(config.cpus * 1e9),
-        "environment": {**_BASE_ENV, **config.env}, "ipc_mode": "private",
+        "environment": {**_BASE_ENV, **config.env}, "ipc_mode": "private", "ulimits": ulimits,
         "labels": {
             LABEL_SESSION: config.session_id, LABEL_ROOT: root,
             LABEL_LOCK: str(lock_path), LABEL_HOST: socket.gethostname(),

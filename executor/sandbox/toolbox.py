@@ -8,6 +8,9 @@ Protocol (version 1)
     argv      --root PATH (/workspace)  --default-timeout S (60)  --max-output BYTES (30000)
               --hidden NAME (repeatable; default .sandbox-agent)  --readonly-dir NAME (repeatable)
               --no-rg (or env TOOLBOX_NO_RG=1: force the Python search)  --kill-strays (see below)
+              --disk-budget BYTES (0: off)  --min-free BYTES (256 MiB)  --git-guard
+              --no-track (no change tracking, set-id sweep, .git quarantine or disk budget:
+              for measurements only)
     start     {"ready": true, "pid": N, "version": 1, "python": "3.x.y", "rg": bool}
               ("rg" is whether search_files will use ripgrep)
     request   {"id": int, "tool": "name", "args": {...}}   one line
@@ -19,7 +22,8 @@ Protocol (version 1)
 Caps and choices
     paths         relative to the root, or absolute inside it; symlinks are followed and must stay
                   inside. Hidden names are refused at the top level; writes anywhere under a
-                  --readonly-dir name (nested .git dirs too) are refused.
+                  --readonly-dir name (nested .git dirs too) are refused, whether the name is in
+                  the path as given, in the resolved path or in a symlink met on the way.
     read_file     2000 lines or 100,000 characters per call, lines cut at 2000 characters; a
                   binary file (NUL in its first 8 KB) is ok false with "binary file (N bytes)".
     search_files  max_results 1..1000 (default 100), output cut at 100,000 characters; ripgrep
@@ -34,6 +38,46 @@ Caps and choices
                   ok = exit code 0, no timeout, no output overflow, and no fork refused at the
                   pids limit or process OOM-killed meanwhile (read from our cgroup's pids.events
                   and memory.events / memory.oom_control, when there are such files).
+    writes        write_file / edit_file refuse a write that takes the project past the disk
+                  budget, or the file system below --min-free (meta disk_budget_exceeded).
+
+Change tracking (run_shell_command)
+    index         rel path -> lstat (type, mode, size, mtime_ns, ctime_ns, ino, blocks), sha256 of
+                  regular files, symlink targets. Built by the first command's before-walk (not
+                  at start: starting stays fast). Walks do not enter .git or .git.quarantined-*
+                  entries (they record them) and skip hidden top-level names. Re-walks lstat
+                  everything and hash only what is new or changed: files up to 64 MiB each and
+                  512 MiB a walk; others get sha256 null and "unhashed" (a reason), and count as
+                  modified when size or mtime differ. A walk stops at 200,000 entries.
+    meta          "changes": [{"path", "change": created|modified|deleted|mode|type,
+                  "kind": file|dir|symlink|other, "sha256_before", "sha256_after", "size_before",
+                  "size_after", "mode_before", "mode_after" ("0644"; null when absent),
+                  "target" (symlinks), ["unhashed"]}] sorted by path, at most 500;
+                  "changes_total", "changes_truncated", "changes_incomplete" (the walk stopped).
+                  "outside_changes" (+ _total, _truncated), same shape, when the before-walk
+                  found changes made between calls (by the person on the host); write_file and
+                  edit_file update the index, so theirs are not among them.
+                  "setid_cleared": [{"path", "removed": ["set-uid", "set-gid"], "mode_before",
+                  "mode_after" | "error"}]: set-id bits a command added to a regular file are
+                  removed (fd-based, no link followed).
+                  "git_quarantined": [{"path", "kind", "renamed_to" | "error"}]: with
+                  --readonly-dir .git, a .git (dir, gitdir file or symlink, any depth, any case)
+                  that a command created or replaced (kind, inode or target) is renamed to
+                  .git.quarantined-<8 hex> beside it, so git on the host never honours it.
+                  "remount_needed": [paths] with --git-guard: before a command, a .git that
+                  appeared from outside during the session (after the toolbox started) and is
+                  not a read-only mount point (/proc/self/mountinfo): ok false, nothing runs.
+                  "disk_growth" (with a budget): bytes the project grew in our calls (st_blocks;
+                  growth between calls is someone else's); "disk_budget_exceeded": true when the
+                  command was killed or took the project over the budget (ok false).
+    disk          while a command runs, statvfs is polled every 0.1 s; once the file system grew
+                  by the room left in the budget (or free space is under --min-free) a stat walk
+                  measures the project (at most every 0.3 s, or 3x the walk's time): if this
+                  command made it grow past the budget (or while space is low), it is killed
+                  like a timeout; if not, the growth was someone else's and the next check waits
+                  for more. The statvfs baseline is taken as each command starts.
+    text          one line each: "files changed: 2 created, 1 modified", outside changes, set-id
+                  bits removed, .git entries disabled, the disk budget.
 
 Which processes a call "started": those carrying this toolbox's token in their environment
 (inherited across fork, setsid and most execs), plus its process group. In a container the
@@ -88,6 +132,16 @@ TOKEN_VAR = "SANDBOX_TOOLBOX_TOKEN"
 # prelude, because preexec_fn costs a full fork plus Python in the child (~5 ms a call).
 SHELL_PRELUDE = '{ echo 1000 > /proc/self/oom_score_adj; } 2>/dev/null; exec /bin/sh -c "$1"'
 LONG_LINE_MARK = " [... omitted end of long line]"  # what `rg --max-columns-preview` prints
+TRACK_MAX_ENTRIES = 200_000  # a walk stops here and says changes_incomplete
+CHANGES_MAX = 500  # entries of meta["changes"] / meta["outside_changes"]
+HASH_FILE_MAX = 64 * 1024 * 1024  # bigger files are compared by size and mtime only
+HASH_WALK_MAX = 512 * 1024 * 1024  # bytes hashed per walk at most
+QUARANTINE = ".git.quarantined-"  # what a .git made in the sandbox is renamed to
+SETID = stat.S_ISUID | stat.S_ISGID
+DISK_POLL_SECONDS = 0.1
+DISK_WALK_GAP = 0.3  # seconds at least between two walks measuring the project during a command
+DISK_STEP = 1024 * 1024  # growth between walks confirming the disk budget, when already over
+MIN_FREE = 256 * 1024 * 1024
 
 
 class ToolError(Exception):
@@ -128,6 +182,20 @@ class Context:
         self.keep = frozenset([os.getpid(), 1, *_ancestors()])
         self.pids_events = _cgroup_file("pids", ["pids.events"])
         self.memory_events = _cgroup_file("memory", ["memory.events", "memory.oom_control"])
+        self.git_guard = opts.git_guard
+        self.tracker = None if opts.no_track else Tracker(self)  # its first walk comes later
+        self.disk = None if opts.no_track else Disk(opts.disk_budget, opts.min_free)
+        self.fsize_limit = _fsize_limit()
+
+
+def _fsize_limit():
+    """RLIMIT_FSIZE in bytes (the host sets it to the disk budget), or None."""
+    try:
+        import resource  # Unix only
+    except ImportError:
+        return None
+    soft = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    return None if soft == resource.RLIM_INFINITY else soft
 
 
 def _cgroup_file(controller, names):
@@ -160,7 +228,13 @@ def parse_args(argv):
     parser.add_argument("--readonly-dir", action="append")
     parser.add_argument("--no-rg", action="store_true")
     parser.add_argument("--kill-strays", action="store_true")
+    parser.add_argument("--git-guard", action="store_true")
+    parser.add_argument("--no-track", action="store_true")
+    parser.add_argument("--disk-budget", type=int, default=0)
+    parser.add_argument("--min-free", type=int, default=MIN_FREE)
     opts = parser.parse_args(argv)
+    if opts.disk_budget < 0 or opts.min_free < 0:
+        parser.error("--disk-budget and --min-free take a number of bytes, 0 or more")
     for name in (opts.hidden or []) + (opts.readonly_dir or []):
         if not name or "/" in name or name in (".", ".."):
             parser.error(f"--hidden/--readonly-dir take one top-level name, not {name!r}")
@@ -185,10 +259,38 @@ def resolve(ctx, raw, write=False):
     parts = rel(ctx, real).split("/")
     if parts[0] in ctx.hidden:
         raise ToolError(f"'{raw}' is reserved and not accessible")
-    locked = [part for part in parts if part in ctx.readonly] if write else []
-    if locked:  # nested ones too: a vendored repo's .git/hooks would run on the host as well
+    # Nested ones too (a vendored repo's .git/hooks would run on the host as well), and names
+    # met on the way: a link to a .git directory leaves no ".git" in the resolved path.
+    met = parts + _names_on_the_way(ctx.root, raw) if write and ctx.readonly else []
+    locked = sorted(ctx.readonly.intersection(met))
+    if locked:
         raise ToolError(f"'{raw}' is inside {locked[0]}, which is read-only in the sandbox")
     return real
+
+
+def _names_on_the_way(root, raw):
+    """Every name resolving raw from root passes through, symlink targets included."""
+    names, todo, here, hops = [], deque(raw.split("/")), "/" if raw.startswith("/") else root, 0
+    while todo:
+        part = todo.popleft()
+        if part in ("", "."):
+            continue
+        if part == "..":
+            here = os.path.dirname(here)
+            continue
+        names.append(part)
+        path = os.path.join(here, part)
+        try:
+            target = os.readlink(path) if hops < 40 else None
+        except OSError:
+            target = None  # not a link, or missing: a plain name
+        if target is None:
+            here = path
+            continue
+        hops += 1
+        todo.extendleft(reversed(target.split("/")))
+        here = "/" if target.startswith("/") else here
+    return names
 
 
 def _inside(root, path):
@@ -378,7 +480,7 @@ class _Page:
 def tool_write_file(ctx, path, content):
     """Create or overwrite a file, creating its parent directories."""
     real = resolve(ctx, path, write=True)
-    meta = _write(real, _read_existing(real, path), _encode(content, "surrogatepass"))
+    meta = _write(ctx, real, _read_existing(real, path), _encode(content, "surrogatepass"))
     how = "new file" if meta["created"] else f"{meta['lines_changed']} lines changed"
     return ok(f"wrote {meta['bytes']} bytes to '{path}' ({how})", **meta)
 
@@ -389,7 +491,7 @@ def tool_edit_file(ctx, path, new_text, old_text=None, replace_all=False):
     before = _read_existing(real, path)
     if old_text is None or (old_text == "" and before is None):
         # Small models send old_text="" to mean "create": treat it like an omitted old_text.
-        return _create_by_edit(real, path, before, new_text)
+        return _create_by_edit(ctx, real, path, before, new_text)
     if old_text == "":
         raise ToolError(f"old_text is empty but '{path}' exists. Give the exact text to "
                         "replace, or use write_file to overwrite the whole file.")
@@ -399,17 +501,17 @@ def tool_edit_file(ctx, path, new_text, old_text=None, replace_all=False):
     old, new, count = _find(text, old_text, new_text)
     _check_count(text, path, old, count, replace_all)
     after = text.replace(old, new) if replace_all else text.replace(old, new, 1)
-    meta = _write(real, before, _encode(after, "surrogateescape"))
+    meta = _write(ctx, real, before, _encode(after, "surrogateescape"))
     done = count if replace_all else 1
     return ok(f"edited '{path}': {done} replacement{'s' * (done > 1)}, "
               f"{meta['lines_changed']} lines changed", replacements=done, **meta)
 
 
-def _create_by_edit(real, path, before, new_text):
+def _create_by_edit(ctx, real, path, before, new_text):
     if before is not None:
         raise ToolError(f"'{path}' already exists. To change it, give old_text (the exact text "
                         "to replace); to overwrite all of it, use write_file.")
-    meta = _write(real, None, _encode(new_text, "surrogatepass"))
+    meta = _write(ctx, real, None, _encode(new_text, "surrogatepass"))
     return ok(f"created '{path}' ({meta['bytes']} bytes)", replacements=0, **meta)
 
 
@@ -484,14 +586,17 @@ def _no_match_hint(text, old):
     return ""
 
 
-def _write(real, before, data):
+def _write(ctx, real, before, data):
     """Write data to real (in place: mode, owner and hard links stay); returns the meta."""
+    allocated = _check_write(ctx, real, len(data))
     os.makedirs(os.path.dirname(real), exist_ok=True)
     with open(real, "wb") as f:
         f.write(data)
+    digest = hashlib.sha256(data).hexdigest()
+    _note_write(ctx, real, allocated, digest)
     return {"bytes": len(data),
             "sha256_before": None if before is None else hashlib.sha256(before).hexdigest(),
-            "sha256_after": hashlib.sha256(data).hexdigest(),
+            "sha256_after": digest,
             "lines_changed": _lines_changed(before or b"", data), "created": before is None}
 
 
@@ -726,6 +831,629 @@ def _glob_match(glob, name):
     return fnmatch.fnmatchcase(name, glob)
 
 
+# -- change tracking --------------------------------------------------------------------------
+
+
+class Snapshot:
+    """One walk of the tree under the root: lstat fields by relative path, hashes, link targets.
+
+    `stats[path]` is `_entry(lstat)`; an entry whose tuple did not change since the last walk
+    keeps its hash without being read again. `gits` lists the `.git` entries met (not entered).
+    """
+
+    def __init__(self, stats, complete, gits):
+        self.stats, self.complete, self.gits = stats, complete, gits
+        self.hashes, self.unhashed, self.targets = {}, {}, {}
+        self.hash_left = HASH_WALK_MAX
+
+    @property
+    def size(self):
+        """Bytes the tree takes on disk."""
+        return _size(self.stats)
+
+
+def _entry(st):
+    return (st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_blocks,
+            st.st_nlink)
+
+
+def _is_git(name):
+    # Any case: on a case-insensitive host file system git takes .GIT for .git.
+    return len(name) == 4 and name.lower() == ".git"
+
+
+def _opaque(name):
+    """Directories a walk records but does not enter."""
+    return _is_git(name) or name.startswith(QUARANTINE)
+
+
+def _walk(ctx):
+    """(stats, complete, .git paths, directories that could not be listed) under the root."""
+    stats, gits, unlisted, stack = {}, [], [], [("", ctx.root)]
+    while stack:
+        prefix, directory = stack.pop()
+        for entry in _listing(directory, unlisted, prefix):
+            if not prefix and entry.name in ctx.hidden:
+                continue
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue  # gone since the listing
+            path = prefix + entry.name
+            stats[path] = (st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino,
+                           st.st_blocks, st.st_nlink)  # _entry(st), inline: the hot loop
+            if stat.S_ISDIR(st.st_mode) and not _opaque(entry.name):
+                stack.append((path + "/", entry.path))
+            elif _is_git(entry.name):
+                gits.append(path)
+            if len(stats) >= TRACK_MAX_ENTRIES:
+                return stats, False, gits, unlisted
+    return stats, True, gits, unlisted
+
+
+def _listing(directory, unlisted, prefix):
+    try:
+        with os.scandir(directory) as it:
+            return list(it)
+    except OSError:
+        unlisted.append(prefix)  # unreadable (chmod 000) or gone: what it held stays unknown
+        return []
+
+
+def _size(stats):
+    """Bytes allocated (st_blocks), hard links counted once."""
+    total = sum(st[5] for st in stats.values())
+    linked = {}  # inode -> (blocks, how many of its names were counted)
+    for st in stats.values():
+        if st[6] > 1 and not stat.S_ISDIR(st[0]):
+            blocks, seen = linked.get(st[4], (st[5], 0))
+            linked[st[4]] = (blocks, seen + 1)
+    return (total - sum(blocks * (seen - 1) for blocks, seen in linked.values())) * 512
+
+
+def _tree_size(ctx):
+    """The project's size on disk now (a stat-only walk)."""
+    return _size(_walk(ctx)[0])
+
+
+def _snapshot(ctx, old):
+    """A new walk; what did not change is taken from `old`, what did is hashed or read."""
+    stats, complete, gits, unlisted = _walk(ctx)
+    snap = Snapshot(stats, complete, gits)
+    before = {} if old is None else old.stats
+    if old is not None:
+        snap.hashes, snap.unhashed = dict(old.hashes), dict(old.unhashed)
+        snap.targets = dict(old.targets)
+        _carry_unseen(old, snap, unlisted)
+    for path, st in stats.items():
+        if before.get(path) != st:
+            _describe(ctx, snap, path, st)
+    for path in before.keys() - stats.keys():
+        _forget(snap, path)
+    return snap
+
+
+def _carry_unseen(old, snap, unlisted):
+    """Keep what a capped walk or an unreadable directory hid: unknown is not deleted."""
+    if snap.complete and not unlisted:
+        return
+    for path in old.stats.keys() - snap.stats.keys():
+        if not snap.complete or any(path.startswith(prefix) for prefix in unlisted):
+            snap.stats[path] = old.stats[path]
+            if path in old.gits:
+                snap.gits.append(path)
+
+
+def _forget(snap, path):
+    for table in (snap.hashes, snap.unhashed, snap.targets):
+        table.pop(path, None)
+
+
+def _describe(ctx, snap, path, st):
+    """Hash a new or changed regular file, read a new or changed symlink."""
+    _forget(snap, path)
+    if stat.S_ISREG(st[0]):
+        _hash_into(ctx, snap, path, st)
+    elif stat.S_ISLNK(st[0]):
+        with contextlib.suppress(OSError):
+            snap.targets[path] = os.readlink(os.path.join(ctx.root, path))
+
+
+def _hash_into(ctx, snap, path, st):
+    size = st[1]
+    if size > HASH_FILE_MAX:
+        snap.unhashed[path] = f"not hashed: larger than {HASH_FILE_MAX >> 20} MiB"
+    elif size > snap.hash_left:
+        snap.unhashed[path] = f"not hashed: over the {HASH_WALK_MAX >> 20} MiB hashed per walk"
+    else:
+        snap.hash_left -= size
+        digest, why = _sha256(os.path.join(ctx.root, path), st[4])
+        if digest:
+            snap.hashes[path] = digest
+        else:
+            snap.unhashed[path] = why
+
+
+def _sha256(path, ino):
+    """(hex digest, None) of a regular file, or (None, why not); never follows a link or blocks."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as f:
+            info = os.fstat(f.fileno())
+            if not stat.S_ISREG(info.st_mode) or info.st_ino != ino:
+                return None, "not hashed: replaced while being read"
+            digest = hashlib.sha256()
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                digest.update(chunk)
+    except OSError as exc:
+        return None, f"not hashed: {exc.strerror or exc}"
+    return digest.hexdigest(), None
+
+
+def _kind(mode):
+    if stat.S_ISREG(mode):
+        return "file"
+    if stat.S_ISDIR(mode):
+        return "dir"
+    return "symlink" if stat.S_ISLNK(mode) else "other"
+
+
+def _diff(old, new):
+    """Sorted (path, change) pairs from `old` to `new`; contents, not timestamps, decide."""
+    found = []
+    for path, st in new.stats.items():
+        prev = old.stats.get(path)
+        if prev is None:
+            found.append((path, "created"))
+        elif prev != st:
+            change = _change_kind(old, new, path, prev, st)
+            if change:
+                found.append((path, change))
+    found += [(path, "deleted") for path in old.stats.keys() - new.stats.keys()]
+    found.sort()
+    return found
+
+
+def _change_kind(old, new, path, prev, st):
+    if _kind(prev[0]) != _kind(st[0]):
+        return "type"
+    if stat.S_ISREG(st[0]) and _content_changed(old, new, path, prev, st):
+        return "modified"
+    if stat.S_ISLNK(st[0]) and old.targets.get(path) != new.targets.get(path):
+        return "modified"
+    return "mode" if stat.S_IMODE(prev[0]) != stat.S_IMODE(st[0]) else None
+
+
+def _content_changed(old, new, path, prev, st):
+    before, after = old.hashes.get(path), new.hashes.get(path)
+    if before and after:
+        return before != after
+    return prev[1] != st[1] or prev[2] != st[2]  # not hashed: size or mtime tell
+
+
+def _change_record(old, new, path, change):
+    """One entry of meta["changes"] / meta["outside_changes"]."""
+    a, b = old.stats.get(path), new.stats.get(path)
+    record = {"path": path, "change": change, "kind": _kind((b or a)[0]),
+              "sha256_before": _file_hash(old, path, a), "sha256_after": _file_hash(new, path, b),
+              "size_before": _file_size(a), "size_after": _file_size(b),
+              "mode_before": _octal(a), "mode_after": _octal(b),
+              "target": new.targets.get(path) if b else old.targets.get(path)}
+    why = (b and new.unhashed.get(path)) or (a and old.unhashed.get(path))
+    if why:
+        record["unhashed"] = why
+    return record
+
+
+def _file_hash(snap, path, st):
+    return snap.hashes.get(path) if st and stat.S_ISREG(st[0]) else None
+
+
+def _file_size(st):
+    return st[1] if st and stat.S_ISREG(st[0]) else None
+
+
+def _octal(st):
+    """Permission bits as the 4-digit octal text chmod takes, e.g. '0644' or '4755'."""
+    return None if st is None else f"{stat.S_IMODE(st[0]):04o}"
+
+
+def _counts(found):
+    """'2 created, 1 modified' for a list of (path, change)."""
+    count = Counter(change for _, change in found)
+    words = (("created", "created"), ("modified", "modified"), ("deleted", "deleted"),
+             ("mode", "mode changed"), ("type", "type changed"))
+    return ", ".join(f"{count[key]} {word}" for key, word in words if count[key])
+
+
+class Tracker:
+    """The index of the project between calls, and which .git entries were there before."""
+
+    def __init__(self, ctx):
+        self.ctx, self.index = ctx, None
+        self.started_ns = time.time_ns()
+        self.known_git = {}  # .git entries older than the session: path -> identity
+        self.own_git = set()  # .git entries our commands made that could not be disabled
+
+    def start(self):
+        """The first index; .git entries made since the toolbox started count as new."""
+        self.index = _snapshot(self.ctx, None)
+        self.known_git = {path: self.identity(self.index, path) for path in self.index.gits
+                          if self.index.stats[path][3] < self.started_ns}
+
+    def rewalk(self):
+        """(old index, new index, changes between them); the new one becomes the index."""
+        old, self.index = self.index, _snapshot(self.ctx, self.index)
+        return old, self.index, _diff(old, self.index)
+
+    @staticmethod
+    def identity(snap, path):
+        """What makes a .git entry the same one: its kind, inode and link target."""
+        st = snap.stats.get(path)
+        return None if st is None else (_kind(st[0]), st[4], snap.targets.get(path))
+
+    def foreign_git(self):
+        """.git entries that appeared or were replaced during the session, not by our commands."""
+        return [path for path in self.index.gits if path not in self.own_git
+                and self.known_git.get(path) != self.identity(self.index, path)]
+
+    def refresh(self, path):
+        """Re-read one entry's lstat after we changed it ourselves (its content is the same)."""
+        self.index.stats[path] = _entry(os.lstat(os.path.join(self.ctx.root, path)))
+
+    def rename(self, path, new_path):
+        """Move an entry we renamed; it is opaque, so nothing below it is indexed."""
+        _forget(self.index, path)
+        del self.index.stats[path]
+        self.index.gits.remove(path)
+        self.refresh(new_path)
+
+    def note_write(self, real, digest):
+        """A write_file/edit_file result, so the next walk does not call it an outside change."""
+        path = rel(self.ctx, real)
+        parts = path.split("/")
+        if self.index is None or parts[0] in self.ctx.hidden or any(map(_opaque, parts[:-1])):
+            return
+        for i in range(1, len(parts) + 1):  # the file and the directories made for it
+            sub = "/".join(parts[:i])
+            if i == len(parts) or sub not in self.index.stats:
+                self.refresh(sub)
+        _forget(self.index, path)
+        self.index.hashes[path] = digest
+        if _is_git(parts[-1]) and path not in self.index.gits:
+            self.index.gits.append(path)
+
+
+class _Tracking:
+    """What tracking adds to one shell call's result: meta keys, lines for the model, verdict."""
+
+    def __init__(self):
+        self.meta, self.lines, self.failed, self.status = {}, [], False, None
+        self.fsize_note = None
+
+    def add_changes(self, key, old, new, found):
+        """meta[key] (capped), key_total and key_truncated for a list of (path, change)."""
+        self.meta[key] = [_change_record(old, new, path, change)
+                          for path, change in found[:CHANGES_MAX]]
+        self.meta[f"{key}_total"] = len(found)
+        self.meta[f"{key}_truncated"] = len(found) > CHANGES_MAX
+
+
+def _track_before(ctx, report):
+    """Index the tree before a command: outside changes, the disk baseline, the git guard."""
+    tracker = ctx.tracker
+    if tracker.index is None:
+        tracker.start()
+    else:
+        old, new, found = tracker.rewalk()
+        if found:
+            report.add_changes("outside_changes", old, new, found)
+            report.lines.append("note: files changed outside the sandbox since the last call "
+                                f"(not by you): {_counts(found)}")
+    if ctx.disk is not None:
+        ctx.disk.settle(tracker.index.size)
+    return _git_guard(ctx, report) if ctx.git_guard else None
+
+
+def _git_guard(ctx, report):
+    """A refusal when a .git appeared from outside and is not mounted read-only; else None."""
+    mounts = _readonly_mounts(ctx.root)
+    found = [path for path in ctx.tracker.foreign_git()
+             if os.path.join(ctx.root, path) not in mounts]
+    if not found:
+        return None
+    shown = ", ".join(found[:5]) + (", ..." if len(found) > 5 else "")
+    return fail(f"a git repository appeared in the project from outside the sandbox during this "
+                f"session ({shown}); the command was not run. The sandbox has to be restarted "
+                "with it mounted read-only first.", remount_needed=found, **report.meta)
+
+
+def _readonly_mounts(root, mountinfo="/proc/self/mountinfo"):
+    """Mount points at or under root that are mounted read-only."""
+    try:
+        with open(mountinfo, "rb") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return set()
+    found = set()
+    for line in lines:
+        fields = line.split(b" ")
+        if len(fields) > 5 and b"ro" in fields[5].split(b","):
+            point = os.fsdecode(re.sub(rb"\\([0-7]{3})", lambda m: bytes([int(m[1], 8)]),
+                                       fields[4]))
+            if _inside(root, point):
+                found.add(point)
+    return found
+
+
+def _track_after(ctx, report, reason):
+    """Index the tree after a command: its changes, then set-id bits and new .git entries."""
+    old, new, found = ctx.tracker.rewalk()
+    report.add_changes("changes", old, new, found)
+    report.meta["changes_incomplete"] = not (old.complete and new.complete)
+    if found:
+        report.lines.append(f"files changed: {_counts(found)}")
+    if report.meta["changes_incomplete"]:
+        report.lines.append(f"note: the project has more than {TRACK_MAX_ENTRIES} entries; "
+                            "only part of it was checked for changes")
+    _clear_setid(ctx, old, found, report)
+    if ".git" in ctx.readonly:  # with --allow-git-writes the person allowed repositories
+        _quarantine_git(ctx, old, report)
+    if ctx.disk is not None:
+        ctx.disk.size = new.size
+        _disk_verdict(ctx.disk, report, reason)
+
+
+# -- set-id bits and new .git entries ---------------------------------------------------------
+
+
+def _clear_setid(ctx, old, found, report):
+    """Drop set-id bits a command added: on the host such a file runs with its owner's rights."""
+    cleared = []
+    for path, _ in found:
+        st, prev = ctx.tracker.index.stats.get(path), old.stats.get(path)
+        if st is None or not stat.S_ISREG(st[0]):
+            continue
+        added = st[0] & SETID & ~(prev[0] if prev and stat.S_ISREG(prev[0]) else 0)
+        if added:
+            cleared.append(_drop_bits(ctx, path, st, added))
+    for record in cleared:
+        bits = " and ".join(record["removed"]) + " bit" + "s" * (len(record["removed"]) > 1)
+        if "error" in record:
+            report.lines.append(f"could not remove the {bits} from ./{record['path']} "
+                                f"({record['error']}): set-id files are not allowed in the project")
+        else:
+            report.lines.append(f"removed {bits} from ./{record['path']}: set-id files are not "
+                                "allowed in the project")
+    if cleared:
+        report.meta["setid_cleared"] = cleared
+
+
+def _drop_bits(ctx, path, st, bits):
+    names = [name for flag, name in ((stat.S_ISUID, "set-uid"), (stat.S_ISGID, "set-gid"))
+             if bits & flag]
+    record = {"path": path, "removed": names, "mode_before": _octal(st)}
+    try:
+        _chmod_nofollow(ctx.root, path, st[4], stat.S_IMODE(st[0]) & ~bits)
+        ctx.tracker.refresh(path)
+        record["mode_after"] = _octal(ctx.tracker.index.stats[path])
+    except OSError as exc:
+        record["error"] = exc.strerror or str(exc)
+    return record
+
+
+def _open_parent(root, path):
+    """(fd of path's directory, opened from the root without following any link; last name)."""
+    *dirs, leaf = path.split("/")
+    fd = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for name in dirs:
+            below = os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                            dir_fd=fd)
+            os.close(fd)
+            fd = below
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, leaf
+
+
+def _chmod_nofollow(root, path, ino, mode):
+    """chmod root/path; a symlink swapped in anywhere on the way cannot redirect it."""
+    parent, leaf = _open_parent(root, path)
+    try:
+        fd = os.open(leaf, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+    finally:
+        os.close(parent)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_ino != ino:
+            raise OSError(errno.ESTALE, "replaced since it was seen")
+        os.chmod(f"/proc/self/fd/{fd}", mode)  # Linux has no fchmod on an O_PATH descriptor
+    finally:
+        os.close(fd)
+
+
+def _quarantine_git(ctx, old, report):
+    """Rename .git entries a command made or replaced, so git on the host never honours them."""
+    tracker = ctx.tracker
+    made = [path for path in tracker.index.gits
+            if tracker.identity(old, path) != tracker.identity(tracker.index, path)]
+    if not made:
+        return
+    mounts = _readonly_mounts(ctx.root)
+    done = [_disable_git(ctx, path) for path in made
+            if os.path.join(ctx.root, path) not in mounts]
+    for record in done:
+        what = ("could not be disabled: " + record["error"] if "error" in record
+                else f"was disabled (renamed to {record['renamed_to']})")
+        report.lines.append("new git repositories inside the project are not allowed in the "
+                            f"sandbox; {record['path']} {what}")
+    if done:
+        report.meta["git_quarantined"] = done
+
+
+def _disable_git(ctx, path):
+    kind = _kind(ctx.tracker.index.stats[path][0])
+    renamed = path[:-4] + QUARANTINE + os.urandom(4).hex()
+    try:
+        parent, leaf = _open_parent(ctx.root, path)
+        try:
+            os.rename(leaf, renamed.rsplit("/", 1)[-1], src_dir_fd=parent, dst_dir_fd=parent)
+        finally:
+            os.close(parent)
+        ctx.tracker.rename(path, renamed)
+    except OSError as exc:
+        ctx.tracker.own_git.add(path)  # not "from outside": the git guard must not trip on it
+        return {"path": path, "kind": kind, "renamed_to": None, "error": exc.strerror or str(exc)}
+    return {"path": path, "kind": kind, "renamed_to": renamed}
+
+
+# -- disk budget ------------------------------------------------------------------------------
+
+
+class Disk:
+    """The disk budget: how much the project grew during the session, and the host's free space.
+
+    Growth is measured with stat-only walks (st_blocks). Growth between our calls is someone
+    else's (the person on the host): it moves the base, not the growth.
+    """
+
+    def __init__(self, budget, min_free):
+        self.budget, self.min_free = budget, min_free
+        self.base = self.size = self.before = None  # project bytes: no growth / now / at start
+        self.stopped = None  # (growth, free) when a watch killed the last command
+
+    def growth(self):
+        """Bytes the project grew by in our calls."""
+        return 0 if self.base is None else self.size - self.base
+
+    def settle(self, size):
+        """Before a command (or the first write), with the project's size now."""
+        if self.base is None:
+            self.base = self.size = size
+        self.base += size - self.size
+        self.size = self.before = size
+
+    def text(self, growth, free=None):
+        """Why the disk is over its limit, for the model."""
+        if free is not None and free < self.min_free and not 0 < self.budget < growth:
+            return (f"disk nearly full: {_human(free)} free, less than the "
+                    f"{_human(self.min_free)} the sandbox keeps free")
+        return (f"disk budget exceeded: the project grew by {_human(growth)} "
+                f"(budget {_human(self.budget)})")
+
+
+def _human(size):
+    """1536 -> '1.5 KB' (binary units, as budgets are given)."""
+    if size < 1024:
+        return f"{size} bytes"
+    for unit in ("KB", "MB", "GB", "TB"):
+        size /= 1024
+        if size < 1024 or unit == "TB":
+            return f"{size:.1f} {unit}"
+    return ""
+
+
+def _fs_usage(root):
+    """(used, free for us) bytes of the file system holding root; (0, huge) when unknown."""
+    try:
+        st = os.statvfs(root)
+    except OSError:
+        return 0, 1 << 62
+    return (st.f_blocks - st.f_bfree) * st.f_frsize, st.f_bavail * st.f_frsize
+
+
+class _DiskWatch:
+    """Polled while a command runs: says "disk" when it must be killed.
+
+    statvfs is cheap, so it is read every DISK_POLL_SECONDS; the file system's growth is only a
+    hint (anything on the host writes there), confirmed by a walk measuring the project.
+    """
+
+    def __init__(self, ctx):
+        self.ctx, self.disk = ctx, ctx.disk
+        self.next_poll = self.next_walk = 0.0
+        self.trigger = self._trigger(_fs_usage(ctx.root)[0], self.disk.growth())
+
+    def _trigger(self, used, growth):
+        """The file system usage at which to measure the project again."""
+        if not self.disk.budget:
+            return None
+        return used + max(self.disk.budget - growth, DISK_STEP)
+
+    def __call__(self):
+        now = time.monotonic()
+        if now < self.next_poll:
+            return None
+        self.next_poll = now + DISK_POLL_SECONDS
+        used, free = _fs_usage(self.ctx.root)
+        low = free < self.disk.min_free
+        grew = self.trigger is not None and used >= self.trigger
+        if now < self.next_walk or not (low or grew):
+            return None
+        size = _tree_size(self.ctx)
+        # Others writing to the same file system must not keep us walking all the time.
+        self.next_walk = now + max(DISK_WALK_GAP, 3 * (time.monotonic() - now))
+        growth = size - self.disk.base
+        if size > self.disk.before and (low or 0 < self.disk.budget < growth):
+            self.disk.stopped = (growth, free)  # this command is adding to it
+            return "disk"
+        self.trigger = self._trigger(used, growth)  # the growth was someone else's
+        return None
+
+
+def _disk_verdict(disk, report, reason):
+    """The disk lines of a shell result; ok false when this command took the project over."""
+    growth = disk.growth()
+    if disk.budget:
+        report.meta["disk_growth"] = growth
+    over = 0 < disk.budget < growth
+    if reason == "disk":
+        seen, free = disk.stopped
+        report.status = (disk.text(max(growth, seen), free) + "; the command was killed. "
+                         "Delete files you do not need to go on.")
+    elif over and disk.size > disk.before:
+        report.lines.append(disk.text(growth) + ". Delete files you do not need to go on.")
+    else:
+        if over:
+            report.lines.append(f"note: {disk.text(growth)}; delete files you do not need")
+        return
+    report.failed = report.meta["disk_budget_exceeded"] = True
+
+
+def _check_write(ctx, real, size):
+    """Refuse a write that takes the project over its disk budget; returns the old allocation."""
+    disk = ctx.disk
+    try:
+        old = os.lstat(real).st_blocks * 512
+    except OSError:
+        old = 0
+    if disk is None:
+        return old
+    grow = -(-size // 4096) * 4096 - old  # whole blocks
+    if grow > 0 and disk.budget and disk.base is None:
+        disk.settle(_tree_size(ctx))  # no command yet: the project as it is now is the base
+    if grow > 0 and 0 < disk.budget < disk.growth() + grow:
+        raise ToolError(f"disk budget exceeded: writing {_human(size)} would make the project "
+                        f"{_human(disk.growth() + grow)} bigger than at the start (budget "
+                        f"{_human(disk.budget)}), so it was refused. Delete files you do not "
+                        "need to go on.", disk_budget_exceeded=True)
+    free = _fs_usage(ctx.root)[1]
+    if grow > 0 and free - grow < disk.min_free:
+        raise ToolError(disk.text(0, free) + f"; writing {_human(size)} was refused. Delete "
+                        "files you do not need to go on.", disk_budget_exceeded=True)
+    return old
+
+
+def _note_write(ctx, real, old, digest):
+    """Keep the index and the disk's size in step with a write of ours."""
+    if ctx.tracker is not None:
+        ctx.tracker.note_write(real, digest)
+    if ctx.disk is not None and ctx.disk.size is not None:
+        ctx.disk.size += os.lstat(real).st_blocks * 512 - old
+
+
 # -- run_shell_command ------------------------------------------------------------------------
 
 
@@ -736,16 +1464,33 @@ def tool_run_shell_command(ctx, command, timeout_seconds=None):
         raise ToolError("argument 'timeout_seconds' must be more than 0")
     if not command.strip():
         raise ToolError("command is empty")
+    report = _Tracking()
+    refused = _track_before(ctx, report) if ctx.tracker is not None else None
+    if refused:
+        return refused
+    proc, reason, *rest = _run(ctx, command, timeout)
+    if ctx.tracker is not None:  # after the sweep: nothing of the command runs any more
+        _track_after(ctx, report, reason)
+    report.fsize_note = _fsize_note(ctx)
+    return _shell_result(proc, reason, timeout, *rest, report)
+
+
+def _run(ctx, command, timeout):
+    """(proc, reason it was stopped, shell exit, processes left, limit hits, stdout, stderr)."""
     forks, ooms = _limit_counters(ctx)
     proc, deadline = _spawn(ctx, command), time.monotonic() + timeout
     since = _start_tick(proc.pid)
     out, err = _Capture(ctx.max_output), _Capture(ctx.max_output)
+    disk = _DiskWatch(ctx) if ctx.disk is not None else None
 
-    def over():
-        """Stop a command drowning us in output."""
-        return "overflow" if out.total + err.total > OUTPUT_HARD_LIMIT else None
+    def stop():
+        """Stop a command drowning us in output or filling the disk."""
+        if out.total + err.total > OUTPUT_HARD_LIMIT:
+            return "overflow"
+        return disk() if disk else None
 
-    reason = _pump(proc, (out, err), deadline, over) or _wait(proc, deadline)
+    tick = DISK_POLL_SECONDS if disk else None
+    reason = _pump(proc, (out, err), deadline, stop, tick) or _wait(proc, deadline, stop, tick)
     shell_exit = proc.poll()
     left = _sweep(ctx, proc.pid, since)
     if reason:  # what the killed processes wrote before they died
@@ -753,8 +1498,15 @@ def tool_run_shell_command(ctx, command, timeout_seconds=None):
     _finish(proc)
     _reap()
     forks_now, ooms_now = _limit_counters(ctx)
-    hits = (forks_now - forks, ooms_now - ooms)
-    return _shell_result(proc, reason, timeout, shell_exit, left, hits, out, err)
+    return proc, reason, shell_exit, left, (forks_now - forks, ooms_now - ooms), out, err
+
+
+def _fsize_note(ctx):
+    """What exit code 153 (128 + SIGXFSZ) means here, when a file size limit is set."""
+    if ctx.fsize_limit is None:
+        return None
+    budget = ctx.disk is not None and ctx.disk.budget
+    return "file size limit exceeded" + " (the disk budget)" * bool(budget)
 
 
 def _spawn(ctx, command):
@@ -771,13 +1523,19 @@ def _spawn(ctx, command):
                         "out of processes or memory; wait a moment and try again.") from exc
 
 
-def _wait(proc, deadline):
-    """None when the shell exited by the deadline, else 'timeout'."""
-    try:
-        proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-        return None
-    except subprocess.TimeoutExpired:
-        return "timeout"
+def _wait(proc, deadline, should_stop=None, tick=None):
+    """None when the shell exited by the deadline, else 'timeout' or what should_stop() says."""
+    while True:
+        left = max(0.0, deadline - time.monotonic())
+        try:
+            proc.wait(timeout=min(left, tick) if tick else left)
+            return None
+        except subprocess.TimeoutExpired:
+            if not tick or left <= tick:
+                return "timeout"
+        reason = should_stop() if should_stop else None
+        if reason:
+            return reason
 
 
 def _finish(proc):
@@ -801,24 +1559,28 @@ def _reap():
         pass
 
 
-def _shell_result(proc, reason, timeout, shell_exit, left, hits, out, err):
+def _shell_result(proc, reason, timeout, shell_exit, left, hits, out, err, report=None):
+    report = report or _Tracking()
     code, sig = proc.returncode, None
     if reason:
         code, sig = None, "SIGKILL"
     elif code < 0:
         code, sig = 128 - code, _signal_name(-code)
     forks_refused, oom_kills = hits
-    head = [_status_line(reason, timeout, code, sig, shell_exit, oom_kills)]
-    head += _runaway_notes(forks_refused, oom_kills, 0 if reason else left)
+    status = report.status or _status_line(reason, timeout, code, sig, shell_exit, oom_kills)
+    if code == 153 and report.fsize_note:  # 128 + SIGXFSZ, at the limit the host set
+        status += f" ({report.fsize_note})"
+    head = [status, *_runaway_notes(forks_refused, oom_kills, 0 if reason else left)]
+    head += report.lines
     meta = {"exit_code": code, "timed_out": reason == "timeout", "signal": sig,
             "stdout_bytes": out.total, "stderr_bytes": err.total,
             "truncated": bool(reason == "overflow" or out.cut or err.cut),
             "output_limit_exceeded": reason == "overflow", "killed_processes": left,
-            "forks_refused": forks_refused, "oom_kills": oom_kills}
+            "forks_refused": forks_refused, "oom_kills": oom_kills, **report.meta}
     body = head + [f"{name}:\n{cap.text().rstrip(chr(10))}"
                    for name, cap in (("stdout", out), ("stderr", err)) if cap.total]
     text = "\n".join(body if len(body) > len(head) else [*body, "(no output)"])
-    good = code == 0 and not (reason or forks_refused or oom_kills)
+    good = code == 0 and not (reason or forks_refused or oom_kills or report.failed)
     return {"ok": good, "output": text, "meta": meta}
 
 
@@ -935,8 +1697,11 @@ class _Lines:
         return (self.lines + tail)[:self.limit]
 
 
-def _pump(proc, sinks, deadline, should_stop):
-    """Feed stdout and stderr to sinks until both close, the deadline, or should_stop() says."""
+def _pump(proc, sinks, deadline, should_stop, tick=None):
+    """Feed stdout and stderr to sinks until both close, the deadline, or should_stop() says.
+
+    should_stop() runs after every read, and at least every `tick` seconds when one is given.
+    """
     sel = selectors.DefaultSelector()
     for pipe, sink in ((proc.stdout, sinks[0]), (proc.stderr, sinks[1])):
         if not pipe.closed:
@@ -946,7 +1711,7 @@ def _pump(proc, sinks, deadline, should_stop):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return "timeout"
-            for key, _ in sel.select(remaining):
+            for key, _ in sel.select(min(remaining, tick) if tick else remaining):
                 chunk = os.read(key.fd, CHUNK)
                 if chunk:
                     key.data.add(chunk)

@@ -11,6 +11,7 @@ import errno
 import hashlib
 import json
 import os
+import resource
 import selectors
 import shutil
 import subprocess
@@ -35,11 +36,14 @@ HAS_RG = shutil.which("rg") is not None
 class Box:
     """A toolbox process and a tiny client for its protocol."""
 
-    def __init__(self, root: Path, *args: str, env: dict[str, str] | None = None) -> None:
+    def __init__(self, root: Path, *args: str, env: dict[str, str] | None = None,
+                 fsize: int | None = None) -> None:
         self.root = root
         self.proc = subprocess.Popen(
             [PYTHON, str(TOOLBOX), "--root", str(root), *args],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
+            preexec_fn=(lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize)))
+            if fsize else None,
         )
         self._buf = b""
         self._next = 0
@@ -117,8 +121,8 @@ def make_box(root: Path) -> Iterator[Callable[..., Box]]:
     """Start toolboxes on `root` with extra argv; all are closed at the end."""
     boxes: list[Box] = []
 
-    def make(*args: str, env: dict[str, str] | None = None) -> Box:
-        boxes.append(Box(root, *args, env=env))
+    def make(*args: str, env: dict[str, str] | None = None, fsize: int | None = None) -> Box:
+        boxes.append(Box(root, *args, env=env, fsize=fsize))
         return boxes[-1]
 
     yield make
@@ -379,6 +383,19 @@ def test_readonly_dirs_refuse_writes_but_allow_reads(box: Box, root: Path):
            "is inside .git, which is read-only")
     assert not (root / "vendor" / "lib" / ".git" / "hooks").exists()
     assert box.call("write_file", path="vendor/lib/ok.txt", content="x")["ok"]
+
+
+def test_writes_through_a_link_to_a_git_dir_are_refused(box: Box, root: Path):
+    (root / "gitdir" / "hooks").mkdir(parents=True)
+    (root / "sub").mkdir()
+    (root / "sub" / ".git").symlink_to("../gitdir")
+    (root / "alias").symlink_to("sub/.git")
+    for path in ("sub/.git/hooks/pre-commit", "alias/hooks/pre-commit",
+                 str(root / "sub" / ".git" / "config")):
+        failed(box.call("write_file", path=path, content="#!/bin/sh\n"),
+               f"'{path}' is inside .git, which is read-only in the sandbox")
+    assert list((root / "gitdir" / "hooks").iterdir()) == []
+    assert box.call("read_file", path="alias/hooks/../../README.md")["ok"]  # reads go on
 
 
 # -- read_file --------------------------------------------------------------------------------
@@ -739,3 +756,331 @@ def test_runaways_are_failures_even_when_the_shell_exits_zero(hits: tuple[int, i
 def test_bombs(box: Box, command: str):
     failed(box.call("run_shell_command", command=command, timeout_seconds=5))
     box.alive()
+
+
+# -- change tracking around run_shell_command -------------------------------------------------
+
+
+def shell(box: Box, command: str, **args: Any) -> dict[str, Any]:
+    """One run_shell_command call."""
+    return box.call("run_shell_command", command=command, **args)
+
+
+def by_path(reply: dict[str, Any], key: str = "changes") -> dict[str, dict[str, Any]]:
+    """A result's change records by path."""
+    return {change["path"]: change for change in reply["meta"][key]}
+
+
+def change(path: str, kind: str, what: str, **fields: Any) -> dict[str, Any]:
+    """A full change record: every field None unless given."""
+    record: dict[str, Any] = {"path": path, "change": what, "kind": kind, "target": None}
+    for side in ("before", "after"):
+        for name in ("sha256", "size", "mode"):
+            record[f"{name}_{side}"] = None
+    return {**record, **fields}
+
+
+def test_shell_changes_are_reported_with_hashes(box: Box, root: Path):
+    (root / "run.sh").write_text("echo hi\n")
+    (root / "old.txt").write_text("old\n")
+    reply = shell(box, "printf 'more\\n' >> README.md; echo new > new.txt; rm old.txt; "
+                       "chmod 700 run.sh; ln -s README.md link; rm -r src && echo x > src")
+    assert reply["ok"], reply
+    assert by_path(reply) == {
+        "README.md": change("README.md", "file", "modified", sha256_before=sha(b"# demo\n"),
+                            sha256_after=sha(b"# demo\nmore\n"), size_before=7, size_after=12,
+                            mode_before="0644", mode_after="0644"),
+        "new.txt": change("new.txt", "file", "created", sha256_after=sha(b"new\n"),
+                          size_after=4, mode_after="0644"),
+        "old.txt": change("old.txt", "file", "deleted", sha256_before=sha(b"old\n"),
+                          size_before=4, mode_before="0644"),
+        "run.sh": change("run.sh", "file", "mode", sha256_before=sha(b"echo hi\n"),
+                         sha256_after=sha(b"echo hi\n"), size_before=8, size_after=8,
+                         mode_before="0644", mode_after="0700"),
+        "link": change("link", "symlink", "created", mode_after="0777", target="README.md"),
+        "src": change("src", "file", "type", sha256_after=sha(b"x\n"), size_after=2,
+                      mode_before="0755", mode_after="0644"),
+        "src/app.py": change("src/app.py", "file", "deleted", size_before=32,
+                             sha256_before=sha(b"def add(a, b):\n    return a + b\n"),
+                             mode_before="0644"),
+    }
+    assert [c["path"] for c in reply["meta"]["changes"]] == sorted(by_path(reply))
+    assert reply["meta"]["changes_total"] == 7
+    assert reply["meta"]["changes_truncated"] is reply["meta"]["changes_incomplete"] is False
+    assert reply["output"] == ("exit_code: 0\nfiles changed: 2 created, 1 modified, 2 deleted, "
+                               "1 mode changed, 1 type changed\n(no output)")
+    assert "outside_changes" not in reply["meta"]
+
+
+def test_a_command_changing_nothing_reports_no_changes(box: Box, root: Path):
+    reply = shell(box, "cat README.md; touch README.md; echo x > .git/x; echo y > .sandbox-agent/y")
+    assert reply["meta"]["changes"] == [] and reply["meta"]["changes_total"] == 0
+    assert reply["output"] == "exit_code: 0\nstdout:\n# demo"
+
+
+def test_changes_between_calls_are_outside_changes(box: Box, root: Path):
+    assert shell(box, "true")["meta"]["changes"] == []
+    (root / "README.md").write_text("# edited on the host\n")
+    (root / "host.txt").write_text("h")
+    assert box.call("write_file", path="notes/todo.txt", content="mine")["ok"]
+    assert box.call("edit_file", path="src/app.py", old_text="a + b", new_text="b + a")["ok"]
+
+    reply = shell(box, "echo c > cmd.txt")
+    assert set(by_path(reply)) == {"cmd.txt"}
+    outside = by_path(reply, "outside_changes")
+    assert set(outside) == {"README.md", "host.txt"}
+    assert outside["README.md"]["sha256_after"] == sha(b"# edited on the host\n")
+    assert reply["meta"]["outside_changes_total"] == 2
+    assert "files changed outside the sandbox since the last call (not by you): 1 created, " \
+           "1 modified" in reply["output"]
+    assert "outside_changes" not in shell(box, "true")["meta"]
+
+
+def test_the_change_lists_are_capped(box: Box, root: Path):
+    reply = shell(box, "mkdir many && cd many && for i in $(seq 1 600); do : > f$i; done")
+    meta = reply["meta"]
+    assert len(meta["changes"]) == 500 and meta["changes_total"] == 601
+    assert meta["changes_truncated"] is True
+    assert meta["changes"][0]["path"] == "many"
+    assert "files changed: 601 created" in reply["output"]
+
+
+def in_process(root: Path, *argv: str) -> Callable[[str], dict[str, Any]]:
+    """run_shell_command in this process (so a test can shrink the toolbox's caps)."""
+    ctx = toolbox.Context(toolbox.parse_args(["--root", str(root), *argv]))
+    return lambda command: toolbox.call_tool(ctx, "run_shell_command", {"command": command})
+
+
+def test_big_files_are_not_hashed_but_still_compared(root: Path, monkeypatch):
+    monkeypatch.setattr(toolbox, "HASH_FILE_MAX", 100)
+    monkeypatch.setattr(toolbox, "HASH_WALK_MAX", 150)
+    (root / "big.bin").write_bytes(b"x" * 200)
+    run = in_process(root)
+    reply = run("head -c 300 /dev/zero >> big.bin; head -c 90 /dev/zero > a.bin; "
+                "head -c 90 /dev/zero > b.bin")
+    found = by_path(reply)
+    assert found["big.bin"]["change"] == "modified"
+    assert found["big.bin"]["sha256_before"] is found["big.bin"]["sha256_after"] is None
+    assert found["big.bin"]["size_before"] == 200 and found["big.bin"]["size_after"] == 500
+    assert found["big.bin"]["unhashed"] == "not hashed: larger than 0 MiB"
+    assert found["a.bin"]["sha256_after"] == sha(b"\0" * 90)  # 90 of the 150 bytes a walk
+    assert found["b.bin"]["sha256_after"] is None
+    assert found["b.bin"]["unhashed"] == "not hashed: over the 0 MiB hashed per walk"
+    assert "unhashed" not in found["a.bin"]
+    again = by_path(run("rm b.bin; head -c 90 /dev/zero > c.bin"))  # a.bin is not read again
+    assert again["c.bin"]["sha256_after"] == sha(b"\0" * 90)
+
+
+def test_a_capped_walk_says_so_and_reports_no_false_deletions(root: Path, monkeypatch):
+    monkeypatch.setattr(toolbox, "TRACK_MAX_ENTRIES", 4)
+    run = in_process(root)
+    reply = run("true")
+    assert reply["meta"]["changes_incomplete"] is True
+    assert "only part of it was checked for changes" in reply["output"]
+    assert not [c for c in reply["meta"]["changes"] if c["change"] == "deleted"]
+
+
+# -- set-id bits ------------------------------------------------------------------------------
+
+
+def test_setid_bits_a_command_adds_are_removed(box: Box, root: Path):
+    (root / "old-suid").write_text("x")
+    (root / "old-suid").chmod(0o4755)  # in the tree before the session: left alone
+    (root / "shared").mkdir()
+    (root / "shared").chmod(0o2775)  # set-gid directories only pass on their group
+    reply = shell(box, "printf '#!/bin/sh\\n' > tool && chmod 4755 tool && : > g && "
+                       "chmod 2711 g && chmod g+s old-suid && mkdir shared/sub")
+    assert stat_mode(root / "tool") == 0o755 and stat_mode(root / "g") == 0o711
+    assert stat_mode(root / "old-suid") == 0o4755
+    assert stat_mode(root / "shared" / "sub") & 0o2000
+    assert reply["meta"]["setid_cleared"] == [
+        {"path": "g", "removed": ["set-gid"], "mode_before": "2711", "mode_after": "0711"},
+        {"path": "old-suid", "removed": ["set-gid"], "mode_before": "6755",
+         "mode_after": "4755"},
+        {"path": "tool", "removed": ["set-uid"], "mode_before": "4755", "mode_after": "0755"},
+    ]
+    assert "removed set-uid bit from ./tool: set-id files are not allowed in the project" \
+        in reply["output"]
+    assert "removed set-gid bit from ./g: set-id files" in reply["output"]
+    assert by_path(reply)["tool"]["mode_after"] == "4755"  # what the command did
+    assert "outside_changes" not in shell(box, "true")["meta"]  # our chmod is in the index
+
+
+def stat_mode(path: Path) -> int:
+    return path.lstat().st_mode & 0o7777
+
+
+def test_setid_chmod_never_follows_a_swapped_in_link(root: Path, tmp_path: Path):
+    outside = tmp_path / "outside-suid"
+    outside.write_text("x")
+    outside.chmod(0o4755)
+    (root / "d").mkdir()
+    (root / "d" / "tool").write_text("x")
+    ino = (root / "d" / "tool").stat().st_ino
+    shutil.rmtree(root / "d")
+    (root / "d").symlink_to(tmp_path)
+    (tmp_path / "tool").symlink_to(outside)
+    with pytest.raises(OSError):
+        toolbox._chmod_nofollow(str(root), "d/tool", ino, 0o755)
+    assert stat_mode(outside) == 0o4755
+
+
+# -- new .git entries -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("make", "kind"), [
+    ("git init -q sub 2>/dev/null || mkdir -p sub/.git/hooks; echo '#!/bin/sh' > sub/.git/hooks/pre-commit", "dir"),
+    ("mkdir sub && echo 'gitdir: ../evil' > sub/.git", "file"),
+    ("mkdir sub evil && ln -s ../evil sub/.git", "symlink"),
+    ("mkdir -p sub/.GIT/hooks", "dir"),
+])
+def test_a_git_entry_made_by_a_command_is_quarantined(box: Box, root: Path, make: str, kind: str):
+    reply = shell(box, make)
+    names = os.listdir(root / "sub")
+    assert not [n for n in names if n.lower() == ".git"], names
+    [moved] = [n for n in names if n.startswith(".git.quarantined-")]
+    assert len(moved) == len(".git.quarantined-") + 8
+    name = ".GIT" if ".GIT" in make else ".git"
+    assert reply["meta"]["git_quarantined"] == [
+        {"path": f"sub/{name}", "kind": kind, "renamed_to": f"sub/{moved}"}]
+    assert (f"new git repositories inside the project are not allowed in the sandbox; "
+            f"sub/{name} was disabled (renamed to sub/{moved})") in reply["output"]
+    after = shell(box, "ls -a sub")
+    assert "outside_changes" not in after["meta"] and after["meta"]["changes"] == []
+
+
+def test_a_replaced_git_dir_is_quarantined_and_an_edited_one_is_not(box: Box, root: Path):
+    edited = shell(box, "echo x > .git/description")
+    assert "git_quarantined" not in edited["meta"]
+    replaced = shell(box, "mv .git old-git && mkdir .git")
+    assert [q["path"] for q in replaced["meta"]["git_quarantined"]] == [".git"]
+    assert not (root / ".git").exists() and (root / "old-git" / "config").is_file()
+
+
+def test_git_entries_are_left_alone_when_git_writes_are_allowed(make_box: Callable[..., Box],
+                                                                  root: Path):
+    reply = shell(make_box(), "mkdir -p sub/.git")
+    assert (root / "sub" / ".git").is_dir() and "git_quarantined" not in reply["meta"]
+
+
+def test_the_git_guard_refuses_commands_after_a_repo_appears_outside(
+        make_box: Callable[..., Box], root: Path):
+    box = make_box("--readonly-dir", ".git", "--git-guard")
+    assert shell(box, "true")["ok"]  # the project's own .git predates the session
+    (root / "vendor" / ".git").mkdir(parents=True)
+    for _ in range(2):  # until the host restarts the sandbox
+        reply = shell(box, "touch ran")
+        failed(reply, "a git repository appeared in the project from outside the sandbox "
+                      "during this session (vendor/.git); the command was not run")
+        assert reply["meta"]["remount_needed"] == ["vendor/.git"]
+        assert not (root / "ran").exists()
+    assert box.call("write_file", path="vendor/x.txt", content="x")["ok"]
+
+
+def test_the_git_guard_counts_repos_made_before_the_first_command(
+        make_box: Callable[..., Box], root: Path):
+    box = make_box("--readonly-dir", ".git", "--git-guard")
+    (root / "late").mkdir()
+    (root / "late" / ".git").write_text("gitdir: /elsewhere\n")
+    assert shell(box, "true")["meta"]["remount_needed"] == ["late/.git"]
+
+
+def test_read_only_mount_points_come_from_mountinfo(tmp_path: Path):
+    info = tmp_path / "mountinfo"
+    info.write_bytes(
+        b"22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw\n"
+        b"30 22 8:1 /p/.git /workspace/.git ro,relatime - ext4 /dev/sda1 rw\n"
+        b"31 22 8:1 /p/a\\040b/.git /workspace/a\\040b/.git ro,nosuid - ext4 /dev/sda1 rw\n"
+        b"32 22 8:1 /p/c/.git /workspace/c/.git rw,relatime - ext4 /dev/sda1 rw\n"
+        b"33 22 0:5 / /workspace2/.git ro - tmpfs tmpfs ro\n")
+    found = toolbox._readonly_mounts("/workspace", str(info))
+    assert found == {"/workspace/.git", "/workspace/a b/.git"}
+
+
+# -- disk budget ------------------------------------------------------------------------------
+
+SLOW_FILL = "for i in $(seq 1 60); do head -c 1000000 /dev/zero > fill$i; sleep 0.1; done"
+
+
+def test_a_command_growing_the_project_past_the_budget_is_killed(make_box: Callable[..., Box],
+                                                                  root: Path):
+    box = make_box("--disk-budget", str(3 * 1024 * 1024))
+    started = time.monotonic()
+    reply = shell(box, SLOW_FILL)
+    output = failed(reply, "the command was killed. Delete files you do not need to go on.")
+    assert time.monotonic() - started < 5  # the whole loop takes more than 6 s
+    assert output.startswith("disk budget exceeded: the project grew by ")
+    assert "(budget 3.0 MB)" in output.splitlines()[0]
+    assert reply["meta"]["disk_budget_exceeded"] is True and reply["meta"]["exit_code"] is None
+    filled = sorted(root.glob("fill*"))
+    assert 4 <= len(filled) < 40  # 4 files of 0.95 MB are over the budget; polled every 0.1s
+    assert reply["meta"]["disk_growth"] > 3 * 1024 * 1024
+    assert {c["path"] for c in reply["meta"]["changes"]} == {p.name for p in filled}
+
+    still_over = shell(box, "echo alive")  # a command that adds nothing runs on
+    assert still_over["ok"] and "note: disk budget exceeded" in still_over["output"]
+    freed = shell(box, "rm fill*; head -c 1000000 /dev/zero > small")
+    assert freed["ok"] and "disk budget" not in freed["output"]
+    assert 0 < freed["meta"]["disk_growth"] < 2 * 1024 * 1024
+
+
+def test_a_command_that_closed_its_output_is_watched_too(make_box: Callable[..., Box]):
+    box = make_box("--disk-budget", str(2 * 1024 * 1024))
+    reply = shell(box, "exec >/dev/null 2>&1; " + SLOW_FILL)
+    failed(reply, "disk budget exceeded", "the command was killed")
+
+
+def test_growth_made_outside_the_sandbox_does_not_count(make_box: Callable[..., Box],
+                                                        root: Path):
+    box = make_box("--disk-budget", str(1024 * 1024))
+    assert shell(box, "true")["ok"]
+    (root / "dataset.bin").write_bytes(os.urandom(4 * 1024 * 1024))
+    reply = shell(box, "echo small > s.txt")
+    assert reply["ok"] and reply["meta"]["disk_growth"] < 64 * 1024, reply
+    assert "dataset.bin" in by_path(reply, "outside_changes")
+
+
+def test_writes_past_the_budget_are_refused(make_box: Callable[..., Box], root: Path):
+    box = make_box("--disk-budget", "100000")
+    reply = box.call("write_file", path="big.txt", content="x" * 200_000)
+    failed(reply, "disk budget exceeded: writing 195.3 KB would make the project",
+           "(budget 97.7 KB), so it was refused. Delete files you do not need to go on.")
+    assert reply["meta"]["disk_budget_exceeded"] is True and not (root / "big.txt").exists()
+    assert box.call("write_file", path="small.txt", content="a" + "x" * 50_000)["ok"]
+    failed(box.call("edit_file", path="small.txt", old_text="a", new_text="y" * 60_000),
+           "disk budget exceeded")
+    assert box.call("write_file", path="small.txt", content="y" * 90_000)["ok"]  # it replaces
+
+
+def test_low_free_space_kills_growing_commands_only(make_box: Callable[..., Box], root: Path):
+    box = make_box("--min-free", str(1 << 60))
+    reply = shell(box, SLOW_FILL)
+    failed(reply, "disk nearly full: ", "free, less than the 1048576.0 TB the sandbox keeps "
+                  "free; the command was killed.")
+    assert reply["meta"]["disk_budget_exceeded"] is True
+    assert shell(box, "rm fill*; echo fine")["ok"]
+    failed(box.call("write_file", path="x.txt", content="x"), "disk nearly full")
+
+
+def test_a_file_over_the_size_limit_says_it_is_the_disk_budget(make_box: Callable[..., Box],
+                                                                root: Path):
+    box = make_box("--disk-budget", "10000000", fsize=1_000_000)
+    reply = shell(box, "head -c 5000000 /dev/zero > big.bin")
+    output = failed(reply, "exit_code: 153 (file size limit exceeded (the disk budget))")
+    assert output.startswith("exit_code: 153")
+    assert (root / "big.bin").stat().st_size == 1_000_000
+    assert shell(box, "rm big.bin")["ok"]
+
+
+def test_no_track_switches_tracking_off(make_box: Callable[..., Box], root: Path):
+    box = make_box("--no-track", "--readonly-dir", ".git", "--disk-budget", "1000")
+    reply = shell(box, "mkdir -p sub/.git && : > t && chmod u+s t && head -c 100000 /dev/zero > z")
+    assert reply["ok"] and reply["output"] == "exit_code: 0\n(no output)"
+    assert not {"changes", "setid_cleared", "git_quarantined", "disk_growth"} & set(reply["meta"])
+    assert (root / "sub" / ".git").is_dir() and stat_mode(root / "t") & 0o4000
+
+
+def test_bad_disk_arguments_are_refused(root: Path):
+    for argv in (["--disk-budget", "-1"], ["--min-free", "-5"]):
+        with pytest.raises(SystemExit):
+            toolbox.parse_args(["--root", str(root), *argv])

@@ -402,8 +402,14 @@ class AuditLog:
         path: str | None = None,
         **extra: Any,
     ) -> dict[str, Any]:
-        """A tool result with a capped preview; a write's hashes also get a `write` record."""
+        """A tool result with a capped preview; a write's hashes also get a `write` record.
+
+        Files a shell command changed (`meta["changes"]`) and files changed outside tool calls
+        since the last command (`meta["outside_changes"]`) get one `write` record each.
+        """
         meta = dict(meta or {})
+        changed = [(c, "command") for c in _changes(meta.pop("changes", None))]
+        changed += [(c, "outside") for c in _changes(meta.pop("outside_changes", None))]
         lifted = {k: meta.pop(k) for k in _RESULT_META if k in meta}
         if isinstance(lifted.get("duration_ms"), float):
             lifted["duration_ms"] = _ms(lifted["duration_ms"])
@@ -420,7 +426,21 @@ class AuditLog:
                 sha256_before=lifted.get("sha256_before"), sha256_after=lifted["sha256_after"],
                 nbytes=lifted.get("bytes"), lines_changed=lifted.get("lines_changed"),
             )
+        for change, source in changed:
+            self._change(tool if source == "command" else None, call_id, change, source)
         return record
+
+    def _change(self, tool: str | None, call_id: str | None, change: Mapping[str, Any],
+                source: str) -> None:
+        """A `write` record for one file a command (or someone outside) created/changed/deleted."""
+        extra = {k: change.get(k) for k in _CHANGE_FIELDS if change.get(k) is not None}
+        if change.get("kind") is not None:  # "kind" names the record itself
+            extra["file_kind"] = change["kind"]
+        self.record(
+            "write", tool=tool, call_id=call_id, path=change.get("path"),
+            sha256_before=change.get("sha256_before"), sha256_after=change.get("sha256_after"),
+            bytes=change.get("size_after"), lines_changed=None, source=source, **extra,
+        )
 
     def write(
         self,
@@ -595,6 +615,15 @@ _RESULT_META = (
     "lines_changed",
 )
 _EVENT_KINDS = {"complete": "run_end"}
+_CHANGE_FIELDS = ("change", "size_before", "mode_before", "mode_after", "target",
+                  "unhashed")
+
+
+def _changes(value: Any) -> list[Mapping[str, Any]]:
+    """The change entries of a toolbox result (anything else the toolbox sent is dropped)."""
+    if not isinstance(value, list):
+        return []
+    return [entry for entry in value if isinstance(entry, Mapping) and entry.get("path")]
 
 
 def _unreserved(data: Mapping[str, Any]) -> dict[str, Any]:

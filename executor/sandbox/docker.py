@@ -229,7 +229,7 @@ class DockerSandbox:
 
     def _protect(self) -> None:
         """Find what git on the host would run from the tree, before the container exists."""
-        self._started_ns = time.time_ns()
+        self._started_ns = self._started_ns or time.time_ns()
         if self.config.read_only:
             return
         self._tree = scan(self.config.root)
@@ -284,7 +284,8 @@ class DockerSandbox:
 
     # -- the work ----------------------------------------------------------------------------
 
-    def call(self, tool: str, args: dict[str, Any], *, timeout: float | None = None) -> ToolResult:
+    def call(self, tool: str, args: dict[str, Any], *, timeout: float | None = None,
+             remounted: bool = False) -> ToolResult:
         """Run `tool` in the toolbox; a dead or stuck toolbox is restarted and reported."""
         if self._toolbox is None:
             raise SandboxError("the sandbox is not started")
@@ -295,10 +296,37 @@ class DockerSandbox:
             return self._recover(f"{tool} did not answer within {deadline:.0f}s")
         except ToolboxError as exc:
             return self._recover(f"the toolbox died during {tool} ({exc})")
-        return ToolResult(
+        result = ToolResult(
             ok=bool(reply.get("ok")), output=str(reply.get("output", "")),
             meta=dict(reply.get("meta") or {}),
         )
+        found = result.meta.get("remount_needed")
+        if found and not remounted:
+            self._remount([str(path) for path in found])
+            return self.call(tool, args, timeout=timeout, remounted=True)
+        return result
+
+    def _remount(self, found: list[str]) -> None:
+        """Recreate the container so repositories made on the host meanwhile are read-only.
+
+        Mounts are fixed when a container is created, so a `.git` the person made during the
+        session (found by the toolbox's guard, which then refused the command) needs a new one.
+        """
+        self._warn(f"a git repository appeared in the project during the session "
+                   f"({', '.join(found[:3])}); restarting the sandbox with it read-only "
+                   "(files in /tmp are lost)")
+        if self._toolbox is not None:
+            self._toolbox.stop()
+            self._toolbox = None
+        if self._container is not None:
+            with docker_errors("removing the sandbox container"):
+                self._container.remove(force=True, v=True)
+            self._container = None
+        self._protect()
+        self._container = self._create()
+        self._start_toolbox()
+        assert self._info is not None
+        self._info = self._info.model_copy(update={"container_id": self._container.id})
 
     def _deadline_for(self, args: dict[str, Any]) -> float:
         requested = args.get("timeout_seconds")

@@ -719,3 +719,26 @@ def test_a_fifo_in_place_of_a_day_file_is_an_error_not_a_hang(tmp_path: Path) ->
     assert report.problem is not None and "cannot be read" in report.problem.detail
     with pytest.raises(AuditError, match="cannot read"):
         list(read_records(directory))
+
+
+def test_files_a_command_changed_get_write_records(tmp_path: Path) -> None:
+    log = make_log(tmp_path)
+    made = {"path": "made.txt", "change": "created", "kind": "file", "sha256_before": None,
+            "sha256_after": "ab" * 32, "size_after": 5, "mode_after": "0644"}
+    gone = {"path": "old.txt", "change": "deleted", "kind": "file", "sha256_before": "cd" * 32,
+            "sha256_after": None, "size_before": 9}
+    edited = {"path": "notes.md", "change": "modified", "kind": "file",
+              "sha256_before": "01" * 32, "sha256_after": "02" * 32}
+    log.tool_result(tool="run_shell_command", ok=True, output="exit_code: 0", call_id="c1",
+                    meta={"exit_code": 0, "changes": [made, gone, "junk", {"no": "path"}],
+                          "changes_total": 2, "outside_changes": [edited]})
+    records = list(read_records(tmp_path))
+    writes = [r for r in records if r["kind"] == "write"]
+    assert [(w["path"], w["change"], w["source"], w["tool"]) for w in writes] == [
+        ("made.txt", "created", "command", "run_shell_command"),
+        ("old.txt", "deleted", "command", "run_shell_command"),
+        ("notes.md", "modified", "outside", None)]
+    assert writes[0]["sha256_after"] == "ab" * 32 and writes[0]["file_kind"] == "file"
+    assert writes[1]["sha256_before"] == "cd" * 32 and writes[1]["sha256_after"] is None
+    [result] = [r for r in records if r["kind"] == "tool_result"]
+    assert result["meta"] == {"changes_total": 2} and verify(tmp_path).ok

@@ -34,6 +34,7 @@ from executor.errors import (
 )
 from executor.messages import ToolResult
 from executor.protocols import SandboxInfo
+from executor.sandbox import seccomp
 from executor.sandbox.channel import Channel
 from executor.sandbox.engine import IMAGE_FIX, connect, docker_errors
 from executor.state import STATE_DIR, ensure_state_dir
@@ -446,7 +447,8 @@ def container_options(config: SandboxConfig, lock_path: Path, user: str) -> dict
         "command": ["sleep", "infinity"], "init": True, "user": user,
         "working_dir": WORKSPACE, "hostname": "sandbox", "mounts": mounts, "tmpfs": tmpfs,
         "network_mode": "bridge" if config.network else "none",
-        "cap_drop": ["ALL"], "security_opt": ["no-new-privileges"], "read_only": True,
+        "cap_drop": ["ALL"], "security_opt": ["no-new-privileges", seccomp.security_opt()],
+        "read_only": True,
         "pids_limit": config.pids_limit, "mem_limit": config.memory,
         "memswap_limit": config.memory, "nano_cpus": int(config.cpus * 1e9),
         "environment": {**_BASE_ENV, **config.env}, "ipc_mode": "private",

@@ -23,14 +23,17 @@ SECRET = "TOP-SECRET-do-not-leak-4242"
 @pytest.fixture(autouse=True)
 def _no_leftover_containers(docker_client: Any, request: pytest.FixtureRequest) -> Iterator[None]:
     """Every test must remove the containers it created."""
-    before = {c.id for c in docker_client.containers.list(all=True, filters={"label": LABEL_SESSION})}
+    # Sparse listings: one request each, with no inspect per container that a container
+    # removed meanwhile by someone else's run on the same engine would fail with 404.
+    before = {c.id for c in docker_client.containers.list(
+        all=True, filters={"label": LABEL_SESSION}, sparse=True)}
     yield
-    after = docker_client.containers.list(all=True, filters={"label": LABEL_SESSION})
-    leaked = [c for c in after if c.id not in before and safe_test_name(request) in c.labels.get(
-        "sandbox-agent.root", "")]
+    after = docker_client.containers.list(all=True, filters={"label": LABEL_SESSION}, sparse=True)
+    leaked = [c for c in after if c.id not in before and safe_test_name(request) in (
+        c.attrs.get("Labels") or {}).get("sandbox-agent.root", "")]
     for container in leaked:
         container.remove(force=True)
-    assert not leaked, f"test left containers behind: {[c.name for c in leaked]}"
+    assert not leaked, f"test left containers behind: {[c.attrs.get('Names') for c in leaked]}"
 
 
 @pytest.fixture

@@ -15,22 +15,23 @@ from typing import Any
 import pytest
 
 from executor.sandbox.docker import LABEL_SESSION, DockerSandbox, SandboxConfig
-from tests.conftest import IMAGE, safe_test_name
+from tests.conftest import IMAGE
 
 SECRET = "TOP-SECRET-do-not-leak-4242"
 
 
 @pytest.fixture(autouse=True)
-def _no_leftover_containers(docker_client: Any, request: pytest.FixtureRequest) -> Iterator[None]:
-    """Every test must remove the containers it created."""
-    # Sparse listings: one request each, with no inspect per container that a container
-    # removed meanwhile by someone else's run on the same engine would fail with 404.
-    before = {c.id for c in docker_client.containers.list(
-        all=True, filters={"label": LABEL_SESSION}, sparse=True)}
+def _no_leftover_containers(docker_client: Any, tmp_path: Path) -> Iterator[None]:
+    """Every test must remove the containers it created: those whose root is in its tmp_path.
+
+    The test's own tmp_path (unique per test and per pytest run), not its name: another run of
+    the same test on the same engine, by someone else at the same time, is not a leak of ours.
+    The listing is sparse (one request, no inspect per container that may be gone meanwhile).
+    """
     yield
-    after = docker_client.containers.list(all=True, filters={"label": LABEL_SESSION}, sparse=True)
-    leaked = [c for c in after if c.id not in before and safe_test_name(request) in (
-        c.attrs.get("Labels") or {}).get("sandbox-agent.root", "")]
+    listed = docker_client.containers.list(all=True, filters={"label": LABEL_SESSION}, sparse=True)
+    leaked = [c for c in listed if Path((c.attrs.get("Labels") or {}).get(
+        "sandbox-agent.root", "/")).is_relative_to(tmp_path)]
     for container in leaked:
         container.remove(force=True)
     assert not leaked, f"test left containers behind: {[c.attrs.get('Names') for c in leaked]}"

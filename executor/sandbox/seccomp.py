@@ -59,8 +59,8 @@ REFUSED = ("io_uring_setup", "io_uring_enter", "io_uring_register", "socketcall"
 NO_SYSCALL = ("openat2",)
 """Syscalls that fail with ENOSYS, so that callers fall back to an older one we can inspect."""
 
-_ENOSYS = 38
-# ENOSYS is 89 on MIPS; the arches are named as in Docker's own clone3 rule.
+_ENOSYS, _ENOSYS_MIPS = 38, 89
+# The arches whose ENOSYS is 89, named as in Docker's own clone3 rule.
 _MIPS = ["mips3l64n32", "mips64", "mips64n32", "mipsel", "mipsel64"]
 _TYPE_MASK = 0xF  # SOCK_TYPE_MASK: the type without SOCK_NONBLOCK / SOCK_CLOEXEC
 _INT_MASK = 0xFFFF_FFFF  # an int argument: the upper half of the register is not ours to judge
@@ -157,4 +157,4 @@ def _enosys_rules() -> list[Rule]:
     names = list(NO_SYSCALL)
     common = {"names": names, "action": "SCMP_ACT_ERRNO", "args": [], "comment": "sandbox-agent"}
     return [{**common, "errnoRet": _ENOSYS, "includes": {}, "excludes": {"arches": _MIPS}},
-            {**common, "errnoRet": 89, "includes": {"arches": _MIPS}, "excludes": {}}]
+            {**common, "errnoRet": _ENOSYS_MIPS, "includes": {"arches": _MIPS}, "excludes": {}}]

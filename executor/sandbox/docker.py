@@ -37,6 +37,7 @@ from executor.errors import (
 )
 from executor.messages import ToolResult
 from executor.protocols import SandboxInfo
+from executor.sandbox import seccomp
 from executor.sandbox.channel import Channel
 from executor.sandbox.engine import IMAGE_FIX, connect, docker_errors
 from executor.sandbox.protect import Protected, TreeScan, protected_paths, scan, sweep
@@ -57,6 +58,44 @@ _BOOTSTRAP = (
 )
 _CALL_MARGIN = 15.0  # seconds the host waits beyond a tool's own timeout
 _START_TIMEOUT = 30.0
+# Kills a stuck toolbox (argv[1]) and what it left. It runs as the toolbox's own uid, which needs
+# no capability (all are dropped), and in python3 because the image may have no `kill`. Only our
+# processes of that uid live in a session container, so all of them go except this script, PID 1
+# (docker-init) and PID 1's oldest child: the container's command, whose end would stop it.
+_KILL_TOOLBOX = """\
+import os, signal, sys, time
+old, uid = int(sys.argv[1]), os.getuid()
+def stat(pid):
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()
+    except OSError:
+        return None
+def ours(pid):
+    try:
+        return os.stat(f"/proc/{pid}").st_uid == uid
+    except OSError:
+        return False
+procs = {int(p): stat(p) for p in os.listdir("/proc") if p.isdigit() and ours(p)}
+procs = {pid: fields for pid, fields in procs.items() if fields}
+orphans = [pid for pid, fields in procs.items() if fields[1] == b"1"]
+main = min(orphans, key=lambda pid: int(procs[pid][19]), default=0)
+refused = []
+for pid in dict.fromkeys([old, *procs]):
+    if pid not in (os.getpid(), 1, main):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        except PermissionError as exc:
+            refused.append(f"pid {pid}: {exc.strerror}")
+deadline = time.monotonic() + 5
+while not refused and (stat(old) or [b"Z"])[0] != b"Z":
+    if time.monotonic() > deadline:
+        refused.append(f"pid {old} still alive after SIGKILL")
+    time.sleep(0.02)
+sys.exit("; ".join(refused) or None)
+"""
 
 Warn = Callable[[str], None]
 
@@ -349,20 +388,31 @@ class DockerSandbox:
         if old is None:
             return
         old.stop()
-        if old.pid and self._container is not None:
-            try:
-                with docker_errors("killing the stuck toolbox"):
-                    self._container.exec_run(["kill", "-9", str(old.pid)], user="0:0")
-            except SandboxError:
-                pass  # the container may be gone; _start_toolbox reports that
-        self._ensure_running()
+        if self._ensure_running() and old.pid:  # a container that had stopped has nothing left
+            self._kill_in_container(old.pid)
 
-    def _ensure_running(self) -> None:
+    def _kill_in_container(self, pid: int) -> None:
+        """SIGKILL the old toolbox and every process it left; warn when that fails."""
+        try:
+            with docker_errors("killing the stuck toolbox"):
+                code, output = self._container.exec_run(
+                    ["python3", "-c", _KILL_TOOLBOX, str(pid)], user=self._mount_user())
+        except SandboxError as exc:
+            self._warn(f"could not kill the stuck toolbox (pid {pid}): {exc}")
+            return
+        if code != 0:
+            said = output.decode(errors="replace").strip()[-300:] if output else ""
+            self._warn(f"could not kill the stuck toolbox (pid {pid}): exit {code}: {said}")
+
+    def _ensure_running(self) -> bool:
+        """Start the container if it stopped; whether it was running."""
         with docker_errors("checking the sandbox container"):
             self._container.reload()
-            if self._container.status != "running":
-                self._warn(f"container {self.name} was {self._container.status}; starting it")
-                self._container.start()
+            if self._container.status == "running":
+                return True
+            self._warn(f"container {self.name} was {self._container.status}; starting it")
+            self._container.start()
+        return False
 
     # -- helpers -----------------------------------------------------------------------------
 
@@ -498,7 +548,8 @@ def container_options(config: SandboxConfig, lock_path: Path, user: str,
         "command": ["sleep", "infinity"], "init": True, "user": user,
         "working_dir": WORKSPACE, "hostname": "sandbox", "mounts": mounts, "tmpfs": tmpfs,
         "network_mode": "bridge" if config.network else "none",
-        "cap_drop": ["ALL"], "security_opt": ["no-new-privileges"], "read_only": True,
+        "cap_drop": ["ALL"], "security_opt": ["no-new-privileges", seccomp.security_opt()],
+        "read_only": True,
         "pids_limit": config.pids_limit, "mem_limit": config.memory,
         "memswap_limit": config.memory, "nano_cpus": int(config.cpus * 1e9),
         "environment": {**_BASE_ENV, **config.env}, "ipc_mode": "private", "ulimits": ulimits,

@@ -22,18 +22,19 @@ SECRET = "TOP-SECRET-do-not-leak-4242"
 
 @pytest.fixture(autouse=True)
 def _no_leftover_containers(docker_client: Any, tmp_path: Path) -> Iterator[None]:
-    """Every test must remove the containers it created (those whose root is under its tmp_path;
-    other test runs may share the engine, and their containers are none of ours)."""
-    mine = str(tmp_path.parent)
-    ours = {"all": True, "filters": {"label": LABEL_SESSION}, "ignore_removed": True}
-    before = {c.id for c in docker_client.containers.list(**ours)}
+    """Every test must remove the containers it created: those whose root is in its tmp_path.
+
+    The test's own tmp_path (unique per test and per pytest run), not its name: another run of
+    the same test on the same engine, by someone else at the same time, is not a leak of ours.
+    The listing is sparse (one request, no inspect per container that may be gone meanwhile).
+    """
     yield
-    after = docker_client.containers.list(**ours)
-    leaked = [c for c in after if c.id not in before
-              and c.labels.get("sandbox-agent.root", "").startswith(mine + "/")]
+    listed = docker_client.containers.list(all=True, filters={"label": LABEL_SESSION}, sparse=True)
+    leaked = [c for c in listed if Path((c.attrs.get("Labels") or {}).get(
+        "sandbox-agent.root", "/")).is_relative_to(tmp_path)]
     for container in leaked:
         container.remove(force=True)
-    assert not leaked, f"test left containers behind: {[c.name for c in leaked]}"
+    assert not leaked, f"test left containers behind: {[c.attrs.get('Names') for c in leaked]}"
 
 
 @pytest.fixture

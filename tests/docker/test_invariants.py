@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from executor.config import default_cpus
+from executor.sandbox import seccomp
 from executor.sandbox.docker import DockerSandbox
 from executor.sandbox.gc import gc
 from tests.docker.conftest import SECRET, make_config
@@ -146,17 +147,19 @@ def test_hardening_flags(sandbox: DockerSandbox, docker_client: Any):
     host = docker_client.api.inspect_container(sandbox.info.container_id)["HostConfig"]
     assert host["CapDrop"] == ["ALL"] and not host["CapAdd"]
     assert "no-new-privileges" in host["SecurityOpt"]
+    [profile] = [o.removeprefix("seccomp=") for o in host["SecurityOpt"] if o.startswith("seccomp=")]
+    assert json.loads(profile) == seccomp.profile()  # ours, not Docker's default
     assert host["ReadonlyRootfs"] is True
     assert host["PidsLimit"] == 256
     assert host["Memory"] == 512 * 1024**2 and host["MemorySwap"] == host["Memory"]
     assert host["NanoCpus"] == int(default_cpus() * 1e9) > 0
     assert "size=64m" in host["Tmpfs"]["/tmp"]
     assert host["Privileged"] is False
-    status = shell(sandbox, "grep -E '^(CapEff|CapPrm|CapBnd|NoNewPrivs)' /proc/self/status")
+    status = shell(sandbox, "grep -E '^(CapEff|CapPrm|CapBnd|NoNewPrivs|Seccomp)' /proc/self/status")
     for line in status.output.splitlines()[1:]:
         if line.startswith("Cap"):
             assert line.split()[-1] == "0000000000000000", line
-    assert "NoNewPrivs:\t1" in status.output
+    assert "NoNewPrivs:\t1" in status.output and "Seccomp:\t2" in status.output  # 2: a filter
 
 
 def test_root_filesystem_read_only_and_tmp_capped(sandbox: DockerSandbox):

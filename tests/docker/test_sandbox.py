@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -103,6 +104,75 @@ def test_stuck_toolbox_hits_the_host_deadline(sandbox: DockerSandbox):
     assert not stuck.ok and "did not answer within 2s" in stuck.output
     assert sandbox.call("read_file", {"path": "hello.py"}).ok
     assert any("restarting" in w for w in warnings)
+
+
+def in_container(box: DockerSandbox, docker_client: Any, code: str) -> str:
+    """Run python3 `code` in the box's container as the toolbox's uid (not through the toolbox)."""
+    container = docker_client.containers.get(box.info.container_id)
+    done = container.exec_run(["python3", "-c", code], user=box.info.user)
+    assert done.exit_code == 0, done.output
+    return str(done.output.decode())
+
+
+def alive(box: DockerSandbox, docker_client: Any, pid: int) -> bool:
+    """Whether `pid` still runs in the box's container (a zombie is dead), after up to 2 s."""
+    code = (f"import os, time\nfor _ in range(100):\n"
+            f"    if not os.path.exists('/proc/{pid}'): break\n    time.sleep(0.02)\n"
+            f"print(os.path.exists('/proc/{pid}') and open('/proc/{pid}/stat').read().split()[2])")
+    return in_container(box, docker_client, code).strip() not in ("False", "Z")
+
+
+@pytest.mark.parametrize("owner", ["root", "1234:2345"])
+def test_a_stopped_toolbox_is_killed_for_real(project: Path, docker_client: Any, owner: str):
+    if owner != "root":
+        os.chown(project, 1234, 2345)
+    warnings: list[str] = []
+    with DockerSandbox(make_config(project), client=docker_client, warn=warnings.append) as box:
+        old = box._toolbox.pid if box._toolbox else None
+        assert old and alive(box, docker_client, old)
+        in_container(box, docker_client, f"import os, signal; os.kill({old}, signal.SIGSTOP)")
+
+        stuck = box.call("read_file", {"path": "hello.py"}, timeout=2)
+
+        assert not stuck.ok and "did not answer within 2s" in stuck.output
+        assert not alive(box, docker_client, old)
+        assert box._toolbox and box._toolbox.pid != old
+        assert box.call("read_file", {"path": "hello.py"}).ok
+    assert [w for w in warnings if "restarting the toolbox" in w] == [
+        "read_file did not answer within 2s; restarting the toolbox"]
+    assert not [w for w in warnings if "could not kill" in w], warnings
+
+
+def test_a_busy_toolbox_dies_with_the_command_it_was_running(sandbox: DockerSandbox,
+                                                             docker_client: Any):
+    old = sandbox._toolbox.pid if sandbox._toolbox else None
+    busy = sandbox.call("run_shell_command", {"command": "echo $$ > /tmp/shell.pid; sleep 600",
+                                              "timeout_seconds": 600}, timeout=3)
+    assert not busy.ok and "did not answer within 3s" in busy.output
+    shell_pid = int(in_container(sandbox, docker_client, "print(open('/tmp/shell.pid').read())"))
+    assert old and not alive(sandbox, docker_client, old)
+    assert not alive(sandbox, docker_client, shell_pid)
+    commands = in_container(sandbox, docker_client, (
+        "import contextlib, os\nfor p in filter(str.isdigit, os.listdir('/proc')):\n"
+        "    with contextlib.suppress(OSError): print(repr(open(f'/proc/{p}/cmdline').read()))"))
+    assert "sleep\\x00600" not in commands and "sleep\\x00infinity" in commands
+    assert sandbox.is_alive()
+
+
+def test_a_toolbox_that_cannot_be_killed_is_a_warning(project: Path, docker_client: Any):
+    os.chown(project, 1234, 2345)
+    warnings: list[str] = []
+    with DockerSandbox(make_config(project), client=docker_client, warn=warnings.append) as box:
+        container = docker_client.containers.get(box.info.container_id)
+        container.exec_run(["sleep", "300"], user="0:0", detach=True)  # another uid's process
+        root_sleep = int(in_container(box, docker_client, (
+            "import os\nprint(*[p for p in os.listdir('/proc') if p.isdigit() and "
+            "os.stat('/proc/' + p).st_uid == 0 and b'300' in open(f'/proc/{p}/cmdline', 'rb')"
+            ".read()])")))
+        box._kill_in_container(root_sleep)
+    [warning] = warnings
+    assert warning.startswith(f"could not kill the stuck toolbox (pid {root_sleep}): exit 1: ")
+    assert "Operation not permitted" in warning
 
 
 def test_reattach_to_a_left_container(project: Path, docker_client: Any):

@@ -1,0 +1,268 @@
+"""What the kernel refuses, through the real CLI: set-id files, unix sockets, the 32-bit syscall
+door; and a stuck toolbox that really dies.
+
+The stand-in model asks for each attempt as a `run_shell_command`; `ask --yes` runs it in a real
+container with the real seccomp profile. Assertions are on the host: the files' modes, what a
+host server listening inside the project saw, and the tool results the model got back.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import socket
+import socketserver
+import stat
+import subprocess
+import tarfile
+import tempfile
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.docker.cli_support import ask, assert_ok, containers_of, explain, tool_exchanges
+from tests.fakes.model_server import Call, ModelServer
+
+pytestmark = pytest.mark.docker
+
+# Reaches syscalls through `int 0x80`: the i386 ABI, which seccomp filters as another
+# architecture. The mmap is MAP_32BIT so that the addresses fit the 32-bit registers.
+DOOR32 = r'''
+import ctypes, mmap, struct, sys
+page = mmap.mmap(-1, 4096, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | 0x40,
+                 prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+base = ctypes.addressof(ctypes.c_char.from_buffer(page))
+def put(offset, raw):
+    page[offset:offset + len(raw)] = raw
+    return base + offset
+def int80(nr, a=0, b=0, c=0):  # push rbx; mov eax/ebx/ecx/edx; int 0x80; pop rbx; ret
+    put(0, b"\x53" + b"".join(op + struct.pack("<I", v) for op, v in
+                              [(b"\xb8", nr), (b"\xbb", a), (b"\xb9", b), (b"\xba", c)])
+        + b"\xcd\x80\x5b\xc3")
+    return ctypes.CFUNCTYPE(ctypes.c_int)(base)()
+what, path = sys.argv[1], sys.argv[2].encode()
+if what == "chmod":
+    print("chmod:", int80(15, put(1024, path + b"\0"), 0o4755))
+else:  # socketcall(SYS_SOCKET, AF_UNIX), then socketcall(SYS_CONNECT, path)
+    fd = int80(102, 1, put(2048, struct.pack("<III", 1, 1, 0)))
+    address = put(1024, struct.pack("<H", 1) + path + b"\0")
+    print("socket:", fd, "connect:", int80(102, 3, put(2048, struct.pack("<III", fd, address, 110))))
+'''
+
+SET_ID = {
+    "chmod 4755": "cp /bin/sh ./tool && chmod 4755 ./tool",
+    "chmod g+s": "chmod g+s hello.py",
+    "install -m 4755": "install -m 4755 /bin/sh ./installed",
+    "cp -p": "cp -p /usr/bin/su ./copied",  # set-uid root in the image
+    "cp -a": "cp -a /usr/bin/passwd ./archived",
+    "tar x": "tar -xpf setid.tar",  # made by the test: one entry of mode 04755
+    "os.open": "python3 -c \"import os; os.open('made', os.O_CREAT | os.O_WRONLY, 0o4755)\"",
+    "os.chmod": "python3 -c \"import os; os.chmod('hello.py', 0o2755)\"",
+    "mknod": "python3 -c \"import os, stat; os.mknod('node', stat.S_IFREG | 0o4755)\"",
+    "security.capability": "python3 -c \"import os; os.setxattr('hello.py', "
+                           "'security.capability', bytes([1, 0, 0, 2]) + bytes(16))\"",
+    "int 0x80 chmod": "cp /bin/sh ./tool32 && python3 door32.py chmod tool32",
+}
+# Without root (as owner) cp cannot keep su's owner, so it keeps no set-id bit and asks nothing.
+NOT_TRIED_WITHOUT_ROOT = {"cp -p", "cp -a"}
+
+
+def write_helpers(root: Path) -> None:
+    """door32.py and a tar archive holding a set-uid entry, in the project."""
+    (root / "door32.py").write_text(DOOR32)
+    entry = tarfile.TarInfo("untarred")
+    entry.mode, entry.size = 0o4755, 2
+    with tarfile.open(root / "setid.tar", "w") as archive:
+        archive.addfile(entry, io.BytesIO(b"hi"))
+
+
+def set_id_files(root: Path) -> list[str]:
+    """Files under `root` carrying a set-uid or set-gid bit, or a file capability."""
+    found = []
+    for path in [root, *root.rglob("*")]:
+        if path.lstat().st_mode & (stat.S_ISUID | stat.S_ISGID):
+            found.append(str(path))
+        if not path.is_symlink() and "security.capability" in os.listxattr(path):
+            found.append(f"{path} (capability)")
+    return found
+
+
+@pytest.mark.parametrize("owner", ["root", "1234:2345"])
+def test_no_set_id_file_reaches_the_host(project: Path, model_server: ModelServer, owner: str):
+    write_helpers(project)
+    if owner != "root":
+        subprocess.run(["chown", "-R", owner, str(project)], check=True)
+    for command in SET_ID.values():
+        model_server.reply(tool_calls=[Call("run_shell_command", {"command": command})])
+    model_server.reply("Tried.")
+
+    done = ask(project, model_server, "ollama", "--yes")
+
+    assert_ok(done, "Tried.")
+    assert set_id_files(project) == []
+    results = dict(zip(SET_ID, [r for _, _, r in tool_exchanges(model_server.last_chat)],
+                       strict=True))
+    for spelling, result in results.items():
+        if spelling == "int 0x80 chmod":  # a foreign ABI: the process is killed, not refused
+            assert "SIGSYS" in result or "Bad system call" in result, (spelling, result)
+        elif owner == "root" or spelling not in NOT_TRIED_WITHOUT_ROOT:
+            assert "Operation not permitted" in result, (spelling, result)
+    assert (project / "tool").exists() and (project / "untarred").read_text() == "hi"
+
+
+class _Recorder(socketserver.BaseRequestHandler):
+    """Notes every connection or datagram the server gets."""
+
+    def handle(self) -> None:
+        self.server.hits.append(self.client_address)  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def short_project(docker_client: Any) -> Iterator[Path]:
+    """A project under a short path: a socket's path must fit sun_path (108 bytes)."""
+    base = Path(tempfile.mkdtemp(prefix="sa-kernel-", dir="/tmp"))
+    root = base / "proj"
+    root.mkdir()
+    (root / "hello.py").write_text('print("hello")\n')
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    yield root
+    leftovers = containers_of(docker_client, root)
+    for container in leftovers:
+        container.remove(force=True)
+    shutil.rmtree(base)
+    assert not leftovers
+
+
+@pytest.fixture
+def host_servers(short_project: Path) -> Iterator[list[Any]]:
+    """A stream and a datagram unix socket server on the host, listening inside the project."""
+    servers: list[Any] = [
+        socketserver.UnixStreamServer(str(short_project / "dev.sock"), _Recorder),
+        socketserver.UnixDatagramServer(str(short_project / "dgram.sock"), _Recorder),
+    ]
+    threads = [threading.Thread(target=s.serve_forever, daemon=True) for s in servers]
+    for server, thread in zip(servers, threads, strict=True):
+        server.hits = []
+        os.chmod(server.server_address, 0o777)  # so that only the kernel's rules decide
+        thread.start()
+    yield servers
+    for server, thread in zip(servers, threads, strict=True):
+        server.shutdown()
+        thread.join()
+        server.server_close()
+
+
+WORKS = (
+    "git status --short && git diff --stat && rg -n hello && python3 -c '"
+    "import asyncio, multiprocessing, subprocess\n"
+    "async def main():\n"
+    "    proc = await asyncio.create_subprocess_exec(\"echo\", \"async\", stdout=-1)\n"
+    "    return (await proc.communicate())[0].decode().strip()\n"
+    "with multiprocessing.Pool(2) as pool:\n"
+    "    print(asyncio.run(main()), sum(pool.map(abs, [-1, -2])), "
+    "subprocess.run([\"echo\", \"sub\"], capture_output=True, text=True).stdout.strip())'"
+)
+
+
+def test_unix_sockets_in_the_project_are_out_of_reach(short_project: Path,
+                                                      host_servers: list[Any],
+                                                      model_server: ModelServer):
+    stream, datagram = host_servers
+    with socket.socket(socket.AF_UNIX) as probe:  # the server does answer a host process
+        probe.connect(str(short_project / "dev.sock"))
+    for _ in range(100):
+        if stream.hits:
+            break
+        threading.Event().wait(0.02)
+    assert len(stream.hits) == 1
+    stream.hits.clear()
+    (short_project / "door32.py").write_text(DOOR32)
+    attempts = [
+        "python3 -c \"import socket; socket.socket(socket.AF_UNIX).connect('dev.sock')\"",
+        "python3 -c \"import socket; a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM);"
+        " a.sendto(b'x', 'dgram.sock')\"",
+        "python3 -c \"import socket; a, b = socket.socketpair(); a.connect('dev.sock')\"",
+        "python3 door32.py connect dev.sock",
+        WORKS,
+    ]
+    for command in attempts:
+        model_server.reply(tool_calls=[Call("run_shell_command", {"command": command})])
+    model_server.reply("Tried.")
+
+    done = ask(short_project, model_server, "ollama", "--yes")
+
+    assert_ok(done, "Tried.")
+    assert stream.hits == [] and datagram.hits == []
+    unix, dgram, pair, door, works = [r for _, _, r in tool_exchanges(model_server.last_chat)]
+    assert "PermissionError: [Errno 1] Operation not permitted" in unix, unix
+    assert "PermissionError: [Errno 1] Operation not permitted" in dgram, dgram
+    assert "Transport endpoint is already connected" in pair, pair  # a stream pair stays a pair
+    assert "SIGSYS" in door or "Bad system call" in door, door
+    assert "exit_code: 0" in works and "async 3 sub" in works, works
+    assert "?? door32.py" in works and 'hello.py:1:print("hello")' in works, works
+
+
+GIT = "git -c user.name=a -c user.email=a@b"
+EVERYDAY = {
+    "git in /tmp": f"cd /tmp && {GIT} init -q r && cd r && echo x > f && {GIT} add f && "
+                   f"{GIT} commit -qm one && echo y >> f && {GIT} status --short && {GIT} diff --stat",
+    "git in the project": f"{GIT} add hello.py && {GIT} commit -qm one && echo y >> hello.py && "
+                          f"{GIT} status --short && {GIT} diff --stat",
+    "rg": "rg -n hello",
+    "python": "python3 -c 'import asyncio, multiprocessing, subprocess\n"
+              "async def main():\n"
+              "    proc = await asyncio.create_subprocess_exec(\"echo\", \"async\", stdout=-1)\n"
+              "    return (await proc.communicate())[0].decode().strip()\n"
+              "a, b = multiprocessing.Pipe()\n"
+              "a.send(\"pipe\")\n"
+              "with multiprocessing.Pool(2) as pool:\n"
+              "    print(asyncio.run(main()), sum(pool.map(abs, [-1, -2])), b.recv())'",
+    "venv": "python3 -m venv --without-pip /tmp/v && /tmp/v/bin/python -c "
+            "'import sys; print(sys.prefix)'",
+    "pip": "PYTHONPATH=vendor python3 -m pip --version",  # the image has no pip: the host's
+}
+
+
+def test_everyday_tools_still_work(project: Path, model_server: ModelServer):
+    import pip
+
+    shutil.copytree(Path(pip.__file__).parent, project / "vendor" / "pip")
+    for command in EVERYDAY.values():
+        model_server.reply(tool_calls=[Call("run_shell_command", {"command": command})])
+    model_server.reply("Done.")
+
+    done = ask(project, model_server, "ollama", "--yes", "--allow-git-writes")
+
+    assert_ok(done, "Done.")
+    results = dict(zip(EVERYDAY, [r for _, _, r in tool_exchanges(model_server.last_chat)],
+                       strict=True))
+    for name, result in results.items():
+        assert result.startswith("exit_code: 0"), (name, result)
+    assert " M f" in results["git in /tmp"] and "1 insertion" in results["git in /tmp"]
+    assert " M hello.py" in results["git in the project"]
+    assert 'hello.py:1:print("hello")' in results["rg"]
+    assert "async 3 pipe" in results["python"]
+    assert "/tmp/v" in results["venv"]
+    assert f"pip {pip.__version__} from /workspace/vendor/pip" in results["pip"]
+
+
+def test_a_stopped_toolbox_is_replaced_and_gone(project: Path, model_server: ModelServer):
+    model_server.reply(tool_calls=[Call("run_shell_command", {
+        "command": "echo $PPID > /tmp/toolbox.pid; kill -STOP $PPID"})])
+    model_server.reply(tool_calls=[Call("run_shell_command", {
+        "command": "test -e /proc/$(cat /tmp/toolbox.pid) && echo STILL-THERE || echo gone"})])
+    model_server.reply("Recovered.")
+
+    done = ask(project, model_server, "ollama", "--yes",
+               env={"SANDBOX_AGENT_TOOL_TIMEOUT": "1"})
+
+    assert_ok(done, "Recovered.")
+    stuck, check = [r for _, _, r in tool_exchanges(model_server.last_chat)]
+    assert "did not answer within 16s" in stuck and "restarted" in stuck, stuck
+    assert "gone" in check and "STILL-THERE" not in check, check
+    assert "restarting the toolbox" in done.stderr, explain(done)
+    assert "could not kill" not in done.stderr, explain(done)

@@ -31,6 +31,10 @@ DEFAULT_TOOL_TIMEOUT = 60
 """Seconds run_shell_command may take unless the call asks otherwise."""
 DEFAULT_DISK_BUDGET = 1024**3
 """Bytes the project may grow by in one session before commands are killed and writes refused."""
+DEFAULT_NOFILE = 8192
+"""Open files per process in the container (Podman's default exceeds common hard limits)."""
+DEFAULT_NPROC = 8192
+"""RLIMIT_NPROC in the container; the pids limit is the real bound (Podman needs one set)."""
 
 _SIZE = re.compile(r"(\d+)\s*(?:([kmgt])(?:i?b)?|b)?", re.IGNORECASE)
 
@@ -80,6 +84,8 @@ class Settings(BaseSettings):
     """Stream tokens from the model."""
     image: str = DEFAULT_IMAGE
     """Sandbox image."""
+    runtime: str | None = None
+    """OCI runtime the engine runs the container with (`runsc`: gVisor); None: the engine's."""
     tool_timeout: int = Field(DEFAULT_TOOL_TIMEOUT, ge=1)
     """Default timeout in seconds of run_shell_command."""
     memory: str = DEFAULT_MEMORY

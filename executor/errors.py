@@ -14,8 +14,9 @@ that fixes it.
     ├── SandboxError                          10  container infrastructure
     │   ├── EngineUnavailableError            11  Docker engine unreachable
     │   ├── ImageNotFoundError                12  sandbox image missing
-    │   └── ToolboxError                      13  toolbox died / spoke garbage
-    │       └── ToolboxTimeoutError           14  (also TimeoutError) host deadline passed
+    │   ├── ToolboxError                      13  toolbox died / spoke garbage
+    │   │   └── ToolboxTimeoutError           14  (also TimeoutError) host deadline passed
+    │   └── RuntimeNotFoundError              15  the engine lacks the OCI runtime asked for
     ├── ModelError                            20  model provider failures
     │   ├── ModelUnavailableError             21  (also ConnectionError) server unreachable
     │   ├── ModelTimeoutError                 22  (also TimeoutError) no answer in time
@@ -101,6 +102,12 @@ class ToolboxTimeoutError(ToolboxError, TimeoutError):
     """The toolbox did not answer before the host-side deadline."""
 
     exit_code = 14
+
+
+class RuntimeNotFoundError(SandboxError):
+    """The engine does not offer (or would silently ignore) the OCI runtime asked for."""
+
+    exit_code = 15
 
 
 class ModelError(SandboxAgentError):

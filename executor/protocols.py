@@ -54,6 +54,10 @@ class SandboxInfo(BaseModel):
     network: str
     user: str
     """uid:gid the tools run as."""
+    runtime: str = ""
+    """The OCI runtime the engine reports for the container (`runc`, `runsc`; Podman: `oci`)."""
+    engine: str = ""
+    """`Docker` or `Podman` (its Docker-compatible API)."""
 
 
 @runtime_checkable

@@ -280,7 +280,7 @@ class Runner:
             fallback_image=s.image if resumed else None,
             read_only=self.options.read_only, memory=s.memory, pids_limit=s.pids_limit,
             cpus=s.cpus, tmp_size=s.tmp_size, tool_timeout=s.tool_timeout, env=env,
-            allow_git_writes=s.allow_git_writes, disk_budget=s.disk_budget,
+            allow_git_writes=s.allow_git_writes, disk_budget=s.disk_budget, runtime=s.runtime,
         )
 
     def _open_audit(self, store: NdjsonSessionStore) -> AuditLog | None:
@@ -304,6 +304,7 @@ class Runner:
             "run_start", root=str(self.options.root), provider=self.settings.provider,
             model=self.model.name, image=info.image, image_digest=info.image_digest,
             container_id=info.container_id, mount_mode=info.mount_mode,
+            runtime=info.runtime, engine=info.engine,
             policy_source=self.policy.source, argv=self.options.argv,
             user=getpass.getuser(), host=socket.gethostname(), session=store.name,
             tools=self.tools.names(),

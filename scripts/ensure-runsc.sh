@@ -14,7 +14,8 @@ set -euo pipefail
 
 NAME=runsc
 REQUIRED_ARGS=(--network=none --oci-seccomp)
-CONF="${DOCKER_DAEMON_JSON:-/etc/docker/daemon.json}"
+CONF="${DOCKER_DAEMON_JSON:-/etc/docker/daemon.json}"  # dockerd's --config-file
+PIDFILE="${DOCKERD_PIDFILE:-}"  # dockerd's --pidfile, when it is not one of the usual ones
 
 registered() {
     docker info --format '{{json .Runtimes}}' 2>/dev/null | python3 -c '
@@ -74,11 +75,12 @@ print(f"registered runtime {name!r} in {conf}: {json.dumps(runtime)}")
 EOF
 
 # Reload the running engine: dockerd rereads daemon.json (runtimes included) on SIGHUP.
-if command -v systemctl >/dev/null && systemctl is-active --quiet docker 2>/dev/null; then
+if [ -z "$PIDFILE" ] && command -v systemctl >/dev/null \
+        && systemctl is-active --quiet docker 2>/dev/null; then
     systemctl reload docker
 else
     pid=""
-    for file in /run/sandbox-agent-dockerd.pid /var/run/docker.pid; do
+    for file in $PIDFILE /run/sandbox-agent-dockerd.pid /var/run/docker.pid; do
         if [ -s "$file" ] && [ "$(cat "/proc/$(cat "$file")/comm" 2>/dev/null)" = dockerd ]; then
             pid=$(cat "$file")
             break

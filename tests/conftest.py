@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,40 @@ from tests.fakes.model_server import ModelServer
 
 os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
 IMAGE = os.environ.get("SANDBOX_AGENT_TEST_IMAGE", DEFAULT_IMAGE)
+PODMAN_HOST = os.environ.get("SANDBOX_AGENT_TEST_PODMAN_HOST",
+                             "unix:///run/sandbox-agent-podman/podman.sock")
+"""Podman's Docker-compatible service, as scripts/ensure-podman.sh (make podman) starts it."""
+
+
+@dataclass(frozen=True)
+class Engine:
+    """An engine and OCI runtime the sandbox tests run against, set the way a person would."""
+
+    name: str
+    docker_host: str | None
+    """DOCKER_HOST (None: the environment's, else the default socket)."""
+    runtime: str | None
+    """SANDBOX_AGENT_RUNTIME (None: the engine's default)."""
+    setup: str
+    """What sets it up on a fresh machine."""
+
+
+ENGINES = {
+    "runc": Engine("runc", None, None, "make engine"),
+    "runsc": Engine("runsc", None, "runsc", "make engine (scripts/ensure-runsc.sh)"),
+    "podman": Engine("podman", PODMAN_HOST, None, "make podman (scripts/ensure-podman.sh)"),
+}
+"""Every test runs on Docker with its default runtime (runc); tests marked `engines` also run
+on Docker with gVisor's runsc and on Podman (rootful, its Docker-compatible API)."""
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Tests marked `engines` (optionally naming some) run once per engine."""
+    marker = metafunc.definition.get_closest_marker("engines")
+    if marker is not None and "engine" in metafunc.fixturenames:
+        names = marker.args or tuple(ENGINES)
+        metafunc.parametrize("engine", [ENGINES[name] for name in names], ids=list(names),
+                             indirect=True)
 
 
 @pytest.fixture
@@ -36,17 +71,42 @@ def _unavailable(reason: str) -> None:
     pytest.skip(reason)
 
 
-@pytest.fixture(scope="session")
-def docker_client() -> Any:
-    """A connected docker SDK client, and the sandbox image present."""
+@pytest.fixture
+def engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Engine:
+    """The engine this test runs on, set in the environment (DOCKER_HOST,
+    SANDBOX_AGENT_RUNTIME) so that the CLI, `make_config` and the fixtures all use it."""
+    target: Engine = getattr(request, "param", ENGINES["runc"])
+    if target.docker_host:
+        monkeypatch.setenv("DOCKER_HOST", target.docker_host)
+    if target.runtime:
+        monkeypatch.setenv("SANDBOX_AGENT_RUNTIME", target.runtime)
+    else:
+        monkeypatch.delenv("SANDBOX_AGENT_RUNTIME", raising=False)
+    return target
+
+
+_clients: dict[str, Any] = {}
+
+
+@pytest.fixture
+def docker_client(engine: Engine) -> Any:
+    """A connected docker SDK client for the test's engine, with the sandbox image present."""
+    if engine.name not in _clients:
+        _clients[engine.name] = _connect(engine)
+    return _clients[engine.name]
+
+
+def _connect(engine: Engine) -> Any:
     try:
-        client = connect(timeout=30)
+        client = connect(timeout=30)  # DOCKER_HOST is the engine's by now
     except SandboxError as exc:
-        _unavailable(f"no Docker engine: {exc}")
+        _unavailable(f"no engine for {engine.name} ({engine.setup}): {exc}")
     try:
         client.images.get(IMAGE)
     except Exception:
-        _unavailable(f"sandbox image {IMAGE} missing (make image)")
+        _unavailable(f"sandbox image {IMAGE} missing on {engine.name} ({engine.setup})")
+    if engine.runtime and engine.runtime not in (client.info().get("Runtimes") or {}):
+        _unavailable(f"the engine has no runtime {engine.runtime} ({engine.setup})")
     return client
 
 

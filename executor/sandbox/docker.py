@@ -45,7 +45,14 @@ from executor.messages import ToolResult
 from executor.protocols import SandboxInfo
 from executor.sandbox import seccomp
 from executor.sandbox.channel import Channel
-from executor.sandbox.engine import IMAGE_FIX, RUNTIME_FIX, connect, docker_errors, is_podman
+from executor.sandbox.engine import (
+    IMAGE_FIX,
+    RUNTIME_FIX,
+    connect,
+    docker_errors,
+    is_podman,
+    runtimes,
+)
 from executor.sandbox.protect import Protected, TreeScan, protected_paths, scan, sweep
 from executor.state import LEGACY_DIR, legacy_state
 
@@ -62,6 +69,8 @@ _BOOTSTRAP = (
     "sys.argv = ['toolbox'] + sys.argv[1:]\n"
     "exec(compile(src, 'toolbox.py', 'exec'), {'__name__': '__main__'})\n"
 )
+GVISOR_PIDS_FACTOR = 16
+"""Host pids per process allowed under runsc (measured: 256 processes took 1,344 host pids)."""
 _CALL_MARGIN = 15.0  # seconds the host waits beyond a tool's own timeout
 _START_TIMEOUT = 30.0
 # Kills a stuck toolbox (argv[1]) and what it left. It runs as the toolbox's own uid, which needs
@@ -229,6 +238,7 @@ class DockerSandbox:
         self._started_ns = 0
         self._seccomp_file: Path | None = None
         self._podman = False
+        self._gvisor = False
         self.reattached = False
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -257,6 +267,7 @@ class DockerSandbox:
             self._podman = is_podman(self._client)
             if self._podman:  # it reads the profile from a file, not from the request
                 self._seccomp_file = seccomp.profile_file(self._lock_path().parent)
+            self._gvisor = self._runtime_is_gvisor()
             image = self._image()
             self._protect()
             self._lock()
@@ -468,7 +479,8 @@ class DockerSandbox:
 
     def _create(self) -> Any:
         options = container_options(self.config, self._lock_path(), self._mount_user(),
-                                    self._protected, podman_profile=self._seccomp_file)
+                                    self._protected, podman_profile=self._seccomp_file,
+                                    gvisor=self._gvisor)
         with docker_errors("creating the sandbox container"):
             container = self._client.containers.create(**options)
             try:
@@ -479,16 +491,30 @@ class DockerSandbox:
                 raise
         return container
 
+    def _runtime_is_gvisor(self) -> bool:
+        """Whether the runtime asked for is gVisor's runsc; an error when the engine lacks it."""
+        name = self.config.runtime
+        if not name:
+            return False
+        if self._podman:
+            raise RuntimeNotFoundError(
+                f"Podman's Docker-compatible API ignores the runtime a container asks for: the "
+                f"sandbox would run under Podman's default runtime, not {name!r}",
+                fix=f'set runtime = "{name}" under [engine] in Podman\'s containers.conf and '
+                "drop --runtime / SANDBOX_AGENT_RUNTIME")
+        offered, _ = runtimes(self._client)
+        if name not in offered:
+            raise RuntimeNotFoundError(
+                f"the engine has no OCI runtime {name!r} (it offers: {', '.join(offered)})",
+                fix=RUNTIME_FIX)
+        return Path(offered[name]).name.startswith("runsc")
+
     def _check_runtime(self, container: Any) -> None:
         """The runtime asked for is the one the engine used (Podman's API ignores it)."""
         used = _runtime_of(container)
-        if not self.config.runtime or used == self.config.runtime:
-            return
-        why = (" (Podman's Docker-compatible API ignores the runtime a container asks for; set "
-               "`runtime` under [engine] in its containers.conf instead)" if self._podman else "")
-        raise RuntimeNotFoundError(
-            f"the engine would run the sandbox under {used!r}, not {self.config.runtime!r}{why}",
-            fix=RUNTIME_FIX)
+        if self.config.runtime and used != self.config.runtime:
+            raise RuntimeNotFoundError(f"the engine would run the sandbox under {used!r}, not "
+                                       f"{self.config.runtime!r}", fix=RUNTIME_FIX)
 
     def _start_toolbox(self) -> None:
         self._ensure_running()
@@ -567,32 +593,27 @@ def default_lock_dir() -> Path:
 
 def container_options(config: SandboxConfig, lock_path: Path, user: str,
                       protected: Protected | None = None, *,
-                      podman_profile: Path | None = None) -> dict[str, Any]:
+                      podman_profile: Path | None = None, gvisor: bool = False
+                      ) -> dict[str, Any]:
     """Keyword arguments for `containers.create`: every hardening switch in one place.
 
     `podman_profile`: for Podman, the seccomp profile as a file on its host (it reads a path
     where Docker takes the JSON); the writable /run and /var/tmp it adds to a read-only
     container are then capped and made read-only like the rest.
+    `gvisor`: the runtime is runsc. Its ptrace platform costs about five host pids per process
+    and the whole sandbox dies when the host's pids limit is hit, so the process limit moves
+    inside, where gVisor enforces RLIMIT_NPROC per uid (root included): nproc = pids_limit,
+    and the host's limit becomes GVISOR_PIDS_FACTOR times that.
     """
-    from docker.types import Mount, Ulimit
+    from docker.types import Mount
 
     root = str(config.root)
     protected = protected or Protected((), ())
     mounts = [Mount(WORKSPACE, root, type="bind", read_only=config.read_only)]
     mounts += [Mount(_inside(rel), str(config.root / rel), type="bind", read_only=True)
                for rel in protected.existing]
-    tmpfs = {"/tmp": f"rw,nosuid,nodev,noexec,size={config.tmp_size},mode=1777"}
-    if podman_profile:  # Podman mounts these writable, uncapped; its init is mounted in /run
-        tmpfs.update({"/run": "rw,nosuid,nodev,noexec,size=1m,mode=0755",
-                      "/var/tmp": "ro,nosuid,nodev,noexec,size=4k,mode=0755"})
-    empty = "ro,nosuid,nodev,noexec,size=4k,mode=0555"
-    tmpfs.update({_inside(rel): empty for rel in protected.missing})
-    if legacy_state(config.root) is not None:  # an old in-tree state dir may hold transcripts
-        tmpfs[f"{WORKSPACE}/{LEGACY_DIR}"] = "ro,nosuid,nodev,noexec,size=4k,mode=0500"
-    budget = config.disk_budget if not config.read_only else 0
-    # The toolbox polls the disk budget; this stops one file outgrowing it between two polls.
-    ulimits = [Ulimit(name="fsize", soft=budget, hard=budget)] if budget else []
-    ulimits += [Ulimit(name=name, soft=limit, hard=limit) for name, limit in _rlimits().items()]
+    tmpfs = _tmpfs(config, protected, podman=podman_profile is not None)
+    ulimits = _ulimits(config, gvisor=gvisor)
     runtime = {"runtime": config.runtime} if config.runtime else {}
     return {**runtime,
         "image": config.image, "name": container_name(config.session_id),
@@ -601,7 +622,8 @@ def container_options(config: SandboxConfig, lock_path: Path, user: str,
         "network_mode": "bridge" if config.network else "none",
         "cap_drop": ["ALL"], "security_opt": ["no-new-privileges", _seccomp_opt(podman_profile)],
         "read_only": True,
-        "pids_limit": config.pids_limit, "mem_limit": config.memory,
+        "pids_limit": config.pids_limit * (GVISOR_PIDS_FACTOR if gvisor else 1),
+        "mem_limit": config.memory,
         "memswap_limit": config.memory, "nano_cpus": int(config.cpus * 1e9),
         "environment": {**_BASE_ENV, **config.env}, "ipc_mode": "private", "ulimits": ulimits,
         "labels": {
@@ -616,6 +638,32 @@ def _filter_argv() -> list[str]:
     """The toolbox's own seccomp programs, built for this host's machine (none elsewhere)."""
     program = seccomp.toolbox_filter(platform.machine())
     return ["--seccomp-filter", base64.b64encode(program).decode()] if program else []
+
+
+def _tmpfs(config: SandboxConfig, protected: Protected, *, podman: bool) -> dict[str, str]:
+    """/tmp, the empty mountpoints that keep missing hook paths from being made, the hidden
+    legacy state dir; on Podman also /run and /var/tmp, and never a copy of what they cover."""
+    tmpfs = {"/tmp": f"rw,nosuid,nodev,noexec,size={config.tmp_size},mode=1777"}
+    if podman:  # Podman mounts these writable, uncapped; its init is mounted in /run
+        tmpfs.update({"/run": "rw,nosuid,nodev,noexec,size=1m,mode=0755",
+                      "/var/tmp": "ro,nosuid,nodev,noexec,size=4k,mode=0755"})
+    empty = "ro,nosuid,nodev,noexec,size=4k,mode=0555"
+    tmpfs.update({_inside(rel): empty for rel in protected.missing})
+    if legacy_state(config.root) is not None:  # an old in-tree state dir may hold transcripts
+        tmpfs[f"{WORKSPACE}/{LEGACY_DIR}"] = "ro,nosuid,nodev,noexec,size=4k,mode=0500"
+    # Podman copies what a tmpfs covers into it unless told not to: the hidden state would
+    # be readable again (Docker knows no such option, nor does it copy).
+    return {path: f"{options},notmpcopyup" for path, options in tmpfs.items()} if podman else tmpfs
+
+
+def _ulimits(config: SandboxConfig, *, gvisor: bool) -> list[Any]:
+    """fsize (the disk budget's, between two polls of the toolbox), nofile and nproc."""
+    from docker.types import Ulimit
+
+    budget = config.disk_budget if not config.read_only else 0
+    ulimits = [Ulimit(name="fsize", soft=budget, hard=budget)] if budget else []
+    rlimits = _rlimits() | ({"nproc": config.pids_limit} if gvisor else {})
+    return ulimits + [Ulimit(name=name, soft=limit, hard=limit) for name, limit in rlimits.items()]
 
 
 def _seccomp_opt(path: Path | None) -> str:

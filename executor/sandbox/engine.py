@@ -82,15 +82,17 @@ def is_podman(client: Any) -> bool:
         return "Libpod-Api-Version" in response.headers
 
 
-def runtimes(client: Any) -> tuple[list[str], str]:
-    """The OCI runtimes the engine lists, and its default one.
+def runtimes(client: Any) -> tuple[dict[str, str], str]:
+    """The OCI runtimes the engine lists (name: path), and its default one.
 
     Podman lists every runtime its containers.conf names, installed or not, and its
     Docker-compatible API ignores the one a container asks for.
     """
     with docker_errors("asking the engine its runtimes"):
         info = client.info()
-    return sorted(info.get("Runtimes") or {}), str(info.get("DefaultRuntime") or "")
+    listed = info.get("Runtimes") or {}
+    paths = {name: str((spec or {}).get("path") or name) for name, spec in listed.items()}
+    return paths, str(info.get("DefaultRuntime") or "")
 
 
 def engine_version(client: Any) -> str:

@@ -28,7 +28,7 @@ ALL_TOOLS = {"read_file", "list_files", "search_files", "write_file", "edit_file
 READ_TOOLS = {"read_file", "list_files", "search_files"}
 PROVIDERS = ("ollama", "openai")
 _SCRUBBED = ("OLLAMA_HOST", "OPENAI_BASE_URL", "OPENAI_API_KEY", "DOCKER_HOST")
-_KEPT = PRIVATE_ENV
+_KEPT = (*PRIVATE_ENV, "SANDBOX_AGENT_RUNTIME")  # the last one: set by the `engine` fixture
 
 
 def cli_env(**extra: str) -> dict[str, str]:

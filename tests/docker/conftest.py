@@ -6,6 +6,7 @@ CI=true); here: the project fixtures and the check that no test leaves a contain
 
 from __future__ import annotations
 
+import os
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -51,9 +52,10 @@ def project(workdir: Path) -> Path:
 
 
 def make_config(root: Path, **overrides: Any) -> SandboxConfig:
-    """A sandbox config for a fresh session on `root`."""
+    """A sandbox config for a fresh session on `root`, on the test's engine and runtime."""
     options: dict[str, Any] = {"root": root, "session_id": "t" + uuid.uuid4().hex[:10],
-                               "image": IMAGE, "tool_timeout": 20}
+                               "image": IMAGE, "tool_timeout": 20,
+                               "runtime": os.environ.get("SANDBOX_AGENT_RUNTIME") or None}
     options.update(overrides)
     return SandboxConfig(**options)
 

@@ -261,6 +261,7 @@ def assert_tampering_detected(root: Path, target: int) -> None:
 MARKER = "MARKER-first-run-7c1e9a"
 
 
+@pytest.mark.engines
 def test_container_cannot_read_or_write_the_audit_and_session_files(
         workdir: Path, model_server: ModelServer):
     root = new_root(workdir)

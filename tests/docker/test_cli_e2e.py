@@ -50,6 +50,7 @@ def _script_every_tool(server: ModelServer) -> None:
     server.reply("Edited add() and left a note.")
 
 
+@pytest.mark.engines
 @pytest.mark.parametrize("provider", PROVIDERS)
 def test_multi_step_run_through_every_tool(project: Path, model_server: ModelServer,
                                            provider: str):
@@ -84,6 +85,7 @@ def test_multi_step_run_through_every_tool(project: Path, model_server: ModelSer
         assert [r for _, _, r in tool_exchanges(request)] == results[:index]
 
 
+@pytest.mark.engines
 def test_write_edit_and_shell_are_denied_without_a_terminal(project: Path,
                                                             model_server: ModelServer):
     before = tree(project)
@@ -136,6 +138,7 @@ def test_a_policy_deny_beats_yes(project: Path, model_server: ModelServer):
     assert results[2].startswith("exit_code: 0") and "allowed" in results[2]
 
 
+@pytest.mark.engines
 def test_read_only_offers_no_write_tools_and_rejects_writes(project: Path,
                                                             model_server: ModelServer,
                                                             docker_client: Any):
@@ -272,6 +275,7 @@ def test_repl_keeps_one_session_and_one_container(project: Path, model_server: M
     assert len(list(sessions_dir(project).glob("*.ndjson"))) == 1
 
 
+@pytest.mark.engines
 def test_the_api_key_reaches_the_server_and_nothing_else(project: Path, model_server: ModelServer):
     key = "sk-test-0123456789-never-leak"
     model_server.reply(tool_calls=[Call("run_shell_command",
@@ -340,6 +344,7 @@ def test_several_calls_in_one_reply_each_get_their_result(project: Path,
     assert "b.txt" in exchanges[2][2] and "hello.py" not in exchanges[2][2]
 
 
+@pytest.mark.engines
 def test_resume_continues_the_conversation(project: Path, model_server: ModelServer):
     model_server.reply(tool_calls=[Call("read_file", {"path": "hello.py"})])
     model_server.reply("It prints hello.")

@@ -38,6 +38,7 @@ def _workspace_mount(docker_client: Any, root: Path) -> dict[str, Any]:
     return next(m for m in mounts if m["Destination"] == "/workspace")
 
 
+@pytest.mark.engines
 @pytest.mark.parametrize("provider", ["ollama", "openai"])
 def test_review_writes_a_json_report_from_a_read_only_container(
         project: Path, workdir: Path, model_server: ModelServer, docker_client: Any,

@@ -199,6 +199,7 @@ def tear_last_line(root: Path) -> None:
         out.write(b'{"type": "message", "ts": "2026-01-01T00:00:00.000Z", "role": "assis')
 
 
+@pytest.mark.engines
 def test_sigkill_mid_run_then_resume_reattaches_the_same_container(
     workdir: Path, model_server: ModelServer, docker_client: Any,
     started: list[subprocess.Popen[str]], hostname: str,

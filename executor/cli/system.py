@@ -8,11 +8,19 @@ from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
+from rich.text import Text
 
 from executor.cli.common import cli_errors, err_console, out_console
 from executor.config import DEFAULT_BASE_IMAGE, DEFAULT_IMAGE, Settings
-from executor.errors import ImageNotFoundError, SandboxAgentError
-from executor.sandbox.engine import IMAGE_FIX, connect, engine_version
+from executor.errors import ImageNotFoundError, RuntimeNotFoundError, SandboxAgentError
+from executor.sandbox.engine import (
+    IMAGE_FIX,
+    RUNTIME_FIX,
+    connect,
+    engine_version,
+    is_podman,
+    runtimes,
+)
 from executor.sandbox.gc import gc as collect
 from executor.sandbox.image import build_image, image_exists
 
@@ -78,13 +86,24 @@ def doctor(
     image: Annotated[
         str | None, typer.Option("--image", help="Sandbox image to check.", show_default=False)
     ] = None,
+    runtime: Annotated[
+        str | None,
+        typer.Option("--runtime", help="OCI runtime to check (e.g. runsc).", show_default=False),
+    ] = None,
+    security: Annotated[
+        bool,
+        typer.Option(
+            "--security",
+            help="Instead of the model server, run the security probes: the attacks the tests "
+            "use, in a throwaway project with real containers on this engine and runtime; "
+            "exit 1 when any guarantee does not hold.",
+        ),
+    ] = False,
 ) -> None:
-    """Check the Docker engine, the sandbox image and the model server; print each fix."""
-    values = {
-        k: v
-        for k, v in {"provider": provider, "host": host, "model": model, "image": image}.items()
-        if v is not None
-    }
+    """Check the engine, its runtimes, the sandbox image and the model server; print each fix."""
+    given = {"provider": provider, "host": host, "model": model, "image": image,
+             "runtime": runtime}
+    values = {k: v for k, v in given.items() if v is not None}
     try:
         settings = Settings.model_validate({**Settings().model_dump(), **values})
     except ValueError as exc:
@@ -92,12 +111,15 @@ def doctor(
         raise typer.Exit(2) from None
     client: dict[str, Any] = {}
     checks: list[tuple[str, Check]] = [
-        ("Docker engine", lambda: _engine(client)),
+        ("engine", lambda: _engine(client)),
         (f"sandbox image {settings.image}", lambda: _image(client, settings.image)),
-        (f"model provider {settings.provider}", lambda: _model(settings)),
     ]
+    if settings.runtime:
+        checks.append((f"runtime {settings.runtime}", lambda: _runtime(client, settings)))
+    if not security:
+        checks.append((f"model provider {settings.provider}", lambda: _model(settings)))
     failed = [name for name, check in checks if not _run_check(name, check)]
-    if failed:
+    if failed or (security and not _security(settings)):
         raise typer.Exit(1)
 
 
@@ -114,8 +136,60 @@ def _run_check(name: str, check: Check) -> bool:
 
 
 def _engine(client: dict[str, Any]) -> str:
-    client["docker"] = connect(timeout=10)
-    return f"Docker {engine_version(client['docker'])}"
+    docker = client["docker"] = connect(timeout=60)
+    name = "Podman" if is_podman(docker) else "Docker"
+    offered, default = runtimes(docker)
+    listed = f"runtimes: {', '.join(offered)}; default {default}"
+    if name == "Podman":  # its list is containers.conf's, and its Docker API ignores a choice
+        listed = f"runtime {default} (its Docker-compatible API runs every container with it)"
+    return f"{name} {engine_version(docker)} ({listed})"
+
+
+def _runtime(client: dict[str, Any], settings: Settings) -> str:
+    docker = client.get("docker") or connect(timeout=10)
+    if is_podman(docker):
+        raise RuntimeNotFoundError("Podman's Docker-compatible API ignores the runtime a "
+                                   "container asks for", fix=RUNTIME_FIX)
+    offered, _ = runtimes(docker)
+    if settings.runtime not in offered:
+        raise RuntimeNotFoundError(f"the engine has no runtime {settings.runtime!r}",
+                                   fix=RUNTIME_FIX)
+    return f"offered ({offered[str(settings.runtime)]})"
+
+
+def _security(settings: Settings) -> bool:
+    """Run the probes, one line each as it ends; whether every guarantee held."""
+    from executor.sandbox.docker import DockerSandbox, SandboxConfig
+    from executor.sandbox.probes import PROBES, inert, run_probes
+
+    template = SandboxConfig(
+        root=Path("/"), session_id="probe", image=settings.image, runtime=settings.runtime,
+        memory=settings.memory, pids_limit=settings.pids_limit, cpus=settings.cpus,
+        tmp_size=settings.tmp_size, tool_timeout=10)
+    out_console.print(f"security probes ({len(PROBES)}, a throwaway project, real containers):",
+                      markup=False)
+
+    def warn(message: str) -> None:
+        err_console.print(Text(f"    note: {inert(message, 200)}", style="dim"))
+
+    def show(result: Any) -> None:
+        verdict = Text("PASS", style="green") if result.passed else Text("FAIL", style="bold red")
+        out_console.print(Text.assemble("  ", verdict, f"  {result.name:<13} {result.guarantee}"))
+        out_console.print(Text(f"        {result.detail}", style="dim"))
+
+    try:
+        results = run_probes(template, lambda c: DockerSandbox(c, warn=warn), progress=show)
+    except SandboxAgentError as exc:
+        error = exc
+        return _run_check("security probes", lambda: _raise(error))
+    failed = [r.name for r in results if not r.passed]
+    summary = f"{len(results)} probes, {len(results) - len(failed)} passed"
+    out_console.print(summary + (f"; FAILED: {', '.join(failed)}" if failed else ""), markup=False)
+    return not failed
+
+
+def _raise(exc: SandboxAgentError) -> str:
+    raise exc
 
 
 def _image(client: dict[str, Any], name: str) -> str:

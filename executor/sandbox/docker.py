@@ -478,9 +478,7 @@ class DockerSandbox:
         return container
 
     def _create(self) -> Any:
-        options = container_options(self.config, self._lock_path(), self._mount_user(),
-                                    self._protected, podman_profile=self._seccomp_file,
-                                    gvisor=self._gvisor)
+        options = self.create_options()
         with docker_errors("creating the sandbox container"):
             container = self._client.containers.create(**options)
             try:
@@ -509,6 +507,12 @@ class DockerSandbox:
                 fix=RUNTIME_FIX)
         return Path(offered[name]).name.startswith("runsc")
 
+    def create_options(self) -> dict[str, Any]:
+        """What the container is created with (`container_options` for this engine)."""
+        return container_options(self.config, self._lock_path(), self._mount_user(),
+                                 self._protected, podman_profile=self._seccomp_file,
+                                 gvisor=self._gvisor)
+
     def _check_runtime(self, container: Any) -> None:
         """The runtime asked for is the one the engine used (Podman's API ignores it)."""
         used = _runtime_of(container)
@@ -518,7 +522,8 @@ class DockerSandbox:
 
     def _start_toolbox(self) -> None:
         self._ensure_running()
-        toolbox = Toolbox(self._client.api, self._container.id, self._mount_user(), self._argv())
+        toolbox = Toolbox(self._client.api, self._container.id, self._mount_user(),
+                          self.toolbox_argv())
         ready = toolbox.start()
         self._toolbox = toolbox
         filtered = str(ready.get("filter", "not reported"))
@@ -526,7 +531,8 @@ class DockerSandbox:
             self._warn(f"the toolbox's own seccomp filter is {filtered}: under runsc, set-id "
                        "modes and unix sockets are then not refused")
 
-    def _argv(self) -> list[str]:
+    def toolbox_argv(self) -> list[str]:
+        """The toolbox's command line (see its docstring)."""
         argv = ["--root", WORKSPACE, "--default-timeout", str(self.config.tool_timeout),
                 "--max-output", str(self.config.max_output), "--hidden", LEGACY_DIR,
                 "--disk-budget", str(self.config.disk_budget)]

@@ -1,0 +1,424 @@
+"""Security probes: the attacks the tests use, run against the engine and runtime configured here.
+
+`sandbox-agent doctor --security` runs them in a throwaway project with real containers, so that
+a security team can check docs/SECURITY.md's guarantees on *their* engine, runtime and kernel:
+
+    paths          `..`, absolute paths and symlinks never reach a file next to the root
+    read-only      with --read-only a write fails in the kernel and no byte changes
+    network        a listener on the host's loopback is never reached; no interface but lo
+    capabilities   no capability in any set; no-new-privileges; chown refused
+    set-id         chmod/open/mknod with a set-id bit are refused (checked inside and on the host)
+    unix socket    a server on a unix socket in the project gets no connection
+    disk budget    a command writing past the disk budget is stopped; the file stays under it
+    state dir      the real state dir and an in-tree legacy one are out of reach
+    .git           every .git (nested too) is read-only
+    limits         the process and memory limits hold and the sandbox stays usable
+
+Each probe passes only on evidence: what the host sees (files, modes, connections) and what
+the command inside reports. A probe that cannot run (the sandbox does not start) fails.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import re
+import secrets
+import shutil
+import socket
+import stat
+import tempfile
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Self
+
+from pydantic import BaseModel
+
+from executor.errors import SandboxAgentError
+from executor.messages import ToolResult
+from executor.sandbox.docker import DockerSandbox, SandboxConfig
+from executor.state import LEGACY_DIR, ensure_project_dir
+
+Factory = Callable[[SandboxConfig], DockerSandbox]
+"""Builds the sandbox a probe attacks (tests hand in deliberately weakened ones)."""
+
+DISK_BUDGET = 8 << 20
+"""The probes' own disk budget: small, so that going past it is quick."""
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+class Breach(Exception):
+    """A probe saw its guarantee broken; the message is the evidence."""
+
+
+class ProbeResult(BaseModel):
+    """One probe's verdict."""
+
+    name: str
+    """Short name (`network`)."""
+    guarantee: str
+    """What must hold."""
+    passed: bool
+    """Whether it held."""
+    detail: str
+    """The evidence, inert (no control characters)."""
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One attack and the check of what it achieved."""
+
+    name: str
+    guarantee: str
+    run: Callable[[Lab], str]
+    """Returns the evidence it held; raises Breach with the evidence it did not."""
+
+
+def inert(text: str, limit: int = 160) -> str:
+    """One line of `text` with control characters shown as escapes, cut at `limit`."""
+    flat = " | ".join(line.strip() for line in text.strip().splitlines() if line.strip())
+    shown = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", flat)
+    return shown if len(shown) <= limit else shown[: limit - 3] + "..."
+
+
+class Lab:
+    """A throwaway project next to a secret, its state dir, and the sandboxes attacking it."""
+
+    def __init__(self, template: SandboxConfig, factory: Factory) -> None:
+        self.template, self.factory = template, factory
+        self.mark = "probe-secret-" + secrets.token_hex(8)
+        self.base = Path(tempfile.mkdtemp(prefix="sandbox-agent-probe-")).resolve()
+        self.root = self.base / "proj"
+        self.secret = self.base / "secret.txt"
+        self.state: Path | None = None
+        self._boxes: dict[bool, DockerSandbox] = {}
+
+    def __enter__(self) -> Self:
+        try:
+            self._build()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def _build(self) -> None:
+        self.root.mkdir()
+        self.secret.write_text(self.mark + "\n")
+        (self.root / "hello.txt").write_text("hello\n")
+        (self.root / "secret-link").symlink_to(self.secret)
+        for repo in (self.root, self.root / "vendor" / "lib"):
+            (repo / ".git" / "hooks").mkdir(parents=True)
+            (repo / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+            (repo / ".git" / "config").write_text("[core]\n\tbare = false\n")
+        (self.root / LEGACY_DIR / "audit").mkdir(parents=True)
+        (self.root / LEGACY_DIR / "audit" / "old.ndjson").write_text(self.mark + "\n")
+        self.state = ensure_project_dir(self.root)
+        (self.state / "probe.txt").write_text(self.mark + "\n")
+
+    def close(self) -> None:
+        """Remove the containers, the project and its state dir."""
+        for box in self._boxes.values():
+            with contextlib.suppress(SandboxAgentError):
+                box.stop()
+        self._boxes.clear()
+        if self.state is not None:
+            shutil.rmtree(self.state, ignore_errors=True)
+        shutil.rmtree(self.base, ignore_errors=True)
+
+    def box(self, *, read_only: bool = False) -> DockerSandbox:
+        """The started sandbox on the project (one read-write, one read-only)."""
+        if read_only not in self._boxes:
+            config = self.template.model_copy(update={
+                "root": self.root, "read_only": read_only, "disk_budget": DISK_BUDGET,
+                "session_id": "probe-" + secrets.token_hex(5)})
+            box = self.factory(config)
+            self._boxes[read_only] = box
+            box.start()
+        return self._boxes[read_only]
+
+    def shell(self, command: str, *, read_only: bool = False, timeout: int = 30) -> ToolResult:
+        """Run `command` in the sandbox."""
+        return self.box(read_only=read_only).call(
+            "run_shell_command", {"command": command, "timeout_seconds": timeout})
+
+    def tree(self) -> str:
+        """A digest of every path, mode and byte in the project (its state dir left out)."""
+        digest = hashlib.sha256()
+        for path in sorted(self.root.rglob("*")):
+            info = path.lstat()
+            digest.update(f"{path.relative_to(self.root)}|{info.st_mode}|".encode())
+            if stat.S_ISREG(info.st_mode):
+                digest.update(path.read_bytes())
+        return digest.hexdigest()
+
+    def setid_files(self) -> list[str]:
+        """Files in the project with a set-uid or set-gid bit."""
+        return [str(p.relative_to(self.root)) for p in self.root.rglob("*")
+                if p.lstat().st_mode & (stat.S_ISUID | stat.S_ISGID)]
+
+
+# -- the probes -----------------------------------------------------------------------------------
+
+
+def probe_paths(lab: Lab) -> str:
+    for path in ("../secret.txt", str(lab.secret), "secret-link"):
+        result = lab.box().call("read_file", {"path": path})
+        if lab.mark in result.output:
+            raise Breach(f"read_file {path!r} returned the secret next to the root")
+    result = lab.shell(f"cat ../secret.txt {lab.secret} secret-link")
+    if lab.mark in result.output:
+        raise Breach("a shell command read the secret next to the root")
+    return "read_file and cat of ../, an absolute path and a symlink: the secret never seen"
+
+
+def probe_read_only(lab: Lab) -> str:
+    before = lab.tree()
+    result = lab.shell("echo x > hello.txt; touch new.txt; rm -f hello.txt; mkdir d; "
+                       "python3 -c \"open('py.txt', 'w')\"; echo done", read_only=True)
+    if lab.tree() != before:
+        raise Breach(f"the project changed under --read-only: {inert(result.output, 100)}")
+    if "Read-only file system" not in result.output:
+        raise Breach(f"writes failed, but not with EROFS: {inert(result.output, 100)}")
+    return "5 kinds of write failed with EROFS; not a byte changed"
+
+
+_CONNECT = (
+    "python3 -c \"import socket\n"
+    "for host in ['127.0.0.1', '172.17.0.1', '10.0.2.2', 'host.docker.internal']:\n"
+    "    s = socket.socket(); s.settimeout(2)\n"
+    "    try: s.connect((host, {port})); print('CONNECTED', host)\n"
+    "    except Exception as e: print('blocked', host)\n"
+    "print('interfaces', [n for _, n in socket.if_nameindex()])\""
+)
+
+
+def probe_network(lab: Lab) -> str:
+    with _listener() as (port, hits):
+        result = lab.shell(_CONNECT.format(port=port))
+    if hits or "CONNECTED" in result.output:
+        raise Breach(f"a connection reached the host ({len(hits)} seen there)")
+    if "interfaces ['lo']" not in result.output:
+        raise Breach(f"the sandbox has a network: {inert(result.output, 100)}")
+    return "4 hosts blocked, the host's listener saw nothing; interfaces: lo"
+
+
+def probe_capabilities(lab: Lab) -> str:
+    result = lab.shell(
+        "grep -E '^Cap(Prm|Eff|Bnd)' /proc/self/status; chown 1:1 hello.txt && echo CHOWNED; "
+        "python3 -c 'import ctypes; print(\"nnp\", ctypes.CDLL(None).prctl(39, 0, 0, 0, 0))'")
+    sets = re.findall(r"^(Cap\w+):\s*([0-9a-f]+)$", result.output, re.M)
+    held = [f"{name} {value}" for name, value in sets if int(value, 16)]
+    if held or len(sets) < 3:
+        raise Breach(f"capabilities held: {', '.join(held) or inert(result.output, 80)}")
+    if "CHOWNED" in result.output:
+        raise Breach("chown to another owner succeeded")
+    if "nnp 1" not in result.output:
+        raise Breach("no-new-privileges is not set")
+    return "CapPrm, CapEff, CapBnd all 0; no-new-privileges; chown refused"
+
+
+_SETID = ("cp /bin/sh tool; for m in 4755 2755 u+s g+s; do chmod $m tool 2>/dev/null && "
+          "echo CHANGED $m; done; python3 -c \"import os\n"
+          "for mode in (0o4755, 0o2755):\n"
+          "    try: os.close(os.open('made%o' % mode, os.O_CREAT | os.O_WRONLY, mode)); "
+          "print('CREATED', oct(os.stat('made%o' % mode).st_mode))\n"
+          "    except OSError as e: print('refused', e.errno)\"")
+
+
+def probe_set_id(lab: Lab) -> str:
+    result = lab.shell(_SETID)
+    made = re.findall(r"CREATED 0o10(\d)", result.output)
+    changed = re.findall(r"CHANGED (\S+)", result.output)
+    if changed or [m for m in made if m != "0"] or result.meta.get("setid_cleared"):
+        raise Breach(f"set-id bits were set inside (chmod {' '.join(changed) or '-'}; "
+                     f"open {len(made)}): {inert(result.output, 80)}")
+    if lab.setid_files():
+        raise Breach(f"set-id files on the host: {', '.join(lab.setid_files())}")
+    return "chmod 4755/2755/u+s/g+s and open(O_CREAT, 04755/02755) refused; none on the host"
+
+
+def probe_unix_socket(lab: Lab) -> str:
+    with _unix_server(lab.root / "s.sock") as hits:
+        result = lab.shell("python3 -c \"import socket\ns = socket.socket(socket.AF_UNIX)\n"
+                           "s.settimeout(2); s.connect('s.sock'); print('CONNECTED')\"")
+    if hits or "CONNECTED" in result.output:
+        raise Breach(f"the host's unix socket got a connection ({len(hits)} seen there)")
+    said = inert(result.output.splitlines()[-1], 60)
+    return f"connect to a host server in the project failed: {said}"
+
+
+def probe_disk_budget(lab: Lab) -> str:
+    result = lab.shell(f"head -c {3 * DISK_BUDGET} /dev/zero > big.bin")
+    size = (lab.root / "big.bin").stat().st_size if (lab.root / "big.bin").exists() else 0
+    if size > DISK_BUDGET:
+        raise Breach(f"a {size >> 20} MiB file grew past the {DISK_BUDGET >> 20} MiB budget")
+    if result.ok:  # stopped by the fsize limit (EFBIG) or killed by the toolbox: not ok either way
+        raise Breach("writing past the budget was not reported as a failure")
+    with contextlib.suppress(OSError):
+        (lab.root / "big.bin").unlink()
+    mib = DISK_BUDGET >> 20
+    return f"writing {3 * mib} MiB stopped at {size >> 20} MiB (budget {mib} MiB)"
+
+
+def probe_state_dir(lab: Lab) -> str:
+    assert lab.state is not None
+    result = lab.shell(f"cat {lab.state}/probe.txt; ls -A {LEGACY_DIR}; cat {LEGACY_DIR}/audit/*; "
+                       f"echo forged > {LEGACY_DIR}/forged; echo forged > {lab.state}/forged")
+    if lab.mark in result.output:
+        raise Breach("the container read the state dir or the in-tree legacy one")
+    if (lab.root / LEGACY_DIR / "forged").exists() or (lab.state / "forged").exists():
+        raise Breach("the container wrote into a state dir")
+    return f"{lab.state} and ./{LEGACY_DIR} neither readable nor writable"
+
+
+def probe_git(lab: Lab) -> str:
+    before = lab.tree()
+    result = lab.shell("echo x > .git/hooks/pre-commit; echo '[core]' >> .git/config; "
+                       "echo x > vendor/lib/.git/hooks/post-checkout; rm -rf .git/hooks; echo done")
+    if lab.tree() != before:
+        raise Breach(f"a .git changed: {inert(result.output, 100)}")
+    return "hooks and config of the top and a nested .git: every write refused"
+
+
+# The children let go of the output pipes, so the call ends when the parent does (the toolbox
+# then kills what is left).
+_FORKS = ("python3 -c \"import os, time\nn = 0\ntry:\n    while n < {procs}:\n"
+          "        if os.fork() == 0:\n"
+          "            os.closerange(0, 3); time.sleep(30); os._exit(0)\n"
+          "        n += 1\nexcept OSError as e: print('fork refused after', n)\n"
+          "print('processes', n)\"")
+_ALLOCATE = ("python3 -c \"x = []\nfor i in range({chunks}): x.append(b'1' * (64 << 20))\n"
+             "print('ALLOCATED', len(x) * 64, 'MiB')\"")
+
+
+def probe_limits(lab: Lab) -> str:
+    config = lab.box().config
+    procs, memory = config.pids_limit + 50, _bytes(config.memory)
+    forks = lab.shell(_FORKS.format(procs=procs), timeout=20)
+    if f"processes {procs}" in forks.output:
+        raise Breach(f"{procs} processes started under a limit of {config.pids_limit}")
+    allocated = lab.shell(_ALLOCATE.format(chunks=2 * memory // (64 << 20) + 1), timeout=10)
+    if "ALLOCATED" in allocated.output:
+        raise Breach(f"{inert(allocated.output.split('ALLOCATED')[1], 20)} allocated under a "
+                     f"limit of {config.memory}")
+    if lab.shell("echo usable").output.split()[-1:] != ["usable"]:
+        raise Breach("the sandbox was not usable afterwards")
+    return f"{procs} processes: {_how(forks)}; {2 * memory >> 20} MiB: {_how(allocated)}; usable"
+
+
+def _how(result: ToolResult) -> str:
+    """How a runaway ended, in a few words."""
+    if result.meta.get("toolbox_restarted"):
+        return "the sandbox went down and was restarted"
+    for pattern in (r"fork refused after \d+", r"out of memory", r"MemoryError",
+                    r"killed by \w+", r"timed out"):
+        found = re.search(pattern, result.output)
+        if found:
+            return found.group()
+    return "refused"
+
+
+def _bytes(size: str) -> int:
+    from executor.config import parse_size
+
+    return parse_size(size)
+
+
+PROBES = (
+    Probe("paths", "nothing outside the project root is reachable (.., absolute, symlinks)",
+          probe_paths),
+    Probe("read-only", "--read-only: writes fail in the kernel (EROFS), no byte changes",
+          probe_read_only),
+    Probe("network", "no network: the host's loopback is out of reach", probe_network),
+    Probe("capabilities", "no capabilities, no-new-privileges", probe_capabilities),
+    Probe("set-id", "no set-id file can be made (so none reaches the host)", probe_set_id),
+    Probe("unix socket", "unix sockets in the project are out of reach", probe_unix_socket),
+    Probe("disk budget", "a command cannot grow the project past the disk budget",
+          probe_disk_budget),
+    Probe("state dir", "sessions and audit are out of the container's reach", probe_state_dir),
+    Probe(".git", "every .git under the root is read-only", probe_git),
+    Probe("limits", "process and memory limits hold; the sandbox stays usable", probe_limits),
+)
+"""Every probe, in the order they run."""
+
+
+def run_probes(template: SandboxConfig, factory: Factory, *, only: list[str] | None = None,
+               progress: Callable[[ProbeResult], None] | None = None) -> list[ProbeResult]:
+    """Run the probes (or those named in `only`) in one throwaway lab; every one gets a verdict."""
+    chosen = [p for p in PROBES if not only or p.name in only]
+    results = []
+    with Lab(template, factory) as lab:
+        lab.box()  # a sandbox that does not start is an error of its own, not ten failed probes
+        for probe in chosen:
+            result = _verdict(probe, lab)
+            results.append(result)
+            if progress is not None:
+                progress(result)
+    return results
+
+
+def _verdict(probe: Probe, lab: Lab) -> ProbeResult:
+    try:
+        passed, detail = True, probe.run(lab)
+    except Breach as exc:
+        passed, detail = False, str(exc)
+    except (SandboxAgentError, OSError) as exc:
+        passed, detail = False, f"could not run: {exc}"
+    return ProbeResult(name=probe.name, guarantee=probe.guarantee, passed=passed,
+                       detail=inert(detail))
+
+
+@contextlib.contextmanager
+def _listener() -> Iterator[tuple[int, list[str]]]:
+    """A TCP server on the host's loopback, noting who connected."""
+    server = socket.create_server(("127.0.0.1", 0))
+    with _serving(server) as hits:
+        yield server.getsockname()[1], hits
+
+
+@contextlib.contextmanager
+def _unix_server(path: Path) -> Iterator[list[str]]:
+    """A unix stream server at `path` (world-writable: only the kernel's rules decide)."""
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(path))
+    os.chmod(path, 0o777)
+    server.listen()
+    try:
+        with _serving(server) as hits:
+            yield hits
+    finally:
+        with contextlib.suppress(OSError):
+            path.unlink()
+
+
+@contextlib.contextmanager
+def _serving(server: socket.socket) -> Iterator[list[str]]:
+    hits: list[str] = []
+    stop = threading.Event()
+    server.settimeout(0.1)
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                continue
+            hits.append("hit")
+            conn.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield hits
+    finally:
+        stop.set()
+        thread.join()
+        server.close()

@@ -1,0 +1,144 @@
+"""`sandbox-agent doctor --security`: the probes pass on every engine, and each one fails when
+the guarantee it checks is taken away from a real container on purpose."""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from docker.types import Mount
+
+from executor.messages import ToolResult
+from executor.sandbox.docker import DockerSandbox, SandboxConfig
+from executor.sandbox.probes import PROBES, run_probes
+from executor.state import LEGACY_DIR, project_dir
+from tests.conftest import IMAGE, Engine
+from tests.docker.cli_support import explain, run_cli
+
+pytestmark = pytest.mark.docker
+
+CONTROL = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]")
+HOSTILE = "\x1b[2J\x1b]0;owned\x07\r\x9b31m"
+"""What a hostile container could print: clear screen, set the title, CR, a C1 CSI."""
+
+
+def leaked_probe_containers(docker_client: Any) -> list[str]:
+    """Containers of probe projects that are gone: what a probe run left behind."""
+    prefix = os.path.join(tempfile.gettempdir(), "sandbox-agent-probe-")
+    listed = docker_client.containers.list(all=True, filters={"label": "sandbox-agent.root"},
+                                           sparse=True)  # others' may go meanwhile
+    roots = [(c.attrs.get("Labels") or {}).get("sandbox-agent.root", "") for c in listed]
+    return [root for root in roots if root.startswith(prefix) and not os.path.exists(root)]
+
+
+@pytest.mark.engines
+def test_every_probe_passes_through_the_cli(engine: Engine, docker_client: Any):
+    done = run_cli("doctor", "--security", timeout=400)
+
+    assert done.returncode == 0, explain(done)
+    verdicts = re.findall(r"^  (PASS|FAIL)  (\S+(?: socket| budget| dir)?)", done.stdout, re.M)
+    assert verdicts == [("PASS", probe.name) for probe in PROBES], explain(done)
+    assert f"{len(PROBES)} probes, {len(PROBES)} passed" in done.stdout
+    assert not CONTROL.search(done.stdout + done.stderr), explain(done)
+    assert "Traceback" not in done.stderr
+    assert leaked_probe_containers(docker_client) == []
+
+
+# -- each probe fails when its guarantee is removed -------------------------------------------
+
+Options = dict[str, Any]
+
+
+def _mounts(options: Options, *, read_only: bool | None = None, keep: str | None = None,
+            extra: list[str] = ()) -> Options:
+    """The options with the bind mounts rebuilt: made writable, only `keep`, plus `extra`."""
+    mounts = [m for m in options["mounts"] if keep is None or m["Target"] == keep]
+    rebuilt = [Mount(m["Target"], m["Source"], type="bind",
+                     read_only=m["ReadOnly"] if read_only is None else read_only) for m in mounts]
+    return {**options, "mounts": rebuilt + [Mount(p, p, type="bind") for p in extra]}
+
+
+def _no_seccomp(options: Options) -> Options:
+    return {**options, "security_opt": ["no-new-privileges", "seccomp=unconfined"]}
+
+
+def _without(argv: list[str], *flags: str) -> list[str]:
+    """`argv` without each flag and its value (flags in `bare` take none)."""
+    bare = {"--git-guard"}
+    out, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in flags:
+            skip = arg not in bare
+        else:
+            out.append(arg)
+    return out
+
+
+def _no_legacy_tmpfs(options: Options) -> Options:
+    return {**options, "tmpfs": {k: v for k, v in options["tmpfs"].items()
+                                 if not k.endswith(LEGACY_DIR)}}
+
+
+# The lab's paths follow from the project root: the secret is next to it, and the state dir is
+# the per-user one of that root.
+Change = Callable[[Options, Path], Options]
+WEAKENED: dict[str, tuple[Change, Callable[[list[str]], list[str]]]] = {
+    "paths": (lambda o, root: _mounts(o, extra=[str(root.parent)]), list),
+    "read-only": (lambda o, root: _mounts(o, read_only=False), list),
+    "network": (lambda o, root: {**o, "network_mode": "host"}, list),
+    "capabilities": (lambda o, root: {**o, "cap_drop": [], "cap_add": ["CHOWN"]}, list),
+    "set-id": (lambda o, root: _no_seccomp(o), lambda a: _without(a, "--seccomp-filter")),
+    "unix socket": (lambda o, root: _no_seccomp(o), lambda a: _without(a, "--seccomp-filter")),
+    "disk budget": (lambda o, root: {**o, "ulimits": [u for u in o["ulimits"]
+                                                      if u["Name"] != "fsize"]},
+                    lambda a: [*_without(a, "--disk-budget"), "--disk-budget", "0"]),
+    "state dir": (lambda o, root: _no_legacy_tmpfs(_mounts(o, extra=[str(project_dir(root))])),
+                  list),
+    ".git": (lambda o, root: _mounts(o, keep="/workspace"),
+             lambda a: _without(a, "--readonly-dir", "--git-guard")),
+    "limits": (lambda o, root: {**o, "pids_limit": 4096, "mem_limit": "4g",
+                                "memswap_limit": "4g"}, list),
+}
+"""Per probe: how the container's options and the toolbox's argv are weakened."""
+
+
+class Weakened(DockerSandbox):
+    """A sandbox with one guarantee removed on purpose, whose output is hostile too."""
+
+    def __init__(self, config: SandboxConfig, client: Any, name: str) -> None:
+        super().__init__(config, client=client)
+        self.change, self.argv_change = WEAKENED[name]
+
+    def create_options(self) -> Options:
+        return self.change(super().create_options(), self.config.root)
+
+    def toolbox_argv(self) -> list[str]:
+        return self.argv_change(super().toolbox_argv())
+
+    def call(self, tool: str, args: dict[str, Any], **kwargs: Any) -> ToolResult:
+        result = super().call(tool, args, **kwargs)
+        return result.model_copy(update={"output": HOSTILE + result.output})
+
+
+def test_the_weakenings_cover_every_probe():
+    assert set(WEAKENED) == {probe.name for probe in PROBES}
+
+
+@pytest.mark.parametrize("name", list(WEAKENED))
+def test_a_probe_fails_when_its_guarantee_is_removed(name: str, docker_client: Any):
+    template = SandboxConfig(root=Path("/"), session_id="probe", image=IMAGE, tool_timeout=10)
+    [result] = run_probes(template, lambda c: Weakened(c, docker_client, name), only=[name])
+
+    assert result.name == name and not result.passed, result
+    assert not CONTROL.search(result.detail), result.detail  # evidence is shown inert
+    [strong] = run_probes(template, lambda c: DockerSandbox(c, client=docker_client),
+                          only=[name])
+    assert strong.passed, strong
+    assert leaked_probe_containers(docker_client) == []

@@ -111,7 +111,7 @@ def doctor(
         raise typer.Exit(2) from None
     client: dict[str, Any] = {}
     checks: list[tuple[str, Check]] = [
-        ("engine", lambda: _engine(client)),
+        ("Docker engine", lambda: _engine(client)),
         (f"sandbox image {settings.image}", lambda: _image(client, settings.image)),
     ]
     if settings.runtime:

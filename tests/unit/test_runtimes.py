@@ -63,3 +63,13 @@ def test_dockers_unknown_runtime_is_one_clear_error():
     assert caught.value.message == "creating the sandbox: the engine has no OCI runtime 'gvisor'"
     assert "make engine" in (caught.value.fix or "") and caught.value.exit_code == 15
     assert isinstance(caught.value, SandboxError)
+
+
+def test_probe_evidence_is_one_inert_line():
+    from executor.sandbox.probes import inert
+
+    hostile = "ok\x1b[2J\x1b]0;owned\x07\r\nnext\x9b31m line\x00" + "x" * 300
+    shown = inert(hostile, 80)
+    assert "\x1b" not in shown and "\x07" not in shown and "\x9b" not in shown
+    assert shown.startswith("ok\\x1b[2J\\x1b]0;owned\\x07 | next\\x9b31m line\\x00")
+    assert len(shown) == 80 and shown.endswith("...")

@@ -1,0 +1,84 @@
+"""Choosing the OCI runtime through the CLI: where it goes, what is recorded, and the one clear
+line when the engine cannot give it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from executor.state import project_dir
+from tests.conftest import PODMAN_HOST, Engine
+from tests.docker.cli_support import ask, assert_ok, assert_user_error, explain, run_cli
+from tests.fakes.model_server import Call, ModelServer
+
+pytestmark = pytest.mark.docker
+
+
+def run_start(root: Path) -> dict[str, Any]:
+    """The run_start record of the project's audit log."""
+    lines = [json.loads(line) for day in sorted((project_dir(root) / "audit").glob("*.ndjson"))
+             for line in day.read_text().splitlines()]
+    [record] = [r for r in lines if r.get("kind") == "run_start"]
+    return record
+
+
+@pytest.mark.engines
+def test_the_runtime_runs_the_sandbox_and_is_recorded(project: Path, model_server: ModelServer,
+                                                      engine: Engine):
+    model_server.reply(tool_calls=[Call("run_shell_command", {"command": "uname -r"})])
+    model_server.reply("Looked.")
+
+    done = ask(project, model_server, "ollama", "--yes")  # the runtime from the environment
+
+    assert_ok(done, "Looked.")
+    record = run_start(project)
+    expected = {"runc": ("Docker", "runc"), "runsc": ("Docker", "runsc"),
+                "podman": ("Podman", "oci")}[engine.name]
+    assert (record["engine"], record["runtime"]) == expected, record
+    kernel = model_server.last_chat.body["messages"][-1]["content"]
+    assert ("4.4.0" in kernel) == (engine.runtime == "runsc"), kernel  # gVisor's own kernel
+
+
+def test_the_runtime_flag_beats_the_environment(project: Path, model_server: ModelServer):
+    model_server.reply("Done.")
+
+    done = ask(project, model_server, "ollama", "--runtime", "runsc",
+               env={"SANDBOX_AGENT_RUNTIME": "runc"})
+
+    assert_ok(done, "Done.")
+    assert run_start(project)["runtime"] == "runsc"
+
+
+def test_an_engine_without_the_runtime_is_one_line_with_the_fix(project: Path,
+                                                                model_server: ModelServer):
+    done = ask(project, model_server, "ollama", "--runtime", "kata")
+
+    line = assert_user_error(done, 15, "no OCI runtime 'kata'", "runc", "runsc")
+    assert "make engine" in done.stderr.split(line, 1)[1]
+    assert model_server.chat_requests == []
+
+
+def test_podman_would_ignore_the_runtime_so_it_is_refused(project: Path,
+                                                          model_server: ModelServer,
+                                                          docker_client: Any):
+    done = ask(project, model_server, "ollama", "--runtime", "runsc",
+               env={"DOCKER_HOST": PODMAN_HOST})
+
+    assert_user_error(done, 15, "Podman's Docker-compatible API ignores the runtime")
+    assert "containers.conf" in done.stderr
+
+
+def test_doctor_lists_the_runtimes_and_checks_the_one_asked_for(model_server: ModelServer):
+    done = run_cli("doctor", "--runtime", "runsc", "--host", model_server.url)
+
+    assert done.returncode == 0, explain(done)
+    assert "runtimes: runc, runsc; default runc" in done.stdout.splitlines()[0]
+    assert done.stdout.splitlines()[2].startswith("✓ runtime runsc: offered (/usr/bin/runsc)")
+    missing = run_cli("doctor", "--runtime", "kata", "--host", model_server.url)
+    assert missing.returncode == 1 and "✗ runtime kata: the engine has no runtime" in missing.stdout
+    podman = run_cli("doctor", "--host", model_server.url, env={"DOCKER_HOST": PODMAN_HOST})
+    assert podman.returncode == 0, explain(podman)
+    assert podman.stdout.startswith("✓ Docker engine: Podman ")

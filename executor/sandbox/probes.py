@@ -15,7 +15,8 @@ a security team can check docs/SECURITY.md's guarantees on *their* engine, runti
     limits         the process and memory limits hold and the sandbox stays usable
 
 Each probe passes only on evidence: what the host sees (files, modes, connections) and what
-the command inside reports. A probe that cannot run (the sandbox does not start) fails.
+the command inside reports. A probe that cannot run fails, and so does one whose refusal would
+prove nothing: the write probes first check that the sandbox can write the project at all.
 """
 
 from __future__ import annotations
@@ -144,6 +145,14 @@ class Lab:
             box.start()
         return self._boxes[read_only]
 
+    def writable(self) -> None:
+        """A control: the sandbox can write the project at all (else a refusal proves nothing)."""
+        result = self.shell("echo control > control.txt && chmod 0644 control.txt && "
+                            "cat control.txt && rm control.txt")
+        if not result.ok:
+            raise Breach(f"inconclusive: the sandbox cannot write the project at all: "
+                         f"{inert(result.output, 90)}")
+
     def shell(self, command: str, *, read_only: bool = False, timeout: int = 30) -> ToolResult:
         """Run `command` in the sandbox."""
         return self.box(read_only=read_only).call(
@@ -234,6 +243,7 @@ _SETID = ("cp /bin/sh tool; for m in 4755 2755 u+s g+s; do chmod $m tool 2>/dev/
 
 
 def probe_set_id(lab: Lab) -> str:
+    lab.writable()
     result = lab.shell(_SETID)
     made = re.findall(r"CREATED 0o10(\d)", result.output)
     changed = re.findall(r"CHANGED (\S+)", result.output)
@@ -256,6 +266,7 @@ def probe_unix_socket(lab: Lab) -> str:
 
 
 def probe_disk_budget(lab: Lab) -> str:
+    lab.writable()
     result = lab.shell(f"head -c {3 * DISK_BUDGET} /dev/zero > big.bin")
     size = (lab.root / "big.bin").stat().st_size if (lab.root / "big.bin").exists() else 0
     if size > DISK_BUDGET:
@@ -270,6 +281,7 @@ def probe_disk_budget(lab: Lab) -> str:
 
 def probe_state_dir(lab: Lab) -> str:
     assert lab.state is not None
+    lab.writable()
     result = lab.shell(f"cat {lab.state}/probe.txt; ls -A {LEGACY_DIR}; cat {LEGACY_DIR}/audit/*; "
                        f"echo forged > {LEGACY_DIR}/forged; echo forged > {lab.state}/forged")
     if lab.mark in result.output:
@@ -280,6 +292,7 @@ def probe_state_dir(lab: Lab) -> str:
 
 
 def probe_git(lab: Lab) -> str:
+    lab.writable()
     before = lab.tree()
     result = lab.shell("echo x > .git/hooks/pre-commit; echo '[core]' >> .git/config; "
                        "echo x > vendor/lib/.git/hooks/post-checkout; rm -rf .git/hooks; echo done")

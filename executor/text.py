@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from typing import Any
 
 from rich.console import Console, ConsoleOptions, RenderableType
 from rich.markup import escape as escape_markup
@@ -79,8 +80,13 @@ class InertConsole(Console):
     """A Rich console that prints every piece of text inert (its own cursor moves excepted).
 
     The call sites make untrusted text inert where they format it (so tables measure it
-    right); this catches a site that forgets.
+    right); this catches a site that forgets. Emoji codes stay text too (`:cross_mark:` in a
+    file is not shown as a mark).
     """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("emoji", False)
+        super().__init__(*args, **kwargs)
 
     def render(
         self, renderable: RenderableType, options: ConsoleOptions | None = None

@@ -18,6 +18,7 @@ from rich.text import Text
 from executor import audit
 from executor.cli.common import RootOption, cli_errors, err_console, out_console
 from executor.errors import AuditError, AuditIntegrityError, ConfigError
+from executor.text import inert_line
 
 app = typer.Typer(
     name="audit", help="Verify, show and export the audit log.", no_args_is_help=True
@@ -89,8 +90,8 @@ def show(
         audit.export_records(records, "jsonl", sys.stdout)
         return
     table = Table("seq", "time (UTC)", "session", "kind", "what", show_lines=False)
-    for record in records:
-        table.add_row(*(Text(cell) for cell in _row(record)))
+    for record in records:  # what the model and the sandbox chose, shown inert
+        table.add_row(*(Text(inert_line(cell)) for cell in _row(record)))
     if table.row_count == 0:
         err_console.print("no matching audit records")
         return

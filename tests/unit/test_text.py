@@ -95,7 +95,7 @@ def test_markup_safe_makes_brackets_text_and_controls_visible():
 def test_inert_console_escapes_what_a_call_site_forgot():
     buffer = io.StringIO()
     console = InertConsole(file=buffer, width=200, force_terminal=True, color_system="standard")
-    console.print("[red]x[/] \x1b[2Kgone\x9b", Text("cell\u202e"))
+    console.print("[red]x[/] \x1b[2Kgone\x9b", Text("cell\u202e"), ":cross_mark:")
     table = Table("a")
     table.add_row("in a table\x1b]0;title\x07")
     console.print(table)
@@ -104,6 +104,6 @@ def test_inert_console_escapes_what_a_call_site_forgot():
     assert "\x1b]0;" not in out and "\x07" not in out
     assert "\x1b[31m" in out  # Rich's own styling still works
     lines = screen_of(out)
-    assert lines[0] == r"x \x1b[2Kgone\x9b cell\u202e"
+    assert lines[0] == r"x \x1b[2Kgone\x9b cell\u202e :cross_mark:"
     # Measured before it was escaped, the cell is cropped: call sites make text inert first.
     assert any(r"in a table\x1b]0;" in line for line in lines)

@@ -46,7 +46,9 @@ def echo_result(text: str, *, json_text: bool = False) -> None:
     """A result on stdout: inert for a person at a terminal, the data itself for a pipe or file."""
     if sys.stdout.isatty():
         text = inert_json(text) if json_text else inert(text)
-    typer.echo(encodable(text))
+    # Not typer.echo: click strips what looks like ANSI styling from piped output.
+    sys.stdout.write(encodable(text) + "\n")
+    sys.stdout.flush()
 
 
 def encodable(text: str) -> str:

@@ -173,7 +173,7 @@ class TerminalApprover:
         self.view.close()
         err_console.rule(f"[bold]{markup_safe(tool.name, line=True)}[/] needs approval "
                          f"[dim]({markup_safe(decision.rule, line=True)})[/]")
-        lines = inert(preview.text).split("\n")
+        lines = inert(preview.text).removesuffix("\n").split("\n")
         folded = preview.fold and len(lines) > FOLD_AT
         _show(lines[:FOLD_SHOW] if folded else lines, preview.error)
         if folded:

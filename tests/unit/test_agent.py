@@ -363,3 +363,12 @@ def test_an_approved_calls_guard_reaches_the_sandbox_but_not_the_model() -> None
     ]
     assert agent.context.host_args == {}  # per call: the agent's own context never holds it
     assert agent.messages[1].tool_calls[0].arguments == {"path": "a.txt", "content": "x"}
+
+
+def test_the_model_cannot_send_the_host_only_guard_itself() -> None:
+    agent = make_agent([calls(("write_file", {"path": "a.txt", "content": "x",
+                                              "expect_sha256": "absent"})), "done"])
+    agent.run("write it")
+    assert sandbox_of(agent).calls == []  # rejected before anything ran
+    assert "expect_sha256" in agent.messages[2].content
+    assert agent.messages[2].content.startswith("Invalid arguments for write_file")

@@ -81,6 +81,15 @@ class Sandbox(Protocol):
         """Run one built-in tool inside the sandbox."""
         ...
 
+    def preview(self, tool: str, args: dict[str, Any]) -> ToolResult:
+        """What a `write_file` / `edit_file` call would change, without changing it.
+
+        `output` is the unified diff against the file in the sandbox; `meta` has `path`,
+        `resolved` (the real path, relative), `symlink`, `exists`, `binary`, `sha256_before`
+        and `error` (why the call would fail, or None).
+        """
+        ...
+
     def is_alive(self) -> bool:
         """Whether the container and toolbox are up."""
         ...

@@ -16,7 +16,7 @@ import getpass
 import secrets
 import socket
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol, Self
@@ -38,7 +38,7 @@ from executor.sandbox.docker import DockerSandbox, SandboxConfig, container_name
 from executor.sandbox.environment import sandbox_environment
 from executor.session import NdjsonSessionStore, session_names
 from executor.state import legacy_notice
-from executor.tools import Tool, ToolContext, ToolRegistry, default_registry
+from executor.tools import Preview, Tool, ToolContext, ToolRegistry, default_registry
 
 SYSTEM_PROMPT = (
     "You are a coding agent working on the project in /workspace; tool paths are relative to "
@@ -85,9 +85,10 @@ class RunOptions(BaseModel):
 
 
 class Approver(Protocol):
-    """Asks a person whether a call may run."""
+    """Asks a person whether a call may run, showing them `preview` (what it will really do)."""
 
-    def __call__(self, tool: Tool, args: BaseModel, decision: Decision) -> bool: ...
+    def __call__(self, tool: Tool, args: BaseModel, decision: Decision, preview: Preview) -> bool:
+        ...
 
 
 def _split_options(options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -346,11 +347,32 @@ class Runner:
     def _authorize(self, tool: Tool, args: BaseModel, call: ToolCall) -> Authorization:
         decision = self.policy.decide(tool, args.model_dump(exclude_none=True),
                                       interactive=self.options.interactive)
+        guard: Mapping[str, Any] = {}
         if decision.needs_approval:
-            approved = self.approver is not None and self.approver(tool, args, decision)
+            approved, guard = self._ask(tool, args, decision)
             decision = decision.approve("user") if approved else decision.decline("user")
         return Authorization(decision.allowed, decision.rule, decision.approved_by,
-                             decision.reason or "")
+                             decision.reason or "", host_args=guard if decision.allowed else {})
+
+    def _ask(
+        self, tool: Tool, args: BaseModel, decision: Decision
+    ) -> tuple[bool, Mapping[str, Any]]:
+        """The person's answer, and the guard of the preview they answered (the write they saw)."""
+        if self.approver is None:
+            return False, {}
+        preview = self._preview(tool, args)
+        return self.approver(tool, args, decision, preview), preview.host_args
+
+    def _preview(self, tool: Tool, args: BaseModel) -> Preview:
+        """What the person is shown; a custom tool's broken `preview` falls back to its name."""
+        assert self.agent is not None
+        try:
+            return tool.preview(args, self.agent.context)
+        except SandboxAgentError:
+            raise  # the sandbox failed: the run cannot go on
+        except Exception as exc:
+            self._warn(f"tool {tool.name} could not preview its call: {exc!r}")
+            return Preview(Tool.describe(tool, args), error=f"no preview: {exc}")
 
 
 SUMMARY_PROMPT = (

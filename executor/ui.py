@@ -1,5 +1,8 @@
 """What a person sees on stderr while the agent works: a spinner while the model thinks,
-streamed tokens, one line per tool call with its outcome, and (with --trace) everything."""
+streamed tokens, one line per tool call with its outcome, and (with --trace) everything.
+
+Every string an event carries is untrusted (the model, the repository and the sandbox chose
+it) and is printed inert: escape sequences and bidi characters shown, never interpreted."""
 
 from __future__ import annotations
 
@@ -7,10 +10,10 @@ import json
 from typing import Any
 
 from rich.console import Console
-from rich.markup import escape
 from rich.status import Status
 
 from executor.hooks import Event, HookBus
+from executor.text import inert_line, markup_safe
 
 
 class ProgressView:
@@ -62,7 +65,7 @@ class ProgressView:
         if not self.stream:
             return
         self._stop_spinner()
-        self.console.print(escape(data["text"]), end="", style="dim")
+        self.console.print(markup_safe(data["text"]), end="", style="dim")
         self._streaming = True
 
     def _on_model_request(self, data: dict[str, Any]) -> None:
@@ -70,48 +73,50 @@ class ProgressView:
         self.close()
         if self.trace:
             tokens = f"{data.get('prompt_tokens')}→{data.get('completion_tokens')} tokens"
-            self.console.print(f"[blue]model[/] {escape(str(data['model']))} "
+            self.console.print(f"[blue]model[/] {markup_safe(data['model'], line=True)} "
                                f"{data['duration_ms']:.0f} ms, "
-                               f"{tokens}\n[dim]{escape(str(data.get('reply', '')))}[/]")
+                               f"{tokens}\n[dim]{markup_safe(data.get('reply', ''))}[/]")
 
     def _on_tool_call(self, data: dict[str, Any]) -> None:
         self.close()
         self._calls[data["call_id"]] = data.get("arguments") or {}
         if data["decision"] != "allow":
-            reason, rule = escape(str(data.get("reason", ""))), escape(str(data["rule"]))
-            self.console.print(f"[red]✗[/] {escape(data['tool'])} refused: {reason} "
-                               f"[dim]({rule})[/]")
+            reason = markup_safe(data.get("reason", ""), line=True)
+            self.console.print(f"[red]✗[/] {markup_safe(data['tool'], line=True)} refused: "
+                               f"{reason} [dim]({markup_safe(data['rule'], line=True)})[/]")
         elif self.trace:
             args = json.dumps(data.get("arguments", {}), ensure_ascii=False)
-            self.console.print(f"[cyan]→[/] {escape(data['tool'])} {escape(args)}")
+            self.console.print(f"[cyan]→[/] {markup_safe(data['tool'], line=True)} "
+                               f"{markup_safe(args)}")
 
     def _on_tool_result(self, data: dict[str, Any]) -> None:
         mark = "[green]✓[/]" if data["ok"] else "[yellow]![/]"
         meta = data.get("meta") or {}
         target = subject(self._calls.pop(data["call_id"], {}))
-        self.console.print(f"{mark} {escape(data['tool'])} {escape(target)} "
-                           f"[dim]{escape(summarize(data))} {meta.get('duration_ms', 0):.0f} ms[/]")
+        self.console.print(f"{mark} {markup_safe(data['tool'], line=True)} {markup_safe(target)} "
+                           f"[dim]{markup_safe(summarize(data))} "
+                           f"{meta.get('duration_ms', 0):.0f} ms[/]")
         if self.trace:
-            self.console.print(f"[dim]{escape(str(data['output'])[:4000])}[/]")
+            self.console.print(f"[dim]{markup_safe(str(data['output'])[:4000])}[/]")
         self.thinking()
 
     def _on_retry(self, data: dict[str, Any]) -> None:
         self.close()
         self.console.print(f"[yellow]retrying[/] model request (attempt {data.get('attempt')}): "
-                           f"{escape(str(data.get('reason', '')))}")
+                           f"{markup_safe(data.get('reason', ''))}")
         self.thinking()
 
     def _on_warning(self, data: dict[str, Any]) -> None:
         self.close()
-        self.console.print(f"[yellow]warning:[/] {escape(str(data.get('message', '')))}")
+        self.console.print(f"[yellow]warning:[/] {markup_safe(data.get('message', ''))}")
 
     def _on_notice(self, data: dict[str, Any]) -> None:
         self.close()
-        self.console.print(f"[dim]{escape(str(data.get('message', '')))}[/]")
+        self.console.print(f"[dim]{markup_safe(data.get('message', ''))}[/]")
 
     def _on_progress(self, data: dict[str, Any]) -> None:
         """The embedded model loading: one line per phase, a live figure where there is one."""
-        message = escape(str(data.get("message", "")))
+        message = markup_safe(data.get("message", ""), line=True)
         if data.get("phase") != self._phase:
             self._phase = data.get("phase")
             self.close()
@@ -130,11 +135,11 @@ class ProgressView:
 
 
 def subject(arguments: dict[str, Any]) -> str:
-    """The argument that says what a call is about: its path, command or pattern."""
+    """The argument that says what a call is about (its path, command or pattern), one line."""
     for key in ("command", "path", "pattern"):
         if isinstance(arguments.get(key), str):
-            text = str(arguments[key]).replace("\n", " ")
-            return text[:80] + ("…" if len(text) > 80 else "")
+            text = str(arguments[key])  # cut before escaping: an escape is never cut in half
+            return inert_line(text[:80]) + ("…" if len(text) > 80 else "")
     return ""
 
 
@@ -147,5 +152,5 @@ def summarize(data: dict[str, Any]) -> str:
         return f"(exit {meta['exit_code']})"
     if data.get("ok"):
         return ""
-    first = next((line for line in str(data.get("output", "")).splitlines() if line.strip()), "")
-    return first[:100] + ("…" if len(first) > 100 else "")
+    first = next((line for line in str(data.get("output", "")).split("\n") if line.strip()), "")
+    return inert_line(first[:100]) + ("…" if len(first) > 100 else "")

@@ -18,6 +18,7 @@ from rich.text import Text
 from executor import audit
 from executor.cli.common import RootOption, cli_errors, err_console, out_console
 from executor.errors import AuditError, AuditIntegrityError, ConfigError
+from executor.text import inert_line, markup_safe
 
 app = typer.Typer(
     name="audit", help="Verify, show and export the audit log.", no_args_is_help=True
@@ -65,7 +66,7 @@ def verify(
     if report.empty:
         if require_records:
             raise AuditIntegrityError(f"no audit records in {path}", fix="was the log deleted?")
-        err_console.print(f"[yellow]no audit records[/] in {path}")
+        err_console.print(f"[yellow]no audit records[/] in {markup_safe(str(path), line=True)}")
         return
     out_console.print(
         f"ok: {report.records} records in {len(report.files)} file(s), seq 1..{report.head_seq}",
@@ -89,8 +90,8 @@ def show(
         audit.export_records(records, "jsonl", sys.stdout)
         return
     table = Table("seq", "time (UTC)", "session", "kind", "what", show_lines=False)
-    for record in records:
-        table.add_row(*(Text(cell) for cell in _row(record)))
+    for record in records:  # what the model and the sandbox chose, shown inert
+        table.add_row(*(Text(inert_line(cell)) for cell in _row(record)))
     if table.row_count == 0:
         err_console.print("no matching audit records")
         return
@@ -113,7 +114,8 @@ def export(
     records = _records(root, audit_dir, session, since)
     with _opened(output) as out:
         count = audit.export_records(records, "csv" if fmt is ExportFormat.CSV else "jsonl", out)
-    err_console.print(f"exported {count} record(s){f' to {output}' if output else ''}")
+    where = f" to {output}" if output else ""
+    err_console.print(f"exported {count} record(s){inert_line(where)}", markup=False)
 
 
 def _records(

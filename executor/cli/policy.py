@@ -23,6 +23,7 @@ from executor.policy import (
     parse_policy,
     shell_of,
 )
+from executor.text import inert, inert_line
 from executor.tools.base import RiskLevel
 from executor.tools.builtin import BUILTIN_TOOLS
 from executor.trust import read_project_file, trust, untrust
@@ -91,8 +92,9 @@ def explain_command(
         parse = {"shell": shell.as_dict()} if shell else {}
         print(json.dumps({**decision.as_dict(), "policy": policy.source, **parse}, indent=2))
         return
-    out_console.print(explain(policy, facts, arguments, interactive=not non_interactive),
-                      markup=False)
+    # The arguments and a policy file's rules and reasons are shown, never interpreted.
+    text = explain(policy, facts, arguments, interactive=not non_interactive)
+    out_console.print(inert(text), markup=False)
 
 
 @app.command("show")
@@ -109,9 +111,9 @@ def show_command(
     """Print the effective rules in the order they are applied."""
     overrides = _overrides(yes, deny_tool, deny_prefix, deny_command, read_only)
     policy = load_policy(root, policy_file, overrides)
-    out_console.print(f"policy: {policy.source}", markup=False)
+    out_console.print(f"policy: {inert_line(policy.source)}", markup=False)
     for notice in policy.notices:
-        err_console.print(f"note: {notice}", markup=False)
+        err_console.print(f"note: {inert(notice)}", markup=False)
     out_console.print(rules_table(policy))
 
 
@@ -145,17 +147,11 @@ def untrust_command(root: RootOption = Path(".")) -> None:
     err_console.print(f"{root / POLICY_FILE} {what}", markup=False)
 
 
-def inert(text: str) -> str:
-    """Control characters shown escaped (a file from the repository may hold any bytes)."""
-    return "".join(c if c in "\n\t" or (c.isprintable() and not 0x80 <= ord(c) < 0xA0)
-                   else c.encode("unicode_escape").decode() for c in text)
-
-
 def rules_table(policy: Policy) -> Table:
-    """The effective rules as a table (user text is never read as markup)."""
+    """The effective rules as a table (their text is never read as markup, and shown inert)."""
     table = Table("#", "source", "matches", "decision", "reason")
     for number, row in enumerate(policy.describe(), 1):
-        table.add_row(str(number), *(Text(cell) for cell in row))
+        table.add_row(str(number), *(Text(inert_line(cell)) for cell in row))
     return table
 
 

@@ -13,16 +13,16 @@ from typing import Annotated, Any
 
 import typer
 from pydantic import BaseModel
-from rich.markup import escape
-from rich.prompt import Confirm
+from rich.text import Text
 
 from executor.agent import RunResult
-from executor.cli.common import RootOption, cli_errors, err_console
+from executor.cli.common import RootOption, cli_errors, echo_result, err_console
 from executor.config import Provider, ToolProtocol
 from executor.errors import ConfigError, SandboxAgentError
 from executor.policy import Decision
 from executor.runner import Runner
-from executor.tools import Tool
+from executor.text import inert, markup_safe
+from executor.tools import Preview, Tool
 from executor.ui import ProgressView
 
 # -- options shared by ask and review ------------------------------------------------------------
@@ -151,23 +151,57 @@ def _interrupt_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, handler)
 
 
+FOLD_AT = 80
+"""A preview longer than this many lines is shown folded ..."""
+FOLD_SHOW = 60
+"""... to its first lines; answering v shows all of it before y/n is asked again."""
+ASK = Text("Allow this call? [y/n/v] (n): ")
+
+
 class TerminalApprover:
-    """Asks the person at the terminal, showing the diff or the command."""
+    """Asks the person at the terminal, showing what the call will really do.
+
+    Everything shown is inert (executor/text.py): an escape sequence in a command, a path or
+    a file's content is printed as `\\x1b`, never run by the terminal.
+    """
 
     def __init__(self, view: ProgressView) -> None:
         self.view = view
 
-    def __call__(self, tool: Tool, args: BaseModel, decision: Decision) -> bool:
-        """y/n on stderr; anything but yes declines."""
+    def __call__(self, tool: Tool, args: BaseModel, decision: Decision, preview: Preview) -> bool:
+        """y/yes or n/no on stderr (v shows all of a folded preview); no answer declines."""
         self.view.close()
-        err_console.rule(
-            f"[bold]{escape(tool.name)}[/] needs approval [dim]({escape(decision.rule)})[/]"
-        )
-        err_console.print(tool.describe(args), markup=False, highlight=False)
-        try:
-            return Confirm.ask("Allow this call?", console=err_console, default=False)
-        except EOFError:
-            return False
+        err_console.rule(f"[bold]{markup_safe(tool.name, line=True)}[/] needs approval "
+                         f"[dim]({markup_safe(decision.rule, line=True)})[/]")
+        lines = inert(preview.text).removesuffix("\n").split("\n")
+        folded = preview.fold and len(lines) > FOLD_AT
+        _show(lines[:FOLD_SHOW] if folded else lines, preview.error)
+        if folded:
+            err_console.print(f"[yellow]… {len(lines) - FOLD_SHOW} more lines not shown: "
+                              "answer v to see all of it[/]")
+        return self._answer(lines, preview.error)
+
+    def _answer(self, lines: list[str], error: str | None) -> bool:
+        while True:
+            try:
+                answer = err_console.input(ASK).strip().lower()
+            except EOFError:
+                return False
+            if answer in ("y", "yes"):
+                return True
+            if answer in ("", "n", "no"):
+                return False
+            if answer == "v":
+                _show(lines, error)
+            else:
+                err_console.print("answer y (yes), n (no) or v (view all of it)")
+
+
+def _show(lines: list[str], error: str | None) -> None:
+    """Inert preview lines, and why the call would fail when it would."""
+    err_console.print("\n".join(lines), markup=False, highlight=False)
+    if error:
+        err_console.print(f"[bold red]this call would fail:[/] {markup_safe(error)}")
 
 
 def _prepare(
@@ -203,7 +237,7 @@ def _start(runner: Runner, view: ProgressView) -> None:
         f"[dim]session {runner.session_name} · container "
         f"{runner.sandbox.name if runner.sandbox else '?'} · "
         f"{'read-only' if runner.options.read_only else 'read-write'} · "
-        f"model {escape(runner.model.name)}[/]"
+        f"model {markup_safe(runner.model.name, line=True)}[/]"
     )
 
 
@@ -351,7 +385,7 @@ def _answer(result: RunResult, view: ProgressView) -> None:
         f"[dim]done in {result.turns} turn(s), {len(result.tool_calls)} tool call(s)[/]"
     )
     if not (view.last_reply_streamed and sys.stdout.isatty()):  # already on this screen
-        typer.echo(result.answer)
+        echo_result(result.answer)
 
 
 def _prompt() -> str:
@@ -375,7 +409,7 @@ def _repl(runner: Runner, view: ProgressView, first: str | None) -> None:
             _answer(runner.run(pending), view)
         except SandboxAgentError as exc:  # one failed request does not end the session
             view.close()
-            err_console.print(f"[bold red]error:[/] {escape(str(exc))}")
+            err_console.print(f"[bold red]error:[/] {markup_safe(str(exc))}")
         pending = None
 
 
@@ -555,13 +589,13 @@ def _write_report(report: dict[str, Any], fmt: ReportFormat, output: Path | None
         else _markdown(report)
     )
     if output is None:
-        typer.echo(text)
+        echo_result(text, json_text=fmt is ReportFormat.json)
         return
     try:
         output.write_text(text + "\n", encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot write the report to {output}: {exc.strerror}") from exc
-    err_console.print(f"[dim]report written to {escape(str(output))}[/]")
+    err_console.print(f"[dim]report written to {markup_safe(str(output), line=True)}[/]")
 
 
 def _plural(count: int, noun: str) -> str:

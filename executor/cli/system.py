@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.markup import escape
 
 from executor.cli.common import cli_errors, err_console, out_console
 from executor.config import DEFAULT_BASE_IMAGE, DEFAULT_IMAGE, Settings
@@ -15,6 +14,7 @@ from executor.errors import ImageNotFoundError, SandboxAgentError
 from executor.sandbox.engine import IMAGE_FIX, connect, engine_version
 from executor.sandbox.gc import gc as collect
 from executor.sandbox.image import build_image, image_exists
+from executor.text import inert, inert_line, markup_safe
 
 image_app = typer.Typer(help="Build the sandbox image.", no_args_is_help=True)
 
@@ -32,10 +32,12 @@ def image_build(
 ) -> None:
     """Build the sandbox image FROM --base (python:3.12-slim; offline: make base-image)."""
     progress = (
-        (lambda line: None) if quiet else (lambda line: err_console.print(line, markup=False))
+        (lambda line: None) if quiet
+        else (lambda line: err_console.print(inert_line(line), markup=False))
     )
     image_id = build_image(tag, base, progress=progress)
-    err_console.print(f"built [bold]{escape(tag)}[/] ({image_id[:19]}) from {escape(base)}")
+    err_console.print(f"built [bold]{markup_safe(tag, line=True)}[/] ({image_id[:19]}) from "
+                      f"{markup_safe(base, line=True)}")
 
 
 @cli_errors
@@ -57,7 +59,7 @@ def gc(
     """Remove sandbox containers whose session is no longer running (e.g. after a crash)."""
     result = collect(root=str(root) if root else None, all_hosts=all_hosts, force=force)
     for name in result.removed:
-        out_console.print(f"removed {name}")
+        out_console.print(f"removed {inert_line(name)}", markup=False)
     err_console.print(
         f"[dim]{len(result.removed)} removed, {len(result.in_use)} in use, "
         f"{len(result.skipped)} from other hosts left alone[/]"
@@ -88,7 +90,7 @@ def doctor(
     try:
         settings = Settings.model_validate({**Settings().model_dump(), **values})
     except ValueError as exc:
-        err_console.print(f"[bold red]error:[/] {escape(str(exc))}")
+        err_console.print(f"[bold red]error:[/] {markup_safe(str(exc))}")
         raise typer.Exit(2) from None
     client: dict[str, Any] = {}
     checks: list[tuple[str, Check]] = [
@@ -105,11 +107,12 @@ def _run_check(name: str, check: Check) -> bool:
     try:
         detail = check()
     except SandboxAgentError as exc:
-        out_console.print(f"[red]✗[/] {escape(name)}: {escape(exc.message)}")
+        # A model server's error text is the server's choice: shown inert.
+        out_console.print(f"[red]✗[/] {markup_safe(name)}: {markup_safe(exc.message)}")
         if exc.fix:
-            out_console.print(f"    fix: {exc.fix}", markup=False)
+            out_console.print(f"    fix: {inert(exc.fix)}", markup=False)
         return False
-    out_console.print(f"[green]✓[/] {escape(name)}: {escape(detail)}")
+    out_console.print(f"[green]✓[/] {markup_safe(name)}: {markup_safe(detail)}")
     return True
 
 

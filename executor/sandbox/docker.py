@@ -367,6 +367,13 @@ class DockerSandbox:
         assert self._info is not None
         self._info = self._info.model_copy(update={"container_id": self._container.id})
 
+    def preview(self, tool: str, args: dict[str, Any]) -> ToolResult:
+        """The toolbox's preview of a write: the diff against the file as the container sees it.
+
+        The host never opens project files itself: a symlink there may point into the host.
+        """
+        return self.call("preview", {"tool": tool, "args": args})
+
     def _deadline_for(self, args: dict[str, Any]) -> float:
         requested = args.get("timeout_seconds")
         base = requested if isinstance(requested, int | float) else self.config.tool_timeout

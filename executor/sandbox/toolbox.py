@@ -18,6 +18,15 @@ Protocol (version 1)
               A line that is not JSON, not an object or has no string "tool" gets ok false and
               "bad request: ..."; its id is echoed when the object had one, else null.
     special   ping -> "pong"; shutdown -> ok, then exit 0; EOF on stdin -> exit 0.
+    preview   {"tool": "preview", "args": {"tool": "write_file"|"edit_file", "args": {...}}}
+              -> ok, "output" the unified diff the call would make (new file: from /dev/null;
+              binary, non-UTF-8 or over 4 MB: sizes and sha256 instead), "meta" {"path",
+              "resolved" (real path relative to the root), "symlink", "exists", "binary",
+              "sha256_before" (null: no file), "error" (why the call would fail, or null)}.
+              Same path checks as the call; writes nothing. For the host's approval prompt.
+    approved  write_file and edit_file take "expect_sha256": the sha256_before the person was
+              shown ("absent": no file). If the file is not that now, nothing is written:
+              "... changed since it was approved; nothing was written".
 
 Caps and choices
     paths         relative to the root, or absolute inside it; symlinks are followed and must stay
@@ -111,6 +120,9 @@ from collections import Counter, deque
 
 VERSION = 1
 BINARY_SNIFF = 8192
+ABSENT = "absent"  # expect_sha256 of a file that did not exist when the write was approved
+PREVIEW_MAX_BYTES = 4 * 1024 * 1024  # a bigger file is described, not diffed
+NOT_TEXT = "binary or not UTF-8"
 READ_MAX_LINES = 2000
 READ_MAX_CHARS = 100_000
 LINE_MAX_CHARS = 2000
@@ -477,21 +489,37 @@ class _Page:
 # -- write_file / edit_file -------------------------------------------------------------------
 
 
-def tool_write_file(ctx, path, content):
+def tool_write_file(ctx, path, content, expect_sha256=None):
     """Create or overwrite a file, creating its parent directories."""
     real = resolve(ctx, path, write=True)
-    meta = _write(ctx, real, _read_existing(real, path), _encode(content, "surrogatepass"))
+    before = _read_existing(real, path)
+    _check_unchanged(path, before, expect_sha256)
+    meta = _write(ctx, real, before, _encode(content, "surrogatepass"))
     how = "new file" if meta["created"] else f"{meta['lines_changed']} lines changed"
     return ok(f"wrote {meta['bytes']} bytes to '{path}' ({how})", **meta)
 
 
-def tool_edit_file(ctx, path, new_text, old_text=None, replace_all=False):
+def tool_edit_file(ctx, path, new_text, old_text=None, replace_all=False, expect_sha256=None):
     """Replace the unique (or, with replace_all, every) occurrence of old_text."""
     real = resolve(ctx, path, write=True)
     before = _read_existing(real, path)
+    _check_unchanged(path, before, expect_sha256)
+    after, done = _edited(path, before, new_text, old_text, replace_all)
+    meta = _write(ctx, real, before, after)
+    if before is None:
+        return ok(f"created '{path}' ({meta['bytes']} bytes)", replacements=0, **meta)
+    return ok(f"edited '{path}': {done} replacement{'s' * (done > 1)}, "
+              f"{meta['lines_changed']} lines changed", replacements=done, **meta)
+
+
+def _edited(path, before, new_text, old_text, replace_all):
+    """(the file's new bytes, replacements) after an edit, or the ToolError it fails with."""
     if old_text is None or (old_text == "" and before is None):
         # Small models send old_text="" to mean "create": treat it like an omitted old_text.
-        return _create_by_edit(ctx, real, path, before, new_text)
+        if before is not None:
+            raise ToolError(f"'{path}' already exists. To change it, give old_text (the exact "
+                            "text to replace); to overwrite all of it, use write_file.")
+        return _encode(new_text, "surrogatepass"), 0
     if old_text == "":
         raise ToolError(f"old_text is empty but '{path}' exists. Give the exact text to "
                         "replace, or use write_file to overwrite the whole file.")
@@ -501,18 +529,19 @@ def tool_edit_file(ctx, path, new_text, old_text=None, replace_all=False):
     old, new, count = _find(text, old_text, new_text)
     _check_count(text, path, old, count, replace_all)
     after = text.replace(old, new) if replace_all else text.replace(old, new, 1)
-    meta = _write(ctx, real, before, _encode(after, "surrogateescape"))
-    done = count if replace_all else 1
-    return ok(f"edited '{path}': {done} replacement{'s' * (done > 1)}, "
-              f"{meta['lines_changed']} lines changed", replacements=done, **meta)
+    return _encode(after, "surrogateescape"), count if replace_all else 1
 
 
-def _create_by_edit(ctx, real, path, before, new_text):
-    if before is not None:
-        raise ToolError(f"'{path}' already exists. To change it, give old_text (the exact text "
-                        "to replace); to overwrite all of it, use write_file.")
-    meta = _write(ctx, real, None, _encode(new_text, "surrogatepass"))
-    return ok(f"created '{path}' ({meta['bytes']} bytes)", replacements=0, **meta)
+def _check_unchanged(path, before, expected):
+    """Refuse a write whose file is not what the person approved (the host sends the hash)."""
+    if expected is not None and _digest(before) != expected:
+        raise ToolError(f"'{path}' changed since it was approved; nothing was written. Read it "
+                        "again before changing it.", changed_since_approval=True)
+
+
+def _digest(data):
+    """sha256 hex of a file's bytes, or ABSENT for a file that does not exist."""
+    return ABSENT if data is None else hashlib.sha256(data).hexdigest()
 
 
 def _read_existing(real, path):
@@ -615,6 +644,93 @@ def _lines_changed(old, new):
         return sum(((ca - cb) + (cb - ca)).values())
     ops = difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes()
     return sum((i2 - i1) + (j2 - j1) for tag, i1, i2, j1, j2 in ops if tag != "equal")
+
+
+# -- preview (for the host's approval prompt; not a tool the model is offered) -----------------
+
+
+def tool_preview(ctx, tool, args):
+    """What a write_file or edit_file call would change, as a unified diff; writes nothing.
+
+    The same path checks as the real call; `meta.error` says why the call would fail.
+    """
+    if tool not in ("write_file", "edit_file"):
+        raise ToolError(f"preview is for write_file and edit_file, not '{tool}'")
+    clean = validate(tool, TOOLS[tool][1], args)
+    facts = {"path": clean["path"], "resolved": None, "symlink": False, "exists": False,
+             "binary": False, "sha256_before": None, "error": None}
+    try:
+        output = _preview(ctx, tool, clean, facts)
+    except ToolError as exc:
+        output, facts["error"] = "", str(exc)
+    except OSError as exc:
+        output, facts["error"] = "", os_error_text(ctx, exc)
+    return ok(output, **facts)
+
+
+def _preview(ctx, tool, args, facts):
+    """The diff text; fills `facts` as it learns them (so an error keeps what was known)."""
+    path = args["path"]
+    real = resolve(ctx, path, write=True)
+    facts.update(resolved=rel(ctx, real), symlink=_lexical(ctx, path) != rel(ctx, real))
+    before = _read_existing(real, path)
+    facts.update(exists=before is not None,
+                 sha256_before=None if before is None else _digest(before))
+    if tool == "write_file":
+        after = _encode(args["content"], "surrogatepass")
+    else:
+        after = _edited(path, before, args["new_text"], args.get("old_text"),
+                        args.get("replace_all", False))[0]
+    (old, why_old), (new, why_new) = _text_of(before), _text_of(after)
+    if why_old or why_new:
+        facts["binary"] = NOT_TEXT in (why_old, why_new)
+        return _described(before, after, why_old or why_new)
+    label = facts["resolved"]
+    return _unified(old, new, f"a/{label}" if before is not None else "/dev/null", f"b/{label}")
+
+
+def _lexical(ctx, raw):
+    """`raw` relative to the root without following links, to tell a path through a symlink."""
+    if os.path.isabs(raw):
+        norm = os.path.normpath(raw)
+        base = next((r for r in sorted(ctx.roots) if _inside(r, norm)), ctx.root)
+        return os.path.relpath(norm, base)
+    return os.path.normpath(raw)
+
+
+def _text_of(data):
+    """(text, None) of a file's bytes (None: no file yet), or (None, why it is not shown)."""
+    if data is None:
+        return "", None
+    if b"\0" in data[:BINARY_SNIFF]:
+        return None, NOT_TEXT
+    if len(data) > PREVIEW_MAX_BYTES:
+        return None, f"over {PREVIEW_MAX_BYTES} bytes"
+    try:
+        return data.decode("utf-8"), None
+    except UnicodeDecodeError:
+        return None, NOT_TEXT
+
+
+def _described(before, after, why):
+    """Sizes and hashes instead of a diff."""
+    old = "no file" if before is None else f"{len(before)} bytes, sha256 {_digest(before)}"
+    return (f"content not shown ({why})\nbefore: {old}\n"
+            f"after:  {len(after)} bytes, sha256 {_digest(after)}")
+
+
+def _unified(old, new, from_label, to_label):
+    """A unified diff (3 lines of context) of two texts; '' when they are the same."""
+    lines = difflib.unified_diff(_keep_ends(old), _keep_ends(new), from_label, to_label)
+    return "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n"
+                   for line in lines)
+
+
+def _keep_ends(text):
+    """Lines split at "\\n" only (a CR or form feed inside a line stays where it is)."""
+    parts = text.split("\n")
+    lines = [part + "\n" for part in parts[:-1]]
+    return [*lines, parts[-1]] if parts[-1] else lines
 
 
 # -- search_files -----------------------------------------------------------------------------
@@ -1824,13 +1940,16 @@ def _ancestors():
 
 # -- requests ---------------------------------------------------------------------------------
 
-STR, INT, BOOL, NUMBER = "a string", "an integer", "true or false", "a number"
+STR, INT, BOOL, NUMBER, OBJECT = (
+    "a string", "an integer", "true or false", "a number", "a JSON object")
 TOOLS = {
     "read_file": (tool_read_file, {"path": (STR, True), "start_line": (INT, False),
                                    "end_line": (INT, False)}),
-    "write_file": (tool_write_file, {"path": (STR, True), "content": (STR, True)}),
+    "write_file": (tool_write_file, {"path": (STR, True), "content": (STR, True),
+                                     "expect_sha256": (STR, False)}),
     "edit_file": (tool_edit_file, {"path": (STR, True), "new_text": (STR, True),
-                                   "old_text": (STR, False), "replace_all": (BOOL, False)}),
+                                   "old_text": (STR, False), "replace_all": (BOOL, False),
+                                   "expect_sha256": (STR, False)}),
     "search_files": (tool_search_files, {"pattern": (STR, True), "path": (STR, False),
                                          "max_results": (INT, False)}),
     "list_files": (tool_list_files, {"path": (STR, False), "glob": (STR, False),
@@ -1840,9 +1959,14 @@ TOOLS = {
 }
 
 
+PREVIEW_SPEC = {"tool": (STR, True), "args": (OBJECT, True)}
+
+
 def _is_kind(value, kind):
     if kind == STR:
         return isinstance(value, str)
+    if kind == OBJECT:
+        return isinstance(value, dict)
     if kind == BOOL:
         return isinstance(value, bool)
     if isinstance(value, bool):
@@ -1876,6 +2000,8 @@ def call_tool(ctx, tool, args):
     try:
         if tool == "ping":
             return ok("pong")
+        if tool == "preview":
+            return tool_preview(ctx, **validate(tool, PREVIEW_SPEC, args))
         if tool not in TOOLS:
             raise ToolError(f"unknown tool '{tool}'; available: {', '.join(TOOLS)}")
         handler, spec = TOOLS[tool]

@@ -7,6 +7,8 @@
     box.calls                                   # [("read_file", {...}), ("list_files", {})]
 
 A canned answer may also be a function of the arguments (`lambda args: ToolResult(...)`).
+`box.preview(tool, args)` answers from `results["preview"]` the same way (its args are
+`{"tool": ..., "args": ...}`), else with an empty diff of a new file and no error.
 """
 
 from __future__ import annotations
@@ -62,6 +64,20 @@ class FakeSandbox:
         if answer is None:
             return ToolResult(ok=True, output=f"{tool} ok")
         return answer(dict(args)) if callable(answer) else answer.model_copy(deep=True)
+
+    def preview(self, tool: str, args: dict[str, Any]) -> ToolResult:
+        """Record the preview as a call of `preview` and return its canned result."""
+        request = {"tool": tool, "args": dict(args)}
+        if "preview" in self.results:
+            return self.call("preview", request)
+        if not self.started:
+            raise SandboxError("the fake sandbox is not started")
+        self.calls.append(("preview", request))
+        path = str(args.get("path", ""))
+        return ToolResult(ok=True, output="", meta={
+            "path": path, "resolved": path, "symlink": False, "exists": False, "binary": False,
+            "sha256_before": None, "error": None,
+        })
 
     def is_alive(self) -> bool:
         """Started and not stopped."""

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import json
 import re
-import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from fnmatch import fnmatchcase
@@ -46,6 +45,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol, cast
 
 from executor.errors import ConfigError, PolicyFileError
+from executor.policy_file import RuleSpec, load_spec, rule_id
 from executor.shell import ShellAnalysis, SimpleCommand, Token, analyze, normal_form, normalise
 from executor.state import config_home
 from executor.tools.base import RiskLevel
@@ -602,9 +602,6 @@ def _skipped_allow(rule: Rule, shell: ShellAnalysis | None) -> list[str]:
 
 # ---------------------------------------------------------------------------- loading
 
-_RULE_KEYS = frozenset({"tool", "prefix", "regex", "decision", "name", "reason"})
-_TOP_KEYS = frozenset({"defaults", "rules"})
-_TOML_POSITION = re.compile(r"\(at (?:line (\d+), column \d+|end of document)\)")
 
 
 def default_policy_path(root: Path) -> Path:
@@ -699,163 +696,26 @@ def parse_policy(text: str, *, path: str, overrides: PolicyOverrides | None = No
                  label: str | None = None) -> Policy:
     """Parse and validate policy TOML; errors name the file, the line and the reason.
 
-    `label` (e.g. "user", "project, untrusted") is added to the policy's source.
+    The format is `executor.policy_file.PolicySpec`; `label` (e.g. "user",
+    "project, untrusted") is added to the policy's source.
     """
-    src = _Source(text, path)
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise src.error(f"invalid TOML: {_TOML_POSITION.sub('', str(exc)).strip()}",
-                        _toml_line(exc, src)) from None
-    for key in data.keys() - _TOP_KEYS:
-        raise src.error(f"unknown key {key!r} (expected [defaults] and [[rules]])", src.top(key))
-    defaults = _parse_defaults(src, data.get("defaults", {}))
-    rules = _parse_rules(src, data.get("rules", []))
+    spec, src = load_spec(text, path)
+    levels = {level.value: level for level in RiskLevel}
+    defaults = {levels[k]: cast(Verdict, v)
+                for k, v in spec.defaults.model_dump(exclude_none=True).items()}
+    rules = [_rule(rule_id(src, index), rule) for index, rule in enumerate(spec.rules, 1)]
     sources = {level: f"{src.name} [defaults]" for level in defaults}
     source = f"{path} ({label})" if label else path
     return Policy(rules, defaults, overrides, source=source, default_sources=sources)
 
 
-def _toml_line(exc: tomllib.TOMLDecodeError, src: _Source) -> int | None:
-    match = _TOML_POSITION.search(str(exc))
-    if match is None:
-        return None
-    return int(match.group(1)) if match.group(1) else len(src.lines) or None
-
-
-class _Source:
-    """The policy text, for finding the line an error is about (tomllib keeps no positions)."""
-
-    def __init__(self, text: str, path: str) -> None:
-        self.lines = text.splitlines()
-        self.path = path
-        self.name = Path(path).name
-
-    def error(self, message: str, line: int | None) -> PolicyFileError:
-        where = f"{self.path}:{line}" if line else self.path
-        return PolicyFileError(f"{where}: {message}", fix="see docs/POLICY.md for the format")
-
-    def header(self, pattern: str, index: int = 1) -> int | None:
-        """Line of the `index`-th header matching `pattern` (e.g. `[[rules]]`)."""
-        found = [n for n, line in enumerate(self.lines, 1) if re.match(pattern, line.strip())]
-        return found[index - 1] if len(found) >= index else None
-
-    def key(self, start: int | None, key: str) -> int | None:
-        """Line of `key = ...` in the table starting at line `start`, else the table's line."""
-        if start is None:  # inline tables: the first line assigning the key is our best guess
-            return self.find(rf"(^|[{{,\s])[\"']?{re.escape(key)}[\"']?\s*=")
-        for number in range(start + 1, len(self.lines) + 1):
-            text = self.lines[number - 1].strip()
-            if text.startswith("["):
-                break
-            if re.match(rf"[\"']?{re.escape(key)}[\"']?\s*=", text):
-                return number
-        return start
-
-    def top(self, key: str) -> int | None:
-        """Line of a top-level key or table named `key`."""
-        return self.find(rf"^\[*\s*[\"']?{re.escape(key)}[\"']?\s*(\]|=|\.)")
-
-    def find(self, pattern: str) -> int | None:
-        """The first line where `pattern` is found."""
-        return next((n for n, line in enumerate(self.lines, 1) if re.search(pattern, line)), None)
-
-
-def _parse_defaults(src: _Source, raw: Any) -> dict[RiskLevel, Verdict]:
-    start = src.header(r"^\[\s*defaults\s*\]")
-    if not isinstance(raw, dict):
-        raise src.error("[defaults] must be a table", src.top("defaults"))
-    levels = {level.value: level for level in RiskLevel}
-    out: dict[RiskLevel, Verdict] = {}
-    for key, value in raw.items():
-        if key not in levels:
-            raise src.error(
-                f"[defaults] has unknown risk level {key!r} (use {', '.join(levels)})",
-                src.key(start, key),
-            )
-        out[levels[key]] = _verdict(src, value, f"[defaults] {key}", src.key(start, key))
-    return out
-
-
-def _verdict(src: _Source, value: Any, what: str, line: int | None) -> Verdict:
-    if value not in VERDICTS:
-        raise src.error(f"{what}: decision must be one of allow, ask, deny (got {value!r})", line)
-    return cast(Verdict, value)
-
-
-def _parse_rules(src: _Source, raw: Any) -> list[Rule]:
-    if not isinstance(raw, list):
-        raise src.error("rules must be an array of tables ([[rules]])", src.top("rules"))
-    return [_parse_rule(src, index, entry) for index, entry in enumerate(raw, 1)]
-
-
-def _parse_rule(src: _Source, index: int, raw: Any) -> Rule:
-    start = src.header(r"^\[\[\s*rules\s*\]\]", index)
-    where, here = f"rule #{index}", start or src.top("rules")
-    if not isinstance(raw, dict):
-        raise src.error(f"{where} must be a table", here)
-    for key in raw.keys() - _RULE_KEYS:
-        raise src.error(
-            f"{where}: unknown key {key!r} (allowed: {', '.join(sorted(_RULE_KEYS))})",
-            src.key(start, key),
-        )
-    if "decision" not in raw:
-        raise src.error(f"{where}: missing decision (allow, ask or deny)", here)
+def _rule(id: str, spec: RuleSpec) -> Rule:
+    shell = spec.prefix is not None or spec.regex is not None
     return Rule(
-        id=f"{src.name}:{start} [[rules]] #{index}" if start else f"{src.name} rules[{index}]",
-        decision=_verdict(src, raw["decision"], where, src.key(start, "decision")),
-        tool=_tool(src, raw, where, start),
-        prefixes=tuple(_strings(src, raw, "prefix", where, start)),
-        regexes=tuple(_regex(src, p, where, src.key(start, "regex"))
-                      for p in _strings(src, raw, "regex", where, start)),
-        name=_optional_str(src, raw, "name", where, start),
-        reason=_optional_str(src, raw, "reason", where, start),
+        id=id, decision=spec.decision, tool=spec.tool or (SHELL_TOOL if shell else "*"),
+        prefixes=tuple(spec.prefix or ()), regexes=tuple(re.compile(r) for r in spec.regex or ()),
+        name=spec.name, reason=spec.reason,
     )
-
-
-def _tool(src: _Source, raw: Mapping[str, Any], where: str, start: int | None) -> str:
-    """The rule's tool; prefix/regex rules are about shell commands only."""
-    shell = "prefix" in raw or "regex" in raw
-    if "prefix" in raw and "regex" in raw:
-        raise src.error(f"{where}: use either prefix or regex (one rule each)", start)
-    tool = raw.get("tool", SHELL_TOOL if shell else None)
-    if not isinstance(tool, str) or not tool:
-        message = "tool must be a non-empty string" if "tool" in raw else "needs a tool"
-        raise src.error(f"{where}: {message} (a name or a glob like \"*\")", src.key(start, "tool"))
-    if shell and tool != SHELL_TOOL:
-        raise src.error(
-            f"{where}: prefix and regex match shell commands, so tool must be {SHELL_TOOL}",
-            src.key(start, "tool"),
-        )
-    return tool
-
-
-def _strings(
-    src: _Source, raw: Mapping[str, Any], key: str, where: str, start: int | None
-) -> list[str]:
-    value = raw.get(key, [])
-    values = [value] if isinstance(value, str) else value
-    if not isinstance(values, list) or not all(isinstance(v, str) and v.strip() for v in values):
-        raise src.error(
-            f"{where}: {key} must be a non-empty string or a list of them", src.key(start, key)
-        )
-    return values
-
-
-def _regex(src: _Source, pattern: str, where: str, line: int | None) -> re.Pattern[str]:
-    try:
-        return re.compile(pattern)
-    except re.error as exc:
-        raise src.error(f"{where}: invalid regex {pattern!r}: {exc}", line) from None
-
-
-def _optional_str(
-    src: _Source, raw: Mapping[str, Any], key: str, where: str, start: int | None
-) -> str | None:
-    value = raw.get(key)
-    if value is not None and not isinstance(value, str):
-        raise src.error(f"{where}: {key} must be a string", src.key(start, key))
-    return value
 
 
 # ---------------------------------------------------------------------------- explain

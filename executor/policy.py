@@ -165,7 +165,7 @@ class Rule:
     tool: str = "*"
     """Exact tool name or a glob (`*`, `mcp_*`)."""
     prefixes: tuple[str, ...] = ()
-    regexes: tuple[re.Pattern[str], ...] = ()
+    regexes: tuple[PolicyRegex, ...] = ()
     name: str | None = None
     reason: str | None = None
 
@@ -244,6 +244,32 @@ class Rule:
         regex = next((r.pattern for r in self.regexes if r.search(text)), None)
         textual = (p for p in self.prefixes if CommandPattern.of(p).command is None)
         return regex or next((p for p in textual if starts_with_command(text, p)), None)
+
+
+class PolicyRegex:
+    """A rule's regular expression, searched with a time limit.
+
+    A pattern from a policy file meets a command the model chose: `^(a|aa)+$` against a long
+    enough command would backtrack for minutes. A search that runs out of time counts as a
+    match for deny and ask rules (fail closed) and as no match for allow rules.
+    """
+
+    TIMEOUT = 0.05
+    """Seconds one search may take."""
+
+    def __init__(self, pattern: str, *, on_timeout: bool) -> None:
+        import regex  # a backtracking engine with a timeout; imported only when rules have one
+
+        self.pattern = pattern
+        self.on_timeout = on_timeout
+        self._compiled = regex.compile(pattern, regex.VERSION0)
+
+    def search(self, text: str) -> bool:
+        """Whether the pattern is found in `text` (or the search ran out of time, see above)."""
+        try:
+            return self._compiled.search(text, timeout=self.TIMEOUT) is not None
+        except TimeoutError:
+            return self.on_timeout
 
 
 @dataclass(frozen=True)
@@ -713,7 +739,9 @@ def _rule(id: str, spec: RuleSpec) -> Rule:
     shell = spec.prefix is not None or spec.regex is not None
     return Rule(
         id=id, decision=spec.decision, tool=spec.tool or (SHELL_TOOL if shell else "*"),
-        prefixes=tuple(spec.prefix or ()), regexes=tuple(re.compile(r) for r in spec.regex or ()),
+        prefixes=tuple(spec.prefix or ()),
+        regexes=tuple(PolicyRegex(r, on_timeout=spec.decision != "allow")
+                      for r in spec.regex or ()),
         name=spec.name, reason=spec.reason,
     )
 

@@ -112,10 +112,12 @@ def _check_rule(src: _Source, index: int, rule: RuleSpec, raw: dict[str, Any]) -
     if shell and rule.tool not in (None, SHELL_TOOL):
         raise src.error(f"{where}: prefix and regex match shell commands, so tool must be "
                         f"{SHELL_TOOL}", src.key(start, "tool"))
+    import regex  # the engine rules are searched with (executor.policy.PolicyRegex)
+
     for pattern in rule.regex or ():
         try:
-            re.compile(pattern)
-        except re.error as exc:
+            regex.compile(pattern, regex.VERSION0)
+        except regex.error as exc:
             raise src.error(f"{where}: invalid regex {pattern!r}: {exc}",
                             src.key(start, "regex")) from None
 

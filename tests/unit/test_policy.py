@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -655,3 +656,12 @@ def test_cli_show_lists_rules_in_order(cli: Callable[..., Any], project: Path) -
     out = result.stdout
     positions = [out.index(s) for s in ("--deny-tool", "no-rm", "default:low", "default:critical")]
     assert positions == sorted(positions)
+
+
+def test_a_catastrophic_regex_cannot_hang_the_controller() -> None:
+    p = policy('[[rules]]\nregex = "^(a|aa)+$"\ndecision = "deny"\n'
+               '[[rules]]\nregex = "^(b|bb)+$"\ndecision = "allow"\n')
+    started = time.monotonic()
+    assert shell(p, "a" * 60 + "!").decision == "deny"  # out of time: a deny rule matches
+    assert shell(p, "b" * 60 + "!").decision == "ask"  # ... an allow rule does not
+    assert time.monotonic() - started < 5

@@ -36,6 +36,7 @@ The shell checks are defence in depth; the container is the boundary. See docs/P
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
@@ -652,8 +653,7 @@ def load_policy(
     only when the person trusted its exact content (`sandbox-agent policy trust`), otherwise
     only its deny and ask rules apply, and only where they are stricter.
     """
-    layers = [_parse_file(user_policy_path(), "user")] if user_policy_path().is_file() else []
-    notices: list[str] = []
+    layers, notices = _user_layer(root)
     tighten = None
     if path is not None:
         layers.append(_parse_file(path, "--policy"))
@@ -661,6 +661,21 @@ def load_policy(
         project, tighten, notices = _project_policy(root)
         layers += [project] if project else []
     return _combine(layers, overrides, tighten, notices)
+
+
+def _user_layer(root: Path | None) -> tuple[list[Policy], list[str]]:
+    """The person's own policy, unless it lies inside the project (dotfiles kept in a repo, or
+    a config dir linked into it): there the sandbox could rewrite it."""
+    path = user_policy_path()
+    if not path.is_file():
+        return [], []
+    if root is not None:
+        real = Path(os.path.realpath(path))
+        top = Path(os.path.realpath(root))
+        if real == top or top in real.parents:
+            return [], [f"your policy {path} is not used in this run: it lies inside the project "
+                        f"{top}, where the sandbox can write"]
+    return [_parse_file(path, "user")], []
 
 
 def _parse_file(path: Path, label: str) -> Policy:

@@ -665,3 +665,17 @@ def test_a_catastrophic_regex_cannot_hang_the_controller() -> None:
     assert shell(p, "a" * 60 + "!").decision == "deny"  # out of time: a deny rule matches
     assert shell(p, "b" * 60 + "!").decision == "ask"  # ... an allow rule does not
     assert time.monotonic() - started < 5
+
+
+def test_a_user_policy_inside_the_project_is_not_used(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "dotfiles"
+    (root / "sandbox-agent").mkdir(parents=True)
+    (root / "sandbox-agent" / "policy.toml").write_text(ALLOW_ALL)
+    monkeypatch.setenv("SANDBOX_AGENT_CONFIG_DIR", str(root / "sandbox-agent"))
+    inside = load_policy(root)
+    assert not inside.decide(WRITE, {"path": "a"}, interactive=False).allowed
+    assert "inside the project" in inside.notices[0]
+    elsewhere = tmp_path / "other"
+    elsewhere.mkdir()
+    assert load_policy(elsewhere).decide(WRITE, {"path": "a"}, interactive=False).allowed

@@ -658,7 +658,8 @@ def load_policy(
     if path is not None:
         layers.append(_parse_file(path, "--policy"))
     elif root is not None:
-        project, tighten, notices = _project_policy(root)
+        project, tighten, more = _project_policy(root)
+        notices += more
         layers += [project] if project else []
     return _combine(layers, overrides, tighten, notices)
 

@@ -628,8 +628,11 @@ def _capped(arguments: Mapping[str, Any]) -> dict[str, Any]:
             out[key] = value
             continue
         head = data[:ARGUMENT_MAX_BYTES].decode("utf-8", "ignore")
-        out[key] = f"{head}[... {len(data)} bytes in all, sha256 {hashlib.sha256(data).hexdigest()}]"
+        digest = hashlib.sha256(data).hexdigest()
+        out[key] = f"{head}[... {len(data)} bytes in all, sha256 {digest}]"
     return out
+
+
 _CHANGE_FIELDS = ("change", "size_before", "mode_before", "mode_after", "target",
                   "unhashed")
 

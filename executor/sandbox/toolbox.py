@@ -198,6 +198,7 @@ class Context:
         self.pids_events = _cgroup_file("pids", ["pids.events"])
         self.memory_events = _cgroup_file("memory", ["memory.events", "memory.oom_control"])
         self.git_guard = opts.git_guard
+        self.mounts = _mount_table(self.root)  # the protected mounts, where they belong
         self.tracker = None if opts.no_track else Tracker(self)  # its first walk comes later
         self.disk = None if opts.no_track else Disk(opts.disk_budget, opts.min_free)
         self.fsize_limit = _fsize_limit()
@@ -1345,6 +1346,66 @@ def _git_guard(ctx, report):
                 "with it mounted read-only first.", remount_needed=found, **report.meta)
 
 
+def _mount_table(root, mountinfo="/proc/self/mountinfo"):
+    """{mount id: mount point} of the mounts below root (their ids survive a rename)."""
+    try:
+        with open(mountinfo, "rb") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return {}
+    table = {}
+    for line in lines:
+        fields = line.split(b" ")
+        if len(fields) > 5:
+            point = os.fsdecode(re.sub(rb"\\([0-7]{3})", lambda m: bytes([int(m[1], 8)]),
+                                       fields[4]))
+            if point != root and _inside(root, point):
+                table[fields[0]] = point
+    return table
+
+
+def _restore_mounts(ctx, report):
+    """Put back a protected mount a command moved by renaming a directory above it.
+
+    A read-only mount (a hooks dir, an included git config) moves with its parent: `mv .husky
+    .husky.old && mkdir -p .husky/_` would leave a writable look-alike where git looks. The
+    look-alike is moved aside and the renamed directory is renamed back.
+    """
+    moved = [(ctx.mounts[i], now) for i, now in _mount_table(ctx.root).items()
+             if i in ctx.mounts and now != ctx.mounts[i]]
+    done = []
+    for was, now in moved:
+        a, b = rel(ctx, was).split("/"), rel(ctx, now).split("/")
+        keep = 0
+        while keep < min(len(a), len(b)) - 1 and a[-1 - keep] == b[-1 - keep]:
+            keep += 1
+        old_dir = os.path.join(ctx.root, *a[:len(a) - keep])
+        new_dir = os.path.join(ctx.root, *b[:len(b) - keep])
+        done.append(_move_back(ctx, old_dir, new_dir, was))
+    for record in done:
+        report.lines.append(f"{record['path']} is protected (git on the host runs it) and was "
+                            "moved by renaming a directory above it; "
+                            + (f"it was put back (what took its place is now "
+                               f"{record['replaced_by']})" if "error" not in record
+                               else f"it could not be put back: {record['error']}"))
+    if done:
+        report.meta["protected_restored"] = done
+        ctx.tracker.index = _snapshot(ctx, ctx.tracker.index)  # our renames are not theirs
+
+
+def _move_back(ctx, old_dir, new_dir, was):
+    record = {"path": rel(ctx, was), "moved_to": rel(ctx, new_dir)}
+    try:
+        if os.path.lexists(old_dir):
+            aside = old_dir + ".replaced-" + os.urandom(4).hex()
+            os.rename(old_dir, aside)
+            record["replaced_by"] = rel(ctx, aside)
+        os.rename(new_dir, old_dir)
+    except OSError as exc:
+        record["error"] = exc.strerror or str(exc)
+    return record
+
+
 def _readonly_mounts(root, mountinfo="/proc/self/mountinfo"):
     """Mount points at or under root that are mounted read-only."""
     try:
@@ -1375,6 +1436,7 @@ def _track_after(ctx, report, reason):
                             "only part of it was checked for changes")
     _clear_setid(ctx, old, found, report)
     if ".git" in ctx.readonly:  # with --allow-git-writes the person allowed repositories
+        _restore_mounts(ctx, report)
         _quarantine_git(ctx, old, report)
         _disable_gitdirs(ctx, found, report)
     if ctx.disk is not None:

@@ -185,6 +185,18 @@ class TokenCounter:
         self.samples += 1
 
 
+_PENDING_SAMPLES = 8
+"""Calibration samples kept until a count is needed (the ratio is smoothed: older ones fade)."""
+
+
+def _bytes_upper(message: Message) -> int:
+    """Tokens `message` takes at most, uncalibrated: its UTF-8 bytes plus the overheads."""
+    texts = [message.content, message.name or ""]
+    texts += [text for call in message.tool_calls for text in (call.name, _args(call))]
+    size = sum(len(text.encode("utf-8", "surrogatepass")) for text in texts)
+    return size + MESSAGE_OVERHEAD + TOOL_CALL_OVERHEAD * len(message.tool_calls)
+
+
 def _args(call: ToolCall) -> str:
     return json.dumps(call.arguments, ensure_ascii=False, sort_keys=True)
 
@@ -579,19 +591,44 @@ class ContextWindow:
     """Specs offered beside the messages (they take room too)."""
     summarizer: Summarizer | None = None
 
+    _pending: list[tuple[list[Message], int]] = field(default_factory=list, repr=False, init=False)
+
     def room(self) -> int:
         """Budget left for the messages once the tool specs are in."""
+        self._calibrate()
         return max(256, self.budget - self.counter.count_tools(self.tools))
+
+    def surely_fits(self, messages: Sequence[Message]) -> bool:
+        """Whether `messages` and the tool specs fit however they are counted, without counting.
+
+        Every token is at least one byte (tiktoken's encodings and the chars/4 estimate alike)
+        and calibration scales counts by at most RATIO_RANGE[1]: a short conversation is sent
+        as it is without loading the tokenizer (about 0.2 s) on the way to the first answer.
+        """
+        raw = sum(_bytes_upper(m) for m in messages)
+        raw += sum(len(spec.model_dump_json().encode()) for spec in self.tools)
+        return raw * RATIO_RANGE[1] <= _target(self.budget, TARGET_RATIO) - 256
 
     def fit(self, messages: Sequence[Message]) -> list[Message]:
         """A trimmed copy of `messages` (never mutated)."""
+        if self.surely_fits(messages):
+            return list(messages)
         if self.summarizer is not None:
             return summarize_trim(messages, self.room(), self.counter, self.summarizer)
         return trim(messages, self.room(), self.counter)
 
     def observe(self, sent: Sequence[Message], usage: Any) -> None:
-        """Calibrate with the prompt tokens the provider reported for `sent`."""
+        """Calibrate with the prompt tokens the provider reported for `sent`.
+
+        Counted when a count is next needed: a conversation that always `surely_fits` never
+        loads the tokenizer. The last few samples are kept.
+        """
         reported = getattr(usage, "prompt_tokens", None)
         if reported:
+            self._pending = [*self._pending[-(_PENDING_SAMPLES - 1):], (list(sent), reported)]
+
+    def _calibrate(self) -> None:
+        pending, self._pending = self._pending, []
+        for sent, reported in pending:
             estimate = self.counter.count_messages(sent) + self.counter.count_tools(self.tools)
             self.counter.calibrate(estimate, reported)

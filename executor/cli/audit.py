@@ -12,8 +12,6 @@ from pathlib import Path
 from typing import Annotated, Any, TextIO
 
 import typer
-from rich.table import Table
-from rich.text import Text
 
 from executor import audit
 from executor.cli.common import RootOption, cli_errors, err_console, out_console
@@ -68,11 +66,8 @@ def verify(
             raise AuditIntegrityError(f"no audit records in {path}", fix="was the log deleted?")
         err_console.print(f"[yellow]no audit records[/] in {markup_safe(str(path), line=True)}")
         return
-    out_console.print(
-        f"ok: {report.records} records in {len(report.files)} file(s), seq 1..{report.head_seq}",
-        markup=False,
-    )
-    out_console.print(f"head: {report.head_hash}", markup=False)
+    typer.echo(f"ok: {report.records} records in {len(report.files)} file(s), "
+               f"seq 1..{report.head_seq}\nhead: {report.head_hash}")
 
 
 @app.command()
@@ -89,6 +84,9 @@ def show(
     if as_json:
         audit.export_records(records, "jsonl", sys.stdout)
         return
+    from rich.table import Table
+    from rich.text import Text
+
     table = Table("seq", "time (UTC)", "session", "kind", "what", show_lines=False)
     for record in records:  # what the model and the sandbox chose, shown inert
         table.add_row(*(Text(inert_line(cell)) for cell in _row(record)))

@@ -592,6 +592,7 @@ class ContextWindow:
     summarizer: Summarizer | None = None
 
     _pending: list[tuple[list[Message], int]] = field(default_factory=list, repr=False, init=False)
+    _last: tuple[list[Message], int] | None = field(default=None, repr=False, init=False)
 
     def room(self) -> int:
         """Budget left for the messages once the tool specs are in."""
@@ -599,15 +600,28 @@ class ContextWindow:
         return max(256, self.budget - self.counter.count_tools(self.tools))
 
     def surely_fits(self, messages: Sequence[Message]) -> bool:
-        """Whether `messages` and the tool specs fit however they are counted, without counting.
+        """Whether `messages` (and the tool specs) surely fit, known without tokenizing.
 
-        Every token is at least one byte (tiktoken's encodings and the chars/4 estimate alike)
-        and calibration scales counts by at most RATIO_RANGE[1]: a short conversation is sent
-        as it is without loading the tokenizer (about 0.2 s) on the way to the first answer.
+        A token is at least one byte for every tokenizer in use (byte-level BPE, and
+        SentencePiece with byte fallback): the UTF-8 size bounds the true count. When
+        `messages` extend the last prompt sent, the provider's own count of that prompt plus
+        the size of what was added is the bound. So a short conversation goes out as it is
+        without loading tiktoken (about 0.2 s) on the way to the first answer.
         """
-        raw = sum(_bytes_upper(m) for m in messages)
-        raw += sum(len(spec.model_dump_json().encode()) for spec in self.tools)
-        return raw * RATIO_RANGE[1] <= _target(self.budget, TARGET_RATIO) - 256
+        bound = self._extended_bound(messages)
+        if bound is None:
+            bound = sum(_bytes_upper(m) for m in messages)
+            bound += sum(len(spec.model_dump_json().encode()) for spec in self.tools)
+        return bound <= _target(self.budget, TARGET_RATIO)
+
+    def _extended_bound(self, messages: Sequence[Message]) -> int | None:
+        if self._last is None:
+            return None
+        sent, reported = self._last
+        if len(messages) < len(sent) or any(
+                a is not b and a != b for a, b in zip(sent, messages, strict=False)):
+            return None
+        return reported + sum(_bytes_upper(m) for m in messages[len(sent):])
 
     def fit(self, messages: Sequence[Message]) -> list[Message]:
         """A trimmed copy of `messages` (never mutated)."""
@@ -625,7 +639,8 @@ class ContextWindow:
         """
         reported = getattr(usage, "prompt_tokens", None)
         if reported:
-            self._pending = [*self._pending[-(_PENDING_SAMPLES - 1):], (list(sent), reported)]
+            self._last = (list(sent), reported)
+            self._pending = [*self._pending[-(_PENDING_SAMPLES - 1):], self._last]
 
     def _calibrate(self) -> None:
         pending, self._pending = self._pending, []

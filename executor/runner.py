@@ -27,7 +27,13 @@ from pydantic import BaseModel, Field, ValidationError
 from executor.agent import Agent, Authorization, RunResult
 from executor.audit import AuditLog
 from executor.config import Settings
-from executor.context import CachedSummarizer, ContextWindow, pair_tool_results, resolve_budget
+from executor.context import (
+    INTERRUPTED_RESULT,
+    CachedSummarizer,
+    ContextWindow,
+    pair_tool_results,
+    resolve_budget,
+)
 from executor.errors import ConfigError, MaxTurnsExceeded, SandboxAgentError, UserError
 from executor.hooks import HookBus
 from executor.messages import Message, ToolCall, ToolSpec
@@ -257,6 +263,29 @@ class Runner:
                             exit_code=error.exit_code)
         self.hooks.emit("complete", status=status, answer=answer, turns=turns,
                         duration_ms=round((time.monotonic() - started) * 1000))
+
+    def settle(self) -> None:
+        """After an interrupted run: each tool call left without a result gets one saying so,
+        so the conversation stays valid for the next request (and in the session file)."""
+        if self.agent is None:
+            return
+        messages = self.agent.messages
+        answered = {m.tool_call_id for m in messages if m.role == "tool"}
+        last = next((m for m in reversed(messages) if m.role == "assistant"), None)
+        for call in last.tool_calls if last is not None else []:
+            if call.id not in answered:
+                self.agent.add(Message.tool(call, INTERRUPTED_RESULT))
+
+    def switch_model(self, name: str) -> None:
+        """Go on with model `name` of the same provider (the conversation is kept)."""
+        settings = self.settings.model_copy(update={"model": name})
+        model = build_model(settings, hooks=self.hooks)
+        old, self.model, self.settings = self.model, model, settings
+        if self.agent is not None:
+            self.agent.model = model
+        old.close()
+        if self.store is not None:
+            self.store.record_event("model_switched", model=name)
 
     @property
     def session_name(self) -> str | None:

@@ -1,6 +1,5 @@
 """`sandbox-agent policy explain | show`: what the policy decides, and why."""
 
-from __future__ import annotations
 
 import json
 from pathlib import Path
@@ -149,7 +148,7 @@ def untrust_command(root: RootOption = Path(".")) -> None:
     err_console.print(f"{root / POLICY_FILE} {what}", markup=False)
 
 
-def rules_table(policy: Policy) -> Table:
+def rules_table(policy: "Policy") -> "Table":
     """The effective rules as a table (their text is never read as markup, and shown inert)."""
     from rich.table import Table
     from rich.text import Text
@@ -160,7 +159,7 @@ def rules_table(policy: Policy) -> Table:
     return table
 
 
-def tool_facts(name: str, risk: RiskLevel | None) -> ToolFacts:
+def tool_facts(name: str, risk: RiskLevel | None) -> "ToolFacts":
     """A built-in tool by name, or a custom one described by `--risk`."""
     from executor.policy import ToolInfo
     from executor.tools.builtin import BUILTIN_TOOLS
@@ -199,7 +198,7 @@ def _overrides(
     deny_prefix: list[str] | None,
     deny_command: list[str] | None,
     read_only: bool,
-) -> PolicyOverrides:
+) -> "PolicyOverrides":
     from executor.policy import PolicyOverrides
 
     return PolicyOverrides(

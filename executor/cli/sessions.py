@@ -1,6 +1,5 @@
 """`sandbox-agent sessions`: list, show and remove the saved sessions of a project."""
 
-from __future__ import annotations
 
 import json
 import warnings
@@ -67,7 +66,7 @@ def sessions(ctx: typer.Context, root: RootOption = Path("."), as_json: JsonOpti
         out_console.print(_table(rows))
 
 
-def _table(rows: list[SessionSummary]) -> Table:
+def _table(rows: "list[SessionSummary]") -> "Table":
     from rich.table import Table
     from rich.text import Text
 
@@ -119,7 +118,7 @@ def rm(ctx: typer.Context, name: NameArgument, root: RootOption = Path(".")) -> 
 # shown inert (escape sequences and bidi characters visible, never interpreted).
 
 
-def _heading(contents: SessionContents) -> Text:
+def _heading(contents: "SessionContents") -> "Text":
     from rich.text import Text
 
     h = contents.header
@@ -146,7 +145,7 @@ def _shorten(text: str, full: bool) -> str:
     return f"{kept}\n… {rest} more lines, {len(text) - len(kept)} more chars (--full shows all)"
 
 
-def _entry(entry: Entry, full: bool) -> Text:
+def _entry(entry: "Entry", full: bool) -> "Text":
     from rich.text import Text
 
     time = Text(f"[{entry.ts[11:19]}] ", style="dim")
@@ -159,7 +158,7 @@ def _entry(entry: Entry, full: bool) -> Text:
 ROLE_STYLES = {"system": "magenta", "user": "bold green", "assistant": "bold cyan", "tool": "blue"}
 
 
-def _message(message: Message, full: bool) -> Text:
+def _message(message: "Message", full: bool) -> "Text":
     """One message as a person reads it (inert), tool results shortened unless `full`."""
     from rich.text import Text
 

@@ -27,12 +27,28 @@ class _LazyConsole:
         self._options = options
         self._console: InertConsole | None = None
 
-    def __getattr__(self, name: str) -> Any:
+    def real(self) -> InertConsole:
+        """The console itself (for Rich objects that use it as a context manager)."""
         if self._console is None:
             from executor.console import InertConsole
 
             self._console = InertConsole(**self._options)
-        return getattr(self._console, name)
+        return self._console
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real(), name)
+
+    def __enter__(self) -> InertConsole:
+        self.real().__enter__()
+        return self.real()
+
+    def __exit__(self, *exc: object) -> None:
+        self.real().__exit__(*exc)
+
+
+def real_console(console: InertConsole) -> InertConsole:
+    """`err_console` or `out_console` as the Rich console it stands for."""
+    return console.real() if isinstance(console, _LazyConsole) else console
 
 
 #: Progress, tool activity and errors go to stderr; stdout carries only results. Both print

@@ -14,7 +14,14 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from executor.choices import Provider, ToolProtocol
-from executor.cli.common import RootOption, cli_errors, echo_result, err_console, out_console
+from executor.cli.common import (
+    RootOption,
+    cli_errors,
+    echo_result,
+    err_console,
+    out_console,
+    real_console,
+)
 from executor.errors import ConfigError, SandboxAgentError
 from executor.text import markup_safe
 
@@ -163,7 +170,7 @@ def _prepare(
     if not audit:
         options["audit"] = False
     _interrupt_on_sigterm()
-    view = ProgressView(err_console, stream=stream is not False, trace=trace)
+    view = ProgressView(real_console(err_console), stream=stream is not False, trace=trace)
     approver = TerminalApprover(view) if interactive else None
     runner = Runner.build(root, argv=sys.argv[1:], interactive=interactive, approver=approver,
                           **options)
@@ -364,7 +371,7 @@ def _answer(runner: Runner, view: ProgressView, query: str, *,
         err_console.print(f"[bold red]error:[/] {markup_safe(str(exc))}")
         return None
     view.close()
-    show_answer(result.answer, out_console)
+    show_answer(result.answer, real_console(out_console))
     err_console.print(f"[dim]done · {markup_safe(view.summary())}[/]")
     return result
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from executor.cli.common import err_console
-from executor.text import markup_safe
+from executor.text import inert, markup_safe
 
 if TYPE_CHECKING:
     from executor.runner import Runner
@@ -95,6 +95,9 @@ class Repl:
         if text.startswith("/") and not text.startswith("//"):
             self.command(text[1:])
             return
+        if text in ("exit", "quit"):  # as before slash commands existed
+            self.done = True
+            return
         try:
             self.answer(text)
         except Terminated:
@@ -128,10 +131,8 @@ class Repl:
                       if m.role == "assistant" and m.content and not m.tool_calls), "")
         err_console.print("[dim]last exchange:[/]")
         err_console.print(f"[bold cyan]{PROMPT}[/]{markup_safe(messages[last].content)}")
-        if reply:
-            from executor.ui import show_answer
-
-            show_answer(reply, err_console)
+        if reply:  # on stderr: stdout carries only this session's new answers
+            err_console.print(inert(reply), markup=False, highlight=False)
 
     def _terminal_lines(self) -> Iterator[str]:
         """Lines typed at the prompt (prompt_toolkit), with history and line editing."""

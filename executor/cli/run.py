@@ -325,8 +325,9 @@ def ask(
     if allow_git_writes:
         options["allow_git_writes"] = True
     # The container starts when a tool first needs it (a REPL warms it up at once): an answer
-    # that needs no tool never waits for one.
-    options["sandbox_warm_up"] = 0.0 if interactive else WARM_UP_SECONDS
+    # that needs no tool never waits for one. A resumed session re-attaches its container first.
+    if not resume:
+        options["sandbox_warm_up"] = 0.0 if interactive else WARM_UP_SECONDS
     runner, view = _prepare(root, options, stream=stream, trace=trace, audit=not no_audit,
                             interactive=at_terminal)
     try:

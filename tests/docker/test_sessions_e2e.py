@@ -234,9 +234,8 @@ def test_sigkill_mid_run_then_resume_reattaches_the_same_container(
     assert shape(sent[1:]) == shape([*history, Message.user("continue")])
     assert_paired(sent[1:])
     assert marker in received(second)[-1].content  # the first run's /tmp is still there
-    # The CLI starts the container when a tool first needs it: its id is in sandbox_start.
-    starts = [r for r in audit_records(root) if r["kind"] == "sandbox_start"]
-    assert starts[-1]["container_id"] == left.id and starts[-1]["reattached"]
+    starts = [r for r in audit_records(root) if r["kind"] == "run_start"]
+    assert starts[-1]["container_id"] == left.id
     assert gone(docker_client, left.id)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the torn fragment was cut off: no warning any more
@@ -273,8 +272,8 @@ def test_sigkill_then_gc_then_resume_starts_a_new_container(
     first, second = model_server.chat_requests[before:]
     assert shape(received(first)[1:]) == shape([*history, Message.user("continue")])
     assert "No such file" in received(second)[-1].content  # a fresh container: no marker
-    starts = [r for r in audit_records(root) if r["kind"] == "sandbox_start"]
-    assert starts[-1]["container_id"] not in (None, left.id) and not starts[-1]["reattached"]
+    starts = [r for r in audit_records(root) if r["kind"] == "run_start"]
+    assert starts[-1]["container_id"] not in (None, left.id)
     assert gone(docker_client, starts[-1]["container_id"])
 
 

@@ -6,8 +6,13 @@ request being answered (a running command is killed) and comes back to the promp
 prompt, Ctrl-C twice in a row (or Ctrl-D, or /exit) leaves. An empty line does nothing. With
 stdin not a terminal, requests are read line by line (no prompt_toolkit) until EOF.
 
-Slash commands are registered with `@slash_command(name, help)`; a module that adds some (e.g.
-the copy workspace's /diff and /undo) registers them when imported and is loaded by `_load`.
+Slash commands are registered with `@slash_command(name, help)`. /diff and /undo belong to the
+copy workspace: until it registers them, they say so. Its CLI module (`executor.cli.workspace`,
+loaded by `_load` when it exists) registers them on import, e.g.
+
+    @slash_command("diff", "show what this session changed")
+    def _diff(repl: Repl, argument: str) -> None:
+        ...  # repl.runner.options.root, repl.runner.session_name, repl.runner.sandbox
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ if TYPE_CHECKING:
 
 HISTORY_FILE = "repl_history"
 PROMPT = "you> "
-PLUGINS = ("executor.workspace",)
+PLUGINS = ("executor.cli.workspace",)
 """Modules that may register slash commands (loaded when they exist)."""
 
 

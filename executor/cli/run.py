@@ -233,7 +233,9 @@ def ask(
     interactive: Annotated[
         bool,
         typer.Option(
-            "--interactive", "-i", help="A REPL: several requests in one session and one container."
+            "--interactive", "-i",
+            help="A REPL: several requests in one session and one container (line editing, "
+            "history, /help for its commands; Ctrl-C cancels a request).",
         ),
     ] = False,
     session: Annotated[
@@ -292,7 +294,8 @@ def ask(
     """Ask the agent to do something in DIR; every tool call runs in a sandbox container.
 
     The final answer goes to stdout; progress and tool activity to stderr. Writes and shell
-    commands ask y/n at a terminal; without one they are denied unless --yes (fail closed).
+    commands ask at a terminal (y, n, a: always allow for this session, r: no and say why);
+    without one they are denied unless --yes (fail closed).
     """
     if query is None and not interactive:
         query = _query_from_stdin()

@@ -244,3 +244,20 @@ def test_piped_requests_work_line_by_line(project: Path, model_server: ModelServ
     assert done.stdout == "one\ntwo\n"
     assert "Traceback" not in done.stderr and "2 model turns" not in done.stderr
     assert len(model_server.chat_requests) == 2
+
+
+def test_an_approval_inside_the_repl_then_the_prompt_again(project: Path,
+                                                            model_server: ModelServer):
+    model_server.reply(tool_calls=[Call("write_file", {"path": "note.txt", "content": "hi\n"})])
+    model_server.reply("Wrote it.")
+    term = Terminal(ask(project, model_server, "-i"))
+    term.at_prompt()
+    term.type("write a note\r")
+    term.at_question()
+    assert "write_file note.txt (new file, 1 line, 3 bytes)" in term.lines()
+    term.type("y\r")
+    term.wait(lambda lines: "Wrote it." in lines, "answer")
+    term.at_prompt()
+    assert (project / "note.txt").read_text() == "hi\n"
+    term.type("\x04")  # Ctrl-D leaves
+    assert term.finish() == 0, term.text()

@@ -1,15 +1,12 @@
 """`sandbox-agent sessions`: list, show and remove the saved sessions of a project."""
 
-from __future__ import annotations
 
 import json
 import warnings
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.table import Table
-from rich.text import Text
 
 from executor.cli.common import (
     RootOption,
@@ -18,17 +15,15 @@ from executor.cli.common import (
     err_console,
     out_console,
 )
-from executor.messages import Message
-from executor.protocols import SessionSummary
-from executor.session import (
-    Entry,
-    NdjsonSessionStore,
-    SessionContents,
-    SessionWarning,
-    list_sessions,
-    remove_session,
-)
 from executor.text import inert, inert_line
+
+if TYPE_CHECKING:  # imported where used, so that `--help` loads neither pydantic nor Rich
+    from rich.table import Table
+    from rich.text import Text
+
+    from executor.messages import Message
+    from executor.protocols import SessionSummary
+    from executor.session import Entry, SessionContents
 
 app = typer.Typer(
     help="List, show and remove the saved sessions of a project (newest first).",
@@ -59,6 +54,8 @@ def sessions(ctx: typer.Context, root: RootOption = Path("."), as_json: JsonOpti
     """List the sessions of --root, newest first."""
     if ctx.invoked_subcommand is not None:
         return
+    from executor.session import list_sessions
+
     rows = list_sessions(root)
     if as_json:
         dump = json.dumps([row.model_dump() for row in rows], indent=2, ensure_ascii=False)
@@ -69,7 +66,10 @@ def sessions(ctx: typer.Context, root: RootOption = Path("."), as_json: JsonOpti
         out_console.print(_table(rows))
 
 
-def _table(rows: list[SessionSummary]) -> Table:
+def _table(rows: "list[SessionSummary]") -> "Table":
+    from rich.table import Table
+    from rich.text import Text
+
     table = Table(box=None, header_style="bold", pad_edge=False, expand=True)
     for title in ("name", "started (UTC)", "turns", "model"):
         table.add_column(title, no_wrap=True, justify="right" if title == "turns" else "left")
@@ -89,6 +89,8 @@ def show(
     ctx: typer.Context, name: NameArgument, root: RootOption = Path("."), full: FullOption = False
 ) -> None:
     """Print the transcript of a session: messages, tool calls and (shortened) results."""
+    from executor.session import NdjsonSessionStore, SessionWarning
+
     store = NdjsonSessionStore.open(_root(ctx, root), name)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SessionWarning)  # printed below as one clean line
@@ -104,6 +106,8 @@ def show(
 @cli_errors
 def rm(ctx: typer.Context, name: NameArgument, root: RootOption = Path(".")) -> None:
     """Delete a session file."""
+    from executor.session import remove_session
+
     path = remove_session(_root(ctx, root), name)
     err_console.print(f"removed session {inert_line(name)} ({inert_line(str(path))})",
                       markup=False)
@@ -114,7 +118,9 @@ def rm(ctx: typer.Context, name: NameArgument, root: RootOption = Path(".")) -> 
 # shown inert (escape sequences and bidi characters visible, never interpreted).
 
 
-def _heading(contents: SessionContents) -> Text:
+def _heading(contents: "SessionContents") -> "Text":
+    from rich.text import Text
+
     h = contents.header
     text = Text(f"session {inert_line(h.name)}", style="bold")
     facts = {
@@ -139,7 +145,9 @@ def _shorten(text: str, full: bool) -> str:
     return f"{kept}\n… {rest} more lines, {len(text) - len(kept)} more chars (--full shows all)"
 
 
-def _entry(entry: Entry, full: bool) -> Text:
+def _entry(entry: "Entry", full: bool) -> "Text":
+    from rich.text import Text
+
     time = Text(f"[{entry.ts[11:19]}] ", style="dim")
     if entry.message is None:
         return time + Text(f"— {inert_line(str(entry.event))} {json.dumps(entry.data)}",
@@ -150,7 +158,10 @@ def _entry(entry: Entry, full: bool) -> Text:
 ROLE_STYLES = {"system": "magenta", "user": "bold green", "assistant": "bold cyan", "tool": "blue"}
 
 
-def _message(message: Message, full: bool) -> Text:
+def _message(message: "Message", full: bool) -> "Text":
+    """One message as a person reads it (inert), tool results shortened unless `full`."""
+    from rich.text import Text
+
     text = Text(message.role, style=ROLE_STYLES[message.role])
     if message.role == "tool":
         text.append(f" {inert_line(f'{message.name} ({message.tool_call_id})')}", style="blue")

@@ -4,17 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from executor.choices import DEFAULT_BASE_IMAGE, DEFAULT_IMAGE
 from executor.cli.common import cli_errors, err_console, out_console
-from executor.config import DEFAULT_BASE_IMAGE, DEFAULT_IMAGE, Settings
 from executor.errors import ImageNotFoundError, SandboxAgentError
 from executor.sandbox.engine import IMAGE_FIX, connect, engine_version
-from executor.sandbox.gc import gc as collect
-from executor.sandbox.image import build_image, image_exists
 from executor.text import inert, inert_line, markup_safe
+
+if TYPE_CHECKING:  # imported where used: `--help` must not load pydantic or the docker SDK
+    from executor.config import Settings
 
 image_app = typer.Typer(help="Build the sandbox image.", no_args_is_help=True)
 
@@ -35,6 +36,8 @@ def image_build(
         (lambda line: None) if quiet
         else (lambda line: err_console.print(inert_line(line), markup=False))
     )
+    from executor.sandbox.image import build_image
+
     image_id = build_image(tag, base, progress=progress)
     err_console.print(f"built [bold]{markup_safe(tag, line=True)}[/] ({image_id[:19]}) from "
                       f"{markup_safe(base, line=True)}")
@@ -57,6 +60,8 @@ def gc(
     ] = False,
 ) -> None:
     """Remove sandbox containers whose session is no longer running (e.g. after a crash)."""
+    from executor.sandbox.gc import gc as collect
+
     result = collect(root=str(root) if root else None, all_hosts=all_hosts, force=force)
     for name in result.removed:
         out_console.print(f"removed {inert_line(name)}", markup=False)
@@ -82,6 +87,8 @@ def doctor(
     ] = None,
 ) -> None:
     """Check the Docker engine, the sandbox image and the model server; print each fix."""
+    from executor.config import Settings
+
     values = {
         k: v
         for k, v in {"provider": provider, "host": host, "model": model, "image": image}.items()
@@ -122,6 +129,8 @@ def _engine(client: dict[str, Any]) -> str:
 
 
 def _image(client: dict[str, Any], name: str) -> str:
+    from executor.sandbox.image import image_exists
+
     docker = client.get("docker") or connect(timeout=10)
     if not image_exists(docker, name):
         raise ImageNotFoundError(f"{name} is not built", fix=IMAGE_FIX)

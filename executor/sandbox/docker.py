@@ -36,9 +36,9 @@ from executor.errors import (
     ToolboxTimeoutError,
 )
 from executor.messages import ToolResult
-from executor.protocols import SandboxInfo
+from executor.protocols import OutputCallback, SandboxInfo
 from executor.sandbox import seccomp
-from executor.sandbox.channel import Channel
+from executor.sandbox.channel import Channel, OnProgress
 from executor.sandbox.engine import IMAGE_FIX, connect, docker_errors
 from executor.sandbox.protect import (
     Protected,
@@ -188,13 +188,19 @@ class Toolbox:
             raise ToolboxError(f"the toolbox sent {ready!r} instead of its ready line")
         return ready
 
-    def call(self, tool: str, args: dict[str, Any], timeout: float) -> dict[str, Any]:
-        """One request/response; raises ToolboxError/ToolboxTimeoutError when the process fails."""
+    def call(self, tool: str, args: dict[str, Any], timeout: float,
+             on_progress: OnProgress | None = None) -> dict[str, Any]:
+        """One request/response; raises ToolboxError/ToolboxTimeoutError when the process fails.
+
+        With `on_progress`, a running command's output comes to it while it runs.
+        """
         if self._channel is None or self._channel.closed:
             raise ToolboxError("the toolbox is not running")
         self._next_id += 1
-        request = {"id": self._next_id, "tool": tool, "args": args}
-        reply = self._channel.request(request, time.monotonic() + timeout)
+        request: dict[str, Any] = {"id": self._next_id, "tool": tool, "args": args}
+        if on_progress is not None:
+            request["progress"] = True
+        reply = self._channel.request(request, time.monotonic() + timeout, on_progress)
         if reply.get("id") != self._next_id:  # a reply without our id is not an answer
             raise ToolboxError(f"toolbox answered request {reply.get('id')}, not {self._next_id}")
         return reply
@@ -347,17 +353,27 @@ class DockerSandbox:
     # -- the work ----------------------------------------------------------------------------
 
     def call(self, tool: str, args: dict[str, Any], *, timeout: float | None = None,
-             remounted: bool = False) -> ToolResult:
-        """Run `tool` in the toolbox; a dead or stuck toolbox is restarted and reported."""
+             on_output: OutputCallback | None = None, remounted: bool = False) -> ToolResult:
+        """Run `tool` in the toolbox; a dead or stuck toolbox is restarted and reported.
+
+        `on_output(stream, text)` gets a running command's output while it runs. Ctrl-C
+        (KeyboardInterrupt) during a call kills what it started and restarts the toolbox
+        before it goes on up, so the session stays usable.
+        """
+        if self._toolbox is None and self._container is not None:
+            self._start_toolbox()  # an interrupted call left none
         if self._toolbox is None:
             raise SandboxError("the sandbox is not started")
         deadline = timeout or self._deadline_for(args)
         try:
-            reply = self._toolbox.call(tool, args, deadline)
+            reply = self._toolbox.call(tool, args, deadline, _progress_to(on_output))
         except ToolboxTimeoutError:
             return self._recover(f"{tool} did not answer within {deadline:.0f}s")
         except ToolboxError as exc:
             return self._recover(f"the toolbox died during {tool} ({exc})")
+        except KeyboardInterrupt:
+            self._kill_toolbox()  # it is still running the call: its next line is not ours
+            raise
         result = ToolResult(
             ok=bool(reply.get("ok")), output=str(reply.get("output", "")),
             meta=dict(reply.get("meta") or {}),
@@ -369,7 +385,7 @@ class DockerSandbox:
         found = result.meta.get("remount_needed")
         if found and not remounted:
             self._remount([str(path) for path in found])
-            return self.call(tool, args, timeout=timeout, remounted=True)
+            return self.call(tool, args, timeout=timeout, on_output=on_output, remounted=True)
         return result
 
     def _remount(self, found: list[str]) -> None:
@@ -545,6 +561,19 @@ class DockerSandbox:
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
+
+
+def _progress_to(on_output: OutputCallback | None) -> OnProgress | None:
+    """The toolbox's progress lines as (stream, text) calls; a line of another shape is dropped."""
+    if on_output is None:
+        return None
+
+    def relay(progress: dict[str, Any]) -> None:
+        stream, text = progress.get("stream"), progress.get("text")
+        if stream in ("stdout", "stderr") and isinstance(text, str) and text:
+            on_output(stream, text)
+
+    return relay
 
 
 def container_name(session_id: str) -> str:

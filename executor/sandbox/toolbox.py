@@ -14,7 +14,15 @@ Protocol (version 1)
     start     {"ready": true, "pid": N, "version": 1, "python": "3.x.y", "rg": bool}
               ("rg" is whether search_files will use ripgrep)
     request   {"id": int, "tool": "name", "args": {...}}   one line
+              (+ "progress": true: stream a running command's output, see below)
     response  {"id": same, "ok": bool, "output": "text for the model", "meta": {"duration_ms": ..}}
+    progress  only when the request asked for it, and only for run_shell_command: before its
+              response, lines {"id": same, "progress": {"stream": "stdout"|"stderr", "text": str,
+              "dropped": int}} with what the command wrote since the previous one (decoded as
+              UTF-8, bad bytes replaced). At most one line a stream every 0.2 s, each with at
+              most the newest 4096 characters ("dropped": how many older ones were skipped), and
+              4 MiB of text a call; then nothing more until the response, which has the output
+              as always. A line with "progress" is never a response.
               A line that is not JSON, not an object or has no string "tool" gets ok false and
               "bad request: ..."; its id is echoed when the object had one, else null.
     special   ping -> "pong"; shutdown -> ok, then exit 0; EOF on stdin -> exit 0.
@@ -153,6 +161,9 @@ SETID = stat.S_ISUID | stat.S_ISGID
 DISK_POLL_SECONDS = 0.1
 DISK_WALK_GAP = 0.3  # seconds at least between two walks measuring the project during a command
 DISK_STEP = 1024 * 1024  # growth between walks confirming the disk budget, when already over
+PROGRESS_SECONDS = 0.2  # at most one progress line a stream this often
+PROGRESS_CHARS = 4096  # newest characters of a stream one progress line carries
+PROGRESS_TOTAL = 4 * 1024 * 1024  # characters of progress a call sends at most
 ENTRY_BUDGET = 100_000  # new files and directories a session may add (inodes, not only bytes)
 ENTRY_STEP = 5_000  # inode growth on the file system that makes the watch count the project
 MIN_FREE = 256 * 1024 * 1024
@@ -202,6 +213,7 @@ class Context:
         self.tracker = None if opts.no_track else Tracker(self)  # its first walk comes later
         self.disk = None if opts.no_track else Disk(opts.disk_budget, opts.min_free)
         self.fsize_limit = _fsize_limit()
+        self.progress = None  # the _Progress of the request being served, when it asked for one
 
 
 def _fsize_limit():
@@ -1836,19 +1848,28 @@ def _run(ctx, command, timeout):
     since = _start_tick(proc.pid)
     out, err = _Capture(ctx.max_output), _Capture(ctx.max_output)
     disk = _DiskWatch(ctx) if ctx.disk is not None else None
+    progress = ctx.progress
+    sinks = (out, err) if progress is None else (progress.tee("stdout", out),
+                                                  progress.tee("stderr", err))
 
     def stop():
         """Stop a command drowning us in output or filling the disk."""
+        if progress is not None:
+            progress.flush()
         if out.total + err.total > OUTPUT_HARD_LIMIT:
             return "overflow"
         return disk() if disk else None
 
     tick = DISK_POLL_SECONDS if disk else None
-    reason = _pump(proc, (out, err), deadline, stop, tick) or _wait(proc, deadline, stop, tick)
+    if progress is not None:
+        tick = min(tick or PROGRESS_SECONDS, PROGRESS_SECONDS)
+    reason = _pump(proc, sinks, deadline, stop, tick) or _wait(proc, deadline, stop, tick)
     shell_exit = proc.poll()
     left = _sweep(ctx, proc.pid, since)
     if reason:  # what the killed processes wrote before they died
-        _pump(proc, (out, err), time.monotonic() + DRAIN_SECONDS, lambda: None)
+        _pump(proc, sinks, time.monotonic() + DRAIN_SECONDS, lambda: None)
+    if progress is not None:
+        progress.flush(final=True)
     _finish(proc)
     _reap()
     forks_now, ooms_now = _limit_counters(ctx)
@@ -2049,6 +2070,57 @@ class _Lines:
         """The lines, including an unterminated last one."""
         tail = [self.partial] if self.partial and not self.full() else []
         return (self.lines + tail)[:self.limit]
+
+
+class _Progress:
+    """A running command's output, sent as progress lines while it runs (rate-limited, capped)."""
+
+    def __init__(self, out, rid):
+        self.out, self.rid = out, rid
+        self.pending = {"stdout": "", "stderr": ""}
+        self.dropped = {"stdout": 0, "stderr": 0}
+        self.decoders = {name: codecs.getincrementaldecoder("utf-8")("replace")
+                         for name in self.pending}
+        self.sent, self.due = 0, 0.0
+
+    def tee(self, stream, capture):
+        """A sink for _pump that feeds `capture` and this stream's progress."""
+        return _Tee(self, stream, capture)
+
+    def feed(self, stream, chunk):
+        """Keep the newest PROGRESS_CHARS of what `stream` wrote since the last line sent."""
+        text = self.pending[stream] + self.decoders[stream].decode(chunk)
+        if len(text) > PROGRESS_CHARS:
+            self.dropped[stream] += len(text) - PROGRESS_CHARS
+            text = text[-PROGRESS_CHARS:]
+        self.pending[stream] = text
+
+    def flush(self, final=False):
+        """Send what is pending, at most every PROGRESS_SECONDS (always when `final`)."""
+        now = time.monotonic()
+        if not final and now < self.due:
+            return
+        self.due = now + PROGRESS_SECONDS
+        for stream, text in self.pending.items():
+            if final:
+                text += self.decoders[stream].decode(b"", final=True)
+            if (text or self.dropped[stream]) and self.sent < PROGRESS_TOTAL:
+                self.sent += len(text)
+                send(self.out, {"id": self.rid, "progress": {
+                    "stream": stream, "text": text, "dropped": self.dropped[stream]}})
+            self.pending[stream], self.dropped[stream] = "", 0
+
+
+class _Tee:
+    """Feeds a chunk to a _Capture and to the progress of its stream."""
+
+    def __init__(self, progress, stream, capture):
+        self.progress, self.stream, self.capture = progress, stream, capture
+
+    def add(self, chunk):
+        """Capture the chunk and queue it as progress."""
+        self.capture.add(chunk)
+        self.progress.feed(self.stream, chunk)
 
 
 def _pump(proc, sinks, deadline, should_stop, tick=None):
@@ -2253,8 +2325,8 @@ def call_tool(ctx, tool, args):
         return fail(f"internal error in {tool}: {type(exc).__name__}: {exc}")
 
 
-def respond(ctx, line):
-    """(response, stop) for one request line."""
+def respond(ctx, line, out=None):
+    """(response, stop) for one request line; progress lines (when asked for) go to `out`."""
     started = time.perf_counter()
     try:
         request = json.loads(line)
@@ -2271,7 +2343,12 @@ def respond(ctx, line):
         result = ok("bye")
     else:
         args = request.get("args")
-        result = call_tool(ctx, request["tool"], {} if args is None else args)
+        wants = out is not None and request.get("progress") is True
+        ctx.progress = _Progress(out, rid) if wants else None
+        try:
+            result = call_tool(ctx, request["tool"], {} if args is None else args)
+        finally:
+            ctx.progress = None
     result["meta"]["duration_ms"] = round((time.perf_counter() - started) * 1000, 3)
     return {"id": rid, **result}, stop
 
@@ -2293,7 +2370,7 @@ def serve(ctx, inp, out):
         line = inp.readline()
         if not line:
             return 0
-        response, stop = respond(ctx, line)
+        response, stop = respond(ctx, line, out)
         send(out, response)
         if stop:
             return 0

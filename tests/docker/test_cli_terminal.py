@@ -118,10 +118,15 @@ def ask_argv(project: Path, server: ModelServer, *flags: str, query: str = "do i
             *flags, query]
 
 
+LEGEND = ("a: always allow ", "r: no, and tell the model why")
+"""The line naming the less obvious answers, just above the question."""
+
+
 def block_after(lines: list[str], head: str) -> list[str]:
-    """The lines from the first one starting with `head` up to the prompt (exclusive)."""
+    """The lines from the first one starting with `head` up to the answers' legend (exclusive)."""
     start = next(i for i, line in enumerate(lines) if line.startswith(head))
-    end = next(i for i in range(start, len(lines)) if lines[i].startswith("Allow this call?"))
+    end = next(i for i in range(start, len(lines))
+               if lines[i].startswith(("Allow this call?", *LEGEND)))
     return lines[start:end]
 
 
@@ -231,7 +236,7 @@ def test_a_folded_diff_is_seen_whole_after_v(project: Path, model_server: ModelS
     assert "+curl x | sh" not in first
     assert "… 94 more lines not shown: answer v to see all of it" in first
     assert "+curl x | sh" in second  # after v: everything, then the question again
-    assert second[-1] == "Allow this call? [y/n/v] (n):"
+    assert second[-1] == "Allow this call? [y/n/a/r/v] (n):"
     assert not (project / "setup.sh").exists()
 
 

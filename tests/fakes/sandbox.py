@@ -19,7 +19,7 @@ from typing import Any, Self
 
 from executor.errors import SandboxError
 from executor.messages import ToolResult
-from executor.protocols import SandboxInfo
+from executor.protocols import OutputCallback, SandboxInfo
 
 Answer = ToolResult | Callable[[dict[str, Any]], ToolResult]
 
@@ -54,13 +54,16 @@ class FakeSandbox:
         """Mark the sandbox stopped."""
         self.started, self.stopped = False, True
 
-    def call(self, tool: str, args: dict[str, Any], *, timeout: float | None = None) -> ToolResult:
-        """Record the call and return its canned result."""
+    def call(self, tool: str, args: dict[str, Any], *, timeout: float | None = None,
+             on_output: OutputCallback | None = None) -> ToolResult:
+        """Record the call and return its canned result (its `output` first told `on_output`)."""
         if not self.started:
             raise SandboxError("the fake sandbox is not started")
         self.calls.append((tool, dict(args)))
         self.timeouts.append(timeout)
         answer = self.results.get(tool)
+        if on_output is not None and answer is not None and not callable(answer):
+            on_output("stdout", answer.output)
         if answer is None:
             return ToolResult(ok=True, output=f"{tool} ok")
         return answer(dict(args)) if callable(answer) else answer.model_copy(deep=True)

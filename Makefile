@@ -111,6 +111,7 @@ bench: install image podman host-tools
 	$(BIN)/python benchmarks/bench_runtimes.py
 	$(BIN)/python benchmarks/bench_context.py
 	$(BIN)/python benchmarks/bench_tracking.py
+	$(BIN)/python benchmarks/bench_startup.py
 
 gc: install
 	$(BIN)/sandbox-agent gc

@@ -8,10 +8,10 @@ A failed, unknown, invalid or denied tool call is a result the model sees, never
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Protocol
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ValidationError
 
@@ -33,6 +33,8 @@ class Authorization:
     """'user', '--yes', 'policy:<rule>' ... when allowed."""
     reason: str = ""
     """Shown to the model when denied."""
+    host_args: Mapping[str, Any] = field(default_factory=dict)
+    """Added to the call as approved (the preview's guard); the model never sees them."""
 
 
 Authorize = Callable[[Tool, BaseModel, ToolCall], Authorization]
@@ -186,13 +188,15 @@ class Agent:
         )
         if not verdict.allowed:
             return ToolCallRecord(call, ToolResult.error(f"Denied: {verdict.reason}"), verdict.rule)
-        result = self._call(tool, args)
+        result = self._call(tool, args, verdict.host_args, call)
         return ToolCallRecord(call, result, verdict.rule, verdict.approved_by)
 
-    def _call(self, tool: Tool, args: BaseModel) -> ToolResult:
+    def _call(self, tool: Tool, args: BaseModel, host_args: Mapping[str, Any],
+              call: ToolCall) -> ToolResult:
         started = time.monotonic()
+        context = replace(self.context, host_args=host_args, on_output=self._output_of(call))
         try:
-            result = tool.call(args, self.context)
+            result = tool.call(args, context)
         except SandboxAgentError:
             raise  # infrastructure (engine, toolbox, audit): the run cannot go on
         except Exception as exc:  # a custom tool's bug is the model's result, not a crash
@@ -200,6 +204,15 @@ class Agent:
             result = ToolResult.error(f"{tool.name} failed: {type(exc).__name__}: {exc}")
         result.meta.setdefault("duration_ms", round((time.monotonic() - started) * 1000, 1))
         return result
+
+    def _output_of(self, call: ToolCall) -> Callable[[str, str], None]:
+        """Relays a running command's output as `tool_output` events (untrusted text)."""
+
+        def relay(stream: str, text: str) -> None:
+            self.hooks.emit("tool_output", call_id=call.id, tool=call.name, stream=stream,
+                            text=text)
+
+        return relay
 
     def _refused(self, call: ToolCall, message: str, rule: str) -> ToolCallRecord:
         self.hooks.emit(

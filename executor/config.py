@@ -5,18 +5,16 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-Provider = Literal["ollama", "openai", "embedded"]
-ToolProtocol = Literal["native", "json", "constrained"]
+from executor.choices import DEFAULT_BASE_IMAGE as DEFAULT_BASE_IMAGE
+from executor.choices import DEFAULT_IMAGE as DEFAULT_IMAGE
+from executor.choices import Provider as Provider
+from executor.choices import ToolProtocol as ToolProtocol
 
-DEFAULT_IMAGE = "sandbox-agent:latest"
-"""Tag of the sandbox image `sandbox-agent image build` produces."""
-DEFAULT_BASE_IMAGE = "python:3.12-slim"
-"""Base the sandbox image is built from when a registry is reachable."""
 OFFLINE_BASE_IMAGE = "sandbox-agent-base:bookworm"
 """Base built with debootstrap (scripts/build-base-image.sh) where no registry is reachable."""
 

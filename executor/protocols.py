@@ -14,6 +14,8 @@ from pydantic import BaseModel
 from executor.messages import Message, ModelReply, ToolResult, ToolSpec
 
 TokenCallback = Callable[[str], None]
+OutputCallback = Callable[[str, str], None]
+"""Receives a running command's output as it comes: (stream, text), stream "stdout"/"stderr"."""
 
 
 @runtime_checkable
@@ -81,8 +83,22 @@ class Sandbox(Protocol):
         """Stop the toolbox and remove the container."""
         ...
 
-    def call(self, tool: str, args: dict[str, Any], *, timeout: float | None = None) -> ToolResult:
-        """Run one built-in tool inside the sandbox."""
+    def call(self, tool: str, args: dict[str, Any], *, timeout: float | None = None,
+             on_output: OutputCallback | None = None) -> ToolResult:
+        """Run one built-in tool inside the sandbox.
+
+        `on_output`, when given, gets a running command's output while it runs (untrusted text,
+        rate-limited and capped by the toolbox; the result still carries the output).
+        """
+        ...
+
+    def preview(self, tool: str, args: dict[str, Any]) -> ToolResult:
+        """What a `write_file` / `edit_file` call would change, without changing it.
+
+        `output` is the unified diff against the file in the sandbox; `meta` has `path`,
+        `resolved` (the real path, relative), `symlink`, `exists`, `binary`, `sha256_before`
+        and `error` (why the call would fail, or None).
+        """
         ...
 
     def is_alive(self) -> bool:

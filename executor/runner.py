@@ -16,7 +16,8 @@ import getpass
 import secrets
 import socket
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol, Self
@@ -26,7 +27,13 @@ from pydantic import BaseModel, Field, ValidationError
 from executor.agent import Agent, Authorization, RunResult
 from executor.audit import AuditLog
 from executor.config import Settings
-from executor.context import CachedSummarizer, ContextWindow, pair_tool_results, resolve_budget
+from executor.context import (
+    INTERRUPTED_RESULT,
+    CachedSummarizer,
+    ContextWindow,
+    pair_tool_results,
+    resolve_budget,
+)
 from executor.errors import ConfigError, MaxTurnsExceeded, SandboxAgentError, UserError
 from executor.hooks import HookBus
 from executor.messages import Message, ToolCall, ToolSpec
@@ -36,9 +43,10 @@ from executor.protocols import Model
 from executor.redact import Redactor
 from executor.sandbox.docker import DockerSandbox, SandboxConfig, container_name
 from executor.sandbox.environment import sandbox_environment
+from executor.sandbox.lazy import LazySandbox
 from executor.session import NdjsonSessionStore, session_names
 from executor.state import legacy_notice
-from executor.tools import Tool, ToolContext, ToolRegistry, default_registry
+from executor.tools import Preview, Tool, ToolContext, ToolRegistry, default_registry
 
 SYSTEM_PROMPT = (
     "You are a coding agent working on the project in /workspace; tool paths are relative to "
@@ -82,12 +90,34 @@ class RunOptions(BaseModel):
     """Command line, for the audit record (secrets are redacted there)."""
     system_prompt: str | None = None
     """Replaces the default system prompt."""
+    sandbox_warm_up: float | None = None
+    """None: the container starts in `start()`. Seconds: it starts at the first tool call, or
+    in the background that long into a run (0: as soon as the runner starts), whichever comes
+    first, so a run whose model calls no tool never waits for a container."""
+
+
+@dataclass(frozen=True)
+class Approval:
+    """A person's answer to an approval prompt."""
+
+    approved: bool
+    by: str = "user"
+    """Who approved, for the audit: `user`, or `user:session` for a grant given earlier in the
+    session ("always allow")."""
+    reason: str = ""
+    """Why not, in the person's words: the model is told, as the call's result."""
 
 
 class Approver(Protocol):
-    """Asks a person whether a call may run."""
+    """Asks a person whether a call may run, showing them `preview` (what it will really do).
 
-    def __call__(self, tool: Tool, args: BaseModel, decision: Decision) -> bool: ...
+    It answers True/False, or an `Approval` that also says who approved or why not.
+    """
+
+    def __call__(
+        self, tool: Tool, args: BaseModel, decision: Decision, preview: Preview
+    ) -> bool | Approval:
+        ...
 
 
 def _split_options(options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -117,6 +147,8 @@ class Runner:
         self.model, self.tools, self.policy, self.hooks = model, tools, policy, hooks
         self.approver = approver
         self.sandbox: DockerSandbox | None = None
+        self._lazy: LazySandbox | None = None
+        self._sandbox_id = ""
         self.store: NdjsonSessionStore | None = None
         self.audit: AuditLog | None = None
         self.agent: Agent | None = None
@@ -178,13 +210,19 @@ class Runner:
             self._start_model()
             store, history = self._open_session()
             self.store = store
-            self.sandbox = self._start_sandbox(store)
+            if self.options.sandbox_warm_up is None:
+                self.sandbox = self._start_sandbox(store)
+            else:
+                self.sandbox = self._new_sandbox(store)
+                self._lazy = LazySandbox(self.sandbox, lambda took: self._sandbox_started(took))
             self.audit = self._open_audit(store)
             self._announce(store)
             for notice in [legacy_notice(self.options.root), *self.policy.notices]:
                 if notice:
                     self.hooks.emit("notice", message=notice)
             self.agent = self._agent(store, history)
+            if self._lazy is not None and self.options.sandbox_warm_up == 0:
+                self._lazy.warm_up(0)
         except BaseException:
             self.close()
             raise
@@ -193,10 +231,12 @@ class Runner:
         """Remove the container and stop the model; the session and audit stay on disk."""
         self.agent = None
         try:
-            if self.sandbox is not None:
+            if self._lazy is not None:
+                self._lazy.stop()
+            elif self.sandbox is not None:
                 self.sandbox.stop()
         finally:
-            self.sandbox = None
+            self.sandbox, self._lazy = None, None
             self.model.close()
 
     # -- running -----------------------------------------------------------------------------
@@ -205,6 +245,8 @@ class Runner:
         """Answer `query` in this session (starting it when needed)."""
         self.start()
         assert self.agent is not None
+        if self._lazy is not None and self.options.sandbox_warm_up:
+            self._lazy.warm_up(self.options.sandbox_warm_up)
         started = time.monotonic()
         try:
             result = self.agent.run(query)
@@ -221,6 +263,29 @@ class Runner:
                             exit_code=error.exit_code)
         self.hooks.emit("complete", status=status, answer=answer, turns=turns,
                         duration_ms=round((time.monotonic() - started) * 1000))
+
+    def settle(self) -> None:
+        """After an interrupted run: each tool call left without a result gets one saying so,
+        so the conversation stays valid for the next request (and in the session file)."""
+        if self.agent is None:
+            return
+        messages = self.agent.messages
+        answered = {m.tool_call_id for m in messages if m.role == "tool"}
+        last = next((m for m in reversed(messages) if m.role == "assistant"), None)
+        for call in last.tool_calls if last is not None else []:
+            if call.id not in answered:
+                self.agent.add(Message.tool(call, INTERRUPTED_RESULT))
+
+    def switch_model(self, name: str) -> None:
+        """Go on with model `name` of the same provider (the conversation is kept)."""
+        settings = self.settings.model_copy(update={"model": name})
+        model = build_model(settings, hooks=self.hooks)
+        old, self.model, self.settings = self.model, model, settings
+        if self.agent is not None:
+            self.agent.model = model
+        old.close()
+        if self.store is not None:
+            self.store.record_event("model_switched", model=name)
 
     @property
     def session_name(self) -> str | None:
@@ -254,21 +319,43 @@ class Runner:
         )
         return store, []
 
-    def _start_sandbox(self, store: NdjsonSessionStore) -> DockerSandbox:
+    @property
+    def sandbox_started(self) -> bool:
+        """Whether the container is up (with `sandbox_warm_up`, it may not be yet)."""
+        return self.sandbox is not None and (self._lazy is None or self._lazy.started)
+
+    def _new_sandbox(self, store: NdjsonSessionStore) -> DockerSandbox:
         header = store.header
-        session_id = _sandbox_id(header.sandbox_id, header.container)
-        sandbox = DockerSandbox(self._sandbox_config(session_id, header.image_digest),
-                                warn=self._warn)
-        self.sandbox = sandbox
+        self._sandbox_id = _sandbox_id(header.sandbox_id, header.container)
+        return DockerSandbox(self._sandbox_config(self._sandbox_id, header.image_digest),
+                             warn=self._warn)
+
+    def _start_sandbox(self, store: NdjsonSessionStore) -> DockerSandbox:
+        sandbox = self.sandbox = self._new_sandbox(store)
         sandbox.start()
+        self._record_sandbox(sandbox, store)
+        return sandbox
+
+    def _record_sandbox(self, sandbox: DockerSandbox, store: NdjsonSessionStore) -> None:
         if self.options.resume:
             how = "re-attached to" if sandbox.reattached else "started a new"
             self.hooks.emit("notice", message=f"resumed session {store.name}: {how} container "
                                               f"{sandbox.name}")
-        store.update_header(container=sandbox.name, sandbox_id=session_id,
+        store.update_header(container=sandbox.name, sandbox_id=self._sandbox_id,
                             image_digest=sandbox.info.image_digest,
                             mount_mode=sandbox.info.mount_mode)
-        return sandbox
+
+    def _sandbox_started(self, took: float) -> None:
+        """A lazily started sandbox is up: the session header and a `sandbox_start` event."""
+        assert self.sandbox is not None and self.store is not None
+        self._record_sandbox(self.sandbox, self.store)
+        info = self.sandbox.info
+        self.hooks.emit("sandbox_start", container_id=info.container_id,
+                        container_name=info.container_name, image=info.image,
+                        image_digest=info.image_digest, mount_mode=info.mount_mode,
+                        network=info.network, user=info.user, runtime=info.runtime,
+                        engine=info.engine, reattached=self.sandbox.reattached,
+                        duration_ms=round(took * 1000))
 
     def _sandbox_config(self, session_id: str, digest: str) -> SandboxConfig:
         """On resume, the very image the session started with, falling back to the configured."""
@@ -298,13 +385,16 @@ class Runner:
         return audit
 
     def _announce(self, store: NdjsonSessionStore) -> None:
+        """`run_start`; the container's identity is in it, or in `sandbox_start` once it runs."""
         assert self.sandbox is not None
-        info = self.sandbox.info
+        info = self.sandbox.info if self._lazy is None else None
         self.hooks.emit(
             "run_start", root=str(self.options.root), provider=self.settings.provider,
-            model=self.model.name, image=info.image, image_digest=info.image_digest,
-            container_id=info.container_id, mount_mode=info.mount_mode,
-            runtime=info.runtime, engine=info.engine,
+            model=self.model.name, image=info.image if info else self.sandbox.config.image,
+            image_digest=info.image_digest if info else None,
+            container_id=info.container_id if info else None, mount_mode=self._mount_mode(),
+            runtime=info.runtime if info else self.sandbox.config.runtime,
+            engine=info.engine if info else None,
             policy_source=self.policy.source, argv=self.options.argv,
             user=getpass.getuser(), host=socket.gethostname(), session=store.name,
             tools=self.tools.names(),
@@ -312,7 +402,7 @@ class Runner:
 
     def _agent(self, store: NdjsonSessionStore, history: list[Message]) -> Agent:
         assert self.sandbox is not None
-        context = ToolContext(sandbox=self.sandbox, root=self.options.root,
+        context = ToolContext(sandbox=self._lazy or self.sandbox, root=self.options.root,
                               read_only=self.options.read_only, session_id=store.name)
         agent = Agent(
             model=self.model, tools=self.tools, context=context, authorize=self._authorize,
@@ -347,17 +437,49 @@ class Runner:
     def _authorize(self, tool: Tool, args: BaseModel, call: ToolCall) -> Authorization:
         decision = self.policy.decide(tool, args.model_dump(exclude_none=True),
                                       interactive=self.options.interactive)
+        guard: Mapping[str, Any] = {}
         if decision.needs_approval:
-            approved = self.approver is not None and self.approver(tool, args, decision)
-            decision = decision.approve("user") if approved else decision.decline("user")
+            answer, guard = self._ask(tool, args, decision)
+            decision = decision.approve(answer.by) if answer.approved else _declined(
+                decision, answer)
         return Authorization(decision.allowed, decision.rule, decision.approved_by,
-                             decision.reason or "")
+                             decision.reason or "", host_args=guard if decision.allowed else {})
+
+    def _ask(
+        self, tool: Tool, args: BaseModel, decision: Decision
+    ) -> tuple[Approval, Mapping[str, Any]]:
+        """The person's answer, and the guard of the preview they answered (the write they saw)."""
+        if self.approver is None:
+            return Approval(False), {}
+        preview = self._preview(tool, args)
+        answer = self.approver(tool, args, decision, preview)
+        return (answer if isinstance(answer, Approval) else Approval(bool(answer))), \
+            preview.host_args
+
+    def _preview(self, tool: Tool, args: BaseModel) -> Preview:
+        """What the person is shown; a custom tool's broken `preview` falls back to its name."""
+        assert self.agent is not None
+        try:
+            return tool.preview(args, self.agent.context)
+        except SandboxAgentError:
+            raise  # the sandbox failed: the run cannot go on
+        except Exception as exc:
+            self._warn(f"tool {tool.name} could not preview its call: {exc!r}")
+            return Preview(Tool.describe(tool, args), error=f"no preview: {exc}")
 
 
 SUMMARY_PROMPT = (
     "Summarize this earlier part of a coding session in a few sentences: what was asked, which "
     "files were read or changed, what was found, and what remains to do."
 )
+
+
+def _declined(decision: Decision, answer: Approval) -> Decision:
+    """The decision declined at the terminal; the person's reason (if any) goes to the model."""
+    declined = decision.decline(answer.by)
+    if not answer.reason:
+        return declined
+    return replace(declined, reason=f"{declined.reason}, who said: {answer.reason}")
 
 
 def _registry(extra: Iterable[Tool], run: RunOptions) -> ToolRegistry:

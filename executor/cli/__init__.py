@@ -6,6 +6,8 @@ and a distinct exit code, listed in docs/EXIT_CODES.md and at the end of `--help
 
 from __future__ import annotations
 
+import sys
+
 import typer
 
 from executor import __version__
@@ -57,4 +59,7 @@ def _main(
 
 def main() -> None:
     """Console-script entry point."""
+    if sys.argv[1:] == ["--version"]:  # without building every command's options first
+        typer.echo(f"sandbox-agent {__version__}")
+        return
     app()

@@ -3,22 +3,58 @@
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, ParamSpec, TypeVar, cast
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 
 from executor.errors import EXIT_INTERRUPTED, SandboxAgentError
+from executor.text import inert, inert_json, markup_safe
+
+if TYPE_CHECKING:
+    from executor.console import InertConsole
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
-#: Progress, tool activity and errors go to stderr; stdout carries only results.
-err_console = Console(stderr=True, highlight=False, soft_wrap=True)
-out_console = Console(highlight=False, soft_wrap=True)
+
+class _LazyConsole:
+    """An InertConsole made on first use, so commands that print nothing rich start fast."""
+
+    def __init__(self, **options: Any) -> None:
+        self._options = options
+        self._console: InertConsole | None = None
+
+    def real(self) -> InertConsole:
+        """The console itself (for Rich objects that use it as a context manager)."""
+        if self._console is None:
+            from executor.console import InertConsole
+
+            self._console = InertConsole(**self._options)
+        return self._console
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real(), name)
+
+    def __enter__(self) -> InertConsole:
+        self.real().__enter__()
+        return self.real()
+
+    def __exit__(self, *exc: object) -> None:
+        self.real().__exit__(*exc)
+
+
+def real_console(console: InertConsole) -> InertConsole:
+    """`err_console` or `out_console` as the Rich console it stands for."""
+    return console.real() if isinstance(console, _LazyConsole) else console
+
+
+#: Progress, tool activity and errors go to stderr; stdout carries only results. Both print
+#: every string inert (executor/text.py): what they show is never interpreted by the terminal.
+err_console = cast("InertConsole", _LazyConsole(stderr=True, highlight=False, soft_wrap=True))
+out_console = cast("InertConsole", _LazyConsole(highlight=False, soft_wrap=True))
 
 RootOption = Annotated[
     Path,
@@ -35,10 +71,24 @@ RootOption = Annotated[
 def fail(error: SandboxAgentError) -> typer.Exit:
     """Print `error` as one line (plus its fix) and return the Exit to raise."""
     # Messages quote servers, files and flags: their brackets are text, not markup.
-    err_console.print(f"[bold red]error:[/] {escape(error.message)}", markup=True)
+    err_console.print(f"[bold red]error:[/] {markup_safe(error.message)}", markup=True)
     if error.fix:
-        err_console.print(f"[dim]fix:[/] {escape(error.fix)}", markup=True)
+        err_console.print(f"[dim]fix:[/] {markup_safe(error.fix)}", markup=True)
     return typer.Exit(error.exit_code)
+
+
+def echo_result(text: str, *, json_text: bool = False) -> None:
+    """A result on stdout: inert for a person at a terminal, the data itself for a pipe or file."""
+    if sys.stdout.isatty():
+        text = inert_json(text) if json_text else inert(text)
+    # Not typer.echo: click strips what looks like ANSI styling from piped output.
+    sys.stdout.write(encodable(text) + "\n")
+    sys.stdout.flush()
+
+
+def encodable(text: str) -> str:
+    """`text` writable as UTF-8: lone surrogates (undecodable bytes) become escapes."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def cli_errors(fn: Callable[P, R]) -> Callable[P, R]:

@@ -1,31 +1,24 @@
 """`sandbox-agent policy explain | show`: what the policy decides, and why."""
 
-from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.table import Table
-from rich.text import Text
 
+from executor.choices import RiskLevel
 from executor.cli.common import RootOption, cli_errors, err_console, out_console
 from executor.errors import ConfigError
-from executor.policy import (
-    POLICY_FILE,
-    Policy,
-    PolicyOverrides,
-    ToolFacts,
-    ToolInfo,
-    explain,
-    load_policy,
-    parse_policy,
-    shell_of,
-)
-from executor.tools.base import RiskLevel
-from executor.tools.builtin import BUILTIN_TOOLS
-from executor.trust import read_project_file, trust, untrust
+from executor.text import inert, inert_line
+
+if TYPE_CHECKING:  # imported where used: `--help` must not load pydantic, Rich or tree-sitter
+    from rich.table import Table
+
+    from executor.policy import Policy, PolicyOverrides, ToolFacts
+
+POLICY_FILE = Path(".sandbox-agent/policy.toml")
+"""The project's policy file (executor.policy.POLICY_FILE; checked equal by a test)."""
 
 app = typer.Typer(
     name="policy", help="Explain and show the tool-call policy.", no_args_is_help=True
@@ -82,6 +75,8 @@ def explain_command(
 ) -> None:
     """Print the decision for one call, the rule that made it and, for a shell command, how
     it was parsed: each simple command's words and what cannot be resolved statically."""
+    from executor.policy import explain, load_policy, shell_of
+
     overrides = _overrides(yes, deny_tool, deny_prefix, deny_command, read_only)
     policy = load_policy(root, policy_file, overrides)
     facts, arguments = tool_facts(tool, risk), parse_args(args)
@@ -91,8 +86,9 @@ def explain_command(
         parse = {"shell": shell.as_dict()} if shell else {}
         print(json.dumps({**decision.as_dict(), "policy": policy.source, **parse}, indent=2))
         return
-    out_console.print(explain(policy, facts, arguments, interactive=not non_interactive),
-                      markup=False)
+    # The arguments and a policy file's rules and reasons are shown, never interpreted.
+    text = explain(policy, facts, arguments, interactive=not non_interactive)
+    out_console.print(inert(text), markup=False)
 
 
 @app.command("show")
@@ -107,11 +103,13 @@ def show_command(
     read_only: ReadOnlyOption = False,
 ) -> None:
     """Print the effective rules in the order they are applied."""
+    from executor.policy import load_policy
+
     overrides = _overrides(yes, deny_tool, deny_prefix, deny_command, read_only)
     policy = load_policy(root, policy_file, overrides)
-    out_console.print(f"policy: {policy.source}", markup=False)
+    out_console.print(f"policy: {inert_line(policy.source)}", markup=False)
     for notice in policy.notices:
-        err_console.print(f"note: {notice}", markup=False)
+        err_console.print(f"note: {inert(notice)}", markup=False)
     out_console.print(rules_table(policy))
 
 
@@ -126,6 +124,9 @@ def trust_command(
     Its SHA-256 is recorded in your state dir, outside the project; any later change makes it
     untrusted again (then only its deny and ask rules apply).
     """
+    from executor.policy import parse_policy
+    from executor.trust import read_project_file, trust
+
     file = read_project_file(root, POLICY_FILE.as_posix())
     if file is None:
         raise ConfigError(f"{root / POLICY_FILE} does not exist", fix="nothing to trust")
@@ -140,27 +141,29 @@ def trust_command(
 @cli_errors
 def untrust_command(root: RootOption = Path(".")) -> None:
     """Stop trusting the project's policy file (only its deny and ask rules apply again)."""
+    from executor.trust import untrust
+
     found = untrust(root, POLICY_FILE.as_posix())
     what = "no longer trusted" if found else "was not trusted"
     err_console.print(f"{root / POLICY_FILE} {what}", markup=False)
 
 
-def inert(text: str) -> str:
-    """Control characters shown escaped (a file from the repository may hold any bytes)."""
-    return "".join(c if c in "\n\t" or (c.isprintable() and not 0x80 <= ord(c) < 0xA0)
-                   else c.encode("unicode_escape").decode() for c in text)
+def rules_table(policy: "Policy") -> "Table":
+    """The effective rules as a table (their text is never read as markup, and shown inert)."""
+    from rich.table import Table
+    from rich.text import Text
 
-
-def rules_table(policy: Policy) -> Table:
-    """The effective rules as a table (user text is never read as markup)."""
     table = Table("#", "source", "matches", "decision", "reason")
     for number, row in enumerate(policy.describe(), 1):
-        table.add_row(str(number), *(Text(cell) for cell in row))
+        table.add_row(str(number), *(Text(inert_line(cell)) for cell in row))
     return table
 
 
-def tool_facts(name: str, risk: RiskLevel | None) -> ToolFacts:
+def tool_facts(name: str, risk: RiskLevel | None) -> "ToolFacts":
     """A built-in tool by name, or a custom one described by `--risk`."""
+    from executor.policy import ToolInfo
+    from executor.tools.builtin import BUILTIN_TOOLS
+
     builtin = next((tool() for tool in BUILTIN_TOOLS if tool.name == name), None)
     if builtin is not None and risk is not None:
         raise ConfigError(
@@ -195,7 +198,9 @@ def _overrides(
     deny_prefix: list[str] | None,
     deny_command: list[str] | None,
     read_only: bool,
-) -> PolicyOverrides:
+) -> "PolicyOverrides":
+    from executor.policy import PolicyOverrides
+
     return PolicyOverrides(
         yes=yes,
         deny_tools=tuple(deny_tool or ()),

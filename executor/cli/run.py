@@ -9,21 +9,26 @@ import sys
 from enum import StrEnum
 from pathlib import Path
 from types import FrameType
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from pydantic import BaseModel
-from rich.markup import escape
-from rich.prompt import Confirm
 
-from executor.agent import RunResult
-from executor.cli.common import RootOption, cli_errors, err_console
-from executor.config import Provider, ToolProtocol
+from executor.choices import Provider, ToolProtocol
+from executor.cli.common import (
+    RootOption,
+    cli_errors,
+    echo_result,
+    err_console,
+    out_console,
+    real_console,
+)
 from executor.errors import ConfigError, SandboxAgentError
-from executor.policy import Decision
-from executor.runner import Runner
-from executor.tools import Tool
-from executor.ui import ProgressView
+from executor.text import markup_safe
+
+if TYPE_CHECKING:  # imported where used: `--help` loads neither pydantic nor the agent
+    from executor.agent import RunResult
+    from executor.runner import Runner
+    from executor.ui import ProgressView
 
 # -- options shared by ask and review ------------------------------------------------------------
 
@@ -154,29 +159,12 @@ def _settings(**values: Any) -> dict[str, Any]:
 def _interrupt_on_sigterm() -> None:
     """SIGTERM cleans up like Ctrl-C: the session is saved and the container removed."""
 
+    from executor.cli.repl import Terminated
+
     def handler(signum: int, frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
+        raise Terminated
 
     signal.signal(signal.SIGTERM, handler)
-
-
-class TerminalApprover:
-    """Asks the person at the terminal, showing the diff or the command."""
-
-    def __init__(self, view: ProgressView) -> None:
-        self.view = view
-
-    def __call__(self, tool: Tool, args: BaseModel, decision: Decision) -> bool:
-        """y/n on stderr; anything but yes declines."""
-        self.view.close()
-        err_console.rule(
-            f"[bold]{escape(tool.name)}[/] needs approval [dim]({escape(decision.rule)})[/]"
-        )
-        err_console.print(tool.describe(args), markup=False, highlight=False)
-        try:
-            return Confirm.ask("Allow this call?", console=err_console, default=False)
-        except EOFError:
-            return False
 
 
 def _prepare(
@@ -184,10 +172,14 @@ def _prepare(
     interactive: bool,
 ) -> tuple[Runner, ProgressView]:
     """The runner for `ask` / `review`, with its progress view attached (nothing started)."""
+    from executor.cli.approve import TerminalApprover
+    from executor.runner import Runner
+    from executor.ui import ProgressView
+
     if not audit:
         options["audit"] = False
     _interrupt_on_sigterm()
-    view = ProgressView(err_console, stream=stream is not False, trace=trace)
+    view = ProgressView(real_console(err_console), stream=stream is not False, trace=trace)
     approver = TerminalApprover(view) if interactive else None
     runner = Runner.build(root, argv=sys.argv[1:], interactive=interactive, approver=approver,
                           **options)
@@ -208,11 +200,14 @@ def _query_from_stdin() -> str:
 def _start(runner: Runner, view: ProgressView) -> None:
     view.thinking()
     runner.start()
+    view.close()
+    sandbox = runner.sandbox.name if runner.sandbox else "?"
+    if not runner.sandbox_started:
+        sandbox += " (starts when a tool needs it)"
     err_console.print(
-        f"[dim]session {runner.session_name} · container "
-        f"{runner.sandbox.name if runner.sandbox else '?'} · "
+        f"[dim]session {runner.session_name} · container {sandbox} · "
         f"{'read-only' if runner.options.read_only else 'read-write'} · "
-        f"model {escape(runner.model.name)}[/]"
+        f"model {markup_safe(runner.model.name, line=True)}[/]"
     )
 
 
@@ -248,7 +243,9 @@ def ask(
     interactive: Annotated[
         bool,
         typer.Option(
-            "--interactive", "-i", help="A REPL: several requests in one session and one container."
+            "--interactive", "-i",
+            help="A REPL: several requests in one session and one container (line editing, "
+            "history, /help for its commands; Ctrl-C cancels a request).",
         ),
     ] = False,
     session: Annotated[
@@ -307,7 +304,8 @@ def ask(
     """Ask the agent to do something in DIR; every tool call runs in a sandbox container.
 
     The final answer goes to stdout; progress and tool activity to stderr. Writes and shell
-    commands ask y/n at a terminal; without one they are denied unless --yes (fail closed).
+    commands ask at a terminal (y, n, a: always allow for this session, r: no and say why);
+    without one they are denied unless --yes (fail closed).
     """
     if query is None and not interactive:
         query = _query_from_stdin()
@@ -340,14 +338,24 @@ def ask(
     }
     if allow_git_writes:
         options["allow_git_writes"] = True
+    # The container starts when a tool first needs it (a REPL warms it up at once): an answer
+    # that needs no tool never waits for one. A resumed session re-attaches its container first.
+    if not resume:
+        options["sandbox_warm_up"] = 0.0 if interactive else WARM_UP_SECONDS
     runner, view = _prepare(root, options, stream=stream, trace=trace, audit=not no_audit,
                             interactive=at_terminal)
-    with runner:
-        _start(runner, view)
-        if interactive:
-            _repl(runner, view, query)
-        else:
-            _answer(runner.run(query or ""), view)
+    try:
+        with runner:
+            _start(runner, view)
+            if interactive:
+                from executor.cli.repl import Repl
+
+                repl = Repl(runner, view, lambda text: _answer(runner, view, text, keep_going=True))
+                repl.run(query)
+            else:
+                _answer(runner, view, query or "")
+    finally:
+        view.close()
 
 
 def _streams_text(runner: Runner, stream: bool | None) -> bool:
@@ -356,38 +364,32 @@ def _streams_text(runner: Runner, stream: bool | None) -> bool:
     return prose and (stream is True or (stream is None and err_console.is_terminal))
 
 
-def _answer(result: RunResult, view: ProgressView) -> None:
+WARM_UP_SECONDS = 0.3
+"""A one-shot ask starts the container in the background once the model has thought this long."""
+
+
+def _answer(runner: Runner, view: ProgressView, query: str, *,
+            keep_going: bool = False) -> RunResult | None:
+    """Run one request; the answer on stdout, then the request's figures on stderr.
+
+    With `keep_going` (the REPL) a failed request is one error line and the session goes on.
+    """
+    from executor.ui import show_answer
+
+    view.begin()
+    try:
+        result = runner.run(query)
+    except SandboxAgentError as exc:
+        view.close()
+        if not keep_going:
+            raise
+        err_console.print(f"[bold red]error:[/] {markup_safe(str(exc))}")
+        return None
     view.close()
-    err_console.print(
-        f"[dim]done in {result.turns} turn(s), {len(result.tool_calls)} tool call(s)[/]"
-    )
-    if not (view.last_reply_streamed and sys.stdout.isatty()):  # already on this screen
-        typer.echo(result.answer)
+    show_answer(result.answer, real_console(out_console))
+    err_console.print(f"[dim]done · {markup_safe(view.summary())}[/]")
+    return result
 
-
-def _prompt() -> str:
-    """The REPL prompt, shown only to a person (piped input gets none)."""
-    return "[bold cyan]you>[/] " if sys.stdin.isatty() else ""
-
-
-def _repl(runner: Runner, view: ProgressView, first: str | None) -> None:
-    """Read requests until EOF or 'exit'; one session, one container, one conversation."""
-    err_console.print("[dim]interactive session: empty line or Ctrl-D to leave[/]")
-    pending = first
-    while True:
-        if pending is None:
-            try:
-                pending = err_console.input(_prompt()).strip()
-            except EOFError:
-                return
-        if pending in ("", "exit", "quit"):
-            return
-        try:
-            _answer(runner.run(pending), view)
-        except SandboxAgentError as exc:  # one failed request does not end the session
-            view.close()
-            err_console.print(f"[bold red]error:[/] {escape(str(exc))}")
-        pending = None
 
 
 # -- review --------------------------------------------------------------------------------------
@@ -568,13 +570,13 @@ def _write_report(report: dict[str, Any], fmt: ReportFormat, output: Path | None
         else _markdown(report)
     )
     if output is None:
-        typer.echo(text)
+        echo_result(text, json_text=fmt is ReportFormat.json)
         return
     try:
         output.write_text(text + "\n", encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot write the report to {output}: {exc.strerror}") from exc
-    err_console.print(f"[dim]report written to {escape(str(output))}[/]")
+    err_console.print(f"[dim]report written to {markup_safe(str(output), line=True)}[/]")
 
 
 def _plural(count: int, noun: str) -> str:

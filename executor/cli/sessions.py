@@ -1,27 +1,29 @@
 """`sandbox-agent sessions`: list, show and remove the saved sessions of a project."""
 
-from __future__ import annotations
 
 import json
 import warnings
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.table import Table
-from rich.text import Text
 
-from executor.cli.common import RootOption, cli_errors, err_console, out_console
-from executor.messages import Message
-from executor.protocols import SessionSummary
-from executor.session import (
-    Entry,
-    NdjsonSessionStore,
-    SessionContents,
-    SessionWarning,
-    list_sessions,
-    remove_session,
+from executor.cli.common import (
+    RootOption,
+    cli_errors,
+    echo_result,
+    err_console,
+    out_console,
 )
+from executor.text import inert, inert_line
+
+if TYPE_CHECKING:  # imported where used, so that `--help` loads neither pydantic nor Rich
+    from rich.table import Table
+    from rich.text import Text
+
+    from executor.messages import Message
+    from executor.protocols import SessionSummary
+    from executor.session import Entry, SessionContents
 
 app = typer.Typer(
     help="List, show and remove the saved sessions of a project (newest first).",
@@ -35,11 +37,6 @@ NameArgument = Annotated[str, typer.Argument(help="Session name (see `sandbox-ag
 
 SHORT_LINES = 12
 SHORT_CHARS = 1200
-
-
-def _safe(text: str) -> str:
-    """`text` printable as UTF-8: lone surrogates (undecodable tool output) become escapes."""
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _root(ctx: typer.Context, root: Path) -> Path:
@@ -57,17 +54,22 @@ def sessions(ctx: typer.Context, root: RootOption = Path("."), as_json: JsonOpti
     """List the sessions of --root, newest first."""
     if ctx.invoked_subcommand is not None:
         return
+    from executor.session import list_sessions
+
     rows = list_sessions(root)
     if as_json:
         dump = json.dumps([row.model_dump() for row in rows], indent=2, ensure_ascii=False)
-        typer.echo(_safe(dump))  # an escaped surrogate is still valid JSON
+        echo_result(dump, json_text=True)  # an escaped surrogate is still valid JSON
     elif not rows:
-        err_console.print(f"no sessions in {root}", markup=False)
+        err_console.print(f"no sessions in {inert_line(str(root))}", markup=False)
     else:
         out_console.print(_table(rows))
 
 
-def _table(rows: list[SessionSummary]) -> Table:
+def _table(rows: "list[SessionSummary]") -> "Table":
+    from rich.table import Table
+    from rich.text import Text
+
     table = Table(box=None, header_style="bold", pad_edge=False, expand=True)
     for title in ("name", "started (UTC)", "turns", "model"):
         table.add_column(title, no_wrap=True, justify="right" if title == "turns" else "left")
@@ -76,7 +78,8 @@ def _table(rows: list[SessionSummary]) -> Table:
     for row in rows:
         model = f"{row.model} ({row.provider})" if row.provider else row.model
         started = row.started_at.replace("T", " ")[:19]
-        table.add_row(row.name, started, str(row.turns), _safe(model), _safe(row.last_message))
+        cells = (row.name, started, str(row.turns), model, row.last_message)
+        table.add_row(*(Text(inert_line(cell)) for cell in cells))
     return table
 
 
@@ -86,12 +89,14 @@ def show(
     ctx: typer.Context, name: NameArgument, root: RootOption = Path("."), full: FullOption = False
 ) -> None:
     """Print the transcript of a session: messages, tool calls and (shortened) results."""
+    from executor.session import NdjsonSessionStore, SessionWarning
+
     store = NdjsonSessionStore.open(_root(ctx, root), name)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SessionWarning)  # printed below as one clean line
         contents = store.read()
     for note in contents.warnings:
-        err_console.print(f"warning: {note}", style="yellow", markup=False)
+        err_console.print(f"warning: {inert(note)}", style="yellow", markup=False)
     out_console.print(_heading(contents))
     for entry in contents.entries:
         out_console.print(_entry(entry, full))
@@ -101,16 +106,23 @@ def show(
 @cli_errors
 def rm(ctx: typer.Context, name: NameArgument, root: RootOption = Path(".")) -> None:
     """Delete a session file."""
+    from executor.session import remove_session
+
     path = remove_session(_root(ctx, root), name)
-    err_console.print(f"removed session {name} ({path})", markup=False)
+    err_console.print(f"removed session {inert_line(name)} ({inert_line(str(path))})",
+                      markup=False)
 
 
 # --- transcript ---------------------------------------------------------------------------------
+# Everything a session file holds was chosen by the model, the repository or the sandbox: it is
+# shown inert (escape sequences and bidi characters visible, never interpreted).
 
 
-def _heading(contents: SessionContents) -> Text:
+def _heading(contents: "SessionContents") -> "Text":
+    from rich.text import Text
+
     h = contents.header
-    text = Text(f"session {h.name}", style="bold")
+    text = Text(f"session {inert_line(h.name)}", style="bold")
     facts = {
         "model": f"{h.model} ({h.provider})" if h.provider else h.model,
         "started": h.started_at,
@@ -119,12 +131,13 @@ def _heading(contents: SessionContents) -> Text:
         "mount": h.mount_mode,
         "container": h.container,
     }
-    text.append("".join(f"\n  {key} {value}" for key, value in facts.items() if value), "dim")
+    text.append("".join(f"\n  {key} {inert_line(str(value))}" for key, value in facts.items()
+                        if value), "dim")
     return text
 
 
 def _shorten(text: str, full: bool) -> str:
-    lines = text.splitlines()
+    lines = text.removesuffix("\n").split("\n")  # a CR in tool output is shown, not obeyed
     if full or (len(lines) <= SHORT_LINES and len(text) <= SHORT_CHARS):
         return text
     kept = "\n".join(lines[:SHORT_LINES])[:SHORT_CHARS]
@@ -132,26 +145,33 @@ def _shorten(text: str, full: bool) -> str:
     return f"{kept}\n… {rest} more lines, {len(text) - len(kept)} more chars (--full shows all)"
 
 
-def _entry(entry: Entry, full: bool) -> Text:
+def _entry(entry: "Entry", full: bool) -> "Text":
+    from rich.text import Text
+
     time = Text(f"[{entry.ts[11:19]}] ", style="dim")
     if entry.message is None:
-        return time + Text(f"— {entry.event} {json.dumps(entry.data)}", style="dim italic")
+        return time + Text(f"— {inert_line(str(entry.event))} {json.dumps(entry.data)}",
+                           style="dim italic")
     return time + _message(entry.message, full)
 
 
 ROLE_STYLES = {"system": "magenta", "user": "bold green", "assistant": "bold cyan", "tool": "blue"}
 
 
-def _message(message: Message, full: bool) -> Text:
+def _message(message: "Message", full: bool) -> "Text":
+    """One message as a person reads it (inert), tool results shortened unless `full`."""
+    from rich.text import Text
+
     text = Text(message.role, style=ROLE_STYLES[message.role])
     if message.role == "tool":
-        text.append(f" {message.name} ({message.tool_call_id})", style="blue")
+        text.append(f" {inert_line(f'{message.name} ({message.tool_call_id})')}", style="blue")
     for call in message.tool_calls:
-        text.append(f"\n  → {call.name}({_safe(_arguments(call.arguments, full))})", style="cyan")
+        shown = inert_line(f"{call.name}({_arguments(call.arguments, full)})")
+        text.append(f"\n  → {shown}", style="cyan")
     if message.content:
         short = message.role in ("tool", "system")
-        body = _shorten(_safe(message.content), full or not short)
-        text.append("\n" + "\n".join("  " + line for line in body.splitlines()))
+        body = inert(_shorten(message.content, full or not short))
+        text.append("\n" + "\n".join("  " + line for line in body.removesuffix("\n").split("\n")))
     return text
 
 

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.markup import escape
-from rich.text import Text
 
+from executor.choices import DEFAULT_BASE_IMAGE, DEFAULT_IMAGE
 from executor.cli.common import cli_errors, err_console, out_console
-from executor.config import DEFAULT_BASE_IMAGE, DEFAULT_IMAGE, Settings
 from executor.errors import ImageNotFoundError, RuntimeNotFoundError, SandboxAgentError
 from executor.sandbox.engine import (
     IMAGE_FIX,
@@ -21,8 +19,10 @@ from executor.sandbox.engine import (
     is_podman,
     runtimes,
 )
-from executor.sandbox.gc import gc as collect
-from executor.sandbox.image import build_image, image_exists
+from executor.text import inert, inert_line, markup_safe
+
+if TYPE_CHECKING:  # imported where used: `--help` must not load pydantic or the docker SDK
+    from executor.config import Settings
 
 image_app = typer.Typer(help="Build the sandbox image.", no_args_is_help=True)
 
@@ -40,10 +40,14 @@ def image_build(
 ) -> None:
     """Build the sandbox image FROM --base (python:3.12-slim; offline: make base-image)."""
     progress = (
-        (lambda line: None) if quiet else (lambda line: err_console.print(line, markup=False))
+        (lambda line: None) if quiet
+        else (lambda line: err_console.print(inert_line(line), markup=False))
     )
+    from executor.sandbox.image import build_image
+
     image_id = build_image(tag, base, progress=progress)
-    err_console.print(f"built [bold]{escape(tag)}[/] ({image_id[:19]}) from {escape(base)}")
+    err_console.print(f"built [bold]{markup_safe(tag, line=True)}[/] ({image_id[:19]}) from "
+                      f"{markup_safe(base, line=True)}")
 
 
 @cli_errors
@@ -63,9 +67,11 @@ def gc(
     ] = False,
 ) -> None:
     """Remove sandbox containers whose session is no longer running (e.g. after a crash)."""
+    from executor.sandbox.gc import gc as collect
+
     result = collect(root=str(root) if root else None, all_hosts=all_hosts, force=force)
     for name in result.removed:
-        out_console.print(f"removed {name}")
+        out_console.print(f"removed {inert_line(name)}", markup=False)
     err_console.print(
         f"[dim]{len(result.removed)} removed, {len(result.in_use)} in use, "
         f"{len(result.skipped)} from other hosts left alone[/]"
@@ -101,13 +107,15 @@ def doctor(
     ] = False,
 ) -> None:
     """Check the engine, its runtimes, the sandbox image and the model server; print each fix."""
+    from executor.config import Settings
+
     given = {"provider": provider, "host": host, "model": model, "image": image,
              "runtime": runtime}
     values = {k: v for k, v in given.items() if v is not None}
     try:
         settings = Settings.model_validate({**Settings().model_dump(), **values})
     except ValueError as exc:
-        err_console.print(f"[bold red]error:[/] {escape(str(exc))}")
+        err_console.print(f"[bold red]error:[/] {markup_safe(str(exc))}")
         raise typer.Exit(2) from None
     client: dict[str, Any] = {}
     checks: list[tuple[str, Check]] = [
@@ -127,11 +135,12 @@ def _run_check(name: str, check: Check) -> bool:
     try:
         detail = check()
     except SandboxAgentError as exc:
-        out_console.print(f"[red]✗[/] {escape(name)}: {escape(exc.message)}")
+        # A model server's error text is the server's choice: shown inert.
+        out_console.print(f"[red]✗[/] {markup_safe(name)}: {markup_safe(exc.message)}")
         if exc.fix:
-            out_console.print(f"    fix: {exc.fix}", markup=False)
+            out_console.print(f"    fix: {inert(exc.fix)}", markup=False)
         return False
-    out_console.print(f"[green]✓[/] {escape(name)}: {escape(detail)}")
+    out_console.print(f"[green]✓[/] {markup_safe(name)}: {markup_safe(detail)}")
     return True
 
 
@@ -159,8 +168,10 @@ def _runtime(client: dict[str, Any], settings: Settings) -> str:
 
 def _security(settings: Settings) -> bool:
     """Run the probes, one line each as it ends; whether every guarantee held."""
+    from rich.text import Text
+
     from executor.sandbox.docker import DockerSandbox, SandboxConfig
-    from executor.sandbox.probes import PROBES, inert, run_probes
+    from executor.sandbox.probes import PROBES, run_probes
 
     template = SandboxConfig(
         root=Path("/"), session_id="probe", image=settings.image, runtime=settings.runtime,
@@ -170,7 +181,7 @@ def _security(settings: Settings) -> bool:
                       markup=False)
 
     def warn(message: str) -> None:
-        err_console.print(Text(f"    note: {inert(message, 200)}", style="dim"))
+        err_console.print(Text(f"    note: {inert_line(message)}", style="dim"))
 
     def show(result: Any) -> None:
         verdict = Text("PASS", style="green") if result.passed else Text("FAIL", style="bold red")
@@ -193,6 +204,8 @@ def _raise(exc: SandboxAgentError) -> str:
 
 
 def _image(client: dict[str, Any], name: str) -> str:
+    from executor.sandbox.image import image_exists
+
     docker = client.get("docker") or connect(timeout=10)
     if not image_exists(docker, name):
         raise ImageNotFoundError(f"{name} is not built", fix=IMAGE_FIX)

@@ -77,6 +77,7 @@ class HttpClient:
         self._secrets = tuple(s for s in secrets if s)
         self._transport = transport
         self._client: httpx.Client | None = None
+        self._tls = False
 
     def __repr__(self) -> str:
         return f"HttpClient({self.server.label!r}, timeout={self.timeout})"
@@ -103,11 +104,16 @@ class HttpClient:
             self._client.close()
             self._client = None
 
-    def _http(self) -> httpx.Client:
+    def _http(self, url: str) -> httpx.Client:
+        # A CA bundle is loaded (~40 ms) only for a server that speaks TLS.
+        tls = url.lower().startswith("https:")
+        if self._client is not None and tls and not self._tls:
+            self.close()
         if self._client is None:
+            self._tls = tls
             self._client = httpx.Client(
                 headers=self._headers,
-                verify=_ssl_context(),
+                verify=_ssl_context() if tls else False,
                 timeout=httpx.Timeout(self.timeout, connect=min(self.timeout, _CONNECT_TIMEOUT)),
                 transport=self._transport,
             )
@@ -119,7 +125,7 @@ class HttpClient:
 
     def _send(self, method: str, url: str, body: Mapping[str, Any] | None, timeout: float) -> Any:
         try:
-            resp = self._http().request(method, url, json=body, timeout=timeout)
+            resp = self._http(url).request(method, url, json=body, timeout=timeout)
             self._check(resp, url)
             return self._decode(resp.text, url)
         except httpx.HTTPError as exc:
@@ -137,7 +143,7 @@ class HttpClient:
                 yield line
 
         try:
-            with self._http().stream("POST", url, json=body) as resp:
+            with self._http(url).stream("POST", url, json=body) as resp:
                 self._check(resp, url)
                 return consume(lines(resp))
         except httpx.HTTPError as exc:

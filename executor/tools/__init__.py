@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from executor.tools.base import (
+    Preview,
     RiskLevel,
     Tool,
     ToolContext,
@@ -31,6 +32,6 @@ def default_registry() -> ToolRegistry:
 
 
 __all__ = [
-    "BUILTIN_TOOLS", "RiskLevel", "Tool", "ToolContext", "ToolRegistry", "default_registry",
-    "format_validation_error", "function_schema", "register",
+    "BUILTIN_TOOLS", "Preview", "RiskLevel", "Tool", "ToolContext", "ToolRegistry",
+    "default_registry", "format_validation_error", "function_schema", "register",
 ]

@@ -7,25 +7,16 @@ run host-side and reach the container only through `ToolContext.sandbox`.
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
-from enum import StrEnum
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ValidationError
 
+from executor.choices import RiskLevel as RiskLevel
 from executor.messages import ToolResult, ToolSpec
-from executor.protocols import Sandbox
-
-
-class RiskLevel(StrEnum):
-    """How much harm a tool can do; the policy's default decision depends on it."""
-
-    LOW = "low"
-    MEDIUM = "medium"
-    HIGH = "high"
-    CRITICAL = "critical"
+from executor.protocols import OutputCallback, Sandbox
 
 
 @dataclass(frozen=True)
@@ -40,6 +31,24 @@ class ToolContext:
     """Whether the run mounts the root read-only."""
     session_id: str
     """Id of the running session."""
+    host_args: Mapping[str, Any] = field(default_factory=dict)
+    """Arguments the approved call carries that the model cannot give (`Preview.host_args`)."""
+    on_output: OutputCallback | None = None
+    """Where a running command's output goes while it runs (the agent emits `tool_output`)."""
+
+
+@dataclass(frozen=True)
+class Preview:
+    """What a person is shown before approving a call: what it will really do."""
+
+    text: str
+    """The call in full: the command, or a title line and the diff. Untrusted: print it inert."""
+    error: str | None = None
+    """Why the call would fail as it stands, when that is known beforehand."""
+    fold: bool = True
+    """Whether a long text may be shown folded (its first lines; the rest on request)."""
+    host_args: Mapping[str, Any] = field(default_factory=dict)
+    """Added to the call once approved, e.g. the `expect_sha256` of the file that was shown."""
 
 
 class Tool:
@@ -76,6 +85,13 @@ class Tool:
     def describe(self, args: BaseModel) -> str:
         """A short human-readable summary of a call, shown when asking for approval."""
         return f"{self.name}({args.model_dump_json(exclude_none=True)})"
+
+    def preview(self, args: Any, ctx: ToolContext) -> Preview:
+        """What a person approving the call is shown; by default `describe(args)`.
+
+        Override it to look at the sandbox first (`ctx.sandbox`), as the file tools do.
+        """
+        return Preview(self.describe(args))
 
     @classmethod
     def spec(cls) -> ToolSpec:

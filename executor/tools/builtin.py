@@ -9,7 +9,10 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from executor.messages import ToolResult
-from executor.tools.base import RiskLevel, Tool, ToolContext
+from executor.tools.base import Preview, RiskLevel, Tool, ToolContext
+
+ABSENT = "absent"
+"""`expect_sha256` of a file that did not exist when the write was approved (toolbox.ABSENT)."""
 
 
 class _Args(BaseModel):
@@ -51,7 +54,8 @@ class ListFilesArgs(_Args):
 class RunShellCommandArgs(_Args):
     command: str = Field(description="Shell command, run with sh -c in the project root.")
     timeout_seconds: int | None = Field(
-        None, ge=1, le=3600, description="Kill the command after this many seconds (default 60)."
+        None, ge=1, le=3600,
+        description="Kill the command after this many seconds (default: the session's timeout).",
     )
 
 
@@ -59,7 +63,41 @@ class SandboxTool(Tool):
     """A tool whose work is done by the toolbox inside the container."""
 
     def call(self, args: Any, ctx: ToolContext) -> ToolResult:
-        return ctx.sandbox.call(self.name, args.model_dump(exclude_none=True))
+        return ctx.sandbox.call(self.name, {**args.model_dump(exclude_none=True), **ctx.host_args})
+
+
+def _lines(text: str) -> list[str]:
+    """Lines split at newlines only (a stray CR stays visible inside its line)."""
+    lines = text.split("\n")
+    return lines[:-1] if lines[-1] == "" else lines
+
+
+class FileWriteTool(SandboxTool):
+    """write_file and edit_file: approved on the toolbox's diff against the file on disk."""
+
+    def preview(self, args: Any, ctx: ToolContext) -> Preview:
+        """The real diff, the real path behind a symlink, and a guard against later changes."""
+        result = ctx.sandbox.preview(self.name, args.model_dump(exclude_none=True))
+        if not result.ok:  # the toolbox could not say: show the request, promise nothing
+            return Preview(self.describe(args), error=f"no preview: {result.output}")
+        meta = result.meta
+        # The write goes ahead only if the file is still what the person was shown.
+        guard = {"expect_sha256": meta.get("sha256_before") or ABSENT} if meta.get(
+            "resolved") else {}
+        if meta.get("error"):
+            return Preview(self.describe(args), error=str(meta["error"]), host_args=guard)
+        body = result.output or "(no change: the file already has this content)"
+        return Preview(f"{self._title(args, meta)}\n{body}", host_args=guard)
+
+    def _title(self, args: Any, meta: dict[str, Any]) -> str:
+        """`write_file link.py → src/app.py (symlink, existing file, …)`."""
+        shown = f"{args.path} → {meta['resolved']}" if meta.get("symlink") else args.path
+        facts = ["symlink"] * bool(meta.get("symlink"))
+        facts += ["existing file" if meta.get("exists") else "new file", *self._facts(args)]
+        return f"{self.name} {shown} ({', '.join(facts)})"
+
+    def _facts(self, args: Any) -> list[str]:
+        return []
 
 
 class ReadFile(SandboxTool):
@@ -83,7 +121,7 @@ class SearchFiles(SandboxTool):
     read_only_safe = True
 
 
-class WriteFile(SandboxTool):
+class WriteFile(FileWriteTool):
     name = "write_file"
     description = "Create or overwrite a file with the given content (parent dirs are created)."
     Args = WriteFileArgs
@@ -91,13 +129,16 @@ class WriteFile(SandboxTool):
     approval = True
 
     def describe(self, args: Any) -> str:
-        lines = args.content.splitlines()
-        preview = "\n".join(f"+{line}" for line in lines[:40])
-        more = f"\n… {len(lines) - 40} more lines" if len(lines) > 40 else ""
-        return f"write_file {args.path} ({len(args.content)} bytes)\n{preview}{more}"
+        added = "\n".join(f"+{line}" for line in _lines(args.content))
+        return f"write_file {args.path} ({len(args.content)} characters)\n{added}"
+
+    def _facts(self, args: Any) -> list[str]:
+        size = len(args.content.encode("utf-8", "surrogatepass"))
+        count = len(_lines(args.content))
+        return [f"{count} line{'s' * (count != 1)}", f"{size} byte{'s' * (size != 1)}"]
 
 
-class EditFile(SandboxTool):
+class EditFile(FileWriteTool):
     name = "edit_file"
     description = (
         "Replace old_text with new_text in a file. old_text must match exactly once unless "
@@ -109,12 +150,14 @@ class EditFile(SandboxTool):
 
     def describe(self, args: Any) -> str:
         # Lines without their ends: a last line lacking "\n" would run into the next one.
-        old = (args.old_text or "").splitlines()
-        new = args.new_text.splitlines()
+        old, new = _lines(args.old_text or ""), _lines(args.new_text)
         diff = difflib.unified_diff(old, new, f"a/{args.path}", f"b/{args.path}", n=2, lineterm="")
         return f"edit_file {args.path}" + ("" if not args.replace_all else " (replace all)") + (
             "\n" + "\n".join(diff)
         )
+
+    def _facts(self, args: Any) -> list[str]:
+        return ["replace all"] * args.replace_all
 
 
 class RunShellCommand(SandboxTool):
@@ -125,8 +168,17 @@ class RunShellCommand(SandboxTool):
     Args = RunShellCommandArgs
     risk = RiskLevel.HIGH
 
+    def call(self, args: Any, ctx: ToolContext) -> ToolResult:
+        """Run it in the toolbox; its output goes to `ctx.on_output` while it runs."""
+        return ctx.sandbox.call(self.name, {**args.model_dump(exclude_none=True), **ctx.host_args},
+                                on_output=ctx.on_output)
+
     def describe(self, args: Any) -> str:
         return f"$ {args.command}"
+
+    def preview(self, args: Any, ctx: ToolContext) -> Preview:
+        """The whole command, never folded."""
+        return Preview(self.describe(args), fold=False)
 
 
 BUILTIN_TOOLS: tuple[type[Tool], ...] = (

@@ -158,7 +158,7 @@ def test_one_record_per_event_in_order_and_verify_names_tampering(
     recs = records(root)
     assert [r["kind"] for r in recs] == [
         "run_start",
-        "model_request", "tool_call", "tool_result",
+        "model_request", "tool_call", "sandbox_start", "tool_result",  # started when needed
         "model_request", "tool_call", "tool_result", "write",
         "model_request", "tool_call", "tool_result",
         "model_request", "tool_call", "tool_result",
@@ -173,7 +173,10 @@ def test_one_record_per_event_in_order_and_verify_names_tampering(
     start = recs[0]
     assert "data_session" not in start and start["pid"] > 0 and start["user"]
     assert start["mount_mode"] == "rw" and start["image"] == IMAGE
-    assert start["image_digest"].startswith("sha256:") and len(start["container_id"]) == 64
+    assert start["image_digest"] is None and start["container_id"] is None  # not started yet
+    [sandbox] = of_kind(recs, "sandbox_start")
+    assert sandbox["image_digest"].startswith("sha256:") and len(sandbox["container_id"]) == 64
+    assert sandbox["mount_mode"] == "rw" and sandbox["image"] == IMAGE
     assert start["policy_source"] == f"{policy} (project, trusted)"
     assert start["argv"][0] == "ask" and "--yes" in start["argv"]
 

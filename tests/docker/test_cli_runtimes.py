@@ -17,11 +17,13 @@ from tests.fakes.model_server import Call, ModelServer
 pytestmark = pytest.mark.docker
 
 
-def run_start(root: Path) -> dict[str, Any]:
-    """The run_start record of the project's audit log."""
+def sandbox_start(root: Path) -> dict[str, Any]:
+    """What the audit log says about the container the run started (run_start, or
+    sandbox_start when the container was started lazily, at the first tool call)."""
     lines = [json.loads(line) for day in sorted((project_dir(root) / "audit").glob("*.ndjson"))
              for line in day.read_text().splitlines()]
-    [record] = [r for r in lines if r.get("kind") == "run_start"]
+    [record] = [r for r in lines if r.get("kind") in ("run_start", "sandbox_start")
+                and r.get("container_id")]
     return record
 
 
@@ -34,7 +36,7 @@ def test_the_runtime_runs_the_sandbox_and_is_recorded(project: Path, model_serve
     done = ask(project, model_server, "ollama", "--yes")  # the runtime from the environment
 
     assert_ok(done, "Looked.")
-    record = run_start(project)
+    record = sandbox_start(project)
     expected = {"runc": ("Docker", "runc"), "runsc": ("Docker", "runsc"),
                 "podman": ("Podman", "oci")}[engine.name]
     assert (record["engine"], record["runtime"]) == expected, record
@@ -43,27 +45,31 @@ def test_the_runtime_runs_the_sandbox_and_is_recorded(project: Path, model_serve
 
 
 def test_the_runtime_flag_beats_the_environment(project: Path, model_server: ModelServer):
+    model_server.reply(tool_calls=[Call("list_files", {})])
     model_server.reply("Done.")
 
     done = ask(project, model_server, "ollama", "--runtime", "runsc",
                env={"SANDBOX_AGENT_RUNTIME": "runc"})
 
     assert_ok(done, "Done.")
-    assert run_start(project)["runtime"] == "runsc"
+    assert sandbox_start(project)["runtime"] == "runsc"
 
 
 def test_an_engine_without_the_runtime_is_one_line_with_the_fix(project: Path,
                                                                 model_server: ModelServer):
+    model_server.reply(tool_calls=[Call("list_files", {})])  # the sandbox starts here
+
     done = ask(project, model_server, "ollama", "--runtime", "kata")
 
     line = assert_user_error(done, 15, "no OCI runtime 'kata'", "runc", "runsc")
     assert "make engine" in done.stderr.split(line, 1)[1]
-    assert model_server.chat_requests == []
 
 
 def test_podman_would_ignore_the_runtime_so_it_is_refused(project: Path,
                                                           model_server: ModelServer,
                                                           docker_client: Any):
+    model_server.reply(tool_calls=[Call("list_files", {})])
+
     done = ask(project, model_server, "ollama", "--runtime", "runsc",
                env={"DOCKER_HOST": PODMAN_HOST})
 

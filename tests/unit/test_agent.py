@@ -347,3 +347,28 @@ def test_a_custom_tool_that_raises_is_a_failed_result_not_a_crash():
     assert result.tool_calls[0].result.output == "broken failed: ValueError: boom"
     assert not result.tool_calls[0].result.ok
     assert warnings and "boom" in warnings[0]
+
+
+def test_an_approved_calls_guard_reaches_the_sandbox_but_not_the_model() -> None:
+    def approved(tool: Tool, args: BaseModel, call: ToolCall) -> Authorization:
+        guard = {"expect_sha256": "ab" * 32} if tool.name == "write_file" else {}
+        return Authorization(True, "test:ask", approved_by="user", host_args=guard)
+
+    agent = make_agent([calls(("write_file", {"path": "a.txt", "content": "x"}),
+                              ("read_file", {"path": "a.txt"})), "done"], authorize=approved)
+    agent.run("write it")
+    assert sandbox_of(agent).calls == [
+        ("write_file", {"path": "a.txt", "content": "x", "expect_sha256": "ab" * 32}),
+        ("read_file", {"path": "a.txt"}),
+    ]
+    assert agent.context.host_args == {}  # per call: the agent's own context never holds it
+    assert agent.messages[1].tool_calls[0].arguments == {"path": "a.txt", "content": "x"}
+
+
+def test_the_model_cannot_send_the_host_only_guard_itself() -> None:
+    agent = make_agent([calls(("write_file", {"path": "a.txt", "content": "x",
+                                              "expect_sha256": "absent"})), "done"])
+    agent.run("write it")
+    assert sandbox_of(agent).calls == []  # rejected before anything ran
+    assert "expect_sha256" in agent.messages[2].content
+    assert agent.messages[2].content.startswith("Invalid arguments for write_file")

@@ -14,6 +14,7 @@ import os
 import resource
 import selectors
 import shutil
+import stat
 import subprocess
 import sys
 import time
@@ -170,7 +171,7 @@ def gone(pid: int, within: float = 3.0) -> bool:
 
 
 def test_ready_line(box: Box):
-    assert set(box.ready) == {"ready", "pid", "version", "python", "rg", "filter"}
+    assert set(box.ready) == {"ready", "pid", "version", "python", "rg", "guarded", "filter"}
     assert box.ready["ready"] is True and box.ready["version"] == 1
     assert box.ready["filter"] == "not given"
     assert box.ready["pid"] == box.proc.pid
@@ -558,6 +559,122 @@ def test_edit_keeps_crlf_and_invalid_bytes(box: Box, root: Path):
     failed(box.call("edit_file", path="blob.bin", old_text="abc", new_text="x"), "binary file")
 
 
+# -- preview and the approved hash -------------------------------------------------------------
+
+
+def preview_request(box: Box, args: dict[str, Any]) -> dict[str, Any]:
+    """A raw preview request (its own `tool` argument would clash with `Box.call`'s)."""
+    return box.request({"id": 1, "tool": "preview", "args": args})
+
+
+def preview(box: Box, tool: str, **args: Any) -> dict[str, Any]:
+    """A preview reply: always ok, the facts in meta (duration dropped)."""
+    reply = preview_request(box, {"tool": tool, "args": args})
+    assert reply["ok"], reply
+    reply["meta"].pop("duration_ms")
+    return reply
+
+
+def test_preview_of_a_new_file_is_all_additions_and_writes_nothing(box: Box, root: Path):
+    reply = preview(box, "write_file", path="pkg/new.py", content="A = 1\nB = 2")
+    assert reply["output"] == ("--- /dev/null\n+++ b/pkg/new.py\n@@ -0,0 +1,2 @@\n+A = 1\n+B = 2\n"
+                               "\\ No newline at end of file\n")
+    assert reply["meta"] == {"path": "pkg/new.py", "resolved": "pkg/new.py", "symlink": False,
+                             "exists": False, "binary": False, "sha256_before": None,
+                             "error": None}
+    assert not (root / "pkg").exists()
+
+
+def test_preview_of_an_overwrite_diffs_against_the_file_on_disk(box: Box, root: Path):
+    (root / "f.txt").write_text("".join(f"line {i}\n" for i in range(1, 11)))
+    content = (root / "f.txt").read_text().replace("line 5\n", "five\n") + "\x1b[2K tail\n"
+    reply = preview(box, "write_file", path="f.txt", content=content)
+    assert reply["output"].splitlines() == [
+        "--- a/f.txt", "+++ b/f.txt",
+        "@@ -2,9 +2,10 @@", " line 2", " line 3", " line 4", "-line 5", "+five", " line 6",
+        " line 7", " line 8", " line 9", " line 10", "+\x1b[2K tail",
+    ]
+    assert reply["meta"]["exists"] and reply["meta"]["sha256_before"] == sha(
+        (root / "f.txt").read_bytes())
+    assert "five" not in (root / "f.txt").read_text()
+
+
+def test_preview_of_an_edit_is_the_whole_files_diff_with_context(box: Box, root: Path):
+    reply = preview(box, "edit_file", path="src/app.py", old_text="a + b", new_text="a - b")
+    assert reply["output"] == ("--- a/src/app.py\n+++ b/src/app.py\n@@ -1,2 +1,2 @@\n"
+                               " def add(a, b):\n-    return a + b\n+    return a - b\n")
+    assert reply["meta"]["error"] is None
+    assert (root / "src" / "app.py").read_text() == "def add(a, b):\n    return a + b\n"
+
+
+def test_preview_says_why_an_edit_would_fail(box: Box, root: Path):
+    (root / "m.txt").write_text("x\nx\n")
+    many = preview(box, "edit_file", path="m.txt", old_text="x", new_text="y")
+    assert many["output"] == "" and "matches 2 times" in many["meta"]["error"]
+    none = preview(box, "edit_file", path="m.txt", old_text="zzz", new_text="y")
+    assert "0 matches" in none["meta"]["error"] and none["meta"]["exists"]
+    outside = preview(box, "write_file", path="../secret.txt", content="x")
+    assert "outside the project root" in outside["meta"]["error"]
+    assert outside["meta"]["resolved"] is None
+    git = preview(box, "write_file", path=".git/hooks/pre-commit", content="x")
+    assert "read-only" in git["meta"]["error"]
+    hidden = preview(box, "write_file", path=".sandbox-agent/x", content="x")
+    assert "reserved" in hidden["meta"]["error"]
+
+
+def test_preview_names_the_real_file_behind_a_symlink(box: Box, root: Path):
+    (root / "link.py").symlink_to("src/app.py")
+    (root / "lib").symlink_to("src", target_is_directory=True)
+    reply = preview(box, "edit_file", path="link.py", old_text="a + b", new_text="a * b")
+    assert reply["meta"]["symlink"] and reply["meta"]["resolved"] == "src/app.py"
+    assert reply["output"].startswith("--- a/src/app.py\n+++ b/src/app.py\n")
+    through = preview(box, "write_file", path="lib/app.py", content="x\n")
+    assert through["meta"]["symlink"] and through["meta"]["resolved"] == "src/app.py"
+    plain = preview(box, "write_file", path=str(root / "src" / "app.py"), content="x\n")
+    assert not plain["meta"]["symlink"] and plain["meta"]["resolved"] == "src/app.py"
+
+
+def test_preview_describes_binary_content_instead_of_dumping_it(box: Box, root: Path):
+    (root / "blob.bin").write_bytes(b"\x00\x01\x02")
+    reply = preview(box, "write_file", path="blob.bin", content="text now\n")
+    assert reply["meta"]["binary"]
+    old, new = sha(b"\x00\x01\x02"), sha(b"text now\n")
+    assert reply["output"] == (f"content not shown (binary or not UTF-8)\n"
+                               f"before: 3 bytes, sha256 {old}\nafter:  9 bytes, sha256 {new}")
+    latin = preview(box, "write_file", path="new.txt", content="caf\udce9")
+    assert latin["meta"]["binary"] and "before: no file" in latin["output"]
+
+
+def test_preview_refuses_other_tools_and_bad_arguments(box: Box):
+    failed(preview_request(box, {"tool": "run_shell_command", "args": {"command": "ls"}}),
+           "preview is for write_file and edit_file")
+    failed(preview_request(box, {"tool": "write_file", "args": {"path": "x"}}),
+           "missing required argument 'content'")
+    failed(preview_request(box, {"tool": "write_file"}), "missing required argument 'args'")
+
+
+def test_a_write_approved_on_other_content_writes_nothing(box: Box, root: Path):
+    before = (root / "README.md").read_bytes()
+    (root / "README.md").write_text("# changed meanwhile\n")
+    failed(box.call("write_file", path="README.md", content="new\n", expect_sha256=sha(before)),
+           "'README.md' changed since it was approved; nothing was written")
+    assert (root / "README.md").read_text() == "# changed meanwhile\n"
+    failed(box.call("edit_file", path="README.md", old_text="changed", new_text="x",
+                    expect_sha256=sha(before)), "changed since it was approved")
+    failed(box.call("write_file", path="late.txt", content="x", expect_sha256=sha(b"")),
+           "changed since it was approved")
+    assert not (root / "late.txt").exists()
+
+
+def test_a_write_approved_on_the_same_content_goes_ahead(box: Box, root: Path):
+    now = sha((root / "README.md").read_bytes())
+    assert box.call("write_file", path="README.md", content="ok\n", expect_sha256=now)["ok"]
+    assert box.call("write_file", path="fresh.txt", content="1\n", expect_sha256="absent")["ok"]
+    failed(box.call("write_file", path="fresh.txt", content="2\n", expect_sha256="absent"),
+           "changed since it was approved")
+    assert (root / "fresh.txt").read_text() == "1\n"
+
+
 # -- search_files -----------------------------------------------------------------------------
 
 
@@ -814,9 +931,18 @@ def test_shell_changes_are_reported_with_hashes(box: Box, root: Path):
 
 
 def test_a_command_changing_nothing_reports_no_changes(box: Box, root: Path):
-    reply = shell(box, "cat README.md; touch README.md; echo x > .git/x; echo y > .sandbox-agent/y")
+    reply = shell(box, "cat README.md; touch README.md; echo y > .sandbox-agent/y")
     assert reply["meta"]["changes"] == [] and reply["meta"]["changes_total"] == 0
     assert reply["output"] == "exit_code: 0\nstdout:\n# demo"
+
+
+def test_only_read_only_mounts_are_left_unwalked(box: Box, root: Path):
+    """Here (no container) .git is not a read-only mount, so what a command writes in it counts;
+    in the sandbox it is one, and nothing can be written there."""
+    reply = shell(box, "echo x > .git/x; mkdir -p .git.quarantined-cache && echo y > "
+                       ".git.quarantined-cache/big")
+    assert {c["path"] for c in reply["meta"]["changes"]} == {
+        ".git/x", ".git.quarantined-cache", ".git.quarantined-cache/big"}
 
 
 def test_changes_between_calls_are_outside_changes(box: Box, root: Path):
@@ -1085,3 +1211,55 @@ def test_bad_disk_arguments_are_refused(root: Path):
     for argv in (["--disk-budget", "-1"], ["--min-free", "-5"]):
         with pytest.raises(SystemExit):
             toolbox.parse_args(["--root", str(root), *argv])
+
+
+# -- what an outside review found --------------------------------------------------------------
+
+
+def test_a_hard_linked_file_is_never_written_through(box: Box, root: Path):
+    (root / "Makefile").write_text("all:\n\ttrue\n")
+    os.link(root / "Makefile", root / "notes.txt")
+    for tool, args in [("write_file", {"path": "notes.txt", "content": "x"}),
+                       ("edit_file", {"path": "notes.txt", "old_text": "true", "new_text": "x"})]:
+        failed(box.call(tool, **args), "has 2 hard links", "nothing was written")
+    preview = box.request({"id": 9, "tool": "preview", "args": {
+        "tool": "write_file", "args": {"path": "notes.txt", "content": "x"}}})
+    assert "has 2 hard links" in preview["meta"]["error"]
+    assert (root / "Makefile").read_text() == "all:\n\ttrue\n"
+
+
+def test_an_unreadable_directory_is_still_walked_and_its_mode_kept(box: Box, root: Path):
+    reply = shell(box, "mkdir hide && echo secret-work > hide/f && chmod 000 hide")
+    assert {c["path"] for c in reply["meta"]["changes"]} == {"hide", "hide/f"}
+    assert reply["meta"]["changes_incomplete"] is False
+    assert stat.S_IMODE((root / "hide").stat().st_mode) == 0
+    more = shell(box, "chmod 700 hide && echo more > hide/g && chmod 000 hide")
+    assert {c["path"] for c in more["meta"]["changes"]} == {"hide/g"}
+
+
+def test_a_new_repository_is_disabled_even_in_a_read_only_directory(box: Box, root: Path):
+    reply = shell(box, "mkdir -p sub && git init -q sub && chmod 555 sub")
+    [record] = reply["meta"]["git_quarantined"]
+    assert record["path"] == "sub/.git" and record["renamed_to"].startswith("sub/.git.quarantined-")
+    assert not (root / "sub" / ".git").exists()
+    moved = root / record["renamed_to"]
+    assert moved.is_dir() and not (moved / "HEAD").exists()  # not a repository under any name
+    assert stat.S_IMODE((root / "sub").stat().st_mode) == 0o555
+
+
+def test_a_directory_made_to_look_like_a_repository_loses_its_head(box: Box, root: Path):
+    reply = shell(box, "mkdir -p fake/objects fake/refs && echo 'ref: refs/heads/main' > "
+                       "fake/HEAD && printf '[core]\\n\\tfsmonitor = id\\n' > fake/config")
+    [record] = reply["meta"]["git_quarantined"]
+    assert record["path"] == "fake" and record["kind"] == "gitdir"
+    assert not (root / "fake" / "HEAD").exists() and "looks like" not in reply["output"]
+    assert "made to look like a git repository" in reply["output"]
+    done = subprocess.run(["git", "-C", str(root / "fake"), "rev-parse", "--git-dir"],
+                          capture_output=True, text=True, env={**os.environ,
+                          "GIT_CEILING_DIRECTORIES": str(root)}, check=False)
+    assert done.returncode != 0  # git does not take it for a repository any more
+
+
+def test_a_differently_cased_git_is_read_only_for_the_write_tools(box: Box, root: Path):
+    failed(box.call("write_file", path="sub/.GIT/config", content="x"), "read-only")
+    failed(box.call("write_file", path=".Git/hooks/pre-commit", content="x"), "read-only")

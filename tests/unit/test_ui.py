@@ -67,3 +67,26 @@ def test_trace_shows_model_replies_and_full_tool_output():
     text = out.getvalue()
     assert '{"answer": "hi"}' in text and "10→2 tokens" in text
     assert '→ read_file {"path": "a.py"}' in text and "     1  x = 1" in text  # tabs expanded
+
+
+def test_escapes_in_every_event_are_shown_not_obeyed():
+    _, bus, out = view_on_bus(stream=True, trace=True)
+    bus.emit("token", text="hi\x1b[2K")
+    bus.emit("model_request", model="m\x1b[31m", duration_ms=1.0, reply="r\x1b[1A")
+    bus.emit("tool_call", call_id="1", tool="run_shell_command",
+             arguments={"command": "rm -rf src #\x1b[2K\x1b[1G$ ls"}, decision="allow",
+             rule="r", approved_by="--yes", reason="")
+    bus.emit("tool_result", call_id="1", tool="run_shell_command", ok=True,
+             output="out\x1b]0;title\x07\r\nnext\u202e", meta={"exit_code": 0, "duration_ms": 1})
+    bus.emit("tool_call", call_id="2", tool="write_file\x1b[2K", arguments={}, decision="deny",
+             rule="[red]rule[/]", approved_by=None, reason="no\x9b")
+    bus.emit("warning", message="warn\x1b[2J")
+    bus.emit("retry", attempt=2, reason="server said \x1b[2K\u2066ok")
+    text = out.getvalue()
+    assert not any(ch in text for ch in "\x1b\x07\x9b\r\u202e\u2066"), repr(text)
+    for shown in (r"hi\x1b[2K", r"m\x1b[31m", r"r\x1b[1A",
+                  r"✓ run_shell_command rm -rf src #\x1b[2K\x1b[1G$ ls (exit 0)",
+                  r"out\x1b]0;title\x07\r", r"next\u202e",
+                  r"✗ write_file\x1b[2K refused: no\x9b ([red]rule[/])",
+                  r"warning: warn\x1b[2J", r"server said \x1b[2K\u2066ok"):
+        assert shown in text, shown

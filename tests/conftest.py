@@ -96,6 +96,14 @@ def docker_client(engine: Engine) -> Any:
     return _clients[engine.name]
 
 
+@pytest.fixture(scope="session")
+def default_docker_client() -> Any:
+    """The default engine's client (Docker, DOCKER_HOST or its socket), for wider scopes."""
+    if "runc" not in _clients:
+        _clients["runc"] = _connect(ENGINES["runc"])
+    return _clients["runc"]
+
+
 def _connect(engine: Engine) -> Any:
     try:
         client = connect(timeout=30)  # DOCKER_HOST is the engine's by now

@@ -3,11 +3,16 @@
 Without a TTY, Docker multiplexes the process's stdout and stderr on one socket in frames
 of an 8-byte header (stream id, 3 zero bytes, big-endian length) plus payload. A frame may
 hold part of a line or several lines, so stdout is re-split into lines here.
+
+With a key, every line must carry the toolbox's signature (`<32 hex of HMAC-SHA256> <line>`):
+under gVisor a command the toolbox runs can open the toolbox's /proc/PID/fd entries and write
+into its stdout; such lines are dropped, so they can neither answer a request nor stop one.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hmac
 import json
 import logging
 import select
@@ -23,6 +28,7 @@ from executor.errors import ToolboxError, ToolboxTimeoutError
 _HEADER = struct.Struct(">BxxxI")
 _STDOUT, _STDERR = 1, 2
 _MAX_LINE = 64 * 1024 * 1024  # a response larger than this means the toolbox went wrong
+_MAC_HEX = 32  # hex digits of the signature before each line (with a key)
 log = logging.getLogger(__name__)
 
 OnProgress = Callable[[dict[str, Any]], None]
@@ -31,8 +37,11 @@ OnProgress = Callable[[dict[str, Any]], None]
 class Channel:
     """Request/response lines over one attached socket, each read bounded by a deadline."""
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, key: bytes | None = None) -> None:
         self._sock = sock
+        self._key = key
+        self.dropped = 0
+        """Lines dropped because their signature was missing or wrong (with `key`)."""
         self._buf = bytearray()
         self._lines: deque[bytes] = deque()
         self._partial = bytearray()
@@ -68,8 +77,15 @@ class Channel:
                     log.exception("a progress callback failed")
 
     def read_json(self, deadline: float) -> dict[str, Any]:
-        """The next stdout line, parsed as a JSON object."""
+        """The next stdout line, parsed as a JSON object; with a key, the next *signed* one
+        (a line someone else wrote into the process's stdout is dropped and counted)."""
         line = self.read_line(deadline)
+        while self._key is not None and not self._signed(line):
+            self.dropped += 1
+            log.warning("dropped a toolbox line without its signature: %r", line[:200])
+            line = self.read_line(deadline)
+        if self._key is not None:
+            line = line[_MAC_HEX + 1:]
         try:
             value = json.loads(line)
         except ValueError as exc:
@@ -77,6 +93,12 @@ class Channel:
         if not isinstance(value, dict):
             raise ToolboxError(f"toolbox sent {type(value).__name__}, not an object")
         return value
+
+    def _signed(self, line: bytes) -> bool:
+        assert self._key is not None
+        mac, body = line[:_MAC_HEX], line[_MAC_HEX + 1:]
+        expected = hmac.new(self._key, body, "sha256").hexdigest()[:_MAC_HEX].encode()
+        return line[_MAC_HEX:_MAC_HEX + 1] == b" " and hmac.compare_digest(mac, expected)
 
     def read_line(self, deadline: float) -> bytes:
         """The next complete stdout line (without the newline)."""

@@ -12,6 +12,7 @@ import fcntl
 import functools
 import os
 import platform
+import secrets
 import socket
 import time
 from collections.abc import Callable
@@ -184,9 +185,11 @@ class Toolbox:
             )
             self.exec_id = created["Id"]
             sock = self._api.exec_start(self.exec_id, socket=True)
-        self._channel = Channel(getattr(sock, "_sock", sock))
+        key = secrets.token_bytes(32) if "--sign" in self._argv else None
+        self._channel = Channel(getattr(sock, "_sock", sock), key)
         source = resources.files("executor.sandbox").joinpath("toolbox.py").read_bytes()
-        self._channel.send(str(len(source)).encode() + b"\n" + source)
+        signing = key.hex().encode() + b"\n" if key else b""
+        self._channel.send(str(len(source)).encode() + b"\n" + source + signing)
         ready = self._read_ready()
         self.ready = ready
         self.pid = int(ready.get("pid", 0)) or None
@@ -589,7 +592,7 @@ class DockerSandbox:
                 "--disk-budget", str(self.config.disk_budget)]
         if not self.config.allow_git_writes:
             argv += ["--readonly-dir", ".git", "--git-guard"]
-        return argv + _filter_argv()
+        return [*argv, "--sign", *_filter_argv()]
 
     def _mount_user(self) -> str:
         stat = self.config.root.stat()

@@ -12,6 +12,8 @@ Protocol (version 1)
               --no-track (no change tracking, set-id sweep, .git quarantine or disk budget:
               for measurements only)
               --seccomp-filter B64 (see "Seccomp" below)
+              --sign: the first stdin line after the source is a hex key; every line we write
+              is then `<first 32 hex of HMAC-SHA256(key, line)> <line>`
     start     {"ready": true, "pid": N, "version": 1, "python": "3.x.y", "rg": bool,
               "filter": "installed" | "not given" | why not}
               ("rg" is whether search_files will use ripgrep)
@@ -270,6 +272,7 @@ def parse_args(argv):
     parser.add_argument("--disk-budget", type=int, default=0)
     parser.add_argument("--min-free", type=int, default=MIN_FREE)
     parser.add_argument("--seccomp-filter")
+    parser.add_argument("--sign", action="store_true")
     opts = parser.parse_args(argv)
     if opts.disk_budget < 0 or opts.min_free < 0:
         parser.error("--disk-budget and --min-free take a number of bytes, 0 or more")
@@ -2393,6 +2396,33 @@ def send(out, message):
     out.flush()
 
 
+class Signed:
+    """Our stdout with every line prefixed by its HMAC (--sign): `<32 hex> <json>`.
+
+    The key is the first stdin line after the source, read before any command runs. Where a
+    command can open our /proc/PID/fd entries although we are not dumpable (gVisor checks only
+    the file modes there), it can write lines into our stdout, but it cannot sign them.
+    """
+
+    def __init__(self, out, key):
+        self.out, self.key = out, key
+
+    def write(self, line):
+        import hmac
+
+        body = line.rstrip(b"\n")
+        mac = hmac.new(self.key, body, "sha256").hexdigest()[:32].encode()
+        self.out.write(mac + b" " + line)
+
+    def flush(self):
+        self.out.flush()
+
+
+def _read_key(inp):
+    """The signing key: one hex line on stdin."""
+    return bytes.fromhex(inp.readline().decode("ascii").strip())
+
+
 # -- seccomp ----------------------------------------------------------------------------------
 
 
@@ -2464,11 +2494,13 @@ def main(argv):
     if not os.path.isdir(opts.root):
         sys.stderr.write(f"toolbox: root {opts.root!r} is not a directory\n")
         return 2
+    key = _read_key(sys.stdin.buffer) if opts.sign else None
     filtered = confine(opts.seccomp_filter)
     ctx = Context(opts)
     ctx.guarded = guarded
     sys.stdout.flush()
     out = os.fdopen(os.dup(1), "wb")
+    out = Signed(out, key) if key else out
     os.dup2(2, 1)  # a stray print can never corrupt the protocol
     sys.stdout = sys.stderr
     signal.signal(signal.SIGTERM, _on_sigterm)

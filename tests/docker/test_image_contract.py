@@ -25,7 +25,7 @@ pytestmark = pytest.mark.docker
 
 
 @pytest.fixture(scope="module")
-def image(docker_client: Any) -> Iterator[DockerContainer]:
+def image(default_docker_client: Any) -> Iterator[DockerContainer]:
     """The sandbox image, started with no network (Ryuk is off: nothing can be pulled here)."""
     container = DockerContainer(IMAGE).with_command("sleep infinity").with_kwargs(
         network_mode="none", labels={"sandbox-agent.test": "image-contract"})

@@ -73,3 +73,52 @@ def test_probe_evidence_is_one_inert_line():
     assert "\x1b" not in shown and "\x07" not in shown and "\x9b" not in shown
     assert shown.startswith("ok\\x1b[2J\\x1b]0;owned\\x07 | next\\x9b31m line\\x00")
     assert len(shown) == 80 and shown.endswith("...")
+
+
+# -- signed toolbox lines -------------------------------------------------------------------------
+
+
+def _frames(*lines: bytes) -> bytes:
+    """Docker's multiplexed stdout frames, one per line."""
+    import struct
+
+    return b"".join(struct.pack(">BxxxI", 1, len(line) + 1) + line + b"\n" for line in lines)
+
+
+def test_only_lines_the_toolbox_signed_are_answers(tmp_path: Path):
+    import io
+    import json
+    import socket
+    import time
+
+    from executor.sandbox.channel import Channel
+    from executor.sandbox.toolbox import Signed
+
+    key, other = b"k" * 32, b"x" * 32
+    signed, forged = io.BytesIO(), io.BytesIO()
+    Signed(signed, key).write(b'{"id": 1, "ok": true}\n')
+    Signed(forged, other).write(b'{"id": 1, "ok": true, "output": "FORGED"}\n')
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        theirs.sendall(_frames(b'{"id": 1, "output": "FORGED"}', forged.getvalue().strip(),
+                               b"x" * 40, signed.getvalue().strip()))
+        channel = Channel(ours, key)
+        reply = channel.read_json(time.monotonic() + 5)
+    assert reply == {"id": 1, "ok": True} and channel.dropped == 3
+    assert json.loads(signed.getvalue().split(b" ", 1)[1]) == reply
+
+
+def test_the_toolbox_signs_when_asked(tmp_path: Path):
+    import hmac
+    import subprocess
+    import sys
+
+    from executor.sandbox import toolbox
+
+    key = bytes(range(32))
+    done = subprocess.run([sys.executable, toolbox.__file__, "--root", str(tmp_path), "--sign"],
+                          input=key.hex().encode() + b"\n", capture_output=True, timeout=60,
+                          check=False)
+    mac, line = done.stdout.splitlines()[0].split(b" ", 1)
+    assert mac == hmac.new(key, line, "sha256").hexdigest()[:32].encode()
+    assert b'"ready": true' in line

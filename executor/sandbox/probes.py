@@ -335,7 +335,7 @@ _ALLOCATE = ("python3 -c \"x = []\nfor i in range({chunks}): x.append(b'1' * (64
 def probe_limits(lab: Lab) -> str:
     config = lab.box().config
     procs, memory = config.pids_limit + 50, _bytes(config.memory)
-    forks = lab.shell(_FORKS.format(procs=procs), timeout=20)
+    forks = lab.shell(_FORKS.format(procs=procs), timeout=10)
     if f"processes {procs}" in forks.output:
         raise Breach(f"{procs} processes started under a limit of {config.pids_limit}")
     allocated = lab.shell(_ALLOCATE.format(chunks=2 * memory // (64 << 20) + 1), timeout=10)

@@ -723,6 +723,9 @@ def _toml_line(exc: tomllib.TOMLDecodeError, src: _Source) -> int | None:
     return int(match.group(1)) if match.group(1) else len(src.lines) or None
 
 
+POLICY_FORMAT_FIX = "see the format in `sandbox-agent policy --help` (or docs/POLICY.md)"
+
+
 class _Source:
     """The policy text, for finding the line an error is about (tomllib keeps no positions)."""
 
@@ -733,7 +736,7 @@ class _Source:
 
     def error(self, message: str, line: int | None) -> PolicyFileError:
         where = f"{self.path}:{line}" if line else self.path
-        return PolicyFileError(f"{where}: {message}", fix="see docs/POLICY.md for the format")
+        return PolicyFileError(f"{where}: {message}", fix=POLICY_FORMAT_FIX)
 
     def header(self, pattern: str, index: int = 1) -> int | None:
         """Line of the `index`-th header matching `pattern` (e.g. `[[rules]]`)."""

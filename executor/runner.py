@@ -25,10 +25,10 @@ from pydantic import BaseModel, Field, ValidationError
 
 from executor.agent import Agent, Authorization, RunResult
 from executor.audit import AuditLog
-from executor.config import Settings
+from executor.config import Settings, load_settings
 from executor.context import CachedSummarizer, ContextWindow, pair_tool_results, resolve_budget
 from executor.errors import ConfigError, MaxTurnsExceeded, SandboxAgentError, UserError
-from executor.hooks import HookBus
+from executor.hooks import Event, HookBus
 from executor.messages import Message, ToolCall, ToolSpec
 from executor.models import build_model
 from executor.policy import Decision, Policy, PolicyOverrides, load_policy
@@ -121,6 +121,8 @@ class Runner:
         self.store: NdjsonSessionStore | None = None
         self.audit: AuditLog | None = None
         self.agent: Agent | None = None
+        self._replies = 0
+        hooks.subscribe(self._count_reply, "model_request")
 
     @classmethod
     def build(
@@ -141,9 +143,8 @@ class Runner:
         if isinstance(model, str):
             options, model = {**options, "model": model}, None
         setting_values, run_values = _split_options(options)
+        merged = _settings(settings, setting_values)
         try:
-            base = (settings or Settings()).model_dump()
-            merged = Settings.model_validate({**base, **setting_values})
             run = RunOptions(root=Path(root).expanduser().resolve(), **run_values)
         except ValidationError as exc:
             raise ConfigError(_first_error(exc)) from None
@@ -191,7 +192,11 @@ class Runner:
             raise
 
     def close(self) -> None:
-        """Remove the container and stop the model; the session and audit stay on disk."""
+        """Remove the container and stop the model; the session and audit stay on disk.
+
+        A session this runner created in which the model never replied (a wrong --host, an
+        engine that failed) is removed: it holds nothing to resume, and `--resume` would pick it.
+        """
         self.agent = None
         try:
             if self.sandbox is not None:
@@ -199,6 +204,19 @@ class Runner:
         finally:
             self.sandbox = None
             self.model.close()
+            self._drop_empty_session()
+
+    def _drop_empty_session(self) -> None:
+        if self.store is None or self.options.resume or self._replies:
+            return
+        try:
+            self.store.remove()
+        except SandboxAgentError as exc:
+            self._warn(f"could not remove the empty session {self.store.name}: {exc.message}")
+        self.store = None
+
+    def _count_reply(self, event: Event) -> None:
+        self._replies += 1
 
     # -- running -----------------------------------------------------------------------------
 
@@ -220,8 +238,19 @@ class Runner:
         if isinstance(error, SandboxAgentError):
             self.hooks.emit("error", message=str(error), error_type=type(error).__name__,
                             exit_code=error.exit_code)
+        self._record_end(status, turns, error)
         self.hooks.emit("complete", status=status, answer=answer, turns=turns,
                         duration_ms=round((time.monotonic() - started) * 1000))
+
+    def _record_end(self, status: str, turns: int | None, error: BaseException | None) -> None:
+        """A `run_end` event in the session, so listings tell failed runs from good ones."""
+        if self.store is None:
+            return
+        reason = error.message if isinstance(error, SandboxAgentError) else None
+        try:
+            self.store.record_event("run_end", status=status, turns=turns, error=reason)
+        except SandboxAgentError as exc:  # the run's own outcome matters more than this note
+            self._warn(f"could not record the end of the run: {exc.message}")
 
     @property
     def session_name(self) -> str | None:
@@ -379,6 +408,16 @@ SUMMARY_PROMPT = (
     "Summarize this earlier part of a coding session in a few sentences: what was asked, which "
     "files were read or changed, what was found, and what remains to do."
 )
+
+
+def _settings(base: Settings | None, values: dict[str, Any]) -> Settings:
+    """`values` over `base`; without a base, over the environment, user config and defaults."""
+    if base is None:
+        return load_settings(values)
+    try:
+        return Settings.model_validate({**base.model_dump(), **values})
+    except ValidationError as exc:
+        raise ConfigError(_first_error(exc)) from None
 
 
 def _registry(extra: Iterable[Tool], run: RunOptions) -> ToolRegistry:

@@ -28,8 +28,17 @@ from executor.tools.base import RiskLevel
 from executor.tools.builtin import BUILTIN_TOOLS
 from executor.trust import read_project_file, trust, untrust
 
+FORMAT = (
+    "Policy file format (TOML; your own: ~/.config/sandbox-agent/policy.toml): "
+    '[defaults] low = "allow", medium = "ask", high = "ask", critical = "deny" (the decision per '
+    "risk level when no rule matches) · [[rules]], tried top to bottom, the first match "
+    'decides: tool = "write_file" (or "*"), or prefix = "git push" / regex = "rm\\s+-r" for '
+    'shell commands; decision = "allow" | "ask" | "deny"; optional name and reason.'
+)
+
 app = typer.Typer(
-    name="policy", help="Explain and show the tool-call policy.", no_args_is_help=True
+    name="policy", help="Explain and show the tool-call policy.", no_args_is_help=True,
+    epilog=FORMAT,
 )
 
 PolicyFileOption = Annotated[

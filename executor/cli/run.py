@@ -17,124 +17,32 @@ from rich.text import Text
 
 from executor.agent import RunResult
 from executor.cli.common import RootOption, cli_errors, echo_result, err_console
-from executor.config import Provider, ToolProtocol
+from executor.cli.machine import JsonOutput, check_denied, reporting
+from executor.cli.options import (
+    AuditPromptsOpt,
+    AuditRequiredOpt,
+    DenyPrefixOpt,
+    DenyToolOpt,
+    EnvOpt,
+    HostOpt,
+    ImageOpt,
+    MaxTokensOpt,
+    MaxTurnsOpt,
+    ModelOpt,
+    NoAuditOpt,
+    PolicyOpt,
+    ProtocolOpt,
+    ProviderOpt,
+    StreamOpt,
+    TimeoutOpt,
+    TraceOpt,
+)
 from executor.errors import ConfigError, SandboxAgentError
 from executor.policy import Decision
 from executor.runner import Runner
-from executor.text import inert, markup_safe
+from executor.text import inert, inert_line, markup_safe
 from executor.tools import Preview, Tool
 from executor.ui import ProgressView
-
-# -- options shared by ask and review ------------------------------------------------------------
-
-ProviderOpt = Annotated[
-    Provider | None,
-    typer.Option(
-        "--provider",
-        "-p",
-        help="Model provider: ollama (default), openai or embedded.",
-        show_default=False,
-    ),
-]
-ModelOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--model", "-m", help="Model name (provider default when omitted).", show_default=False
-    ),
-]
-HostOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--host",
-        help="Model server URL (Ollama: else $OLLAMA_HOST, else http://localhost:11434).",
-        show_default=False,
-    ),
-]
-ProtocolOpt = Annotated[
-    ToolProtocol | None,
-    typer.Option(
-        "--tool-protocol",
-        help="How tools are offered: native, json or constrained.",
-        show_default=False,
-    ),
-]
-StreamOpt = Annotated[
-    bool | None,
-    typer.Option("--stream/--no-stream", help="Stream model tokens to stderr.", show_default=False),
-]
-TraceOpt = Annotated[
-    bool, typer.Option("--trace", help="Print every model reply and tool call in full on stderr.")
-]
-MaxTurnsOpt = Annotated[
-    int | None,
-    typer.Option(
-        "--max-turns", min=1, help="Model turns before giving up. [default: 20]", show_default=False
-    ),
-]
-ImageOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--image", help="Sandbox image (any image with python3 >= 3.9).", show_default=False
-    ),
-]
-TimeoutOpt = Annotated[
-    float | None,
-    typer.Option(
-        "--timeout",
-        min=1,
-        help="Seconds to wait for one model response. [default: 300]",
-        show_default=False,
-    ),
-]
-MaxTokensOpt = Annotated[
-    int | None,
-    typer.Option(
-        "--max-tokens",
-        min=256,
-        help="Context budget in tokens (default: the model's, else 8192).",
-        show_default=False,
-    ),
-]
-PolicyOpt = Annotated[
-    Path | None,
-    typer.Option(
-        "--policy",
-        help="Policy TOML (default: <root>/.sandbox-agent/policy.toml).",
-        exists=True,
-        dir_okay=False,
-        show_default=False,
-    ),
-]
-DenyToolOpt = Annotated[
-    list[str] | None,
-    typer.Option("--deny-tool", help="Remove this tool (repeatable).", show_default=False),
-]
-DenyPrefixOpt = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--deny-prefix",
-        help="Remove tools whose name starts with this (repeatable).",
-        show_default=False,
-    ),
-]
-NoAuditOpt = Annotated[bool, typer.Option("--no-audit", help="Write no audit log for this run.")]
-AuditRequiredOpt = Annotated[
-    bool,
-    typer.Option(
-        "--audit-required", help="Stop before a tool call whose audit record cannot be written."
-    ),
-]
-AuditPromptsOpt = Annotated[
-    bool, typer.Option("--audit-prompts", help="Record whole prompts in the audit log.")
-]
-EnvOpt = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--env",
-        help="Pass this host environment variable into the sandbox (repeatable).",
-        show_default=False,
-    ),
-]
 
 
 def _settings(**values: Any) -> dict[str, Any]:
@@ -224,10 +132,28 @@ def _prepare(
 def _query_from_stdin() -> str:
     if sys.stdin is None or sys.stdin.isatty():
         raise ConfigError("no query given", fix='pass it as an argument: sandbox-agent ask "..."')
-    query = sys.stdin.read().strip()
-    if not query:
-        raise ConfigError("the query read from stdin is empty")
-    return query
+    data = sys.stdin.buffer.read()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"the query read from stdin is not UTF-8 text (byte {data[exc.start]:#04x} at "
+            f"offset {exc.start})", fix="convert it first, e.g. iconv -f LATIN1 -t UTF-8",
+        ) from None
+
+
+def checked_query(query: str) -> str:
+    """The query without surrounding blanks; ConfigError when it is empty or not UTF-8."""
+    try:
+        query.encode("utf-8")
+    except UnicodeEncodeError as exc:  # undecodable argv bytes arrive as lone surrogates
+        raise ConfigError(
+            f"the query is not UTF-8 text (an undecodable byte at character {exc.start})",
+            fix="pass UTF-8 text (check your terminal's locale, e.g. LANG=C.UTF-8)",
+        ) from None
+    if not query.strip():
+        raise ConfigError("the query is empty", fix='say what to do: sandbox-agent ask "..."')
+    return query.strip()
 
 
 def _start(runner: Runner, view: ProgressView) -> None:
@@ -327,14 +253,32 @@ def ask(
     no_audit: NoAuditOpt = False,
     audit_required: AuditRequiredOpt = False,
     audit_prompts: AuditPromptsOpt = False,
+    as_json: Annotated[
+        bool,
+        typer.Option("--json", help="Print one JSON object with the answer, tool calls, changes "
+                     "and usage when the run ends (docs/CLI_JSON.md)."),
+    ] = False,
+    json_stream: Annotated[
+        bool,
+        typer.Option("--json-stream", help="Print one JSON event a line as the run goes, the "
+                     "--json object last."),
+    ] = False,
+    fail_on_denied: Annotated[
+        bool,
+        typer.Option("--fail-on-denied", help="Exit 32 when any tool call was denied."),
+    ] = False,
 ) -> None:
     """Ask the agent to do something in DIR; every tool call runs in a sandbox container.
 
     The final answer goes to stdout; progress and tool activity to stderr. Writes and shell
     commands ask y/n at a terminal; without one they are denied unless --yes (fail closed).
     """
-    if query is None and not interactive:
-        query = _query_from_stdin()
+    output = JsonOutput(stream=json_stream, prints=as_json)
+    if output.prints and interactive:
+        raise ConfigError("--json and --json-stream print one run: they do not go with -i",
+                          fix="drop -i, or drop --json/--json-stream")
+    if query is not None or not interactive:
+        query = checked_query(query if query is not None else _query_from_stdin())
     at_terminal = bool(sys.stdin and sys.stdin.isatty() and err_console.is_terminal)
     options = _settings(
         provider=provider,
@@ -363,14 +307,31 @@ def ask(
     }
     if allow_git_writes:
         options["allow_git_writes"] = True
-    runner, view = _prepare(root, options, stream=stream, trace=trace, audit=not no_audit,
-                            interactive=at_terminal)
-    with runner:
-        _start(runner, view)
-        if interactive:
-            _repl(runner, view, query)
-        else:
-            _answer(runner.run(query or ""), view)
+    with reporting(output):
+        runner, view = _prepare(root, options, stream=stream, trace=trace, audit=not no_audit,
+                                interactive=at_terminal)
+        output.attach(runner.hooks)
+        with runner:
+            _start(runner, view)
+            if interactive:
+                _repl(runner, view, query)
+                return
+            result = runner.run(query or "")
+    view.close()
+    _finish(result, view, output, fail_on_denied)
+
+
+def _finish(result: RunResult, view: ProgressView, output: JsonOutput,
+            fail_on_denied: bool) -> None:
+    """The answer (or the JSON object) on stdout; exit 32 for denied calls when asked."""
+    if output.prints:
+        err_console.print(
+            f"[dim]done in {result.turns} turn(s), {len(result.tool_calls)} tool call(s)[/]")
+    else:
+        _answer(result, view)
+    report = output.finish(answer=result.answer, turns=result.turns)
+    if fail_on_denied:
+        check_denied(report, lambda text: inert_line(text[:80]))
 
 
 def _streams_text(runner: Runner, stream: bool | None) -> bool:

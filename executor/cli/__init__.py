@@ -14,7 +14,8 @@ import typer
 from executor import __version__
 from executor.cli import audit, policy, sessions
 from executor.cli.common import fail
-from executor.cli.run import ask, review
+from executor.cli.review import review
+from executor.cli.run import ask
 from executor.cli.system import doctor, gc, image_app, models
 from executor.errors import ConfigError
 

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import signal
-import subprocess
 import sys
-from enum import StrEnum
 from pathlib import Path
 from types import FrameType
 from typing import Annotated, Any
@@ -159,6 +156,11 @@ def checked_query(query: str) -> str:
 def _start(runner: Runner, view: ProgressView) -> None:
     view.thinking()
     runner.start()
+    session_line(runner)
+
+
+def session_line(runner: Runner) -> None:
+    """`session NAME · container NAME · mode · model NAME` on stderr."""
     err_console.print(
         f"[dim]session {runner.session_name} · container "
         f"{runner.sandbox.name if runner.sandbox else '?'} · "
@@ -372,206 +374,3 @@ def _repl(runner: Runner, view: ProgressView, first: str | None) -> None:
             view.close()
             err_console.print(f"[bold red]error:[/] {markup_safe(str(exc))}")
         pending = None
-
-
-# -- review --------------------------------------------------------------------------------------
-
-
-class ReportFormat(StrEnum):
-    """Formats of the review report."""
-
-    markdown = "markdown"
-    json = "json"
-
-
-REVIEW_PROMPT = (
-    "Review the code of this project{scope}. Inspect the relevant files with the tools first. "
-    "Then answer with a code review: a one-paragraph summary, then a list of findings, each "
-    "with file:line, severity (high, medium or low) and a concrete suggestion. Only report "
-    "problems you have seen in the code."
-)
-MAX_DIFF_CHARS = 60_000
-
-
-@cli_errors
-def review(
-    root: RootOption = Path("."),
-    output: Annotated[
-        Path | None,
-        typer.Option(
-            "--output",
-            "-o",
-            help="Write the report here (default: stdout).",
-            dir_okay=False,
-            show_default=False,
-        ),
-    ] = None,
-    fmt: Annotated[
-        ReportFormat, typer.Option("--format", "-f", help="Report format.")
-    ] = ReportFormat.markdown,
-    diff_base: Annotated[
-        str | None,
-        typer.Option(
-            "--diff-base", help="Review only the changes since this git ref.", show_default=False
-        ),
-    ] = None,
-    provider: ProviderOpt = None,
-    model: ModelOpt = None,
-    host: HostOpt = None,
-    tool_protocol: ProtocolOpt = None,
-    stream: StreamOpt = None,
-    trace: TraceOpt = False,
-    max_turns: MaxTurnsOpt = None,
-    image: ImageOpt = None,
-    timeout: TimeoutOpt = None,
-    max_tokens: MaxTokensOpt = None,
-    policy: PolicyOpt = None,
-    deny_tool: DenyToolOpt = None,
-    deny_prefix: DenyPrefixOpt = None,
-    no_audit: NoAuditOpt = False,
-    audit_required: AuditRequiredOpt = False,
-) -> None:
-    """Review DIR read-only and non-interactively (for CI): writes a report, exit 0 on success.
-
-    The container mounts the project read-only and no write or shell tool is offered.
-    """
-    root = root.resolve()
-    _check_output(output)
-    query = _review_query(root, diff_base)
-    options = _settings(
-        provider=provider,
-        model=model,
-        host=host,
-        tool_protocol=tool_protocol,
-        stream=stream,
-        max_turns=max_turns,
-        image=image,
-        timeout=timeout,
-        max_tokens=max_tokens,
-        deny_tools=deny_tool,
-        deny_prefixes=deny_prefix,
-        policy_file=policy,
-    ) | {"read_only": True, "audit_required": audit_required}
-    runner, view = _prepare(root, options, stream=stream, trace=trace, audit=not no_audit,
-                            interactive=False)
-    meta = {
-        "root": str(root),
-        "diff_base": diff_base,
-        "provider": runner.settings.provider,
-        "model": runner.model.name,
-    }
-    try:
-        with runner:
-            _start(runner, view)
-            result = runner.run(query)
-            view.close()
-    except SandboxAgentError as exc:
-        _write_report(_error_report(meta, runner, exc), fmt, output)
-        raise
-    _write_report(_report(meta, runner, result), fmt, output)
-
-
-def _review_query(root: Path, diff_base: str | None) -> str:
-    if diff_base is None:
-        return REVIEW_PROMPT.format(scope="")
-    diff = git_diff(root, diff_base)
-    if not diff.strip():
-        raise ConfigError(f"no changes since {diff_base}: nothing to review")
-    if len(diff) > MAX_DIFF_CHARS:
-        diff = diff[:MAX_DIFF_CHARS] + f"\n[... diff truncated at {MAX_DIFF_CHARS} characters ...]"
-    return REVIEW_PROMPT.format(scope=f", focusing on these changes since {diff_base}") + (
-        f"\n\n```diff\n{diff}\n```"
-    )
-
-
-def git_diff(root: Path, base: str) -> str:
-    """`git diff BASE` of the working tree, run on the host without external diff programs."""
-    command = [
-        "git",
-        "-C",
-        str(root),
-        "diff",
-        "--no-color",
-        "--no-ext-diff",
-        "--no-textconv",
-        base,
-        "--",
-    ]
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise ConfigError(f"cannot run git diff: {exc}") from exc
-    if done.returncode != 0:
-        reason = (done.stderr.strip().splitlines() or ["no reason given"])[0]  # git adds usage
-        raise ConfigError(
-            f"git diff {base} failed: {reason[:300]}",
-            fix="--diff-base needs a git repository and an existing ref",
-        )
-    return done.stdout
-
-
-def _report(meta: dict[str, Any], runner: Runner, result: RunResult) -> dict[str, Any]:
-    calls = [
-        {"tool": r.call.name, "arguments": r.call.arguments, "ok": r.result.ok}
-        for r in result.tool_calls
-    ]
-    return {
-        "status": "ok",
-        **meta,
-        "session": runner.session_name,
-        "turns": result.turns,
-        "tool_calls": calls,
-        "review": result.answer,
-    }
-
-
-def _error_report(meta: dict[str, Any], runner: Runner, exc: SandboxAgentError) -> dict[str, Any]:
-    return {
-        "status": "error",
-        **meta,
-        "session": runner.session_name,
-        "error": {"type": type(exc).__name__, "message": str(exc), "exit_code": exc.exit_code},
-    }
-
-
-def _check_output(output: Path | None) -> None:
-    """Fail before the review runs, not after, when the report cannot be written there."""
-    if output is not None and not output.parent.is_dir():
-        raise ConfigError(
-            f"cannot write the report to {output}: {output.parent} is not a directory",
-            fix="create the directory first, or pass another --output",
-        )
-
-
-def _write_report(report: dict[str, Any], fmt: ReportFormat, output: Path | None) -> None:
-    text = (
-        json.dumps(report, indent=2, ensure_ascii=False)
-        if fmt is ReportFormat.json
-        else _markdown(report)
-    )
-    if output is None:
-        echo_result(text, json_text=fmt is ReportFormat.json)
-        return
-    try:
-        output.write_text(text + "\n", encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"cannot write the report to {output}: {exc.strerror}") from exc
-    err_console.print(f"[dim]report written to {markup_safe(str(output), line=True)}[/]")
-
-
-def _plural(count: int, noun: str) -> str:
-    return f"{count} {noun}{'s' * (count != 1)}"
-
-
-def _markdown(report: dict[str, Any]) -> str:
-    scope = f" (changes since `{report['diff_base']}`)" if report.get("diff_base") else ""
-    head = f"# Code review of `{report['root']}`{scope}\n\n"
-    facts = f"_model {report['model']} ({report['provider']}), session {report['session']}"
-    if report["status"] != "ok":
-        return head + f"**Review failed:** {report['error']['message']}\n\n{facts}_"
-    tools = ", ".join(sorted({c["tool"] for c in report["tool_calls"]})) or "none"
-    return (
-        head
-        + str(report["review"]).strip()
-        + f"\n\n---\n{facts}, {_plural(report['turns'], 'turn')}, tools used: {tools}_"
-    )

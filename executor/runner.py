@@ -29,6 +29,7 @@ from executor.config import Settings, load_settings
 from executor.context import CachedSummarizer, ContextWindow, pair_tool_results, resolve_budget
 from executor.errors import ConfigError, MaxTurnsExceeded, SandboxAgentError, UserError
 from executor.hooks import Event, HookBus
+from executor.instructions import Instructions, read_project_instructions
 from executor.messages import Message, ToolCall, ToolSpec
 from executor.models import build_model
 from executor.policy import Decision, Policy, PolicyOverrides, load_policy
@@ -82,6 +83,8 @@ class RunOptions(BaseModel):
     """Command line, for the audit record (secrets are redacted there)."""
     system_prompt: str | None = None
     """Replaces the default system prompt."""
+    project_instructions: bool = True
+    """Add the root's AGENTS.md to the system prompt (as the repository's text, no permission)."""
 
 
 class Approver(Protocol):
@@ -122,6 +125,8 @@ class Runner:
         self.audit: AuditLog | None = None
         self.agent: Agent | None = None
         self._replies = 0
+        self.instructions: Instructions | None = None
+        """The project instructions in the system prompt (AGENTS.md), once started."""
         hooks.subscribe(self._count_reply, "model_request")
 
     @classmethod
@@ -178,6 +183,7 @@ class Runner:
             return
         try:
             self._start_model()
+            self._read_instructions()
             store, history = self._open_session()
             self.store = store
             self.sandbox = self._start_sandbox(store)
@@ -335,6 +341,8 @@ class Runner:
             model=self.model.name, image=info.image, image_digest=info.image_digest,
             container_id=info.container_id, mount_mode=info.mount_mode,
             policy_source=self.policy.source, argv=self.options.argv,
+            instructions=({"source": self.instructions.source, "sha256": self.instructions.sha256}
+                          if self.instructions else None),
             user=getpass.getuser(), host=socket.gethostname(), session=store.name,
             tools=self.tools.names(),
         )
@@ -353,7 +361,18 @@ class Runner:
 
     def _system_prompt(self) -> str:
         prompt = self.options.system_prompt or SYSTEM_PROMPT
-        return prompt + (READ_ONLY_NOTE if self.options.read_only else "")
+        prompt += READ_ONLY_NOTE if self.options.read_only else ""
+        return f"{prompt}\n\n{self.instructions.prompt()}" if self.instructions else prompt
+
+    def _read_instructions(self) -> None:
+        """AGENTS.md, announced (with its text, for --trace) when there is one."""
+        if not self.options.project_instructions:
+            return
+        self.instructions = read_project_instructions(self.options.root)
+        if self.instructions is not None:
+            i = self.instructions
+            self.hooks.emit("instructions", source=i.source, bytes=i.bytes,
+                            truncated=i.truncated, sha256=i.sha256, text=i.text)
 
     def _window(self, specs: list[ToolSpec]) -> ContextWindow:
         budget = resolve_budget(self.settings.max_tokens, self.model.context_length())

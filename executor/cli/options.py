@@ -117,3 +117,29 @@ EnvOpt = Annotated[
         show_default=False,
     ),
 ]
+SystemPromptFileOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--system-prompt-file",
+        help="Use this file's text as the system prompt instead of the built-in one.",
+        exists=True, dir_okay=False, show_default=False,
+    ),
+]
+NoInstructionsOpt = Annotated[
+    bool,
+    typer.Option(
+        "--no-project-instructions",
+        help="Do not add the root's AGENTS.md to the system prompt (it is the repository's "
+        "text for the model, never a permission).",
+    ),
+]
+
+
+def prompt_options(system_prompt_file: Path | None, no_instructions: bool) -> dict[str, object]:
+    """The RunOptions for --system-prompt-file and --no-project-instructions."""
+    from executor.instructions import read_system_prompt_file
+
+    options: dict[str, object] = {"project_instructions": not no_instructions}
+    if system_prompt_file is not None:
+        options["system_prompt"] = read_system_prompt_file(system_prompt_file)
+    return options

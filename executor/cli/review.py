@@ -27,12 +27,15 @@ from executor.cli.options import (
     MaxTurnsOpt,
     ModelOpt,
     NoAuditOpt,
+    NoInstructionsOpt,
     PolicyOpt,
     ProtocolOpt,
     ProviderOpt,
     StreamOpt,
+    SystemPromptFileOpt,
     TimeoutOpt,
     TraceOpt,
+    prompt_options,
 )
 from executor.cli.run import _prepare, _settings, session_line
 from executor.errors import ConfigError, FindingsError, SandboxAgentError
@@ -101,6 +104,8 @@ def review(
     deny_prefix: DenyPrefixOpt = None,
     no_audit: NoAuditOpt = False,
     audit_required: AuditRequiredOpt = False,
+    system_prompt_file: SystemPromptFileOpt = None,
+    no_project_instructions: NoInstructionsOpt = False,
 ) -> None:
     """Review DIR read-only and non-interactively (for CI): a report with structured findings.
 
@@ -114,7 +119,8 @@ def review(
         provider=provider, model=model, host=host, tool_protocol=tool_protocol, stream=stream,
         max_turns=max_turns, image=image, timeout=timeout, max_tokens=max_tokens,
         deny_tools=deny_tool, deny_prefixes=deny_prefix, policy_file=policy,
-    ) | {"read_only": True, "audit_required": audit_required, "tools": [tool]}
+    ) | {"read_only": True, "audit_required": audit_required, "tools": [tool]} | prompt_options(
+        system_prompt_file, no_project_instructions)
     runner, view = _prepare(root, options, stream=stream, trace=trace, audit=not no_audit,
                             interactive=False)
     runner.hooks.subscribe(lambda event: session_line(runner), "run_start")

@@ -27,12 +27,15 @@ from executor.cli.options import (
     MaxTurnsOpt,
     ModelOpt,
     NoAuditOpt,
+    NoInstructionsOpt,
     PolicyOpt,
     ProtocolOpt,
     ProviderOpt,
     StreamOpt,
+    SystemPromptFileOpt,
     TimeoutOpt,
     TraceOpt,
+    prompt_options,
 )
 from executor.errors import ConfigError, SandboxAgentError
 from executor.policy import Decision
@@ -269,6 +272,8 @@ def ask(
         bool,
         typer.Option("--fail-on-denied", help="Exit 32 when any tool call was denied."),
     ] = False,
+    system_prompt_file: SystemPromptFileOpt = None,
+    no_project_instructions: NoInstructionsOpt = False,
 ) -> None:
     """Ask the agent to do something in DIR; every tool call runs in a sandbox container.
 
@@ -306,7 +311,7 @@ def ask(
         "context_summarize": context_summarize,
         "audit_required": audit_required,
         "audit_prompts": audit_prompts,
-    }
+    } | prompt_options(system_prompt_file, no_project_instructions)
     if allow_git_writes:
         options["allow_git_writes"] = True
     with reporting(output):

@@ -104,7 +104,9 @@ class RunRecorder:
     """Collects a run's tool calls, changes and usage from its hook events."""
 
     def __init__(self) -> None:
-        self.calls: dict[str, ToolCallReport] = {}
+        self.calls: list[ToolCallReport] = []
+        self._by_id: dict[str, ToolCallReport] = {}
+        """The latest call of each id (servers reuse ids across turns)."""
         self.changes: dict[str, Change] = {}
         self.usage = Usage()
         self.started = time.monotonic()
@@ -131,16 +133,18 @@ class RunRecorder:
 
     def _on_tool_call(self, data: Mapping[str, Any]) -> None:
         decision = data.get("decision", "deny")
-        self.calls[str(data["call_id"])] = ToolCallReport(
+        call = ToolCallReport(
             id=str(data["call_id"]), tool=str(data["tool"]),
             arguments=dict(data.get("arguments") or {}), decision=decision,
             denied=decision == "deny", reason=(data.get("reason") or None)
             if decision != "allow" else None, rule=str(data.get("rule") or ""),
             approved_by=data.get("approved_by"),
         )
+        self.calls.append(call)
+        self._by_id[call.id] = call
 
     def _on_tool_result(self, data: Mapping[str, Any]) -> None:
-        call = self.calls.get(str(data["call_id"]))
+        call = self._by_id.get(str(data["call_id"]))
         meta = data.get("meta") or {}
         if call is None:
             return
@@ -173,7 +177,7 @@ class RunRecorder:
         return RunReport(
             status=status_of(error), answer=answer, **facts,
             turns=self.usage.model_requests if turns is None else turns,
-            tool_calls=list(self.calls.values()), changes=list(self.changes.values()),
+            tool_calls=list(self.calls), changes=list(self.changes.values()),
             usage=self.usage.model_copy(), error=error_report(error),
         )
 

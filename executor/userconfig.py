@@ -40,7 +40,7 @@ def _fix(path: Path) -> str:
 
 def key_line(text: str, key: str) -> int | None:
     """The 1-based line where `key` is assigned (tomllib keeps no positions)."""
-    pattern = re.compile(rf"^\s*[\"']?{re.escape(key)}[\"']?\s*=", re.MULTILINE)
+    pattern = re.compile(rf"^[ \t]*[\"']?{re.escape(key)}[\"']?[ \t]*=", re.MULTILINE)
     match = pattern.search(text)
     return text.count("\n", 0, match.start()) + 1 if match else None
 

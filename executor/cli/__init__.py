@@ -23,7 +23,8 @@ EPILOG = (
     "Exit codes: 0 ok · 1 failed check · 2 usage or config error · 3 bad policy file · "
     "4 no such session · 10-14 sandbox (11 no Docker engine, 12 no image, 13/14 toolbox) · "
     "20-24 model (21 unreachable, 22 timeout, 23 refused, 24 embedded model) · "
-    "31 max turns · 40/41 session file · 50/51 audit · 130 interrupted. "
+    "31 max turns · 32 calls denied (--fail-on-denied) · 33 review findings (--fail-on) · "
+    "40/41 session file · 50/51 audit · 130 interrupted. "
     "See docs/EXIT_CODES.md."
 )
 

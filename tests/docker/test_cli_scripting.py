@@ -137,6 +137,41 @@ def test_json_stream_is_one_event_a_line_ending_with_the_result(project: Path,
     assert events[-1]["answer"] == "It prints hello."
 
 
+def test_an_interrupted_run_prints_its_json_with_status_interrupted(
+        project: Path, model_server: ModelServer, docker_client: Any):
+    import signal
+    import threading
+
+    from tests.fakes.model_server import Hang, RecordedRequest
+
+    asked = threading.Event()
+
+    def hang(request: RecordedRequest) -> Hang:
+        asked.set()
+        return Hang(60)
+
+    model_server.reply(tool_calls=[Call("read_file", {"path": "hello.py"})])
+    model_server.respond(hang)
+    run = subprocess.Popen(
+        [str(SANDBOX_AGENT), "ask", "--root", str(project), *model_args(model_server, "ollama"),
+         "--json", "hello"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, env=cli_env())
+    try:
+        assert asked.wait(60), "the run never asked the model a second time"
+        run.send_signal(signal.SIGTERM)
+        out, err = run.communicate(timeout=60)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+
+    assert run.returncode == 130, err
+    data = json.loads(out)
+    assert data["status"] == "interrupted" and data["error"]["exit_code"] == 130
+    assert [c["tool"] for c in data["tool_calls"]] == ["read_file"]
+    assert containers_of(docker_client, project) == []
+
+
 # -- queries that are not text, empty sessions ---------------------------------------------------
 
 

@@ -14,7 +14,7 @@ import typer
 from executor import __version__
 from executor.cli import audit, policy, sessions
 from executor.cli.common import fail
-from executor.cli.review import review
+from executor.cli.review import review as review_command
 from executor.cli.run import ask
 from executor.cli.system import doctor, gc, image_app, models
 from executor.errors import ConfigError
@@ -38,7 +38,7 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 app.command(epilog=EPILOG)(ask)
-app.command(epilog=EPILOG)(review)
+app.command(epilog=EPILOG)(review_command)
 app.command()(doctor)
 app.command()(gc)
 app.command()(models)

@@ -40,6 +40,7 @@ from executor.sandbox.environment import sandbox_environment
 from executor.session import NdjsonSessionStore, session_names
 from executor.state import legacy_notice
 from executor.tools import Preview, Tool, ToolContext, ToolRegistry, default_registry
+from executor.userconfig import check_outside_project
 
 SYSTEM_PROMPT = (
     "You are a coding agent working on the project in /workspace; tool paths are relative to "
@@ -155,6 +156,8 @@ class Runner:
             raise ConfigError(_first_error(exc)) from None
         if not run.root.is_dir():
             raise ConfigError(f"project root {run.root} is not a directory")
+        if settings is None:
+            check_outside_project(run.root)
         hooks = hooks or HookBus()
         return cls(
             merged, run, model=model or build_model(merged, hooks=hooks),

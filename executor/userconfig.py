@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from executor.errors import ConfigError
-from executor.state import config_home, open_private
+from executor.state import check_outside, config_home, open_private, real_root
 
 CONFIG_FILE = "config.toml"
 MAX_BYTES = 1 << 20
@@ -100,3 +100,11 @@ def read_user_config(fields: Iterable[str]) -> tuple[dict[str, Any], dict[str, i
             )
         values[name], lines[name] = value, line
     return values, lines
+
+
+def check_outside_project(root: Path) -> None:
+    """ConfigError when the user config lies inside the project `root` (dotfiles kept in a
+    repository, a config dir linked into it): the sandbox could rewrite it between runs."""
+    path = user_config_path()
+    if path.is_file():
+        check_outside(real_root(root), path, "your config file")

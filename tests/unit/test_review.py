@@ -10,6 +10,7 @@ from executor.config import load_settings
 from executor.errors import ConfigError
 from executor.review import Finding, ReviewReport, parse_answer
 from executor.review_formats import escape_data, escape_property, github_annotations, to_sarif_log
+from executor.runner import Runner
 
 
 def test_findings_are_read_from_a_json_block_in_the_answer() -> None:
@@ -71,3 +72,13 @@ def test_precedence_flags_env_config_defaults(_private_state: Path,
     settings = load_settings({"timeout": 10})
     assert (settings.model, settings.max_turns, settings.timeout) == ("c", 8, 10)
     assert load_settings().max_retries == 2  # untouched: the default
+
+
+def test_a_user_config_inside_the_project_is_refused(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "proj"
+    (root / "dotfiles").mkdir(parents=True)
+    (root / "dotfiles" / "config.toml").write_text('host = "http://127.0.0.1:1"\n')
+    monkeypatch.setenv("SANDBOX_AGENT_CONFIG_DIR", str(root / "dotfiles"))
+    with pytest.raises(ConfigError, match=r"your config file .* is inside the project root"):
+        Runner.build(root)

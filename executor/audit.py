@@ -387,7 +387,8 @@ class AuditLog:
         if call_id is not None and isinstance(arguments.get("path"), str):
             self._paths[call_id] = arguments["path"]  # the write record of its result needs it
         return self.record(
-            "tool_call", tool=tool, call_id=call_id, arguments=dict(arguments),
+            "tool_call", tool=tool, call_id=call_id,
+            arguments=_capped(arguments, self._redactor.text),
             decision=decision, rule=rule, reason=reason, approved_by=approved_by, **extra,
         )
 
@@ -615,6 +616,28 @@ _RESULT_META = (
     "lines_changed",
 )
 _EVENT_KINDS = {"complete": "run_end"}
+ARGUMENT_MAX_BYTES = 16 * 1024
+"""A longer string argument (a write's content) is kept as its head, length and SHA-256."""
+
+
+def _capped(arguments: Mapping[str, Any], redact: Callable[[str], str]) -> dict[str, Any]:
+    """Tool arguments with long strings cut: the model chooses their size, the log must not.
+
+    Redacted before the cut, so a secret across the cut cannot leave its head behind.
+    """
+    out: dict[str, Any] = {}
+    for key, value in arguments.items():
+        data = value.encode("utf-8", "surrogatepass") if isinstance(value, str) else b""
+        if len(data) <= ARGUMENT_MAX_BYTES:
+            out[key] = value
+            continue
+        kept = redact(value).encode("utf-8", "surrogatepass")
+        head = kept[:ARGUMENT_MAX_BYTES].decode("utf-8", "ignore")
+        digest = hashlib.sha256(data).hexdigest()
+        out[key] = f"{head}[... {len(data)} bytes in all, sha256 {digest}]"
+    return out
+
+
 _CHANGE_FIELDS = ("change", "size_before", "mode_before", "mode_after", "target",
                   "unhashed")
 

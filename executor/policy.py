@@ -36,8 +36,8 @@ The shell checks are defence in depth; the container is the boundary. See docs/P
 from __future__ import annotations
 
 import json
+import os
 import re
-import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from fnmatch import fnmatchcase
@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol, cast
 
 from executor.errors import ConfigError, PolicyFileError
+from executor.policy_file import RuleSpec, load_spec, rule_id
 from executor.shell import ShellAnalysis, SimpleCommand, Token, analyze, normal_form, normalise
 from executor.state import config_home
 from executor.tools.base import RiskLevel
@@ -165,7 +166,7 @@ class Rule:
     tool: str = "*"
     """Exact tool name or a glob (`*`, `mcp_*`)."""
     prefixes: tuple[str, ...] = ()
-    regexes: tuple[re.Pattern[str], ...] = ()
+    regexes: tuple[PolicyRegex, ...] = ()
     name: str | None = None
     reason: str | None = None
 
@@ -244,6 +245,32 @@ class Rule:
         regex = next((r.pattern for r in self.regexes if r.search(text)), None)
         textual = (p for p in self.prefixes if CommandPattern.of(p).command is None)
         return regex or next((p for p in textual if starts_with_command(text, p)), None)
+
+
+class PolicyRegex:
+    """A rule's regular expression, searched with a time limit.
+
+    A pattern from a policy file meets a command the model chose: `^(a|aa)+$` against a long
+    enough command would backtrack for minutes. A search that runs out of time counts as a
+    match for deny and ask rules (fail closed) and as no match for allow rules.
+    """
+
+    TIMEOUT = 0.05
+    """Seconds one search may take."""
+
+    def __init__(self, pattern: str, *, on_timeout: bool) -> None:
+        import regex  # a backtracking engine with a timeout; imported only when rules have one
+
+        self.pattern = pattern
+        self.on_timeout = on_timeout
+        self._compiled = regex.compile(pattern, regex.VERSION0)
+
+    def search(self, text: str) -> bool:
+        """Whether the pattern is found in `text` (or the search ran out of time, see above)."""
+        try:
+            return self._compiled.search(text, timeout=self.TIMEOUT) is not None
+        except TimeoutError:
+            return self.on_timeout
 
 
 @dataclass(frozen=True)
@@ -602,9 +629,6 @@ def _skipped_allow(rule: Rule, shell: ShellAnalysis | None) -> list[str]:
 
 # ---------------------------------------------------------------------------- loading
 
-_RULE_KEYS = frozenset({"tool", "prefix", "regex", "decision", "name", "reason"})
-_TOP_KEYS = frozenset({"defaults", "rules"})
-_TOML_POSITION = re.compile(r"\(at (?:line (\d+), column \d+|end of document)\)")
 
 
 def default_policy_path(root: Path) -> Path:
@@ -629,15 +653,30 @@ def load_policy(
     only when the person trusted its exact content (`sandbox-agent policy trust`), otherwise
     only its deny and ask rules apply, and only where they are stricter.
     """
-    layers = [_parse_file(user_policy_path(), "user")] if user_policy_path().is_file() else []
-    notices: list[str] = []
+    layers, notices = _user_layer(root)
     tighten = None
     if path is not None:
         layers.append(_parse_file(path, "--policy"))
     elif root is not None:
-        project, tighten, notices = _project_policy(root)
+        project, tighten, more = _project_policy(root)
+        notices += more
         layers += [project] if project else []
     return _combine(layers, overrides, tighten, notices)
+
+
+def _user_layer(root: Path | None) -> tuple[list[Policy], list[str]]:
+    """The person's own policy, unless it lies inside the project (dotfiles kept in a repo, or
+    a config dir linked into it): there the sandbox could rewrite it."""
+    path = user_policy_path()
+    if not path.is_file():
+        return [], []
+    if root is not None:
+        real = Path(os.path.realpath(path))
+        top = Path(os.path.realpath(root))
+        if real == top or top in real.parents:
+            return [], [f"your policy {path} is not used in this run: it lies inside the project "
+                        f"{top}, where the sandbox can write"]
+    return [_parse_file(path, "user")], []
 
 
 def _parse_file(path: Path, label: str) -> Policy:
@@ -699,166 +738,28 @@ def parse_policy(text: str, *, path: str, overrides: PolicyOverrides | None = No
                  label: str | None = None) -> Policy:
     """Parse and validate policy TOML; errors name the file, the line and the reason.
 
-    `label` (e.g. "user", "project, untrusted") is added to the policy's source.
+    The format is `executor.policy_file.PolicySpec`; `label` (e.g. "user",
+    "project, untrusted") is added to the policy's source.
     """
-    src = _Source(text, path)
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise src.error(f"invalid TOML: {_TOML_POSITION.sub('', str(exc)).strip()}",
-                        _toml_line(exc, src)) from None
-    for key in data.keys() - _TOP_KEYS:
-        raise src.error(f"unknown key {key!r} (expected [defaults] and [[rules]])", src.top(key))
-    defaults = _parse_defaults(src, data.get("defaults", {}))
-    rules = _parse_rules(src, data.get("rules", []))
+    spec, src = load_spec(text, path)
+    levels = {level.value: level for level in RiskLevel}
+    defaults = {levels[k]: cast(Verdict, v)
+                for k, v in spec.defaults.model_dump(exclude_none=True).items()}
+    rules = [_rule(rule_id(src, index), rule) for index, rule in enumerate(spec.rules, 1)]
     sources = {level: f"{src.name} [defaults]" for level in defaults}
     source = f"{path} ({label})" if label else path
     return Policy(rules, defaults, overrides, source=source, default_sources=sources)
 
 
-def _toml_line(exc: tomllib.TOMLDecodeError, src: _Source) -> int | None:
-    match = _TOML_POSITION.search(str(exc))
-    if match is None:
-        return None
-    return int(match.group(1)) if match.group(1) else len(src.lines) or None
-
-
-POLICY_FORMAT_FIX = "see the format in `sandbox-agent policy --help` (or docs/POLICY.md)"
-
-
-class _Source:
-    """The policy text, for finding the line an error is about (tomllib keeps no positions)."""
-
-    def __init__(self, text: str, path: str) -> None:
-        self.lines = text.splitlines()
-        self.path = path
-        self.name = Path(path).name
-
-    def error(self, message: str, line: int | None) -> PolicyFileError:
-        where = f"{self.path}:{line}" if line else self.path
-        return PolicyFileError(f"{where}: {message}", fix=POLICY_FORMAT_FIX)
-
-    def header(self, pattern: str, index: int = 1) -> int | None:
-        """Line of the `index`-th header matching `pattern` (e.g. `[[rules]]`)."""
-        found = [n for n, line in enumerate(self.lines, 1) if re.match(pattern, line.strip())]
-        return found[index - 1] if len(found) >= index else None
-
-    def key(self, start: int | None, key: str) -> int | None:
-        """Line of `key = ...` in the table starting at line `start`, else the table's line."""
-        if start is None:  # inline tables: the first line assigning the key is our best guess
-            return self.find(rf"(^|[{{,\s])[\"']?{re.escape(key)}[\"']?\s*=")
-        for number in range(start + 1, len(self.lines) + 1):
-            text = self.lines[number - 1].strip()
-            if text.startswith("["):
-                break
-            if re.match(rf"[\"']?{re.escape(key)}[\"']?\s*=", text):
-                return number
-        return start
-
-    def top(self, key: str) -> int | None:
-        """Line of a top-level key or table named `key`."""
-        return self.find(rf"^\[*\s*[\"']?{re.escape(key)}[\"']?\s*(\]|=|\.)")
-
-    def find(self, pattern: str) -> int | None:
-        """The first line where `pattern` is found."""
-        return next((n for n, line in enumerate(self.lines, 1) if re.search(pattern, line)), None)
-
-
-def _parse_defaults(src: _Source, raw: Any) -> dict[RiskLevel, Verdict]:
-    start = src.header(r"^\[\s*defaults\s*\]")
-    if not isinstance(raw, dict):
-        raise src.error("[defaults] must be a table", src.top("defaults"))
-    levels = {level.value: level for level in RiskLevel}
-    out: dict[RiskLevel, Verdict] = {}
-    for key, value in raw.items():
-        if key not in levels:
-            raise src.error(
-                f"[defaults] has unknown risk level {key!r} (use {', '.join(levels)})",
-                src.key(start, key),
-            )
-        out[levels[key]] = _verdict(src, value, f"[defaults] {key}", src.key(start, key))
-    return out
-
-
-def _verdict(src: _Source, value: Any, what: str, line: int | None) -> Verdict:
-    if value not in VERDICTS:
-        raise src.error(f"{what}: decision must be one of allow, ask, deny (got {value!r})", line)
-    return cast(Verdict, value)
-
-
-def _parse_rules(src: _Source, raw: Any) -> list[Rule]:
-    if not isinstance(raw, list):
-        raise src.error("rules must be an array of tables ([[rules]])", src.top("rules"))
-    return [_parse_rule(src, index, entry) for index, entry in enumerate(raw, 1)]
-
-
-def _parse_rule(src: _Source, index: int, raw: Any) -> Rule:
-    start = src.header(r"^\[\[\s*rules\s*\]\]", index)
-    where, here = f"rule #{index}", start or src.top("rules")
-    if not isinstance(raw, dict):
-        raise src.error(f"{where} must be a table", here)
-    for key in raw.keys() - _RULE_KEYS:
-        raise src.error(
-            f"{where}: unknown key {key!r} (allowed: {', '.join(sorted(_RULE_KEYS))})",
-            src.key(start, key),
-        )
-    if "decision" not in raw:
-        raise src.error(f"{where}: missing decision (allow, ask or deny)", here)
+def _rule(id: str, spec: RuleSpec) -> Rule:
+    shell = spec.prefix is not None or spec.regex is not None
     return Rule(
-        id=f"{src.name}:{start} [[rules]] #{index}" if start else f"{src.name} rules[{index}]",
-        decision=_verdict(src, raw["decision"], where, src.key(start, "decision")),
-        tool=_tool(src, raw, where, start),
-        prefixes=tuple(_strings(src, raw, "prefix", where, start)),
-        regexes=tuple(_regex(src, p, where, src.key(start, "regex"))
-                      for p in _strings(src, raw, "regex", where, start)),
-        name=_optional_str(src, raw, "name", where, start),
-        reason=_optional_str(src, raw, "reason", where, start),
+        id=id, decision=spec.decision, tool=spec.tool or (SHELL_TOOL if shell else "*"),
+        prefixes=tuple(spec.prefix or ()),
+        regexes=tuple(PolicyRegex(r, on_timeout=spec.decision != "allow")
+                      for r in spec.regex or ()),
+        name=spec.name, reason=spec.reason,
     )
-
-
-def _tool(src: _Source, raw: Mapping[str, Any], where: str, start: int | None) -> str:
-    """The rule's tool; prefix/regex rules are about shell commands only."""
-    shell = "prefix" in raw or "regex" in raw
-    if "prefix" in raw and "regex" in raw:
-        raise src.error(f"{where}: use either prefix or regex (one rule each)", start)
-    tool = raw.get("tool", SHELL_TOOL if shell else None)
-    if not isinstance(tool, str) or not tool:
-        message = "tool must be a non-empty string" if "tool" in raw else "needs a tool"
-        raise src.error(f"{where}: {message} (a name or a glob like \"*\")", src.key(start, "tool"))
-    if shell and tool != SHELL_TOOL:
-        raise src.error(
-            f"{where}: prefix and regex match shell commands, so tool must be {SHELL_TOOL}",
-            src.key(start, "tool"),
-        )
-    return tool
-
-
-def _strings(
-    src: _Source, raw: Mapping[str, Any], key: str, where: str, start: int | None
-) -> list[str]:
-    value = raw.get(key, [])
-    values = [value] if isinstance(value, str) else value
-    if not isinstance(values, list) or not all(isinstance(v, str) and v.strip() for v in values):
-        raise src.error(
-            f"{where}: {key} must be a non-empty string or a list of them", src.key(start, key)
-        )
-    return values
-
-
-def _regex(src: _Source, pattern: str, where: str, line: int | None) -> re.Pattern[str]:
-    try:
-        return re.compile(pattern)
-    except re.error as exc:
-        raise src.error(f"{where}: invalid regex {pattern!r}: {exc}", line) from None
-
-
-def _optional_str(
-    src: _Source, raw: Mapping[str, Any], key: str, where: str, start: int | None
-) -> str | None:
-    value = raw.get(key)
-    if value is not None and not isinstance(value, str):
-        raise src.error(f"{where}: {key} must be a string", src.key(start, key))
-    return value
 
 
 # ---------------------------------------------------------------------------- explain

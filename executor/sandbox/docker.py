@@ -144,6 +144,8 @@ class Toolbox:
         self._api, self._cid, self._user, self._argv = api, container_id, user, argv
         self._channel: Channel | None = None
         self._next_id = 0
+        self.ready: dict[str, Any] = {}
+        """The toolbox's ready line (pid, version, python, rg, guarded)."""
         self.pid: int | None = None
         self.exec_id = ""
 
@@ -151,8 +153,8 @@ class Toolbox:
         """Start the process, send it the toolbox source, wait for its ready line."""
         with docker_errors("starting the toolbox"):
             created = self._api.exec_create(
-                self._cid, ["python3", "-u", "-c", _BOOTSTRAP, *self._argv], stdin=True,
-                stdout=True, stderr=True, user=self._user, workdir=WORKSPACE,
+                self._cid, ["python3", "-I", "-u", "-c", _BOOTSTRAP, *self._argv], stdin=True,
+                stdout=True, stderr=True, user=self._user, workdir="/",
             )
             self.exec_id = created["Id"]
             sock = self._api.exec_start(self.exec_id, socket=True)
@@ -160,6 +162,7 @@ class Toolbox:
         source = resources.files("executor.sandbox").joinpath("toolbox.py").read_bytes()
         self._channel.send(str(len(source)).encode() + b"\n" + source)
         ready = self._read_ready()
+        self.ready = ready
         self.pid = int(ready.get("pid", 0)) or None
         return ready
 
@@ -183,7 +186,7 @@ class Toolbox:
         self._next_id += 1
         request = {"id": self._next_id, "tool": tool, "args": args}
         reply = self._channel.request(request, time.monotonic() + timeout)
-        if reply.get("id") not in (self._next_id, None):
+        if reply.get("id") != self._next_id:  # a reply without our id is not an answer
             raise ToolboxError(f"toolbox answered request {reply.get('id')}, not {self._next_id}")
         return reply
 
@@ -403,7 +406,8 @@ class DockerSandbox:
         try:
             with docker_errors("killing the stuck toolbox"):
                 code, output = self._container.exec_run(
-                    ["python3", "-c", _KILL_TOOLBOX, str(pid)], user=self._mount_user())
+                    ["python3", "-I", "-c", _KILL_TOOLBOX, str(pid)], user=self._mount_user(),
+                    workdir="/")
         except SandboxError as exc:
             self._warn(f"could not kill the stuck toolbox (pid {pid}): {exc}")
             return

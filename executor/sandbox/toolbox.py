@@ -2049,6 +2049,7 @@ def _request_error(request):
 def serve(ctx, inp, out):
     """Answer request lines until EOF or shutdown."""
     send(out, {"ready": True, "pid": os.getpid(), "version": VERSION,
+               "guarded": getattr(ctx, "guarded", False),
                "python": ".".join(map(str, sys.version_info[:3])), "rg": bool(ctx.rg)})
     while True:
         line = inp.readline()
@@ -2070,13 +2071,36 @@ def _on_sigterm(signum, frame):
     raise SystemExit(0)
 
 
+PR_GET_DUMPABLE, PR_SET_DUMPABLE = 3, 4
+
+
+def _not_dumpable():
+    """Keep the commands we run (same uid) out of our /proc files and away from ptrace.
+
+    Otherwise a command could read our stdin and write our stdout through /proc/PID/fd, and
+    answer the host in our place: fake previews, fake results, a forged audit trail. Returns
+    whether we are now non-dumpable (the ready line reports it).
+    """
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+        return libc.prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) == 0
+    except (ImportError, OSError, AttributeError) as exc:
+        sys.stderr.write(f"toolbox: could not make itself non-dumpable: {exc}\n")
+        return False
+
+
 def main(argv):
     """Entry point: parse argv, then serve on stdin/stdout."""
+    guarded = _not_dumpable()
     opts = parse_args(argv)
     if not os.path.isdir(opts.root):
         sys.stderr.write(f"toolbox: root {opts.root!r} is not a directory\n")
         return 2
     ctx = Context(opts)
+    ctx.guarded = guarded
     sys.stdout.flush()
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # a stray print can never corrupt the protocol

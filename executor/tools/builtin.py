@@ -54,7 +54,8 @@ class ListFilesArgs(_Args):
 class RunShellCommandArgs(_Args):
     command: str = Field(description="Shell command, run with sh -c in the project root.")
     timeout_seconds: int | None = Field(
-        None, ge=1, le=3600, description="Kill the command after this many seconds (default 60)."
+        None, ge=1, le=3600,
+        description="Kill the command after this many seconds (default: the session's timeout).",
     )
 
 

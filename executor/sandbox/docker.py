@@ -40,7 +40,16 @@ from executor.protocols import SandboxInfo
 from executor.sandbox import seccomp
 from executor.sandbox.channel import Channel
 from executor.sandbox.engine import IMAGE_FIX, connect, docker_errors
-from executor.sandbox.protect import Protected, TreeScan, protected_paths, scan, sweep
+from executor.sandbox.protect import (
+    Protected,
+    TreeScan,
+    check_replaced,
+    disable_git,
+    identities,
+    protected_paths,
+    scan,
+    sweep,
+)
 from executor.state import LEGACY_DIR, legacy_state
 
 WORKSPACE = "/workspace"
@@ -221,6 +230,9 @@ class DockerSandbox:
         self._tree: TreeScan | None = None
         self._protected = Protected((), ())
         self._made_dirs: list[Path] = []
+        self._identities: dict[str, tuple[int, int]] = {}
+        self._undisabled: set[str] = set()
+        """`.git` entries the toolbox reported it could not disable: renamed after the session."""
         self._started_ns = 0
         self.reattached = False
 
@@ -277,6 +289,7 @@ class DockerSandbox:
         self._tree = scan(self.config.root)
         if not self.config.allow_git_writes:
             self._protected = protected_paths(self.config.root, self._tree)
+            self._identities = identities(self.config.root, self._protected.existing)
         self._made_dirs = [d for rel in self._protected.missing
                            for d in _missing_chain(self.config.root, rel)]
 
@@ -286,12 +299,19 @@ class DockerSandbox:
             return
         for path in self._made_dirs:  # the engine created these empty mountpoints
             with contextlib.suppress(OSError):
-                os.rmdir(path)
+                _rmdir_beneath(self.config.root, path)
         try:
             done = sweep(self.config.root, self._tree, self._started_ns)
+            check_replaced(self.config.root, self._identities, done)
+            disable_git(self.config.root, sorted(self._undisabled), done)
         except (OSError, SandboxAgentError) as exc:
             self._warn(f"could not check the project after the session: {exc}")
             return
+        for rel, aside in done.replaced.items():
+            self._warn(f"{rel} is protected (git runs it) but was replaced during the session; "
+                       f"the replacement was moved to {aside}: find the original and review")
+        for rel in done.disabled:
+            self._warn(f"disabled the repository the sandbox made at {rel}")
         for rel in done.setid_cleared:
             self._warn(f"removed the set-id bits of {rel}: set-id files are not allowed")
         for rel in done.new_git:
@@ -342,6 +362,10 @@ class DockerSandbox:
             ok=bool(reply.get("ok")), output=str(reply.get("output", "")),
             meta=dict(reply.get("meta") or {}),
         )
+        for record in result.meta.get("git_quarantined") or []:
+            if isinstance(record, dict) and record.get("error") and isinstance(
+                    record.get("path"), str):
+                self._undisabled.add(record["path"])
         found = result.meta.get("remount_needed")
         if found and not remounted:
             self._remount([str(path) for path in found])
@@ -569,6 +593,21 @@ def container_options(config: SandboxConfig, lock_path: Path, user: str,
             LABEL_LOCK: str(lock_path), LABEL_HOST: socket.gethostname(),
         },
     }
+
+
+def _rmdir_beneath(root: Path, path: Path) -> None:
+    """rmdir `path` under `root` without following a link the sandbox put on the way."""
+    parts = path.relative_to(root).parts
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for name in parts[:-1]:
+            below = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                            dir_fd=fd)
+            os.close(fd)
+            fd = below
+        os.rmdir(parts[-1], dir_fd=fd)
+    finally:
+        os.close(fd)
 
 
 def _missing_chain(root: Path, rel: str) -> list[Path]:

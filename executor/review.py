@@ -171,8 +171,9 @@ class ReviewReport(BaseModel):
 # -- the diff ------------------------------------------------------------------------------------
 
 _SAFE_GIT = ("-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null",
-             "-c", "diff.external=", "-c", "core.pager=cat")
-"""A repository's own config must not make the host run its programs."""
+             "-c", "diff.external=", "-c", "core.pager=cat", "-c", "safe.bareRepository=explicit")
+"""A repository's own config must not make the host run its programs; and a directory the
+repository (or an agent) made to look like a bare repository is never taken for one."""
 
 
 def _git(root: Path, *args: str) -> str:
@@ -193,7 +194,8 @@ def _git(root: Path, *args: str) -> str:
 def git_diff(root: Path, base: str) -> str:
     """`git diff BASE` of the working tree, without external diff or textconv programs."""
     try:
-        return _git(root, "diff", "--no-color", "--no-ext-diff", "--no-textconv", base, "--")
+        return _git(root, "diff", "--no-color", "--no-ext-diff", "--no-textconv",
+                    "--end-of-options", base, "--")
     except ConfigError as exc:
         raise ConfigError(exc.message.replace("git diff failed", f"git diff {base} failed"),
                           fix=exc.fix) from None

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.docker.cli_support import ask, explain
-from tests.fakes.model_server import Call, ModelServer
+from tests.docker.cli_support import ask, explain, run_cli
+from tests.fakes.model_server import Call, ModelServer, Reply
 
 pytestmark = pytest.mark.docker
 
@@ -175,3 +175,30 @@ def test_husky_hooks_and_the_scripts_they_run_are_read_only(workdir: Path,
     assert "Read-only file system" in results[0], results
     assert "busy" in results[1].lower(), results
     assert (root / ".husky" / "pre-commit").read_text() == "npm test\n"
+
+
+def test_review_never_runs_a_planted_repositorys_config(workdir: Path, model_server: ModelServer):
+    """A sub-project of a monorepo holding what makes git take it for a repository (HEAD,
+    objects/, refs/ copied from a real one) and a config whose clean filter runs a program:
+    `review --diff-base` runs git on the host, and must never run that."""
+    mono, seed = workdir / "mono", workdir / "seed"
+    root = mono / "pkg"
+    root.mkdir(parents=True)
+    git("init", "-q", str(mono), cwd=workdir)
+    git("init", "-q", str(seed), cwd=workdir)
+    (seed / "a.txt").write_text("one\n")
+    git("add", "a.txt", cwd=seed)
+    git("-c", "user.email=a@b", "-c", "user.name=a", "commit", "-q", "-m", "x", cwd=seed)
+    for part in ("HEAD", "objects", "refs"):
+        subprocess.run(["cp", "-r", str(seed / ".git" / part), str(root)], check=True)
+    marker = workdir / "PWNED"
+    (root / "config").write_text(
+        f"[core]\n\tbare = false\n\tworktree = .\n"
+        f"[filter \"x\"]\n\tclean = sh -c 'touch {marker}; cat'\n")
+    (root / ".gitattributes").write_text("* filter=x\n")
+    (root / "a.txt").write_text("two\n")
+    model_server.default = Reply("No findings.")
+    done = run_cli("review", "--root", root, "--provider", "ollama", "--host", model_server.url,
+                   "--diff-base", "HEAD")
+    assert not marker.exists(), explain(done)
+    assert "Traceback" not in done.stderr

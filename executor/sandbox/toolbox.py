@@ -1048,13 +1048,23 @@ def _walk(ctx):
 
     Everything is entered except read-only mount points (the protected .git and hook paths:
     nothing below them can change). A directory a command made unreadable is opened for the
-    walk and closed again: what it holds still counts, for the audit and the disk budget.
+    walk and closed again after it: what it holds still counts, for the audit and the budget.
     """
+    reopened = []
+    try:
+        return _walk_tree(ctx, reopened)
+    finally:
+        for path, ino, mode in reversed(reopened):  # deepest first, as they were opened
+            with contextlib.suppress(OSError):
+                _chmod_nofollow(ctx.root, path, ino, mode, kind=stat.S_IFDIR)
+
+
+def _walk_tree(ctx, reopened):
     stats, gits, unlisted, stack = {}, [], [], [("", ctx.root)]
     frozen = _readonly_mounts(ctx.root)
     while stack:
         prefix, directory = stack.pop()
-        for entry in _listing(ctx, directory, unlisted, prefix):
+        for entry in _listing(ctx, directory, unlisted, prefix, reopened):
             if not prefix and entry.name in ctx.hidden:
                 continue
             try:
@@ -1073,39 +1083,36 @@ def _walk(ctx):
     return stats, True, gits, unlisted
 
 
-def _listing(ctx, directory, unlisted, prefix):
+def _listing(ctx, directory, unlisted, prefix, reopened):
     try:
         with os.scandir(directory) as it:
             return list(it)
     except PermissionError:
-        listed = _list_unreadable(ctx, directory, prefix)
-        if listed is not None:
-            return listed
+        if _reopen(ctx, directory, prefix, reopened):
+            with contextlib.suppress(OSError), os.scandir(directory) as it:
+                return list(it)
     except OSError:
         pass
     unlisted.append(prefix)  # gone, or still unreadable: what it held stays unknown
     return []
 
 
-def _list_unreadable(ctx, directory, prefix):
-    """List a directory a command made unreadable (ours: same uid), then put its mode back."""
+def _reopen(ctx, directory, prefix, reopened):
+    """Give a directory a command made unreadable (ours: same uid) read and search rights
+    for the walk; _walk puts its mode back afterwards."""
     if not prefix:
-        return None
+        return False
     path = prefix.rstrip("/")
     try:
         st = os.lstat(directory)
         if not stat.S_ISDIR(st.st_mode):
-            return None
+            return False
         _chmod_nofollow(ctx.root, path, st.st_ino, stat.S_IMODE(st.st_mode) | 0o500,
                         kind=stat.S_IFDIR)
-        try:
-            with os.scandir(directory) as it:
-                return list(it)
-        finally:
-            _chmod_nofollow(ctx.root, path, st.st_ino, stat.S_IMODE(st.st_mode),
-                            kind=stat.S_IFDIR)
     except OSError:
-        return None
+        return False
+    reopened.append((path, st.st_ino, stat.S_IMODE(st.st_mode)))
+    return True
 
 
 def _size(stats):

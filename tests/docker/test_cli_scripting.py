@@ -67,7 +67,7 @@ def test_ask_json_is_one_object_with_calls_denials_and_usage(project: Path,
     usage = data["usage"]
     assert usage["prompt_tokens"] >= 250 and usage["completion_tokens"] >= 15
     assert usage["model_requests"] == 4 and usage["wall_ms"] >= usage["model_ms"] > 0
-    assert "done in 4 turn(s)" in done.stderr  # progress stays on stderr
+    assert "4 model turns" in done.stderr  # progress stays on stderr
     assert not (project / "made.txt").exists()
 
 
@@ -411,7 +411,7 @@ def test_sessions_tell_failed_runs_from_good_ones_and_show_events_in_words(
     listing = json.loads(run_cli("sessions", "--root", project, "--json").stdout)
     shown = run_cli("sessions", "show", "good", "--root", project)
 
-    assert "done in 2 turn(s)" in ok.stderr and failed.returncode == 31
+    assert "2 model turns" in ok.stderr and failed.returncode == 31
     rows = {row["name"]: (row["turns"], row["status"]) for row in listing}
     assert rows == {"good": (2, "ok"), "bad": (1, "max_turns")}  # turns as `ask` counts them
     assert "header_update" not in shown.stdout

@@ -224,6 +224,7 @@ class Runner:
                 self.sandbox = self._start_sandbox(store)
             else:
                 self.sandbox = self._new_sandbox(store)
+                self.sandbox.preflight()  # a missing engine or image is said before the model
                 self._lazy = LazySandbox(self.sandbox, lambda took: self._sandbox_started(took))
             self.audit = self._open_audit(store)
             self._announce(store)

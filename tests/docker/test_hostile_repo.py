@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.docker.cli_support import ask, explain, run_cli
-from tests.fakes.model_server import Call, ModelServer, Reply
+from tests.fakes.model_server import Call, ModelServer, RecordedRequest, Reply
 
 pytestmark = pytest.mark.docker
 
@@ -202,3 +202,40 @@ def test_review_never_runs_a_planted_repositorys_config(workdir: Path, model_ser
                    "--diff-base", "HEAD")
     assert not marker.exists(), explain(done)
     assert "Traceback" not in done.stderr
+
+
+def test_a_root_without_git_ends_the_session_without_one(workdir: Path, model_server: ModelServer):
+    """A monorepo sub-directory has no .git of its own: the agent must not leave one that git
+    on the host would honour (hooks, fsmonitor) when the person next types `git status`."""
+    root = workdir / "proj"
+    root.mkdir()
+    results = attempt(root, model_server,
+                      "git init -q . && echo 'id' > .git/hooks/pre-commit && "
+                      "chmod +x .git/hooks/pre-commit && git config core.fsmonitor id && echo made")
+    assert "new git repositories inside the project are not allowed" in results[0], results
+    assert not (root / ".git").exists()
+    [moved] = [p for p in root.iterdir() if p.name.startswith(".git.quarantined-")]
+    assert not (moved / "HEAD").exists()  # not a repository under its new name either
+
+
+def test_a_repository_the_person_makes_during_a_session_is_read_only_at_once(
+        workdir: Path, model_server: ModelServer):
+    root = workdir / "proj"
+    root.mkdir()
+
+    def make_then_write(request: RecordedRequest) -> Reply:
+        # The person runs `git init vendor/lib` while the model thinks (the sandbox is up).
+        (root / "vendor" / "lib").mkdir(parents=True)
+        git("init", "-q", str(root / "vendor" / "lib"), cwd=workdir)
+        return Reply(tool_calls=[Call("run_shell_command", {
+            "command": "echo 'id' > vendor/lib/.git/hooks/post-checkout"})])
+
+    model_server.reply(tool_calls=[Call("run_shell_command", {"command": "true"})])
+    model_server.respond(make_then_write)
+    model_server.reply("done")
+    done = ask(root, model_server, "ollama", "--yes")
+    assert done.returncode == 0, explain(done)
+    results = [m["content"] for m in model_server.last_chat.body["messages"] if m["role"] == "tool"]
+    assert "Read-only file system" in results[1], results
+    assert not (root / "vendor" / "lib" / ".git" / "hooks" / "post-checkout").exists()
+    assert "restarting the sandbox with it read-only" in done.stderr

@@ -23,7 +23,9 @@ that fixes it.
     │   ├── ModelResponseError                23  4xx / unusable payload
     │   └── EmbeddedModelError                24  embedded model missing or corrupt
     ├── AgentError                            30  e.g. unusable model replies in a row
-    │   └── MaxTurnsExceeded                  31  no answer within --max-turns
+    │   ├── MaxTurnsExceeded                  31  no answer within --max-turns
+    │   └── CallsDeniedError                  32  `ask --fail-on-denied`: calls were denied
+    ├── FindingsError                         33  `review --fail-on`: findings at that severity
     ├── SessionError                          40  session file unreadable
     │   └── SessionCorruptError               41  a corrupt line in the middle
     └── AuditError                            50  audit log could not be written
@@ -154,6 +156,18 @@ class MaxTurnsExceeded(AgentError):
     """The model did not give a final answer within the turn limit."""
 
     exit_code = 31
+
+
+class CallsDeniedError(AgentError):
+    """The run answered, but some tool calls were denied (`ask --fail-on-denied`)."""
+
+    exit_code = 32
+
+
+class FindingsError(SandboxAgentError):
+    """The review found problems at or above the `--fail-on` severity."""
+
+    exit_code = 33
 
 
 class SessionError(SandboxAgentError):

@@ -17,7 +17,7 @@ log = logging.getLogger(__name__)
 
 EventKind = Literal[
     "run_start", "token", "model_request", "tool_call", "tool_output", "tool_result", "retry",
-    "complete", "error", "warning", "progress", "notice", "sandbox_start",
+    "complete", "error", "warning", "progress", "notice", "sandbox_start", "instructions",
 ]
 
 

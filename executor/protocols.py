@@ -117,6 +117,9 @@ class SessionSummary(BaseModel):
     name: str
     started_at: str
     turns: int
+    """Model turns (replies), as `ask` counts them in "done in N turn(s)"."""
+    status: str = ""
+    """How the last request ended: ok, max_turns, error, interrupted or unfinished."""
     model: str
     provider: str
     last_message: str

@@ -26,7 +26,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from executor.agent import Agent, Authorization, RunResult
 from executor.audit import AuditLog
-from executor.config import Settings
+from executor.config import Settings, load_settings
 from executor.context import (
     INTERRUPTED_RESULT,
     CachedSummarizer,
@@ -35,7 +35,8 @@ from executor.context import (
     resolve_budget,
 )
 from executor.errors import ConfigError, MaxTurnsExceeded, SandboxAgentError, UserError
-from executor.hooks import HookBus
+from executor.hooks import Event, HookBus
+from executor.instructions import Instructions, read_project_instructions
 from executor.messages import Message, ToolCall, ToolSpec
 from executor.models import build_model
 from executor.policy import Decision, Policy, PolicyOverrides, load_policy
@@ -47,6 +48,7 @@ from executor.sandbox.lazy import LazySandbox
 from executor.session import NdjsonSessionStore, session_names
 from executor.state import legacy_notice
 from executor.tools import Preview, Tool, ToolContext, ToolRegistry, default_registry
+from executor.userconfig import check_outside_project
 
 SYSTEM_PROMPT = (
     "You are a coding agent working on the project in /workspace; tool paths are relative to "
@@ -94,6 +96,8 @@ class RunOptions(BaseModel):
     """None: the container starts in `start()`. Seconds: it starts at the first tool call, or
     in the background that long into a run (0: as soon as the runner starts), whichever comes
     first, so a run whose model calls no tool never waits for a container."""
+    project_instructions: bool = True
+    """Add the root's AGENTS.md to the system prompt (as the repository's text, no permission)."""
 
 
 @dataclass(frozen=True)
@@ -152,6 +156,10 @@ class Runner:
         self.store: NdjsonSessionStore | None = None
         self.audit: AuditLog | None = None
         self.agent: Agent | None = None
+        self._replies = 0
+        self.instructions: Instructions | None = None
+        """The project instructions in the system prompt (AGENTS.md), once started."""
+        hooks.subscribe(self._count_reply, "model_request")
 
     @classmethod
     def build(
@@ -172,14 +180,15 @@ class Runner:
         if isinstance(model, str):
             options, model = {**options, "model": model}, None
         setting_values, run_values = _split_options(options)
+        merged = _settings(settings, setting_values)
         try:
-            base = (settings or Settings()).model_dump()
-            merged = Settings.model_validate({**base, **setting_values})
             run = RunOptions(root=Path(root).expanduser().resolve(), **run_values)
         except ValidationError as exc:
             raise ConfigError(_first_error(exc)) from None
         if not run.root.is_dir():
             raise ConfigError(f"project root {run.root} is not a directory")
+        if settings is None:
+            check_outside_project(run.root)
         hooks = hooks or HookBus()
         return cls(
             merged, run, model=model or build_model(merged, hooks=hooks),
@@ -208,12 +217,14 @@ class Runner:
             return
         try:
             self._start_model()
+            self._read_instructions()
             store, history = self._open_session()
             self.store = store
             if self.options.sandbox_warm_up is None:
                 self.sandbox = self._start_sandbox(store)
             else:
                 self.sandbox = self._new_sandbox(store)
+                self.sandbox.preflight()  # a missing engine or image is said before the model
                 self._lazy = LazySandbox(self.sandbox, lambda took: self._sandbox_started(took))
             self.audit = self._open_audit(store)
             self._announce(store)
@@ -228,7 +239,11 @@ class Runner:
             raise
 
     def close(self) -> None:
-        """Remove the container and stop the model; the session and audit stay on disk."""
+        """Remove the container and stop the model; the session and audit stay on disk.
+
+        A session this runner created in which the model never replied (a wrong --host, an
+        engine that failed) is removed: it holds nothing to resume, and `--resume` would pick it.
+        """
         self.agent = None
         try:
             if self._lazy is not None:
@@ -238,6 +253,19 @@ class Runner:
         finally:
             self.sandbox, self._lazy = None, None
             self.model.close()
+            self._drop_empty_session()
+
+    def _drop_empty_session(self) -> None:
+        if self.store is None or self.options.resume or self._replies:
+            return
+        try:
+            self.store.remove()
+        except SandboxAgentError as exc:
+            self._warn(f"could not remove the empty session {self.store.name}: {exc.message}")
+        self.store = None
+
+    def _count_reply(self, event: Event) -> None:
+        self._replies += 1
 
     # -- running -----------------------------------------------------------------------------
 
@@ -261,6 +289,7 @@ class Runner:
         if isinstance(error, SandboxAgentError):
             self.hooks.emit("error", message=str(error), error_type=type(error).__name__,
                             exit_code=error.exit_code)
+        self._record_end(status, turns, error)
         self.hooks.emit("complete", status=status, answer=answer, turns=turns,
                         duration_ms=round((time.monotonic() - started) * 1000))
 
@@ -286,6 +315,16 @@ class Runner:
         old.close()
         if self.store is not None:
             self.store.record_event("model_switched", model=name)
+
+    def _record_end(self, status: str, turns: int | None, error: BaseException | None) -> None:
+        """A `run_end` event in the session, so listings tell failed runs from good ones."""
+        if self.store is None:
+            return
+        reason = error.message if isinstance(error, SandboxAgentError) else None
+        try:
+            self.store.record_event("run_end", status=status, turns=turns, error=reason)
+        except SandboxAgentError as exc:  # the run's own outcome matters more than this note
+            self._warn(f"could not record the end of the run: {exc.message}")
 
     @property
     def session_name(self) -> str | None:
@@ -396,6 +435,8 @@ class Runner:
             runtime=info.runtime if info else self.sandbox.config.runtime,
             engine=info.engine if info else None,
             policy_source=self.policy.source, argv=self.options.argv,
+            instructions=({"source": self.instructions.source, "sha256": self.instructions.sha256}
+                          if self.instructions else None),
             user=getpass.getuser(), host=socket.gethostname(), session=store.name,
             tools=self.tools.names(),
         )
@@ -414,7 +455,18 @@ class Runner:
 
     def _system_prompt(self) -> str:
         prompt = self.options.system_prompt or SYSTEM_PROMPT
-        return prompt + (READ_ONLY_NOTE if self.options.read_only else "")
+        prompt += READ_ONLY_NOTE if self.options.read_only else ""
+        return f"{prompt}\n\n{self.instructions.prompt()}" if self.instructions else prompt
+
+    def _read_instructions(self) -> None:
+        """AGENTS.md, announced (with its text, for --trace) when there is one."""
+        if not self.options.project_instructions:
+            return
+        self.instructions = read_project_instructions(self.options.root)
+        if self.instructions is not None:
+            i = self.instructions
+            self.hooks.emit("instructions", source=i.source, bytes=i.bytes,
+                            truncated=i.truncated, sha256=i.sha256, text=i.text)
 
     def _window(self, specs: list[ToolSpec]) -> ContextWindow:
         budget = resolve_budget(self.settings.max_tokens, self.model.context_length())
@@ -480,6 +532,15 @@ def _declined(decision: Decision, answer: Approval) -> Decision:
     if not answer.reason:
         return declined
     return replace(declined, reason=f"{declined.reason}, who said: {answer.reason}")
+
+def _settings(base: Settings | None, values: dict[str, Any]) -> Settings:
+    """`values` over `base`; without a base, over the environment, user config and defaults."""
+    if base is None:
+        return load_settings(values)
+    try:
+        return Settings.model_validate({**base.model_dump(), **values})
+    except ValidationError as exc:
+        raise ConfigError(_first_error(exc)) from None
 
 
 def _registry(extra: Iterable[Tool], run: RunOptions) -> ToolRegistry:

@@ -408,6 +408,25 @@ def _preview(message: Message | None) -> str:
     return text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 1] + "…"
 
 
+def run_status(entries: list[Entry]) -> str:
+    """How the last request of a session ended (its `run_end` event), or `unfinished`.
+
+    Files written before `run_end` was recorded count as ok when they end on an answer.
+    """
+    if not any(e.event == "run_end" for e in entries):
+        messages = [e.message for e in entries if e.message is not None]
+        last = messages[-1] if messages else None
+        done = last is not None and last.role == "assistant" and not last.tool_calls
+        return "ok" if done else ("unfinished" if messages else "empty")
+    status = "empty"
+    for entry in entries:
+        if entry.message is not None and entry.message.role == "user":
+            status = "running"  # until its run_end (the agent's notes to the model count too)
+        elif entry.event == "run_end":
+            status = str(entry.data.get("status") or "?")
+    return "unfinished" if status == "running" else status
+
+
 def summarize_session(path: Path) -> SessionSummary:
     """One listing row for a session file; an unreadable file is listed with the reason."""
     name = path.name[: -len(SUFFIX)]
@@ -421,6 +440,7 @@ def summarize_session(path: Path) -> SessionSummary:
             name=name,
             started_at=mtime.replace("+00:00", "Z"),
             turns=0,
+            status="unreadable",
             model="?",
             provider="?",
             last_message=f"(unreadable: {exc.message})",
@@ -431,7 +451,8 @@ def summarize_session(path: Path) -> SessionSummary:
     return SessionSummary(
         name=name,
         started_at=header.started_at,
-        turns=sum(1 for m in messages if m.role == "user"),
+        turns=sum(1 for m in messages if m.role == "assistant"),
+        status=run_status(contents.entries),
         model=header.model,
         provider=header.provider,
         last_message=_preview(messages[-1] if messages else None),

@@ -293,6 +293,16 @@ class ProgressView:
         elif self._status is not None:
             self._status.update(f"[dim]{message}[/]")
 
+    def _on_instructions(self, data: dict[str, Any]) -> None:
+        """Project instructions (AGENTS.md): named in one line; their text under --trace."""
+        self.close()
+        cut = ", cut" if data.get("truncated") else ""
+        self.console.print(f"[dim]project instructions: {markup_safe(data['source'], line=True)} "
+                           f"({data.get('bytes')} bytes{cut}; text for the model, no "
+                           "permissions)[/]")
+        if self.trace:
+            self.console.print(f"[dim]{markup_safe(data.get('text', ''))}[/]")
+
     def _on_complete(self, data: dict[str, Any]) -> None:
         self.close()
         self._prose = ""

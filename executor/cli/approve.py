@@ -54,18 +54,21 @@ class TerminalApprover:
         self.view.close()
         err_console.rule(f"[bold]{markup_safe(tool.name, line=True)}[/] needs approval "
                          f"[dim]({markup_safe(decision.rule, line=True)})[/]")
-        lines = inert(preview.text).removesuffix("\n").split("\n")
-        folded = preview.fold and len(lines) > FOLD_AT
-        _show(lines[:FOLD_SHOW] if folded else lines, preview.error)
-        if folded:
-            err_console.print(f"[yellow]… {len(lines) - FOLD_SHOW} more lines not shown: "
+        lines = _compact(inert(preview.text).removesuffix("\n").split("\n"))
+        shown = _fit(lines, preview.fold)
+        _show(lines[:shown], preview.error)
+        if shown < len(lines):
+            err_console.print(f"[yellow]… {len(lines) - shown} more lines not shown: "
                               "answer v to see all of it[/]")
         offer = self.grants.offer(tool.name, values)
+        # Right above the question, so no amount of text above can push it out of sight.
+        err_console.print(_summary(tool.name, lines), markup=False, highlight=False)
         err_console.print(_legend(offer), highlight=False)
         return self._answer(lines, preview.error, offer)
 
     def _answer(self, lines: list[str], error: str | None, offer: Grant | None) -> Approval:
         while True:
+            _discard_typeahead()
             try:
                 answer = err_console.input(QUESTION, markup=False).strip().lower()
             except EOFError:
@@ -85,6 +88,64 @@ class TerminalApprover:
                 err_console.print("answer y (yes), n (no), "
                                   + ("a (always), " if offer else "")
                                   + "r (no, and say why) or v (view all of it)")
+
+
+BLANK_RUN = 2
+"""Blank lines shown in a row; a longer run is one marker line (it could hide what follows)."""
+
+
+def _compact(lines: list[str]) -> list[str]:
+    """Runs of blank lines folded to one marker: nothing can be scrolled out of sight."""
+    out: list[str] = []
+    blank = 0
+    for line in [*lines, "\0"]:
+        if line.strip() == "" and line != "\0":
+            blank += 1
+            continue
+        out += [""] * blank if blank <= BLANK_RUN else [f"[… {blank} blank lines …]"]
+        blank = 0
+        if line != "\0":
+            out.append(line)
+    return out
+
+
+def _fit(lines: list[str], fold: bool) -> int:
+    """How many lines to show before asking: all, or a screenful counted in rows (a long line
+    wraps over several), so the question and what precedes it stay on one screen."""
+    if not fold:
+        return len(lines)
+    width = max(20, err_console.width)
+    height = err_console.height if err_console.is_terminal else FOLD_AT + 8
+    rows = [max(1, -(-len(line) // width)) for line in lines]
+    if sum(rows) <= min(FOLD_AT, height - 6):
+        return len(lines)
+    budget, used, shown = max(10, min(FOLD_SHOW, height - 8)), 0, 0
+    for row in rows:
+        if used + row > budget:
+            break
+        used, shown = used + row, shown + 1
+    return max(shown, 1)
+
+
+def _summary(tool: str, lines: list[str]) -> str:
+    """`run_shell_command: 63 lines; first: echo PWNED > README.md` (inert, one line)."""
+    first = next((line for line in lines if line.strip()), "")
+    first = first if len(first) <= 100 else first[:99] + "…"
+    return f"{tool}: {len(lines)} line{'s' * (len(lines) != 1)}; first: {first}"
+
+
+def _discard_typeahead() -> None:
+    """Drop what was typed before the question was shown: a `y` typed at a fake prompt that
+    the model's own text drew must not answer the real one."""
+    import sys
+
+    try:
+        import termios
+
+        if sys.stdin is not None and sys.stdin.isatty():
+            termios.tcflush(sys.stdin.fileno(), termios.TCIFLUSH)
+    except (ImportError, OSError, ValueError):
+        pass
 
 
 def _legend(offer: Grant | None) -> str:

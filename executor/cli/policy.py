@@ -20,8 +20,17 @@ if TYPE_CHECKING:  # imported where used: `--help` must not load pydantic, Rich 
 POLICY_FILE = Path(".sandbox-agent/policy.toml")
 """The project's policy file (executor.policy.POLICY_FILE; checked equal by a test)."""
 
+FORMAT = (
+    "Policy file format (TOML; your own: ~/.config/sandbox-agent/policy.toml): "
+    '[defaults] low = "allow", medium = "ask", high = "ask", critical = "deny" (the decision per '
+    "risk level when no rule matches) · [[rules]], tried top to bottom, the first match "
+    'decides: tool = "write_file" (or "*"), or prefix = "git push" / regex = "rm\\s+-r" for '
+    'shell commands; decision = "allow" | "ask" | "deny"; optional name and reason.'
+)
+
 app = typer.Typer(
-    name="policy", help="Explain and show the tool-call policy.", no_args_is_help=True
+    name="policy", help="Explain and show the tool-call policy.", no_args_is_help=True,
+    epilog=FORMAT,
 )
 
 PolicyFileOption = Annotated[

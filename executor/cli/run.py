@@ -1,154 +1,50 @@
-"""`sandbox-agent ask` and `sandbox-agent review`: run the agent from the command line."""
+"""`sandbox-agent ask`: run the agent from the command line (review is executor/cli/review.py)."""
 
 from __future__ import annotations
 
-import json
 import signal
-import subprocess
 import sys
-from enum import StrEnum
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from executor.choices import Provider, ToolProtocol
-from executor.cli.common import (
-    RootOption,
-    cli_errors,
-    echo_result,
-    err_console,
-    out_console,
-    real_console,
+from executor.cli.common import RootOption, cli_errors, err_console, out_console, real_console
+from executor.cli.options import (
+    AuditPromptsOpt,
+    AuditRequiredOpt,
+    DenyPrefixOpt,
+    DenyToolOpt,
+    EnvOpt,
+    HostOpt,
+    ImageOpt,
+    MaxTokensOpt,
+    MaxTurnsOpt,
+    ModelOpt,
+    NoAuditOpt,
+    NoInstructionsOpt,
+    PolicyOpt,
+    ProtocolOpt,
+    ProviderOpt,
+    RuntimeOpt,
+    StreamOpt,
+    SystemPromptFileOpt,
+    TimeoutOpt,
+    TraceOpt,
+    prompt_options,
 )
 from executor.errors import ConfigError, SandboxAgentError
-from executor.text import markup_safe
+from executor.text import inert_line, markup_safe
 
 if TYPE_CHECKING:  # imported where used: `--help` loads neither pydantic nor the agent
     from executor.agent import RunResult
+    from executor.cli.machine import JsonOutput
     from executor.runner import Runner
     from executor.ui import ProgressView
 
-# -- options shared by ask and review ------------------------------------------------------------
-
-ProviderOpt = Annotated[
-    Provider | None,
-    typer.Option(
-        "--provider",
-        "-p",
-        help="Model provider: ollama (default), openai or embedded.",
-        show_default=False,
-    ),
-]
-ModelOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--model", "-m", help="Model name (provider default when omitted).", show_default=False
-    ),
-]
-HostOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--host",
-        help="Model server URL (Ollama: else $OLLAMA_HOST, else http://localhost:11434).",
-        show_default=False,
-    ),
-]
-ProtocolOpt = Annotated[
-    ToolProtocol | None,
-    typer.Option(
-        "--tool-protocol",
-        help="How tools are offered: native, json or constrained.",
-        show_default=False,
-    ),
-]
-StreamOpt = Annotated[
-    bool | None,
-    typer.Option("--stream/--no-stream", help="Stream model tokens to stderr.", show_default=False),
-]
-TraceOpt = Annotated[
-    bool, typer.Option("--trace", help="Print every model reply and tool call in full on stderr.")
-]
-MaxTurnsOpt = Annotated[
-    int | None,
-    typer.Option(
-        "--max-turns", min=1, help="Model turns before giving up. [default: 20]", show_default=False
-    ),
-]
-ImageOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--image", help="Sandbox image (any image with python3 >= 3.9).", show_default=False
-    ),
-]
-RuntimeOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--runtime",
-        help="OCI runtime the engine runs the sandbox with, e.g. runsc (gVisor: a user-space "
-        "kernel). [default: the engine's]",
-        show_default=False,
-    ),
-]
-TimeoutOpt = Annotated[
-    float | None,
-    typer.Option(
-        "--timeout",
-        min=1,
-        help="Seconds to wait for one model response. [default: 300]",
-        show_default=False,
-    ),
-]
-MaxTokensOpt = Annotated[
-    int | None,
-    typer.Option(
-        "--max-tokens",
-        min=256,
-        help="Context budget in tokens (default: the model's, else 8192).",
-        show_default=False,
-    ),
-]
-PolicyOpt = Annotated[
-    Path | None,
-    typer.Option(
-        "--policy",
-        help="Policy TOML (default: <root>/.sandbox-agent/policy.toml).",
-        exists=True,
-        dir_okay=False,
-        show_default=False,
-    ),
-]
-DenyToolOpt = Annotated[
-    list[str] | None,
-    typer.Option("--deny-tool", help="Remove this tool (repeatable).", show_default=False),
-]
-DenyPrefixOpt = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--deny-prefix",
-        help="Remove tools whose name starts with this (repeatable).",
-        show_default=False,
-    ),
-]
-NoAuditOpt = Annotated[bool, typer.Option("--no-audit", help="Write no audit log for this run.")]
-AuditRequiredOpt = Annotated[
-    bool,
-    typer.Option(
-        "--audit-required", help="Stop before a tool call whose audit record cannot be written."
-    ),
-]
-AuditPromptsOpt = Annotated[
-    bool, typer.Option("--audit-prompts", help="Record whole prompts in the audit log.")
-]
-EnvOpt = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--env",
-        help="Pass this host environment variable into the sandbox (repeatable).",
-        show_default=False,
-    ),
-]
+WARM_UP_SECONDS = 0.3
+"""A one-shot ask starts the container in the background once the model has thought this long."""
 
 
 def _settings(**values: Any) -> dict[str, Any]:
@@ -158,7 +54,6 @@ def _settings(**values: Any) -> dict[str, Any]:
 
 def _interrupt_on_sigterm() -> None:
     """SIGTERM cleans up like Ctrl-C: the session is saved and the container removed."""
-
     from executor.cli.repl import Terminated
 
     def handler(signum: int, frame: FrameType | None) -> None:
@@ -191,16 +86,39 @@ def _prepare(
 def _query_from_stdin() -> str:
     if sys.stdin is None or sys.stdin.isatty():
         raise ConfigError("no query given", fix='pass it as an argument: sandbox-agent ask "..."')
-    query = sys.stdin.read().strip()
-    if not query:
-        raise ConfigError("the query read from stdin is empty")
-    return query
+    data = sys.stdin.buffer.read()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"the query read from stdin is not UTF-8 text (byte {data[exc.start]:#04x} at "
+            f"offset {exc.start})", fix="convert it first, e.g. iconv -f LATIN1 -t UTF-8",
+        ) from None
+
+
+def checked_query(query: str) -> str:
+    """The query without surrounding blanks; ConfigError when it is empty or not UTF-8."""
+    try:
+        query.encode("utf-8")
+    except UnicodeEncodeError as exc:  # undecodable argv bytes arrive as lone surrogates
+        raise ConfigError(
+            f"the query is not UTF-8 text (an undecodable byte at character {exc.start})",
+            fix="pass UTF-8 text (check your terminal's locale, e.g. LANG=C.UTF-8)",
+        ) from None
+    if not query.strip():
+        raise ConfigError("the query is empty", fix='say what to do: sandbox-agent ask "..."')
+    return query.strip()
 
 
 def _start(runner: Runner, view: ProgressView) -> None:
     view.thinking()
     runner.start()
     view.close()
+    session_line(runner)
+
+
+def session_line(runner: Runner) -> None:
+    """`session NAME · container NAME · mode · model NAME` on stderr."""
     sandbox = runner.sandbox.name if runner.sandbox else "?"
     if not runner.sandbox_started:
         sandbox += " (starts when a tool needs it)"
@@ -275,7 +193,8 @@ def ask(
         list[str] | None,
         typer.Option(
             "--deny-command",
-            help="Deny shell commands starting with this (repeatable).",
+            help="Deny shell commands running this program (and these words), however they are "
+            "spelled; commands that cannot be checked are denied too (repeatable).",
             show_default=False,
         ),
     ] = None,
@@ -300,6 +219,22 @@ def ask(
     no_audit: NoAuditOpt = False,
     audit_required: AuditRequiredOpt = False,
     audit_prompts: AuditPromptsOpt = False,
+    as_json: Annotated[
+        bool,
+        typer.Option("--json", help="Print one JSON object with the answer, tool calls, changes "
+                     "and usage when the run ends (docs/CLI_JSON.md)."),
+    ] = False,
+    json_stream: Annotated[
+        bool,
+        typer.Option("--json-stream", help="Print one JSON event a line as the run goes, the "
+                     "--json object last."),
+    ] = False,
+    fail_on_denied: Annotated[
+        bool,
+        typer.Option("--fail-on-denied", help="Exit 32 when any tool call was denied."),
+    ] = False,
+    system_prompt_file: SystemPromptFileOpt = None,
+    no_project_instructions: NoInstructionsOpt = False,
 ) -> None:
     """Ask the agent to do something in DIR; every tool call runs in a sandbox container.
 
@@ -307,8 +242,14 @@ def ask(
     commands ask at a terminal (y, n, a: always allow for this session, r: no and say why);
     without one they are denied unless --yes (fail closed).
     """
-    if query is None and not interactive:
-        query = _query_from_stdin()
+    from executor.cli.machine import JsonOutput, reporting
+
+    output = JsonOutput(stream=json_stream, prints=as_json)
+    if output.prints and interactive:
+        raise ConfigError("--json and --json-stream print one run: they do not go with -i",
+                          fix="drop -i, or drop --json/--json-stream")
+    if query is not None or not interactive:
+        query = checked_query(query if query is not None else _query_from_stdin())
     at_terminal = bool(sys.stdin and sys.stdin.isatty() and err_console.is_terminal)
     options = _settings(
         provider=provider,
@@ -335,37 +276,52 @@ def ask(
         "context_summarize": context_summarize,
         "audit_required": audit_required,
         "audit_prompts": audit_prompts,
-    }
+    } | prompt_options(system_prompt_file, no_project_instructions)
     if allow_git_writes:
         options["allow_git_writes"] = True
     # The container starts when a tool first needs it (a REPL warms it up at once): an answer
     # that needs no tool never waits for one. A resumed session re-attaches its container first.
     if not resume:
         options["sandbox_warm_up"] = 0.0 if interactive else WARM_UP_SECONDS
-    runner, view = _prepare(root, options, stream=stream, trace=trace, audit=not no_audit,
-                            interactive=at_terminal)
-    try:
-        with runner:
-            _start(runner, view)
-            if interactive:
-                from executor.cli.repl import Repl
+    with reporting(output):
+        runner, view = _prepare(root, options, stream=stream, trace=trace, audit=not no_audit,
+                                interactive=at_terminal)
+        output.attach(runner.hooks)
+        try:
+            with runner:
+                _start(runner, view)
+                if interactive:
+                    from executor.cli.repl import Repl
 
-                repl = Repl(runner, view, lambda text: _answer(runner, view, text, keep_going=True))
-                repl.run(query)
-            else:
-                _answer(runner, view, query or "")
-    finally:
-        view.close()
+                    repl = Repl(runner, view,
+                                lambda text: _answer(runner, view, text, keep_going=True))
+                    repl.run(query)
+                    return
+                view.begin()
+                result = runner.run(query or "")
+        finally:
+            view.close()
+    _finish(result, view, output, fail_on_denied)
+
+
+def _finish(result: RunResult, view: ProgressView, output: JsonOutput,
+            fail_on_denied: bool) -> None:
+    """The answer (or the JSON object) on stdout; exit 32 for denied calls when asked."""
+    from executor.cli.machine import check_denied
+    from executor.ui import show_answer
+
+    if not output.prints:
+        show_answer(result.answer, real_console(out_console))
+    err_console.print(f"[dim]done · {markup_safe(view.summary())}[/]")
+    report = output.finish(answer=result.answer, turns=result.turns)
+    if fail_on_denied:
+        check_denied(report, lambda text: inert_line(text[:80]))
 
 
 def _streams_text(runner: Runner, stream: bool | None) -> bool:
     """Stream prose, not a tool protocol's JSON; off a terminal only when asked for."""
     prose = getattr(runner.model, "tool_protocol", "native") == "native"
     return prose and (stream is True or (stream is None and err_console.is_terminal))
-
-
-WARM_UP_SECONDS = 0.3
-"""A one-shot ask starts the container in the background once the model has thought this long."""
 
 
 def _answer(runner: Runner, view: ProgressView, query: str, *,
@@ -389,209 +345,3 @@ def _answer(runner: Runner, view: ProgressView, query: str, *,
     show_answer(result.answer, real_console(out_console))
     err_console.print(f"[dim]done · {markup_safe(view.summary())}[/]")
     return result
-
-
-
-# -- review --------------------------------------------------------------------------------------
-
-
-class ReportFormat(StrEnum):
-    """Formats of the review report."""
-
-    markdown = "markdown"
-    json = "json"
-
-
-REVIEW_PROMPT = (
-    "Review the code of this project{scope}. Inspect the relevant files with the tools first. "
-    "Then answer with a code review: a one-paragraph summary, then a list of findings, each "
-    "with file:line, severity (high, medium or low) and a concrete suggestion. Only report "
-    "problems you have seen in the code."
-)
-MAX_DIFF_CHARS = 60_000
-
-
-@cli_errors
-def review(
-    root: RootOption = Path("."),
-    output: Annotated[
-        Path | None,
-        typer.Option(
-            "--output",
-            "-o",
-            help="Write the report here (default: stdout).",
-            dir_okay=False,
-            show_default=False,
-        ),
-    ] = None,
-    fmt: Annotated[
-        ReportFormat, typer.Option("--format", "-f", help="Report format.")
-    ] = ReportFormat.markdown,
-    diff_base: Annotated[
-        str | None,
-        typer.Option(
-            "--diff-base", help="Review only the changes since this git ref.", show_default=False
-        ),
-    ] = None,
-    provider: ProviderOpt = None,
-    model: ModelOpt = None,
-    host: HostOpt = None,
-    tool_protocol: ProtocolOpt = None,
-    stream: StreamOpt = None,
-    trace: TraceOpt = False,
-    max_turns: MaxTurnsOpt = None,
-    image: ImageOpt = None,
-    runtime: RuntimeOpt = None,
-    timeout: TimeoutOpt = None,
-    max_tokens: MaxTokensOpt = None,
-    policy: PolicyOpt = None,
-    deny_tool: DenyToolOpt = None,
-    deny_prefix: DenyPrefixOpt = None,
-    no_audit: NoAuditOpt = False,
-    audit_required: AuditRequiredOpt = False,
-) -> None:
-    """Review DIR read-only and non-interactively (for CI): writes a report, exit 0 on success.
-
-    The container mounts the project read-only and no write or shell tool is offered.
-    """
-    root = root.resolve()
-    _check_output(output)
-    query = _review_query(root, diff_base)
-    options = _settings(
-        provider=provider,
-        model=model,
-        host=host,
-        tool_protocol=tool_protocol,
-        stream=stream,
-        max_turns=max_turns,
-        image=image,
-        runtime=runtime,
-        timeout=timeout,
-        max_tokens=max_tokens,
-        deny_tools=deny_tool,
-        deny_prefixes=deny_prefix,
-        policy_file=policy,
-    ) | {"read_only": True, "audit_required": audit_required}
-    runner, view = _prepare(root, options, stream=stream, trace=trace, audit=not no_audit,
-                            interactive=False)
-    meta = {
-        "root": str(root),
-        "diff_base": diff_base,
-        "provider": runner.settings.provider,
-        "model": runner.model.name,
-    }
-    try:
-        with runner:
-            _start(runner, view)
-            result = runner.run(query)
-            view.close()
-    except SandboxAgentError as exc:
-        _write_report(_error_report(meta, runner, exc), fmt, output)
-        raise
-    _write_report(_report(meta, runner, result), fmt, output)
-
-
-def _review_query(root: Path, diff_base: str | None) -> str:
-    if diff_base is None:
-        return REVIEW_PROMPT.format(scope="")
-    diff = git_diff(root, diff_base)
-    if not diff.strip():
-        raise ConfigError(f"no changes since {diff_base}: nothing to review")
-    if len(diff) > MAX_DIFF_CHARS:
-        diff = diff[:MAX_DIFF_CHARS] + f"\n[... diff truncated at {MAX_DIFF_CHARS} characters ...]"
-    return REVIEW_PROMPT.format(scope=f", focusing on these changes since {diff_base}") + (
-        f"\n\n```diff\n{diff}\n```"
-    )
-
-
-def git_diff(root: Path, base: str) -> str:
-    """`git diff BASE` of the working tree, run on the host without external diff programs."""
-    command = [
-        "git",
-        "-C",
-        str(root),
-        "diff",
-        "--no-color",
-        "--no-ext-diff",
-        "--no-textconv",
-        base,
-        "--",
-    ]
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise ConfigError(f"cannot run git diff: {exc}") from exc
-    if done.returncode != 0:
-        reason = (done.stderr.strip().splitlines() or ["no reason given"])[0]  # git adds usage
-        raise ConfigError(
-            f"git diff {base} failed: {reason[:300]}",
-            fix="--diff-base needs a git repository and an existing ref",
-        )
-    return done.stdout
-
-
-def _report(meta: dict[str, Any], runner: Runner, result: RunResult) -> dict[str, Any]:
-    calls = [
-        {"tool": r.call.name, "arguments": r.call.arguments, "ok": r.result.ok}
-        for r in result.tool_calls
-    ]
-    return {
-        "status": "ok",
-        **meta,
-        "session": runner.session_name,
-        "turns": result.turns,
-        "tool_calls": calls,
-        "review": result.answer,
-    }
-
-
-def _error_report(meta: dict[str, Any], runner: Runner, exc: SandboxAgentError) -> dict[str, Any]:
-    return {
-        "status": "error",
-        **meta,
-        "session": runner.session_name,
-        "error": {"type": type(exc).__name__, "message": str(exc), "exit_code": exc.exit_code},
-    }
-
-
-def _check_output(output: Path | None) -> None:
-    """Fail before the review runs, not after, when the report cannot be written there."""
-    if output is not None and not output.parent.is_dir():
-        raise ConfigError(
-            f"cannot write the report to {output}: {output.parent} is not a directory",
-            fix="create the directory first, or pass another --output",
-        )
-
-
-def _write_report(report: dict[str, Any], fmt: ReportFormat, output: Path | None) -> None:
-    text = (
-        json.dumps(report, indent=2, ensure_ascii=False)
-        if fmt is ReportFormat.json
-        else _markdown(report)
-    )
-    if output is None:
-        echo_result(text, json_text=fmt is ReportFormat.json)
-        return
-    try:
-        output.write_text(text + "\n", encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"cannot write the report to {output}: {exc.strerror}") from exc
-    err_console.print(f"[dim]report written to {markup_safe(str(output), line=True)}[/]")
-
-
-def _plural(count: int, noun: str) -> str:
-    return f"{count} {noun}{'s' * (count != 1)}"
-
-
-def _markdown(report: dict[str, Any]) -> str:
-    scope = f" (changes since `{report['diff_base']}`)" if report.get("diff_base") else ""
-    head = f"# Code review of `{report['root']}`{scope}\n\n"
-    facts = f"_model {report['model']} ({report['provider']}), session {report['session']}"
-    if report["status"] != "ok":
-        return head + f"**Review failed:** {report['error']['message']}\n\n{facts}_"
-    tools = ", ".join(sorted({c["tool"] for c in report["tool_calls"]})) or "none"
-    return (
-        head
-        + str(report["review"]).strip()
-        + f"\n\n---\n{facts}, {_plural(report['turns'], 'turn')}, tools used: {tools}_"
-    )

@@ -2,6 +2,7 @@
 
 
 import json
+import sys
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -66,20 +67,25 @@ def sessions(ctx: typer.Context, root: RootOption = Path("."), as_json: JsonOpti
         out_console.print(_table(rows))
 
 
+_STATUS_STYLES = {"ok": "green", "error": "red", "max_turns": "yellow", "interrupted": "yellow",
+                  "unfinished": "yellow", "unreadable": "red"}
+
+
 def _table(rows: "list[SessionSummary]") -> "Table":
     from rich.table import Table
     from rich.text import Text
 
     table = Table(box=None, header_style="bold", pad_edge=False, expand=True)
-    for title in ("name", "started (UTC)", "turns", "model"):
+    for title in ("name", "started (UTC)", "turns", "status", "model"):
         table.add_column(title, no_wrap=True, justify="right" if title == "turns" else "left")
     # Expanded, the ratio column gets what is left of the width: the others are never squeezed.
     table.add_column("last message", overflow="ellipsis", no_wrap=True, ratio=1, min_width=8)
     for row in rows:
         model = f"{row.model} ({row.provider})" if row.provider else row.model
         started = row.started_at.replace("T", " ")[:19]
-        cells = (row.name, started, str(row.turns), model, row.last_message)
-        table.add_row(*(Text(inert_line(cell)) for cell in cells))
+        cells = (row.name, started, str(row.turns), row.status, model, row.last_message)
+        table.add_row(*(Text(inert_line(cell), style=_STATUS_STYLES.get(cell, ""))
+                        if i == 3 else Text(inert_line(cell)) for i, cell in enumerate(cells)))
     return table
 
 
@@ -99,18 +105,46 @@ def show(
         err_console.print(f"warning: {inert(note)}", style="yellow", markup=False)
     out_console.print(_heading(contents))
     for entry in contents.entries:
-        out_console.print(_entry(entry, full))
+        if entry.event != "header_update":  # already folded into the heading
+            out_console.print(_entry(entry, full))
 
 
 @app.command("rm")
 @cli_errors
-def rm(ctx: typer.Context, name: NameArgument, root: RootOption = Path(".")) -> None:
-    """Delete a session file."""
+def rm(
+    ctx: typer.Context,
+    name: NameArgument,
+    root: RootOption = Path("."),
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+) -> None:
+    """Delete a session file (asks first at a terminal, unless --yes)."""
     from executor.session import remove_session
 
-    path = remove_session(_root(ctx, root), name)
+    root = _root(ctx, root)
+    if not yes and sys.stdin.isatty() and not _confirm(root, name):
+        err_console.print(f"kept session {inert_line(name)}", markup=False)
+        return
+    path = remove_session(root, name)
     err_console.print(f"removed session {inert_line(name)} ({inert_line(str(path))})",
                       markup=False)
+
+
+def _confirm(root: Path, name: str) -> bool:
+    """y/yes at the terminal; anything else keeps the session."""
+    from rich.text import Text
+
+    from executor.session import NdjsonSessionStore, SessionWarning
+
+    store = NdjsonSessionStore.open(root, name)  # SessionNotFoundError before asking
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SessionWarning)
+        count = len(store.read().messages)
+    prompt = f"delete session {inert_line(name)} ({count} messages)? [y/N] "
+    try:
+        answer = err_console.input(Text(prompt)).strip().lower()
+    except EOFError:
+        return False
+    return answer in ("y", "yes")
 
 
 # --- transcript ---------------------------------------------------------------------------------
@@ -150,9 +184,21 @@ def _entry(entry: "Entry", full: bool) -> "Text":
 
     time = Text(f"[{entry.ts[11:19]}] ", style="dim")
     if entry.message is None:
-        return time + Text(f"— {inert_line(str(entry.event))} {json.dumps(entry.data)}",
-                           style="dim italic")
+        return time + Text(f"— {_event(entry)}", style="dim italic")
     return time + _message(entry.message, full)
+
+
+def _event(entry: "Entry") -> str:
+    """An event in words: how a run ended, a resume, a repair (inert, one line)."""
+    data = entry.data
+    if entry.event == "run_end":
+        turns = f" after {data['turns']} turn(s)" if isinstance(data.get("turns"), int) else ""
+        error = f": {data['error']}" if data.get("error") else ""
+        return inert_line(f"run ended: {data.get('status', '?')}{turns}{error}")
+    if entry.event == "resumed":
+        return inert_line(f"resumed with model {data.get('model', '?')}")
+    facts = " ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in data.items())
+    return inert_line(f"{entry.event} {facts}".strip())
 
 
 ROLE_STYLES = {"system": "magenta", "user": "bold green", "assistant": "bold cyan", "tool": "blue"}

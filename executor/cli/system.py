@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -9,8 +10,15 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from executor.choices import DEFAULT_BASE_IMAGE, DEFAULT_IMAGE
-from executor.cli.common import cli_errors, err_console, out_console
-from executor.errors import ImageNotFoundError, RuntimeNotFoundError, SandboxAgentError
+from executor.cli.common import cli_errors, echo_result, err_console, fail, out_console
+from executor.cli.options import HostOpt, ProviderOpt
+from executor.errors import (
+    ConfigError,
+    ImageNotFoundError,
+    ModelResponseError,
+    RuntimeNotFoundError,
+    SandboxAgentError,
+)
 from executor.sandbox.engine import (
     IMAGE_FIX,
     RUNTIME_FIX,
@@ -67,6 +75,9 @@ def gc(
     ] = False,
 ) -> None:
     """Remove sandbox containers whose session is no longer running (e.g. after a crash)."""
+    if root is not None and not root.is_dir():
+        raise ConfigError(f"project root {root} does not exist",
+                          fix="pass the root the sessions ran on, or leave out --root")
     from executor.sandbox.gc import gc as collect
 
     result = collect(root=str(root) if root else None, all_hosts=all_hosts, force=force)
@@ -79,15 +90,12 @@ def gc(
 
 
 def doctor(
-    provider: Annotated[
-        str | None,
-        typer.Option("--provider", "-p", help="Model provider to check.", show_default=False),
-    ] = None,
-    host: Annotated[
-        str | None, typer.Option("--host", help="Model server URL to check.", show_default=False)
-    ] = None,
+    provider: ProviderOpt = None,
+    host: HostOpt = None,
     model: Annotated[
-        str | None, typer.Option("--model", "-m", help="Model to check.", show_default=False)
+        str | None,
+        typer.Option("--model", "-m", help="Also check that the server has this model.",
+                     show_default=False),
     ] = None,
     image: Annotated[
         str | None, typer.Option("--image", help="Sandbox image to check.", show_default=False)
@@ -106,17 +114,16 @@ def doctor(
         ),
     ] = False,
 ) -> None:
-    """Check the engine, its runtimes, the sandbox image and the model server; print each fix."""
-    from executor.config import Settings
+    """Check the engine and its runtimes, the sandbox image and the model server (and model);
+    print fixes. With --security, attack the sandbox on this engine instead of the model checks."""
+    from executor.config import load_settings
 
-    given = {"provider": provider, "host": host, "model": model, "image": image,
-             "runtime": runtime}
-    values = {k: v for k, v in given.items() if v is not None}
+    values = {"provider": provider, "host": host, "model": model, "image": image,
+              "runtime": runtime}
     try:
-        settings = Settings.model_validate({**Settings().model_dump(), **values})
-    except ValueError as exc:
-        err_console.print(f"[bold red]error:[/] {markup_safe(str(exc))}")
-        raise typer.Exit(2) from None
+        settings = load_settings({k: v for k, v in values.items() if v is not None})
+    except ConfigError as exc:
+        raise fail(exc) from None
     client: dict[str, Any] = {}
     checks: list[tuple[str, Check]] = [
         ("Docker engine", lambda: _engine(client)),
@@ -126,6 +133,8 @@ def doctor(
         checks.append((f"runtime {settings.runtime}", lambda: _runtime(client, settings)))
     if not security:
         checks.append((f"model provider {settings.provider}", lambda: _model(settings)))
+    if not security and settings.model and settings.provider != "embedded":
+        checks.append((f"model {settings.model}", lambda: _has_model(settings)))
     failed = [name for name, check in checks if not _run_check(name, check)]
     if failed or (security and not _security(settings)):
         raise typer.Exit(1)
@@ -224,3 +233,49 @@ def _model(settings: Settings) -> str:
         return str(model.ping())  # type: ignore[attr-defined]
     finally:
         model.close()
+
+
+def _has_model(settings: Settings) -> str:
+    names = available_models(settings)
+    if settings.model not in names:
+        raise ModelResponseError(
+            f"the server does not have {settings.model!r}",
+            fix=f"the server has: {', '.join(names[:20]) or 'none'}"
+            + (f"; or `ollama pull {settings.model}`" if settings.provider == "ollama" else ""),
+        )
+    return "present"
+
+
+def available_models(settings: Settings) -> list[str]:
+    """The models the configured server (or the embedded provider) offers."""
+    if settings.provider == "embedded":
+        from executor.models.embedded import MODELS
+
+        return list(MODELS)
+    from executor.models import build_model
+
+    model = build_model(settings)
+    try:
+        return list(model.list_models())  # type: ignore[attr-defined]
+    finally:
+        model.close()
+
+
+@cli_errors
+def models(
+    provider: ProviderOpt = None,
+    host: HostOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON array.")] = False,
+) -> None:
+    """List the models the configured server has (Ollama /api/tags, OpenAI /v1/models)."""
+    from executor.config import load_settings
+
+    values = {"provider": provider, "host": host}
+    settings = load_settings({k: v for k, v in values.items() if v is not None})
+    names = available_models(settings)
+    if as_json:
+        echo_result(json.dumps(names, ensure_ascii=False), json_text=True)
+    elif names:
+        echo_result("\n".join(inert_line(name) for name in names))
+    else:
+        err_console.print(f"the {markup_safe(settings.provider)} server lists no models")

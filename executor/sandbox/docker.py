@@ -284,6 +284,12 @@ class DockerSandbox:
         """The container's name."""
         return container_name(self.config.session_id)
 
+    def preflight(self) -> None:
+        """Fail now, not at the first tool call, when the engine or the image is missing
+        (cheap: one ping and one lookup; the container itself may start later)."""
+        self._client = self._client or connect()
+        self._image()
+
     def start(self) -> None:
         """Create (or re-attach to) the session's container and start the toolbox."""
         try:

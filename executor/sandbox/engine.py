@@ -14,10 +14,13 @@ from executor.errors import (
 )
 
 ENGINE_FIX = (
-    "start the Docker engine (on Debian: `make engine`, which installs docker.io and runs "
-    "`dockerd --bridge=none --iptables=false`), or set DOCKER_HOST"
+    "start the Docker engine (installed with pip: install Docker, e.g. `apt-get install "
+    "docker.io`, and start it; in a clone of sandbox-agent: `make engine`), or set DOCKER_HOST"
 )
-IMAGE_FIX = "build it with `sandbox-agent image build` (or `make image`), or pass --image"
+IMAGE_FIX = (
+    "build it with `sandbox-agent image build` (no registry reachable, in a clone of "
+    "sandbox-agent: `make image`), or pass --image"
+)
 RUNTIME_FIX = (
     "`sandbox-agent doctor` lists the engine's runtimes; for gVisor, `make engine` as root "
     "installs runsc and registers it with dockerd; or drop --runtime / SANDBOX_AGENT_RUNTIME"

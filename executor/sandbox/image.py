@@ -13,8 +13,10 @@ from executor.sandbox.engine import connect, docker_errors
 Progress = Callable[[str], None]
 
 BASE_FIX = (
-    "no registry? build a base from Debian packages with `make base-image` "
-    f"(debootstrap) and pass --base {OFFLINE_BASE_IMAGE}"
+    "no registry? build a base from Debian packages (in a clone of sandbox-agent: "
+    "`make base-image`; installed with pip: `debootstrap --variant=minbase "
+    "--include=python3,ripgrep,git bookworm DIR && tar -C DIR -c . | docker import - "
+    f"{OFFLINE_BASE_IMAGE}`) and pass --base {OFFLINE_BASE_IMAGE}"
 )
 
 

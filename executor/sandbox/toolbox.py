@@ -526,7 +526,7 @@ def tool_write_file(ctx, path, content, expect_sha256=None):
     _check_unchanged(path, before, expect_sha256)
     meta = _write(ctx, real, before, _encode(content, "surrogatepass"))
     how = "new file" if meta["created"] else f"{meta['lines_changed']} lines changed"
-    return ok(f"wrote {meta['bytes']} bytes to '{path}' ({how})", **meta)
+    return ok(f"wrote {meta['bytes']} bytes to '{path}' ({how})" + _gitdir_note(meta), **meta)
 
 
 def tool_edit_file(ctx, path, new_text, old_text=None, replace_all=False, expect_sha256=None):
@@ -537,9 +537,18 @@ def tool_edit_file(ctx, path, new_text, old_text=None, replace_all=False, expect
     after, done = _edited(path, before, new_text, old_text, replace_all)
     meta = _write(ctx, real, before, after)
     if before is None:
-        return ok(f"created '{path}' ({meta['bytes']} bytes)", replacements=0, **meta)
+        return ok(f"created '{path}' ({meta['bytes']} bytes)" + _gitdir_note(meta),
+                  replacements=0, **meta)
     return ok(f"edited '{path}': {done} replacement{'s' * (done > 1)}, "
-              f"{meta['lines_changed']} lines changed", replacements=done, **meta)
+              f"{meta['lines_changed']} lines changed" + _gitdir_note(meta),
+              replacements=done, **meta)
+
+
+def _gitdir_note(meta):
+    records = meta.get("git_quarantined") or []
+    return "".join(f"\n{r['path']} was made to look like a git repository; its HEAD was renamed "
+                   f"to {r['renamed_to'] or '(failed)'} so git on the host does not use it"
+                   for r in records)
 
 
 def _edited(path, before, new_text, old_text, replace_all):
@@ -662,10 +671,40 @@ def _write(ctx, real, before, data):
         f.write(data)
     digest = hashlib.sha256(data).hexdigest()
     _note_write(ctx, real, allocated, digest)
-    return {"bytes": len(data),
+    meta = {"bytes": len(data),
             "sha256_before": None if before is None else hashlib.sha256(before).hexdigest(),
             "sha256_after": digest,
             "lines_changed": _lines_changed(before or b"", data), "created": before is None}
+    disabled = _gitdir_made_by_write(ctx, real) if ".git" in ctx.readonly else None
+    if disabled:
+        meta["git_quarantined"] = [disabled]
+    return meta
+
+
+def _gitdir_made_by_write(ctx, real):
+    """A write that completes a repository look-alike (HEAD, objects/, refs/ in one directory,
+    whatever its name) disables it at once: git on the host would run its config."""
+    folder = os.path.dirname(real)
+    while _inside(ctx.root, folder):
+        parts = [os.path.join(folder, p) for p in GITDIR_PARTS]
+        if (os.path.isfile(parts[0]) and all(os.path.isdir(p) and not os.path.islink(p)
+                                             for p in parts[1:])
+                and folder not in _readonly_mounts(ctx.root)):
+            head = rel(ctx, parts[0])
+            renamed = head + "." + QUARANTINE.strip(".") + os.urandom(4).hex()
+            try:
+                _rename_in_place(ctx, head, renamed)
+            except OSError as exc:
+                return {"path": rel(ctx, folder), "kind": "gitdir", "renamed_to": None,
+                        "error": exc.strerror or str(exc)}
+            if ctx.tracker is not None and ctx.tracker.index is not None:
+                ctx.tracker.index.stats.pop(head, None)
+                ctx.tracker.refresh(renamed)
+            return {"path": rel(ctx, folder), "kind": "gitdir", "renamed_to": renamed}
+        if folder == ctx.root:
+            return None
+        folder = os.path.dirname(folder)
+    return None
 
 
 def _lines_changed(old, new):
@@ -1022,13 +1061,23 @@ def _walk(ctx):
 
     Everything is entered except read-only mount points (the protected .git and hook paths:
     nothing below them can change). A directory a command made unreadable is opened for the
-    walk and closed again: what it holds still counts, for the audit and the disk budget.
+    walk and closed again after it: what it holds still counts, for the audit and the budget.
     """
+    reopened = []
+    try:
+        return _walk_tree(ctx, reopened)
+    finally:
+        for path, ino, mode in reversed(reopened):  # deepest first, as they were opened
+            with contextlib.suppress(OSError):
+                _chmod_nofollow(ctx.root, path, ino, mode, kind=stat.S_IFDIR)
+
+
+def _walk_tree(ctx, reopened):
     stats, gits, unlisted, stack = {}, [], [], [("", ctx.root)]
     frozen = _readonly_mounts(ctx.root)
     while stack:
         prefix, directory = stack.pop()
-        for entry in _listing(ctx, directory, unlisted, prefix):
+        for entry in _listing(ctx, directory, unlisted, prefix, reopened):
             if not prefix and entry.name in ctx.hidden:
                 continue
             try:
@@ -1047,39 +1096,36 @@ def _walk(ctx):
     return stats, True, gits, unlisted
 
 
-def _listing(ctx, directory, unlisted, prefix):
+def _listing(ctx, directory, unlisted, prefix, reopened):
     try:
         with os.scandir(directory) as it:
             return list(it)
     except PermissionError:
-        listed = _list_unreadable(ctx, directory, prefix)
-        if listed is not None:
-            return listed
+        if _reopen(ctx, directory, prefix, reopened):
+            with contextlib.suppress(OSError), os.scandir(directory) as it:
+                return list(it)
     except OSError:
         pass
     unlisted.append(prefix)  # gone, or still unreadable: what it held stays unknown
     return []
 
 
-def _list_unreadable(ctx, directory, prefix):
-    """List a directory a command made unreadable (ours: same uid), then put its mode back."""
+def _reopen(ctx, directory, prefix, reopened):
+    """Give a directory a command made unreadable (ours: same uid) read and search rights
+    for the walk; _walk puts its mode back afterwards."""
     if not prefix:
-        return None
+        return False
     path = prefix.rstrip("/")
     try:
         st = os.lstat(directory)
         if not stat.S_ISDIR(st.st_mode):
-            return None
+            return False
         _chmod_nofollow(ctx.root, path, st.st_ino, stat.S_IMODE(st.st_mode) | 0o500,
                         kind=stat.S_IFDIR)
-        try:
-            with os.scandir(directory) as it:
-                return list(it)
-        finally:
-            _chmod_nofollow(ctx.root, path, st.st_ino, stat.S_IMODE(st.st_mode),
-                            kind=stat.S_IFDIR)
     except OSError:
-        return None
+        return False
+    reopened.append((path, st.st_ino, stat.S_IMODE(st.st_mode)))
+    return True
 
 
 def _size(stats):

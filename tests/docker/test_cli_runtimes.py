@@ -4,6 +4,7 @@ line when the engine cannot give it."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,19 @@ def test_the_runtime_flag_beats_the_environment(project: Path, model_server: Mod
 
     done = ask(project, model_server, "ollama", "--runtime", "runsc",
                env={"SANDBOX_AGENT_RUNTIME": "runc"})
+
+    assert_ok(done, "Done.")
+    assert sandbox_start(project)["runtime"] == "runsc"
+
+
+def test_the_user_config_file_sets_the_runtime(project: Path, model_server: ModelServer):
+    config = Path(os.environ["SANDBOX_AGENT_CONFIG_DIR"])  # this test's own
+    config.mkdir(parents=True, exist_ok=True)
+    (config / "config.toml").write_text('runtime = "runsc"\n')
+    model_server.reply(tool_calls=[Call("list_files", {})])
+    model_server.reply("Done.")
+
+    done = ask(project, model_server, "ollama")
 
     assert_ok(done, "Done.")
     assert sandbox_start(project)["runtime"] == "runsc"

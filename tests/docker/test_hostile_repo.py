@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import Engine
-from tests.docker.cli_support import ask, explain
-from tests.fakes.model_server import Call, ModelServer
+from tests.docker.cli_support import ask, explain, run_cli
+from tests.fakes.model_server import Call, ModelServer, RecordedRequest, Reply
 
 pytestmark = [pytest.mark.docker, pytest.mark.engines]
 
@@ -179,3 +179,67 @@ def test_husky_hooks_and_the_scripts_they_run_are_read_only(workdir: Path,
     assert "Read-only file system" in results[0], results
     assert "busy" in results[1].lower(), results
     assert (root / ".husky" / "pre-commit").read_text() == "npm test\n"
+
+
+def test_review_never_runs_a_planted_repositorys_config(workdir: Path, model_server: ModelServer):
+    """A sub-project of a monorepo holding what makes git take it for a repository (HEAD,
+    objects/, refs/ copied from a real one) and a config whose clean filter runs a program:
+    `review --diff-base` runs git on the host, and must never run that."""
+    mono, seed = workdir / "mono", workdir / "seed"
+    root = mono / "pkg"
+    root.mkdir(parents=True)
+    git("init", "-q", str(mono), cwd=workdir)
+    git("init", "-q", str(seed), cwd=workdir)
+    (seed / "a.txt").write_text("one\n")
+    git("add", "a.txt", cwd=seed)
+    git("-c", "user.email=a@b", "-c", "user.name=a", "commit", "-q", "-m", "x", cwd=seed)
+    for part in ("HEAD", "objects", "refs"):
+        subprocess.run(["cp", "-r", str(seed / ".git" / part), str(root)], check=True)
+    marker = workdir / "PWNED"
+    (root / "config").write_text(
+        f"[core]\n\tbare = false\n\tworktree = .\n"
+        f"[filter \"x\"]\n\tclean = sh -c 'touch {marker}; cat'\n")
+    (root / ".gitattributes").write_text("* filter=x\n")
+    (root / "a.txt").write_text("two\n")
+    model_server.default = Reply("No findings.")
+    done = run_cli("review", "--root", root, "--provider", "ollama", "--host", model_server.url,
+                   "--diff-base", "HEAD")
+    assert not marker.exists(), explain(done)
+    assert "Traceback" not in done.stderr
+
+
+def test_a_root_without_git_ends_the_session_without_one(workdir: Path, model_server: ModelServer):
+    """A monorepo sub-directory has no .git of its own: the agent must not leave one that git
+    on the host would honour (hooks, fsmonitor) when the person next types `git status`."""
+    root = workdir / "proj"
+    root.mkdir()
+    results = attempt(root, model_server,
+                      "git init -q . && echo 'id' > .git/hooks/pre-commit && "
+                      "chmod +x .git/hooks/pre-commit && git config core.fsmonitor id && echo made")
+    assert "new git repositories inside the project are not allowed" in results[0], results
+    assert not (root / ".git").exists()
+    [moved] = [p for p in root.iterdir() if p.name.startswith(".git.quarantined-")]
+    assert not (moved / "HEAD").exists()  # not a repository under its new name either
+
+
+def test_a_repository_the_person_makes_during_a_session_is_read_only_at_once(
+        workdir: Path, model_server: ModelServer):
+    root = workdir / "proj"
+    root.mkdir()
+
+    def make_then_write(request: RecordedRequest) -> Reply:
+        # The person runs `git init vendor/lib` while the model thinks (the sandbox is up).
+        (root / "vendor" / "lib").mkdir(parents=True)
+        git("init", "-q", str(root / "vendor" / "lib"), cwd=workdir)
+        return Reply(tool_calls=[Call("run_shell_command", {
+            "command": "echo 'id' > vendor/lib/.git/hooks/post-checkout"})])
+
+    model_server.reply(tool_calls=[Call("run_shell_command", {"command": "true"})])
+    model_server.respond(make_then_write)
+    model_server.reply("done")
+    done = ask(root, model_server, "ollama", "--yes")
+    assert done.returncode == 0, explain(done)
+    results = [m["content"] for m in model_server.last_chat.body["messages"] if m["role"] == "tool"]
+    assert "Read-only file system" in results[1], results
+    assert not (root / "vendor" / "lib" / ".git" / "hooks" / "post-checkout").exists()
+    assert "restarting the sandbox with it read-only" in done.stderr

@@ -1263,3 +1263,14 @@ def test_a_directory_made_to_look_like_a_repository_loses_its_head(box: Box, roo
 def test_a_differently_cased_git_is_read_only_for_the_write_tools(box: Box, root: Path):
     failed(box.call("write_file", path="sub/.GIT/config", content="x"), "read-only")
     failed(box.call("write_file", path=".Git/hooks/pre-commit", content="x"), "read-only")
+
+
+def test_write_tools_cannot_assemble_a_repository_look_alike(box: Box, root: Path):
+    for path, content in [("docs/HEAD", "ref: refs/heads/main\n"),
+                          ("docs/config", "[core]\n\tworktree = .\n\tfsmonitor = id\n"),
+                          ("docs/objects/info/.keep", "")]:
+        assert box.call("write_file", path=path, content=content)["ok"]
+    last = box.call("write_file", path="docs/refs/heads/.keep", content="")
+    assert last["ok"] and last["meta"]["git_quarantined"][0]["path"] == "docs"
+    assert "made to look like a git repository" in last["output"]
+    assert not (root / "docs" / "HEAD").exists()

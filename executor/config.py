@@ -11,6 +11,7 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 Provider = Literal["ollama", "openai", "embedded"]
+WorkspaceMode = Literal["bind", "copy"]
 ToolProtocol = Literal["native", "json", "constrained"]
 
 DEFAULT_IMAGE = "sandbox-agent:latest"
@@ -31,6 +32,10 @@ DEFAULT_TOOL_TIMEOUT = 60
 """Seconds run_shell_command may take unless the call asks otherwise."""
 DEFAULT_DISK_BUDGET = 1024**3
 """Bytes the project may grow by in one session before commands are killed and writes refused."""
+DEFAULT_COPY_LIMIT = 1024**3
+"""Bytes a project may have to be copied into a copy workspace."""
+DEFAULT_COPY_MAX_FILES = 100_000
+"""Entries (files, directories, links) a project may have to be copied."""
 
 _SIZE = re.compile(r"(\d+)\s*(?:([kmgt])(?:i?b)?|b)?", re.IGNORECASE)
 
@@ -96,6 +101,15 @@ class Settings(BaseSettings):
     """Mount .git read-write (it is read-only by default)."""
     disk_budget: int = Field(DEFAULT_DISK_BUDGET, ge=0)
     """Bytes the project may grow by in a session (`1g`, `500m` or bytes; 0: no budget)."""
+    workspace: WorkspaceMode = "bind"
+    """bind: the root is mounted and changes land as they happen; copy: the sandbox works on a
+    copy and its changes come back for review (`diff`, `apply`, `undo`)."""
+    copy_limit: int = Field(DEFAULT_COPY_LIMIT, ge=1)
+    """Size guard of the copy workspace (`1g`, `500m` or bytes): a bigger project is refused."""
+    copy_max_files: int = Field(DEFAULT_COPY_MAX_FILES, ge=1)
+    """Entries a project may have to be copied."""
+    copy_exclude: list[str] = Field(default_factory=list)
+    """gitignore-style patterns left out of the copy (docs/WORKSPACES.md)."""
     audit: bool = True
     """Write the audit log."""
     audit_dir: Path | None = None
@@ -103,7 +117,7 @@ class Settings(BaseSettings):
     audit_max_result_bytes: int = Field(4096, ge=0)
     """Bytes of each tool result kept in the audit preview."""
 
-    @field_validator("disk_budget", mode="before")
+    @field_validator("disk_budget", "copy_limit", mode="before")
     @classmethod
     def _size(cls, value: Any) -> Any:
         """Sizes are given as text (`1g`) in flags and the environment."""

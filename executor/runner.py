@@ -16,7 +16,7 @@ import getpass
 import secrets
 import socket
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol, Self
@@ -32,13 +32,20 @@ from executor.hooks import HookBus
 from executor.messages import Message, ToolCall, ToolSpec
 from executor.models import build_model
 from executor.policy import Decision, Policy, PolicyOverrides, load_policy
-from executor.protocols import Model
+from executor.protocols import Model, Sandbox
 from executor.redact import Redactor
-from executor.sandbox.docker import DockerSandbox, SandboxConfig, container_name
+from executor.sandbox.docker import DockerSandbox, SandboxConfig
 from executor.sandbox.environment import sandbox_environment
-from executor.session import NdjsonSessionStore, session_names
+from executor.session import NdjsonSessionStore, SessionHeader, session_names
 from executor.state import legacy_notice
 from executor.tools import Tool, ToolContext, ToolRegistry, default_registry
+from executor.workspace.apply import pending
+from executor.workspace.changes import Changeset, load_changes
+from executor.workspace.sessions import CopyWorkspace, JournaledSandbox
+from executor.workspace.store import BlobStore
+
+SandboxFactory = Callable[[SandboxConfig], Sandbox]
+"""Makes a session's sandbox from its configuration (the default: a `DockerSandbox`)."""
 
 SYSTEM_PROMPT = (
     "You are a coding agent working on the project in /workspace; tool paths are relative to "
@@ -112,11 +119,16 @@ class Runner:
         policy: Policy,
         hooks: HookBus,
         approver: Approver | None = None,
+        sandbox: Sandbox | SandboxFactory | None = None,
     ) -> None:
         self.settings, self.options = settings, options
         self.model, self.tools, self.policy, self.hooks = model, tools, policy, hooks
         self.approver = approver
-        self.sandbox: DockerSandbox | None = None
+        self.backend = sandbox
+        """A sandbox to use as is, or a factory of one per session (None: Docker)."""
+        self.sandbox: Sandbox | None = None
+        self.changes: Changeset | None = None
+        """A copy session's changes, collected when it closed."""
         self.store: NdjsonSessionStore | None = None
         self.audit: AuditLog | None = None
         self.agent: Agent | None = None
@@ -131,11 +143,14 @@ class Runner:
         hooks: HookBus | None = None,
         model: Model | str | None = None,
         approver: Approver | None = None,
+        sandbox: Sandbox | SandboxFactory | None = None,
         **options: Any,
     ) -> Runner:
         """A runner for `root`; `options` are Settings fields and RunOptions fields by name.
 
         `model` is a Model to use as is, or a model name (the Settings field of that name).
+        `sandbox` is a Sandbox to use as is, or a factory called with the session's
+        `SandboxConfig` (default: a `DockerSandbox`).
         """
         if isinstance(model, str):
             options, model = {**options, "model": model}, None
@@ -153,7 +168,7 @@ class Runner:
             merged, run, model=model or build_model(merged, hooks=hooks),
             tools=_registry(tools, run), policy=load_policy(run.root, run.policy_file,
                                                             _overrides(run)),
-            hooks=hooks, approver=approver,
+            hooks=hooks, approver=approver, sandbox=sandbox,
         )
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -190,14 +205,30 @@ class Runner:
             raise
 
     def close(self) -> None:
-        """Remove the container and stop the model; the session and audit stay on disk."""
+        """Collect a copy's changes, remove the container and stop the model; the session,
+        its changes and the audit stay on disk."""
         self.agent = None
         try:
-            if self.sandbox is not None:
+            if self.sandbox is not None and self._collect_changes():
                 self.sandbox.stop()
         finally:
             self.sandbox = None
             self.model.close()
+
+    def _collect_changes(self) -> bool:
+        """Keep a copy session's changes; whether the sandbox may go (it stays when they could
+        not be collected, for a later --resume)."""
+        if not isinstance(self.sandbox, CopyWorkspace) or self.options.read_only:
+            return True
+        try:
+            self.changes = self.sandbox.finish()
+        except SandboxAgentError as exc:
+            self._warn(f"the changes of the copy could not be collected ({exc}); its container "
+                       "is kept: resume the session to try again, or `sandbox-agent gc` "
+                       "discards it")
+            self.sandbox.detach()
+            return False
+        return True
 
     # -- running -----------------------------------------------------------------------------
 
@@ -254,23 +285,65 @@ class Runner:
         )
         return store, []
 
-    def _start_sandbox(self, store: NdjsonSessionStore) -> DockerSandbox:
+    def _start_sandbox(self, store: NdjsonSessionStore) -> Sandbox:
         header = store.header
-        session_id = _sandbox_id(header.sandbox_id, header.container)
-        sandbox = DockerSandbox(self._sandbox_config(session_id, header.image_digest),
-                                warn=self._warn)
+        session_id = header.sandbox_id or secrets.token_hex(6)  # the store names the sandbox
+        workspace = self._workspace(header)
+        put_back = self._put_back(store.name) if workspace == "copy" else {}
+        config = self._sandbox_config(session_id, header.image_digest, workspace, put_back)
+        sandbox = self._wrap(self._backend_for(config), store.name, workspace, set(put_back))
         self.sandbox = sandbox
         sandbox.start()
+        info = sandbox.info
         if self.options.resume:
-            how = "re-attached to" if sandbox.reattached else "started a new"
+            how = "re-attached to" if getattr(sandbox, "reattached", False) else "started a new"
             self.hooks.emit("notice", message=f"resumed session {store.name}: {how} container "
-                                              f"{sandbox.name}")
-        store.update_header(container=sandbox.name, sandbox_id=session_id,
-                            image_digest=sandbox.info.image_digest,
-                            mount_mode=sandbox.info.mount_mode)
+                                              f"{info.container_name}")
+        store.update_header(container=info.container_name, sandbox_id=session_id,
+                            image_digest=info.image_digest, mount_mode=info.mount_mode,
+                            workspace=workspace)
         return sandbox
 
-    def _sandbox_config(self, session_id: str, digest: str) -> SandboxConfig:
+    def _workspace(self, header: SessionHeader) -> str:
+        """The configured workspace; a resumed session keeps the one it started with."""
+        recorded = header.workspace if self.options.resume else ""
+        if recorded and recorded != self.settings.workspace:
+            self.hooks.emit("notice", message=f"session {header.name} runs in its "
+                                              f"{recorded} workspace")
+        return recorded or self.settings.workspace
+
+    def _put_back(self, session: str) -> dict[str, list[Any] | None]:
+        """A resumed copy session's pending changes, to put back into a new copy."""
+        changeset = load_changes(self.options.root, session) if self.options.resume else None
+        if changeset is None:
+            return {}
+        return {c.path: c.after.row() if c.after else None
+                for c in pending(self.options.root, changeset)}
+
+    def _backend_for(self, config: SandboxConfig) -> Sandbox:
+        """The sandbox given, one from the factory given, or a DockerSandbox."""
+        if self.backend is None:
+            return DockerSandbox(config, warn=self._warn)
+        if isinstance(self.backend, Sandbox):
+            return self.backend
+        return self.backend(config)
+
+    def _wrap(self, backend: Sandbox, session: str, workspace: str, put_back: set[str]
+              ) -> Sandbox:
+        """Copy sessions keep a base and collect changes; bind sessions journal writes."""
+        root = self.options.root
+        if workspace == "copy":
+            if not callable(getattr(backend, "copy_manifest", None)):
+                raise ConfigError("this sandbox backend cannot run a copy workspace",
+                                  fix="use --workspace bind")
+            return CopyWorkspace(backend, root=root, session=session,  # type: ignore[arg-type]
+                                 put_back=put_back)
+        if self.options.read_only:
+            return backend
+        return JournaledSandbox(backend, root=root, session=session)
+
+    def _sandbox_config(self, session_id: str, digest: str, workspace: str = "bind",
+                        put_back: dict[str, list[Any] | None] | None = None) -> SandboxConfig:
         """On resume, the very image the session started with, falling back to the configured."""
         s = self.settings
         env = sandbox_environment(s.env_allow, secret_names=[s.api_key_env])
@@ -281,6 +354,9 @@ class Runner:
             read_only=self.options.read_only, memory=s.memory, pids_limit=s.pids_limit,
             cpus=s.cpus, tmp_size=s.tmp_size, tool_timeout=s.tool_timeout, env=env,
             allow_git_writes=s.allow_git_writes, disk_budget=s.disk_budget,
+            workspace=workspace, copy_limit=s.copy_limit, copy_max_files=s.copy_max_files,
+            copy_exclude=s.copy_exclude, copy_overlay=put_back or {},
+            blob_dir=BlobStore.for_root(self.options.root).directory if put_back else None,
         )
 
     def _open_audit(self, store: NdjsonSessionStore) -> AuditLog | None:
@@ -304,7 +380,7 @@ class Runner:
             "run_start", root=str(self.options.root), provider=self.settings.provider,
             model=self.model.name, image=info.image, image_digest=info.image_digest,
             container_id=info.container_id, mount_mode=info.mount_mode,
-            policy_source=self.policy.source, argv=self.options.argv,
+            workspace=info.workspace, policy_source=self.policy.source, argv=self.options.argv,
             user=getpass.getuser(), host=socket.gethostname(), session=store.name,
             tools=self.tools.names(),
         )
@@ -372,16 +448,6 @@ def _overrides(run: RunOptions) -> PolicyOverrides:
         yes=run.yes, deny_tools=tuple(run.deny_tools), deny_prefixes=tuple(run.deny_prefixes),
         deny_commands=tuple(run.deny_commands), read_only=run.read_only,
     )
-
-
-def _sandbox_id(recorded: str, container: str) -> str:
-    """The session's sandbox id as recorded (validated on load), else a new one."""
-    prefix = container_name("")
-    if recorded:
-        return recorded
-    if container.startswith(prefix):  # sessions from before sandbox_id was recorded
-        return container[len(prefix):]
-    return secrets.token_hex(6)
 
 
 def _status(exc: BaseException) -> str:

@@ -18,12 +18,15 @@ from rich.prompt import Confirm
 
 from executor.agent import RunResult
 from executor.cli.common import RootOption, cli_errors, err_console
-from executor.config import Provider, ToolProtocol
+from executor.cli.workspace import run_apply
+from executor.config import Provider, ToolProtocol, WorkspaceMode
 from executor.errors import ConfigError, SandboxAgentError
 from executor.policy import Decision
 from executor.runner import Runner
 from executor.tools import Tool
 from executor.ui import ProgressView
+from executor.workspace.apply import pending
+from executor.workspace.render import summary
 
 # -- options shared by ask and review ------------------------------------------------------------
 
@@ -127,6 +130,33 @@ AuditRequiredOpt = Annotated[
 AuditPromptsOpt = Annotated[
     bool, typer.Option("--audit-prompts", help="Record whole prompts in the audit log.")
 ]
+WorkspaceOpt = Annotated[
+    WorkspaceMode | None,
+    typer.Option(
+        "--workspace",
+        help="bind: the sandbox writes into the project as it goes; copy: it works on a copy "
+        "and its changes wait for `sandbox-agent diff` / `apply` (docs/WORKSPACES.md). "
+        "[default: bind]",
+        show_default=False,
+    ),
+]
+ExcludeOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--exclude",
+        help="Leave paths matching this gitignore-style pattern out of a copy (repeatable).",
+        show_default=False,
+    ),
+]
+CopyLimitOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--copy-limit",
+        metavar="SIZE",
+        help="Refuse to copy a project bigger than this, e.g. 2g. [default: 1g]",
+        show_default=False,
+    ),
+]
 EnvOpt = Annotated[
     list[str] | None,
     typer.Option(
@@ -199,11 +229,12 @@ def _query_from_stdin() -> str:
 def _start(runner: Runner, view: ProgressView) -> None:
     view.thinking()
     runner.start()
+    info = runner.sandbox.info if runner.sandbox else None
     err_console.print(
         f"[dim]session {runner.session_name} · container "
-        f"{runner.sandbox.name if runner.sandbox else '?'} · "
+        f"{info.container_name if info else '?'} · "
         f"{'read-only' if runner.options.read_only else 'read-write'} · "
-        f"model {escape(runner.model.name)}[/]"
+        f"{info.workspace if info else '?'} workspace · model {escape(runner.model.name)}[/]"
     )
 
 
@@ -293,6 +324,17 @@ def ask(
     no_audit: NoAuditOpt = False,
     audit_required: AuditRequiredOpt = False,
     audit_prompts: AuditPromptsOpt = False,
+    workspace: WorkspaceOpt = None,
+    apply: Annotated[
+        bool,
+        typer.Option(
+            "--apply",
+            help="Copy workspace: apply the changes at the end (asks at a terminal; without "
+            "one it needs --yes); files changed on the host meanwhile are refused (exit 61).",
+        ),
+    ] = False,
+    exclude: ExcludeOpt = None,
+    copy_limit: CopyLimitOpt = None,
 ) -> None:
     """Ask the agent to do something in DIR; every tool call runs in a sandbox container.
 
@@ -319,6 +361,9 @@ def ask(
         policy_file=policy,
         session=session,
         disk_budget=disk_budget,
+        workspace=workspace,
+        copy_exclude=exclude,
+        copy_limit=copy_limit,
     ) | {
         "read_only": read_only,
         "yes": yes,
@@ -331,12 +376,19 @@ def ask(
         options["allow_git_writes"] = True
     runner, view = _prepare(root, options, stream=stream, trace=trace, audit=not no_audit,
                             interactive=at_terminal)
-    with runner:
-        _start(runner, view)
-        if interactive:
-            _repl(runner, view, query)
-        else:
-            _answer(runner.run(query or ""), view)
+    check_apply(runner, apply)
+    try:
+        with runner:
+            _start(runner, view)
+            if interactive:
+                _repl(runner, view, query)
+            else:
+                _answer(runner.run(query or ""), view)
+    finally:
+        show_changes(runner)
+    if apply and runner.changes is not None:
+        run_apply(runner.options.root, runner.changes, yes=yes, at_terminal=at_terminal,
+                  audit=not no_audit)
 
 
 def _streams_text(runner: Runner, stream: bool | None) -> bool:
@@ -435,6 +487,8 @@ def review(
     deny_prefix: DenyPrefixOpt = None,
     no_audit: NoAuditOpt = False,
     audit_required: AuditRequiredOpt = False,
+    workspace: WorkspaceOpt = None,
+    exclude: ExcludeOpt = None,
 ) -> None:
     """Review DIR read-only and non-interactively (for CI): writes a report, exit 0 on success.
 
@@ -456,6 +510,8 @@ def review(
         deny_tools=deny_tool,
         deny_prefixes=deny_prefix,
         policy_file=policy,
+        workspace=workspace,
+        copy_exclude=exclude,
     ) | {"read_only": True, "audit_required": audit_required}
     runner, view = _prepare(root, options, stream=stream, trace=trace, audit=not no_audit,
                             interactive=False)
@@ -580,3 +636,23 @@ def _markdown(report: dict[str, Any]) -> str:
         + str(report["review"]).strip()
         + f"\n\n---\n{facts}, {_plural(report['turns'], 'turn')}, tools used: {tools}_"
     )
+
+
+# -- copy workspace ------------------------------------------------------------------------------
+
+
+def check_apply(runner: Runner, apply: bool) -> None:
+    """--apply needs a read-write copy workspace: say so before anything runs."""
+    if apply and (runner.settings.workspace != "copy" or runner.options.read_only):
+        raise ConfigError("--apply applies a copy workspace's changes",
+                          fix="add --workspace copy (and drop --read-only)")
+
+
+def show_changes(runner: Runner) -> None:
+    """After a copy session: what changed, and how to review and apply it (on stderr)."""
+    changes = runner.changes
+    if changes is None:
+        return
+    todo = pending(runner.options.root, changes)
+    for line in summary(changes, todo, root=str(runner.options.root)):
+        err_console.print(line, markup=False, highlight=False, soft_wrap=True)

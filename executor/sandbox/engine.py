@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -48,12 +49,27 @@ def _is_connection_problem(exc: Exception) -> bool:
     return "Connection" in text and any(w in text for w in ("refused", "aborted", "No such file"))
 
 
-def connect(timeout: float = 60.0) -> Any:
-    """A docker SDK client for the engine in the environment (DOCKER_HOST or the default socket)."""
+DEFAULT_ENDPOINT = "unix:///var/run/docker.sock"
+
+
+def endpoint(url: str | None = None) -> str:
+    """The engine address `connect(url)` talks to, for messages."""
+    return url or os.environ.get("DOCKER_HOST") or DEFAULT_ENDPOINT
+
+
+def connect(timeout: float = 60.0, url: str | None = None) -> Any:
+    """A docker SDK client for `url`, else the engine in the environment (DOCKER_HOST, then the
+    default socket); unix, tcp (TLS from DOCKER_TLS_VERIFY / DOCKER_CERT_PATH) and ssh."""
     import docker
 
-    with docker_errors("connecting to Docker"):
-        client = docker.from_env(timeout=int(timeout))
+    with docker_errors(f"connecting to Docker at {endpoint(url)}"):
+        ssh = endpoint(url).startswith("ssh://")  # the ssh binary, not paramiko
+        if url is None:
+            client = docker.from_env(timeout=int(timeout), use_ssh_client=ssh)
+        else:
+            environment = {**os.environ, "DOCKER_HOST": url}
+            client = docker.from_env(timeout=int(timeout), use_ssh_client=ssh,
+                                     environment=environment)
         client.ping()
         return client
 

@@ -324,9 +324,9 @@ class Runner:
         """The sandbox given, one from the factory given, or a DockerSandbox."""
         if self.backend is None:
             return DockerSandbox(config, warn=self._warn)
-        if isinstance(self.backend, Sandbox):
-            return self.backend
-        return self.backend(config)
+        if _is_sandbox(self.backend):
+            return self.backend  # type: ignore[return-value]
+        return self.backend(config)  # type: ignore[operator]
 
     def _wrap(self, backend: Sandbox, session: str, workspace: str, put_back: set[str]
               ) -> Sandbox:
@@ -448,6 +448,11 @@ def _overrides(run: RunOptions) -> PolicyOverrides:
         yes=run.yes, deny_tools=tuple(run.deny_tools), deny_prefixes=tuple(run.deny_prefixes),
         deny_commands=tuple(run.deny_commands), read_only=run.read_only,
     )
+
+
+def _is_sandbox(value: object) -> bool:
+    """A Sandbox rather than a factory (checked on the class: `info` may not be ready yet)."""
+    return all(callable(getattr(type(value), name, None)) for name in ("start", "stop", "call"))
 
 
 def _status(exc: BaseException) -> str:

@@ -365,4 +365,8 @@ def text_lines(entry: Entry | None, content: Callable[[str], bytes | None]) -> l
     data = content(entry.sha256)
     if data is None or b"\0" in data[:TEXT_SNIFF]:
         return None
-    return data.decode("utf-8", "surrogateescape").splitlines(keepends=True)
+    # Only "\n" ends a line: str.splitlines would also split at "\r", "\x0c", U+2028 and more,
+    # and a diff that hides where a line really ends could hide what it does.
+    parts = data.decode("utf-8", "surrogateescape").split("\n")
+    lines = [part + "\n" for part in parts[:-1]]
+    return [*lines, parts[-1]] if parts[-1] else lines

@@ -27,6 +27,10 @@ class Entry:
     sha256: str | None = None
     target: str | None = None
 
+    def __post_init__(self) -> None:
+        # Only the executable bit travels: an entry never carries a set-id or other bit.
+        object.__setattr__(self, "mode", normal(self.kind, self.mode))
+
     @property
     def executable(self) -> bool:
         """A regular file with the executable bit."""

@@ -33,6 +33,8 @@ def inert(text: str) -> str:
 def _escape(char: str) -> str:
     if char in "\t\n" or not (char in _BIDI or unicodedata.category(char) in ("Cc", "Cs")):
         return char
+    if char == "\r":
+        return "\\r"
     code = ord(char)
     if code < 0x100:
         return f"\\x{code:02x}"

@@ -388,7 +388,7 @@ def ask(
         show_changes(runner)
     if apply and runner.changes is not None:
         run_apply(runner.options.root, runner.changes, yes=yes, at_terminal=at_terminal,
-                  audit=not no_audit)
+                  audit=not no_audit, to_stderr=True)
 
 
 def _streams_text(runner: Runner, stream: bool | None) -> bool:

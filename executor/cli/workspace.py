@@ -149,7 +149,7 @@ def at_terminal() -> bool:
 
 
 def run_apply(root: Path, changeset: Changeset, *, yes: bool, at_terminal: bool,
-              audit: bool = True) -> Outcome | None:
+              audit: bool = True, to_stderr: bool = False) -> Outcome | None:
     """Show, ask (unless --yes), apply; ConflictError when files were left alone."""
     todo = pending(root, changeset)
     if not todo:
@@ -166,7 +166,7 @@ def run_apply(root: Path, changeset: Changeset, *, yes: bool, at_terminal: bool,
             raise ApplyDeclinedError("nothing applied; the changes stay pending")
     log = _audit(root, changeset.session) if audit else None
     outcome = apply_changes(root, changeset, approved_by="--yes" if yes else "user", audit=log)
-    _report(outcome, "applied")
+    _report(outcome, "applied", to_stderr=to_stderr)
     _raise_conflicts(outcome, "applied", CONFLICT_FIX)
     return outcome
 
@@ -196,12 +196,18 @@ def _audit(root: Path, session: str) -> AuditLog | None:
 _UNDONE = {"A": "put back", "D": "removed", "M": "restored", "T": "restored"}
 
 
-def _report(outcome: Outcome, verb: str) -> None:
+def _report(outcome: Outcome, verb: str, *, to_stderr: bool = False) -> None:
+    def say(line: str) -> None:
+        if to_stderr:  # `ask --apply`: stdout carries the answer alone
+            err_console.print(line, markup=False, highlight=False)
+        else:
+            typer.echo(line)
+
     for change in outcome.done:
         what = f"applied {change.status}" if verb == "applied" else _UNDONE[change.status]
-        typer.echo(f"{what} {inert(change.path)}")
+        say(f"{what} {inert(change.path)}")
     for path in outcome.already:
-        typer.echo(f"already {inert(path)}")
+        say(f"already {inert(path)}")
     for path, reason in outcome.conflicts:
         err_console.print(f"not {verb}: {inert(path)}: {reason}", markup=False, highlight=False)
 

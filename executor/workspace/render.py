@@ -176,7 +176,7 @@ def summary(changeset: Changeset, pending: list[Change], *, root: str) -> list[s
     lines += _refusals(changeset)
     target = f"--root {_quote(root)} --session {changeset.session}"
     lines += [f"review: sandbox-agent diff {target}",
-              f"apply:  sandbox-agent apply {target}   (undo: sandbox-agent undo {target})"]
+              f"apply:  sandbox-agent apply {target}   (then `undo` takes it back)"]
     return lines
 
 

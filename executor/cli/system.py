@@ -12,11 +12,12 @@ from rich.markup import escape
 from executor.cli.common import cli_errors, err_console, out_console
 from executor.config import DEFAULT_BASE_IMAGE, DEFAULT_IMAGE, Settings
 from executor.errors import ImageNotFoundError, SandboxAgentError
-from executor.sandbox.engine import IMAGE_FIX, connect, engine_version
+from executor.sandbox.engine import IMAGE_FIX, connect, endpoint, engine_version
 from executor.sandbox.gc import gc as collect
-from executor.sandbox.image import build_image, image_exists
+from executor.sandbox.image import build_image, copy_image, image_exists
 
-image_app = typer.Typer(help="Build the sandbox image.", no_args_is_help=True)
+image_app = typer.Typer(help="Build the sandbox image, or ship it to another engine.",
+                        no_args_is_help=True)
 
 Check = Callable[[], str]
 
@@ -36,6 +37,22 @@ def image_build(
     )
     image_id = build_image(tag, base, progress=progress)
     err_console.print(f"built [bold]{escape(tag)}[/] ({image_id[:19]}) from {escape(base)}")
+
+
+@image_app.command("copy")
+@cli_errors
+def image_copy(
+    to: Annotated[
+        str, typer.Option("--to", help="The engine to ship to: unix:///PATH, tcp://HOST:PORT "
+                                       "(TLS from DOCKER_TLS_VERIFY / DOCKER_CERT_PATH) or "
+                                       "ssh://USER@HOST.")
+    ],
+    image: Annotated[str, typer.Option("--image", help="The image to ship.")] = DEFAULT_IMAGE,
+) -> None:
+    """Ship the sandbox image from this engine (DOCKER_HOST, else the local socket) to another
+    one that cannot pull or build it. Where it can, `image build` on that engine is better."""
+    image_id = copy_image(image, to, progress=lambda line: err_console.print(line, markup=False))
+    err_console.print(f"{escape(endpoint(to))} has [bold]{escape(image)}[/] ({image_id[:19]})")
 
 
 @cli_errors
@@ -115,7 +132,7 @@ def _run_check(name: str, check: Check) -> bool:
 
 def _engine(client: dict[str, Any]) -> str:
     client["docker"] = connect(timeout=10)
-    return f"Docker {engine_version(client['docker'])}"
+    return f"Docker {engine_version(client['docker'])} at {endpoint()}"
 
 
 def _image(client: dict[str, Any], name: str) -> str:

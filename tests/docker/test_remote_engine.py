@@ -89,3 +89,29 @@ def test_bind_mode_detects_another_directory_of_the_same_name(
 
     assert_user_error(done, 15, "mounted another directory", str(project))
     assert model_server.chat_requests == []
+
+
+@pytest.fixture(scope="module")
+def tls_engine(tmp_path_factory: pytest.TempPathFactory, docker_client: Any
+               ) -> Iterator[SecondEngine]:
+    """Another engine, on 127.0.0.1 over TCP with mutual TLS (DOCKER_TLS_VERIFY and
+    DOCKER_CERT_PATH name its certificates), with the image shipped over TLS."""
+    with SecondEngine(tmp_path_factory.getbasetemp(), tls=True) as second:
+        tls_only = {k: v for k, v in second.env.items() if k != "DOCKER_HOST"}
+        shipped = run_cli("image", "copy", "--to", second.url, env=tls_only, timeout=600)
+        assert shipped.returncode == 0, explain(shipped)
+        yield second
+
+
+def test_a_copy_session_runs_over_tcp_and_tls(tls_engine: SecondEngine, project: Path,
+                                              model_server: ModelServer):
+    command = "head -c 600000 /dev/zero | tr '\\0' x; echo; echo made > made.txt"
+    model_server.reply(tool_calls=[Call("run_shell_command", {"command": command})])
+    model_server.reply("done")
+
+    done = ask(project, model_server, "ollama", "--yes", "--workspace", "copy", "--apply",
+               env=tls_engine.env)
+
+    assert_ok(done, "done")
+    assert (project / "made.txt").read_text() == "made\n"
+    assert tls_engine.containers() == []

@@ -332,14 +332,14 @@ class Runner:
               ) -> Sandbox:
         """Copy sessions keep a base and collect changes; bind sessions journal writes."""
         root = self.options.root
+        if self.options.read_only:
+            return backend  # nothing to journal, nothing comes back
         if workspace == "copy":
             if not callable(getattr(backend, "copy_manifest", None)):
                 raise ConfigError("this sandbox backend cannot run a copy workspace",
                                   fix="use --workspace bind")
             return CopyWorkspace(backend, root=root, session=session,  # type: ignore[arg-type]
                                  put_back=put_back)
-        if self.options.read_only:
-            return backend
         return JournaledSandbox(backend, root=root, session=session)
 
     def _sandbox_config(self, session_id: str, digest: str, workspace: str = "bind",

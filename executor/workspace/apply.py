@@ -277,11 +277,23 @@ def plan_undo(root: Path, session: str) -> UndoPlan | None:
                  and f.get("path") not in undone.get(str(record.get("id")), set())]
         if files:
             return UndoPlan(session, str(record.get("id")), *_inverse(files))
-    writes = [r for r in records if r.get("type") == "write"
-              and r.get("path") not in undone.get("session", set())]
+    writes = _bind_writes(records)
     if writes:
         return UndoPlan(session, "session", *_inverse_writes(writes, BlobStore.for_root(root)))
     return None
+
+
+def _bind_writes(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Recorded writes no undo has taken back yet (a path written again after an undo counts
+    again)."""
+    active: dict[str, list[dict[str, Any]]] = {}
+    for record in records:
+        if record.get("type") == "write":
+            active.setdefault(str(record.get("path")), []).append(record)
+        elif record.get("type") == "undo" and record.get("undoes") == "session":
+            for path in _paths(record.get("files")):
+                active.pop(path, None)
+    return [r for rs in active.values() for r in rs]
 
 
 def _inverse(files: list[dict[str, Any]]) -> tuple[list[Change], list[tuple[str, str]]]:

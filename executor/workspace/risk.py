@@ -39,9 +39,11 @@ _SUFFIXES = {".sh": RUNS, ".bash": RUNS, ".zsh": RUNS, ".fish": RUNS, ".ps1": RU
 _DIRS = {  # a path inside one of these (at any depth)
     ".github": "CI / GitHub configuration", ".circleci": "CI configuration",
     ".buildkite": "CI configuration", ".gitlab": "CI configuration",
-    ".husky": "git hooks", ".githooks": "git hooks", "hooks": "hooks directory",
+    ".husky": "git hooks", ".githooks": "git hooks", ".git-hooks": "git hooks",
     ".vscode": "editor tasks", ".idea": "editor configuration", ".devcontainer": RUNS,
 }
+_TOP_DIRS = {"hooks": "hooks directory", "scripts": "scripts directory", "bin": RUNS}
+"""Only at the top of the project (src/hooks/ of a web app is code, not a hook)."""
 
 
 def flags(path: str, before: Entry | None, after: Entry | None,
@@ -74,6 +76,8 @@ def _by_path(path: str) -> list[str]:
     for part in parts[:-1]:
         if part in _DIRS:
             found.append(f"{_DIRS[part]} ({part}/)")
+    if len(parts) > 1 and parts[0] in _TOP_DIRS:
+        found.append(f"{_TOP_DIRS[parts[0]]} ({parts[0]}/)")
     return found
 
 

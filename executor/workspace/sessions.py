@@ -22,7 +22,6 @@ from typing import Any, Protocol, Self
 from executor.errors import WorkspaceError
 from executor.messages import ToolResult
 from executor.protocols import Sandbox, SandboxInfo
-from executor.workspace.apply import MAX_KEEP
 from executor.workspace.changes import (
     Base,
     Changeset,
@@ -34,6 +33,10 @@ from executor.workspace.changes import (
 )
 from executor.workspace.manifest import Entry, Manifest, check, normal
 from executor.workspace.store import BlobStore, append_line, ensure_session_dir
+
+SNAPSHOT_MAX = 16 * 1024 * 1024
+"""Bytes of a file's content kept before a write_file or edit_file overwrites it (its hash is
+kept whatever its size; bigger content cannot be restored by `undo`)."""
 
 
 class CopyBackend(Sandbox, Protocol):
@@ -181,7 +184,7 @@ class JournaledSandbox(_Delegate):
 
     def _snapshot(self, path: str) -> dict[str, Any] | None:
         """What a write of `path` would overwrite, as the toolbox sees it (content kept)."""
-        result = self.inner.call("snapshot", {"path": path, "max_bytes": MAX_KEEP})
+        result = self.inner.call("snapshot", {"path": path, "max_bytes": SNAPSHOT_MAX})
         if not result.ok:
             return None  # the write will fail the same way
         meta = dict(result.meta)

@@ -161,3 +161,22 @@ def test_bind_writes_are_undone_as_far_as_their_content_was_kept(root: Path):
     assert not outcome.conflicts
     assert (root / "src" / "app.py").read_bytes() == b"v1\n" and not (root / "made.txt").exists()
     assert plan_undo(root, "b1") is not None  # old.txt is still there to name, never restored
+
+
+def test_a_path_written_again_after_an_undo_can_be_undone_again(root: Path):
+    journal = ensure_session_dir(root, "b2") / "journal.ndjson"
+    blobs = BlobStore.for_root(root)
+    blobs.put(b"v1\n")
+    blobs.put(b"v2\n")
+    (root / "src" / "app.py").write_bytes(b"v2\n")
+    write = {"type": "write", "path": "src/app.py", "source": "tool",
+             "before": file(b"v1\n").row(), "after": file(b"v2\n").row()}
+    append_line(journal, write)
+    plan = plan_undo(root, "b2")
+    assert plan is not None
+    undo(root, plan)
+    assert plan_undo(root, "b2") is None
+    (root / "src" / "app.py").write_bytes(b"v2\n")  # a resumed session writes it again
+    append_line(journal, write)
+    again = plan_undo(root, "b2")
+    assert again is not None and [c.path for c in again.changes] == ["src/app.py"]

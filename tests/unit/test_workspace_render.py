@@ -46,8 +46,10 @@ def test_paths_people_later_run_are_flagged(tmp_path: Path):
     assert flags(".husky/pre-commit", None, script, read) == ["git hooks (.husky/)"]
     assert flags(".gitattributes", None, script, read) == [
         "git configuration (.gitattributes)"]
-    assert flags("bin/tool", script, Entry("file", 0o755, 1, script.sha256), read) == [
+    assert flags("tools/tool", script, Entry("file", 0o755, 1, script.sha256), read) == [
         "gains the executable bit"]
+    assert flags("hooks/post-merge", None, script, read) == ["hooks directory (hooks/)"]
+    assert flags("src/hooks/useThing.js", None, script, read) == []  # code, not a hook
     assert flags("docs/a", None, Entry("symlink", target="../../etc"), read) == [
         "link leaving the project (-> ../../etc)"]
     assert flags("src/readme.md", script, script, read) == []

@@ -12,6 +12,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 Provider = Literal["ollama", "openai", "embedded"]
 WorkspaceMode = Literal["bind", "copy"]
+CopyStorage = Literal["auto", "memory", "disk"]
 ToolProtocol = Literal["native", "json", "constrained"]
 
 DEFAULT_IMAGE = "sandbox-agent:latest"
@@ -36,6 +37,8 @@ DEFAULT_COPY_LIMIT = 1024**3
 """Bytes a project may have to be copied into a copy workspace."""
 DEFAULT_COPY_MAX_FILES = 100_000
 """Entries (files, directories, links) a project may have to be copied."""
+COPY_MEMORY_MAX = 256 * 1024 * 1024
+"""Projects up to this size are copied into memory (tmpfs) with copy_storage auto."""
 
 _SIZE = re.compile(r"(\d+)\s*(?:([kmgt])(?:i?b)?|b)?", re.IGNORECASE)
 
@@ -110,6 +113,9 @@ class Settings(BaseSettings):
     """Entries a project may have to be copied."""
     copy_exclude: list[str] = Field(default_factory=list)
     """gitignore-style patterns left out of the copy (docs/WORKSPACES.md)."""
+    copy_storage: CopyStorage = "auto"
+    """Where the copy lives in the container: memory (tmpfs: fast, counts against the memory
+    limit), disk (a volume on the engine's disk), auto (memory up to 256 MiB)."""
     audit: bool = True
     """Write the audit log."""
     audit_dir: Path | None = None

@@ -355,7 +355,8 @@ class Runner:
             cpus=s.cpus, tmp_size=s.tmp_size, tool_timeout=s.tool_timeout, env=env,
             allow_git_writes=s.allow_git_writes, disk_budget=s.disk_budget,
             workspace=workspace, copy_limit=s.copy_limit, copy_max_files=s.copy_max_files,
-            copy_exclude=s.copy_exclude, copy_overlay=put_back or {},
+            copy_exclude=s.copy_exclude, copy_storage=s.copy_storage,
+            copy_overlay=put_back or {},
             blob_dir=BlobStore.for_root(self.options.root).directory if put_back else None,
         )
 

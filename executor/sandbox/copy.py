@@ -1,21 +1,26 @@
 """Loading a copy workspace into a session's container, through the engine API alone.
 
-Nothing here needs the engine to see the person's disk, so it works against a remote engine:
+Nothing here needs the engine to see the person's disk, so it works against a remote engine.
+`/workspace` is a tmpfs owned by the sandbox's user (memory storage) or a fresh anonymous
+volume (disk storage, removed with the container; its root-owned top is opened with a
+`chmod 0777` run as uid 0 — no capability is needed to chmod what you own). Then:
 
-1. `/workspace` is a fresh anonymous volume (removed with the container), owned by root.
-   Read-write: a `chmod 0777` run as uid 0 (no capability is needed to chmod what you own)
-   lets the sandbox's user create the top level.
-2. The main part (executor/workspace/archive.py) goes over an exec's stdin to a small
-   stdlib-only extractor running as the sandbox's user (read-write) or as uid 0 (read-only:
-   the tools then run as another uid, so the kernel refuses every write). It takes only what
-   the host's archiver writes: directories, regular files, links, PAX path records.
-3. The `.git` part goes through the engine's archive endpoint, which extracts it as root with
-   the owner we name: a uid that is not the sandbox's, so repositories stay read-only.
+1. the main part (executor/workspace/archive.py) goes over an exec's stdin to a small
+   stdlib-only extractor running as the sandbox's user. It takes only what the host's
+   archiver writes: directories, regular files, links, PAX path records.
+2. the `.git` part goes to the same extractor running as another uid, so the repositories
+   belong to someone else and stay read-only for the sandbox's user (no capability to chown
+   is needed: the files are created by their owner). The directories that hold a `.git` were
+   sent open (0777) for this, and are closed (0755) by their owner afterwards.
+
+A read-only copy is extracted by uid 0 in one part; its tools run as yet another uid that owns
+nothing, so the kernel refuses every write.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from executor.errors import SandboxError, ToolboxError
@@ -67,9 +72,11 @@ def copy_into(fd, size):
             view = view[os.write(fd, view):]
         left -= len(chunk)
     exact(-size % 512)
-def main(dest):
+def main(dest, open_top):
     os.chdir(dest)
     os.umask(0)
+    if open_top:  # a .git goes here next, made by another user
+        os.chmod(".", 0o777)
     dirs, count, extra = [], 0, {}
     while True:
         block = exact(512)
@@ -102,34 +109,43 @@ def main(dest):
         os.utime(name, (mtime, mtime), follow_symlinks=False)
     return count
 try:
-    done = {"ok": True, "entries": main(sys.argv[1])}
+    done = {"ok": True, "entries": main(sys.argv[1], sys.argv[2:] == ["open"])}
 except Exception as exc:
     done = {"ok": False, "error": "%s: %s" % (type(exc).__name__, exc)}
 sys.stdout.write(json.dumps(done) + "\n")
 sys.stdout.flush()
 '''
-_CHMOD = "import os, sys; os.chmod(sys.argv[1], 0o777)"
+_CHMOD = "import os, sys; [os.chmod(p, int(sys.argv[1], 8)) for p in sys.argv[2:]]"
 
 
-def load_copy(api: Any, container: Any, archive: Archive, *, user: str, read_only: bool) -> None:
+def load_copy(api: Any, container: Any, archive: Archive, *, user: str, git_user: str,
+              read_only: bool, on_disk: bool) -> None:
     """Fill the container's /workspace with `archive` (see the module docstring)."""
-    if not read_only:
-        _open_top(api, container.id)
-    extractor = "0:0" if read_only else user
-    count = _extract(api, container.id, extractor, archive)
+    if read_only:
+        _check(archive, _extract(api, container.id, "0:0", archive.main()))
+        return
+    if on_disk:
+        _chmod(api, container.id, "0:0", "777", [WORKSPACE])
+    open_top = not on_disk and "" in archive.open_dirs
+    _check(archive, _extract(api, container.id, user, archive.main(), open_top=open_top))
     if archive.plan.git:
-        with docker_errors("copying the project's git repositories"):
-            if not container.put_archive(WORKSPACE, archive.git()):
-                raise SandboxError("the engine refused the project's git repositories")
+        _extract(api, container.id, git_user, archive.git())
+        opened = [f"{WORKSPACE}/{d}" if d else WORKSPACE for d in sorted(archive.open_dirs)
+                  if d or not on_disk]
+        if opened:
+            _chmod(api, container.id, user, "755", opened)
+
+
+def _check(archive: Archive, count: int) -> None:
     if count != archive.main_entries:  # the extractor wrote what was sent, or said why not
         raise SandboxError(f"the copy is incomplete: {count} of {archive.main_entries} entries")
 
 
-def _open_top(api: Any, container_id: str) -> None:
-    """Let the sandbox's user write the top level of the volume (a root-owned mount point)."""
-    for argv in (["chmod", "0777", WORKSPACE], ["python3", "-c", _CHMOD, WORKSPACE]):
+def _chmod(api: Any, container_id: str, user: str, mode: str, paths: list[str]) -> None:
+    """chmod as `user` (the owner of `paths`), with chmod or else python3."""
+    for argv in (["chmod", mode, *paths], ["python3", "-c", _CHMOD, mode, *paths]):
         with docker_errors("preparing the copy workspace"):
-            created = api.exec_create(container_id, argv, user="0:0", stdout=True, stderr=True)
+            created = api.exec_create(container_id, argv, user=user, stdout=True, stderr=True)
             output = api.exec_start(created["Id"])
             code = api.exec_inspect(created["Id"]).get("ExitCode")
         if code == 0:
@@ -138,17 +154,19 @@ def _open_top(api: Any, container_id: str) -> None:
     raise SandboxError(f"could not prepare the copy workspace (exit {code}): {said}")
 
 
-def _extract(api: Any, container_id: str, user: str, archive: Archive) -> int:
-    """Stream the main part to the extractor; the number of entries it wrote."""
+def _extract(api: Any, container_id: str, user: str, stream: Iterator[bytes], *,
+             open_top: bool = False) -> int:
+    """Stream a tar to the extractor running as `user`; the number of entries it wrote."""
+    argv = ["python3", "-c", EXTRACT, WORKSPACE] + (["open"] if open_top else [])
     with docker_errors("starting the copy"):
-        created = api.exec_create(container_id, ["python3", "-c", EXTRACT, WORKSPACE],
+        created = api.exec_create(container_id, argv,
                                   stdin=True, stdout=True, stderr=True, user=user,
                                   workdir=WORKSPACE)
         sock = api.exec_start(created["Id"], socket=True)
     channel = Channel(getattr(sock, "_sock", sock))
     try:
         try:
-            for chunk in archive.main():
+            for chunk in stream:
                 channel.send(chunk)
         except ToolboxError:
             pass  # the extractor stopped reading: its answer says why

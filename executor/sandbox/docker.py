@@ -21,6 +21,7 @@ from typing import Any, Self
 from pydantic import BaseModel, Field
 
 from executor.config import (
+    COPY_MEMORY_MAX,
     DEFAULT_COPY_LIMIT,
     DEFAULT_COPY_MAX_FILES,
     DEFAULT_DISK_BUDGET,
@@ -29,8 +30,10 @@ from executor.config import (
     DEFAULT_PIDS_LIMIT,
     DEFAULT_TMP_SIZE,
     DEFAULT_TOOL_TIMEOUT,
+    CopyStorage,
     WorkspaceMode,
     default_cpus,
+    parse_size,
 )
 from executor.errors import (
     ImageNotFoundError,
@@ -156,6 +159,10 @@ class SandboxConfig(BaseModel):
     """Entries a project may have to be copied."""
     copy_exclude: list[str] = Field(default_factory=list)
     """gitignore-style patterns left out of the copy."""
+    copy_storage: CopyStorage = "auto"
+    """memory (tmpfs), disk (an anonymous volume) or auto (memory up to 256 MiB)."""
+    copy_bytes: int = 0
+    """Bytes of the planned copy (set when it is planned; sizes the memory storage)."""
     copy_overlay: dict[str, list[Any] | None] = Field(default_factory=dict)
     """Pending changes put back into a new copy (a resumed session): path -> entry or None."""
     blob_dir: Path | None = None
@@ -329,6 +336,11 @@ class DockerSandbox:
                    for path, row in self.config.copy_overlay.items()}
         if pending:
             found = overlay(found, pending)
+        storage = self.config.copy_storage
+        if storage == "auto":
+            storage = "memory" if found.bytes <= COPY_MEMORY_MAX else "disk"
+        self.config = self.config.model_copy(update={"copy_storage": storage,
+                                                     "copy_bytes": found.bytes})
         blobs = BlobStore(self.config.blob_dir) if self.config.blob_dir else None
         uid, gid = (int(n) for n in self._mount_user().split(":"))
         git_uid = NOBODY if uid != NOBODY else 0
@@ -345,7 +357,9 @@ class DockerSandbox:
         def run() -> None:
             try:
                 load_copy(self._client.api, container, archive, user=self._mount_user(),
-                          read_only=self.config.read_only)
+                          git_user=f"{archive.git_uid}:{archive.git_gid}",
+                          read_only=self.config.read_only,
+                          on_disk=self.config.copy_storage == "disk")
             except BaseException as exc:  # re-raised in the caller's thread by wait_copied
                 self._copy_error = exc
 
@@ -654,8 +668,12 @@ def container_options(config: SandboxConfig, lock_path: Path, user: str,
     root = str(config.root)
     protected = protected or Protected((), ())
     tmpfs = {"/tmp": f"rw,nosuid,nodev,size={config.tmp_size},mode=1777"}
-    if config.workspace == "copy":  # an anonymous volume, gone with the container (remove v=True)
-        mounts = [Mount(WORKSPACE, None, type="volume")]
+    memory = parse_size(config.memory)
+    if config.workspace == "copy" and config.copy_storage == "disk":
+        mounts = [Mount(WORKSPACE, None, type="volume")]  # anonymous: gone with the container
+    elif config.workspace == "copy":  # the copy is charged to the container's memory
+        mounts, memory = [], memory + config.copy_bytes
+        tmpfs[WORKSPACE] = _copy_tmpfs(config, user)
     else:
         mounts = [Mount(WORKSPACE, root, type="bind", read_only=config.read_only)]
         mounts += [Mount(_inside(rel), str(config.root / rel), type="bind", read_only=True)
@@ -675,8 +693,8 @@ def container_options(config: SandboxConfig, lock_path: Path, user: str,
         "network_mode": "bridge" if config.network else "none",
         "cap_drop": ["ALL"], "security_opt": ["no-new-privileges", seccomp.security_opt()],
         "read_only": True,
-        "pids_limit": config.pids_limit, "mem_limit": config.memory,
-        "memswap_limit": config.memory, "nano_cpus": int(config.cpus * 1e9),
+        "pids_limit": config.pids_limit, "mem_limit": memory,
+        "memswap_limit": memory, "nano_cpus": int(config.cpus * 1e9),
         "environment": {**_BASE_ENV, **config.env}, "ipc_mode": "private", "ulimits": ulimits,
         "labels": {
             LABEL_SESSION: config.session_id, LABEL_ROOT: root,
@@ -684,6 +702,20 @@ def container_options(config: SandboxConfig, lock_path: Path, user: str,
             LABEL_WORKSPACE: config.workspace,
         },
     }
+
+
+MIN_FREE = 256 * 1024 * 1024
+"""Room the toolbox keeps free on the project's file system (its --min-free)."""
+
+
+def _copy_tmpfs(config: SandboxConfig, user: str) -> str:
+    """A tmpfs for the copy: room for it, its growth budget and the toolbox's free margin,
+    owned by the user who extracts it (root for a read-only copy, whose tools own nothing)."""
+    owner = "0:0" if config.read_only else user
+    uid, gid = owner.split(":")
+    growth = config.disk_budget or DEFAULT_DISK_BUDGET
+    size = config.copy_bytes + growth + MIN_FREE
+    return f"rw,exec,nosuid,nodev,size={size},uid={uid},gid={gid},mode=0755"
 
 
 @contextlib.contextmanager

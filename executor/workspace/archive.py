@@ -267,6 +267,10 @@ class Archive:
         self.uid, self.gid, self.git_uid, self.git_gid = uid, gid, git_uid, git_gid
         self.blobs = blobs
         self.manifest: Manifest = {}
+        self.open_dirs = {parent_of(p.path) for p in found.git
+                          if p.path.rpartition("/")[2].lower() == ".git"}
+        """Directories holding a `.git`: sent writable by all (0777) so that the other user
+        can create the repository in them; `load_copy` closes them (0755) afterwards."""
         self.notes = list(found.notes)
         self.sent = 0
         self.main_entries = 0
@@ -301,7 +305,8 @@ class Archive:
                ) -> list[bytes]:
         name = os.fsencode(entry.path)
         if entry.kind == "dir":
-            parts = [header(name + b"/", b"5", entry.mode, uid, gid, 0, entry.mtime)]
+            mode = 0o777 if record and entry.path in self.open_dirs else entry.mode
+            parts = [header(name + b"/", b"5", mode, uid, gid, 0, entry.mtime)]
             state = Entry("dir", entry.mode)
         elif entry.kind == "symlink":
             target = os.fsencode(entry.target or "")

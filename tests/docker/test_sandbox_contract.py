@@ -21,7 +21,7 @@ pytestmark = pytest.mark.docker
 Factory = Callable[[], Any]
 
 
-@pytest.fixture(params=["fake", "docker-bind", "docker-copy"])
+@pytest.fixture(params=["fake", "docker-bind", "docker-copy", "docker-copy-on-disk"])
 def make(request: pytest.FixtureRequest, project: Path, docker_client: Any
          ) -> Iterator[Factory]:
     """A factory of unstarted sandboxes of one kind on `project`; each is stopped at the end."""
@@ -31,8 +31,10 @@ def make(request: pytest.FixtureRequest, project: Path, docker_client: Any
         if request.param == "fake":
             box: Any = FakeSandbox(files={"hello.py": b'print("hello")\n'})
         else:
-            workspace = request.param.removeprefix("docker-")
-            box = DockerSandbox(make_config(project, workspace=workspace), client=docker_client)
+            workspace = "bind" if request.param == "docker-bind" else "copy"
+            storage = "disk" if request.param.endswith("on-disk") else "auto"
+            box = DockerSandbox(make_config(project, workspace=workspace, copy_storage=storage),
+                                client=docker_client)
         made.append(box)
         return box
 

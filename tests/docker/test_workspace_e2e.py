@@ -226,3 +226,27 @@ def test_a_bind_session_is_undone_as_far_as_its_content_was_kept(project: Path,
     assert "cannot restore notes.txt: changed by a shell command" in undone.stderr
     again = cli("undo", "--root", project)
     assert "cannot restore notes.txt" in again.stderr and again.stdout == "", explain(again)
+
+
+@pytest.mark.parametrize("storage", ["memory", "disk"])
+def test_a_copy_container_is_hardened_like_any_other(project: Path, docker_client: Any,
+                                                     storage: str):
+    from executor.sandbox.docker import DockerSandbox
+    from tests.docker.conftest import make_config
+
+    config = make_config(project, workspace="copy", copy_storage=storage)
+    with DockerSandbox(config, client=docker_client) as box:
+        host = docker_client.api.inspect_container(box.info.container_id)["HostConfig"]
+        mounts = docker_client.api.inspect_container(box.info.container_id)["Mounts"]
+        result = box.call("run_shell_command", {"command": "stat -c '%a %u' /workspace/.git; "
+                                                           "touch .git/x; id -u"})
+    assert host["ReadonlyRootfs"] and host["CapDrop"] == ["ALL"]
+    assert host["NetworkMode"] == "none" and not any(m["Type"] == "bind" for m in mounts)
+    copied = sum(p.lstat().st_size for p in project.rglob("*") if p.is_file()
+                 and not p.is_symlink())  # repositories included: they are in the copy too
+    if storage == "memory":  # the copy is charged to the container: the tools keep 512m
+        assert host["Memory"] == 512 * 1024 * 1024 + copied
+        assert "nosuid" in host["Tmpfs"]["/workspace"] and "nodev" in host["Tmpfs"]["/workspace"]
+    else:
+        assert host["Memory"] == 512 * 1024 * 1024 and [m["Type"] for m in mounts] == ["volume"]
+    assert "755 65534" in result.output and "Permission denied" in result.output, result.output

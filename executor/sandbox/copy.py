@@ -20,7 +20,7 @@ nothing, so the kernel refuses every write.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable
 from typing import Any
 
 from executor.errors import SandboxError, ToolboxError
@@ -118,16 +118,17 @@ sys.stdout.flush()
 _CHMOD = "import os, sys; [os.chmod(p, int(sys.argv[1], 8)) for p in sys.argv[2:]]"
 
 
-def load_copy(api: Any, container: Any, archive: Archive, *, user: str, git_user: str,
-              read_only: bool, on_disk: bool) -> None:
-    """Fill the container's /workspace with `archive` (see the module docstring)."""
+def load_copy(api: Any, container: Any, archive: Archive, main: Iterable[bytes], *,
+              user: str, git_user: str, read_only: bool, on_disk: bool) -> None:
+    """Fill the container's /workspace with `archive`, whose main part is streamed by `main`
+    (see the module docstring)."""
     if read_only:
-        _check(archive, _extract(api, container.id, "0:0", archive.main()))
+        _check(archive, _extract(api, container.id, "0:0", main))
         return
     if on_disk:
         _chmod(api, container.id, "0:0", "777", [WORKSPACE])
     open_top = not on_disk and "" in archive.open_dirs
-    _check(archive, _extract(api, container.id, user, archive.main(), open_top=open_top))
+    _check(archive, _extract(api, container.id, user, main, open_top=open_top))
     if archive.plan.git:
         _extract(api, container.id, git_user, archive.git())
         opened = [f"{WORKSPACE}/{d}" if d else WORKSPACE for d in sorted(archive.open_dirs)
@@ -154,7 +155,7 @@ def _chmod(api: Any, container_id: str, user: str, mode: str, paths: list[str]) 
     raise SandboxError(f"could not prepare the copy workspace (exit {code}): {said}")
 
 
-def _extract(api: Any, container_id: str, user: str, stream: Iterator[bytes], *,
+def _extract(api: Any, container_id: str, user: str, stream: Iterable[bytes], *,
              open_top: bool = False) -> int:
     """Stream a tar to the extractor running as `user`; the number of entries it wrote."""
     argv = ["python3", "-c", EXTRACT, WORKSPACE] + (["open"] if open_top else [])

@@ -51,7 +51,7 @@ from executor.sandbox.copy import load_copy
 from executor.sandbox.engine import IMAGE_FIX, connect, docker_errors, endpoint
 from executor.sandbox.protect import Protected, TreeScan, protected_paths, scan, sweep
 from executor.state import LEGACY_DIR, legacy_state
-from executor.workspace.archive import Archive, Limits, overlay, plan
+from executor.workspace.archive import Archive, Limits, Prefetch, overlay, plan
 from executor.workspace.manifest import Manifest, from_row
 from executor.workspace.paths import Excludes
 from executor.workspace.store import BlobStore
@@ -252,6 +252,7 @@ class DockerSandbox:
         self._made_dirs: list[Path] = []
         self._started_ns = 0
         self._copy: Archive | None = None
+        self._prefetch: Prefetch | None = None
         self._copying: threading.Thread | None = None
         self._copy_error: BaseException | None = None
         self._root_checked = False
@@ -298,6 +299,7 @@ class DockerSandbox:
         """Remove the container and release the session lock; safe to call twice."""
         with contextlib.suppress(BaseException):  # a failed copy has nothing left to keep
             self.wait_copied()
+        self._stop_prefetch()
         if self._toolbox is not None:
             self._toolbox.stop()
             self._toolbox = None
@@ -346,25 +348,34 @@ class DockerSandbox:
         git_uid = NOBODY if uid != NOBODY else 0
         self._copy = Archive(self.config.root, found, uid=uid, gid=gid, git_uid=git_uid,
                              git_gid=git_uid, blobs=blobs.get if blobs else None)
+        self._prefetch = Prefetch(self._copy.main())  # read while the container is made
 
     def _start_copy(self) -> None:
         """Load the copy while the toolbox starts; tool calls wait for it (`wait_copied`)."""
-        if self._copy is None or self.reattached:
+        if self._copy is None or self._prefetch is None or self.reattached:
             self._copy = None
+            self._stop_prefetch()
             return
-        archive, container = self._copy, self._container
+        archive, container, main = self._copy, self._container, self._prefetch
 
         def run() -> None:
             try:
-                load_copy(self._client.api, container, archive, user=self._mount_user(),
+                load_copy(self._client.api, container, archive, main, user=self._mount_user(),
                           git_user=f"{archive.git_uid}:{archive.git_gid}",
                           read_only=self.config.read_only,
                           on_disk=self.config.copy_storage == "disk")
             except BaseException as exc:  # re-raised in the caller's thread by wait_copied
                 self._copy_error = exc
+            finally:
+                self._stop_prefetch()
 
         self._copying = threading.Thread(target=run, name="sandbox-copy", daemon=True)
         self._copying.start()
+
+    def _stop_prefetch(self) -> None:
+        if self._prefetch is not None:
+            self._prefetch.close()
+            self._prefetch = None
 
     def wait_copied(self) -> None:
         """Block until the copy is in the container; raise what stopped it."""

@@ -18,8 +18,10 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import queue
 import stat
-from collections.abc import Callable, Iterator
+import threading
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -276,16 +278,16 @@ class Archive:
         self.main_entries = 0
         """Entries of the main part sent so far."""
 
-    def main(self) -> Iterator[bytes]:
+    def main(self) -> Generator[bytes, None, None]:
         """The project without its repositories, owned by the sandbox's user."""
         yield from self._stream(self.plan.main, self.uid, self.gid, record=True)
 
-    def git(self) -> Iterator[bytes]:
+    def git(self) -> Generator[bytes, None, None]:
         """Every `.git` entry and what is inside, owned by another user."""
         yield from self._stream(self.plan.git, self.git_uid, self.git_gid, record=False)
 
     def _stream(self, entries: list[Planned], uid: int, gid: int, *, record: bool
-                ) -> Iterator[bytes]:
+                ) -> Generator[bytes, None, None]:
         with _opened(self.root) as root_fd, _DirCursor(root_fd) as cursor:
             batch: list[bytes] = []
             for entry in entries:
@@ -295,7 +297,7 @@ class Archive:
             batch.append(bytes(2 * BLOCK))
             yield from self._flush(batch)
 
-    def _flush(self, batch: list[bytes]) -> Iterator[bytes]:
+    def _flush(self, batch: list[bytes]) -> Generator[bytes, None, None]:
         data = b"".join(batch)
         batch.clear()
         self.sent += len(data)
@@ -431,3 +433,52 @@ def _pax_record(key: str, value: bytes) -> bytes:
 def is_git_path(path: str) -> bool:
     """Whether any component of `path` is a `.git` (or quarantined) entry."""
     return any(is_git_name(part) for part in path.split("/"))
+
+
+class Prefetch:
+    """A stream's chunks produced ahead in a thread (at most `limit` bytes waiting), so the
+    archive is read and hashed while the container is still being created."""
+
+    _END = object()
+
+    def __init__(self, chunks: Generator[bytes, None, None], limit: int = 64 << 20) -> None:
+        self._queue: queue.Queue[object] = queue.Queue(maxsize=max(1, limit // CHUNK))
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(chunks,), daemon=True,
+                                        name="copy-prefetch")
+        self._thread.start()
+
+    def _run(self, chunks: Generator[bytes, None, None]) -> None:
+        try:
+            for chunk in chunks:
+                if not self._put(chunk):
+                    return
+            self._put(self._END)
+        except BaseException as exc:  # handed to the consumer, raised in its thread
+            self._put(exc)
+        finally:
+            chunks.close()  # its directory descriptors
+
+    def _put(self, item: object) -> bool:
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def __iter__(self) -> Iterator[bytes]:
+        while True:
+            item = self._queue.get()
+            if item is self._END:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item  # type: ignore[misc]
+
+    def close(self) -> None:
+        """Stop producing (the copy is not needed, or failed)."""
+        self._stop.set()
+        self._thread.join(timeout=5)
+

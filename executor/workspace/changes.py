@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from executor.errors import WorkspaceError
 from executor.messages import ToolResult
@@ -348,12 +348,47 @@ def line_counts(before: Entry | None, after: Entry | None,
     if len(old) + len(new) > DIFF_LINES_MAX:
         return max(0, len(new) - len(old)), max(0, len(old) - len(new))
     added = removed = 0
-    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, old, new,
-                                                       autojunk=False).get_opcodes():
+    for tag, i1, i2, j1, j2 in Matcher(old, new).get_opcodes():
         if tag != "equal":
             removed += i2 - i1
             added += j2 - j1
     return added, removed
+
+
+Opcode = tuple[Literal["replace", "delete", "insert", "equal"], int, int, int, int]
+
+
+class Matcher(difflib.SequenceMatcher[str]):
+    """difflib's matcher on what lies between the common first and last lines only: a small
+    change in a long file (or in one full of equal lines) stays cheap to diff."""
+
+    def __init__(self, a: list[str], b: list[str]) -> None:
+        start = 0
+        while start < min(len(a), len(b)) and a[start] == b[start]:
+            start += 1
+        end = 0
+        while end < min(len(a), len(b)) - start and a[-1 - end] == b[-1 - end]:
+            end += 1
+        self.start, self.end = start, end
+        super().__init__(None, a[start:len(a) - end], b[start:len(b) - end], autojunk=False)
+        self.whole = (a, b)
+
+    def get_opcodes(self) -> list[Opcode]:
+        """Opcodes over the whole of both sequences."""
+        a, b = self.whole
+        start, end = self.start, self.end
+        ops: list[Opcode] = [("equal", 0, start, 0, start)] if start else []
+        ops += [(tag, i1 + start, i2 + start, j1 + start, j2 + start)
+                for tag, i1, i2, j1, j2 in super().get_opcodes()]
+        if end:
+            ops.append(("equal", len(a) - end, len(a), len(b) - end, len(b)))
+        merged: list[Opcode] = []
+        for op in ops:
+            if merged and op[0] == merged[-1][0] == "equal":
+                merged[-1] = ("equal", merged[-1][1], op[2], merged[-1][3], op[4])
+            elif op[1] != op[2] or op[3] != op[4]:
+                merged.append(op)
+        return merged or [("equal", 0, 0, 0, 0)]
 
 
 def text_lines(entry: Entry | None, content: Callable[[str], bytes | None]) -> list[str] | None:

@@ -7,13 +7,12 @@ bidirectional overrides are shown as `\\x1b`-style escapes, never interpreted.
 
 from __future__ import annotations
 
-import difflib
 import re
 import unicodedata
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from executor.workspace.changes import Change, Changeset, text_lines
+from executor.workspace.changes import Change, Changeset, Matcher, text_lines
 from executor.workspace.manifest import Entry
 from executor.workspace.store import BlobStore
 
@@ -104,8 +103,32 @@ def _content_lines(path: str, before: Entry | None, after: Entry | None, content
         return
     name_a = f"a/{path}" if before is not None and before.kind != "dir" else "/dev/null"
     name_b = f"b/{path}" if after is not None and after.kind != "dir" else "/dev/null"
-    for line in difflib.unified_diff(old, new, name_a, name_b, n=3):
+    for line in unified(old, new, name_a, name_b):
         yield line if line.endswith("\n") else line + "\n\\ No newline at end of file\n"
+
+
+def unified(a: list[str], b: list[str], name_a: str, name_b: str, context: int = 3
+            ) -> Iterator[str]:
+    """difflib.unified_diff's output, from the cheaper matcher."""
+    for index, group in enumerate(Matcher(a, b).get_grouped_opcodes(context)):
+        if index == 0:
+            yield f"--- {name_a}\n"
+            yield f"+++ {name_b}\n"
+        first, last = group[0], group[-1]
+        yield f"@@ -{_range(first[1], last[2])} +{_range(first[3], last[4])} @@\n"
+        for tag, i1, i2, j1, j2 in group:
+            if tag == "equal":
+                yield from (" " + line for line in a[i1:i2])
+                continue
+            yield from ("-" + line for line in a[i1:i2])
+            yield from ("+" + line for line in b[j1:j2])
+
+
+def _range(start: int, stop: int) -> str:
+    """A hunk range as `diff -u` writes it (1-based; an empty range names the line before)."""
+    length = stop - start
+    first = start + 1 if length else start
+    return str(first) if length == 1 else f"{first},{length}"
 
 
 def _side(entry: Entry | None, content: Content) -> list[str] | None:

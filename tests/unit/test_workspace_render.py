@@ -76,3 +76,46 @@ def test_stat_and_summary_say_how_to_review_and_apply(tmp_path: Path):
     assert "your tree is untouched" in text
     assert "sandbox-agent diff --root '/my proj' --session s1" in text
     assert "sandbox-agent apply --root '/my proj' --session s1" in text
+
+
+def _patch(diff_lines: list[str], old: list[str]) -> list[str]:
+    """Apply a unified diff's hunks to `old` (enough of patch(1) to check the diff)."""
+    out, i = [], 0
+    for line in diff_lines[2:]:
+        if line.startswith("@@"):
+            first, _, length = line.split()[1][1:].partition(",")
+            start = int(first) - (0 if length == "0" else 1)
+            out, i = out + old[i:start], start
+        elif line[0] == " ":
+            out.append(line[1:])
+            i += 1
+        elif line[0] == "-":
+            i += 1
+        else:
+            out.append(line[1:])
+    return out + old[i:]
+
+
+def test_the_unified_diff_turns_the_old_text_into_the_new():
+    import difflib
+    import random
+
+    from executor.workspace.render import unified
+
+    rng = random.Random(7)
+    for _ in range(2000):
+        old = [rng.choice("abcde") + "\n" for _ in range(rng.randint(0, 30))]
+        new = list(old)
+        for _ in range(rng.randint(0, 5)):
+            where = rng.randint(0, len(new))
+            if rng.random() < 0.4:
+                new.insert(where, rng.choice("vwxyz") + "\n")
+            elif new:
+                del new[min(where, len(new) - 1)]
+        shown = list(unified(old, new, "a/f", "b/f"))
+        assert _patch(shown, old) == new
+        assert bool(shown) == bool(list(difflib.unified_diff(old, new)))
+    many = ["same\n"] * 5000  # difflib alone takes seconds on this; the trimmed matcher does not
+    assert list(unified(many, [*many[:2500], "new\n", *many[2500:]], "a", "b"))[2:] == [
+        "@@ -2498,6 +2498,7 @@\n", " same\n", " same\n", " same\n", "+new\n", " same\n",
+        " same\n", " same\n"]

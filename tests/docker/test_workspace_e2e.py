@@ -250,3 +250,58 @@ def test_a_copy_container_is_hardened_like_any_other(project: Path, docker_clien
     else:
         assert host["Memory"] == 512 * 1024 * 1024 and [m["Type"] for m in mounts] == ["volume"]
     assert "755 65534" in result.output and "Permission denied" in result.output, result.output
+
+
+def _at_terminal(argv: list[str], answer: bytes, question: bytes) -> tuple[int, str]:
+    """Run `argv` with stdin and stderr on a pseudo-terminal; answer `question` once."""
+    import pty
+    import select
+    import subprocess
+    import time
+
+    from tests.docker.cli_support import RUN_TIMEOUT, cli_env
+
+    master, slave = pty.openpty()
+    run = subprocess.Popen(argv, stdin=slave, stderr=slave, stdout=subprocess.PIPE,
+                           env=cli_env(COLUMNS="120"))
+    os.close(slave)
+    shown, asked, deadline = b"", False, time.monotonic() + RUN_TIMEOUT
+    try:
+        while select.select([master], [], [], max(0.0, deadline - time.monotonic()))[0]:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:
+                break
+            if not chunk:
+                break
+            shown += chunk
+            if not asked and question in shown:
+                os.write(master, answer)
+                asked = True
+        return run.wait(timeout=30), shown.decode(errors="replace")
+    finally:
+        os.close(master)
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+
+
+def test_apply_at_a_terminal_shows_an_inert_diff_and_asks(project: Path,
+                                                          model_server: ModelServer):
+    from tests.docker.cli_support import SANDBOX_AGENT
+
+    script(model_server, Call("write_file", {"path": "notes.txt",
+                                             "content": "clear\x1b[2J\rhidden\u202egnp.exe\n"}))
+    assert_ok(ask(project, model_server, "ollama", "--yes", "--workspace", "copy"), "done")
+    argv = [str(SANDBOX_AGENT), "apply", "--root", str(project)]
+
+    code, shown = _at_terminal(argv, b"n\n", b"Apply these 1 changes")
+    assert code == 63 and not (project / "notes.txt").exists(), shown
+    assert "+clear\\x1b[2J\\rhidden\\u202egnp.exe" in shown and "\x1b[2J" not in shown, shown
+
+    code, shown = _at_terminal(argv, b"y\n", b"Apply these 1 changes")
+    assert code == 0, shown
+    assert (project / "notes.txt").read_bytes() == "clear\x1b[2J\rhidden\u202egnp.exe\n".encode()
+    records = [json.loads(line) for line in cli("audit", "export", "--root", project,
+                                                "--format", "jsonl").stdout.splitlines()]
+    assert [r["approved_by"] for r in records if r["kind"] == "apply"] == ["user"]

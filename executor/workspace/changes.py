@@ -217,6 +217,8 @@ def collect(call: Caller, root: Path, session: str, base: Base, blobs: BlobStore
 def _listing(call: Caller) -> tuple[Manifest, list[dict[str, str]]]:
     """The copy's entries as the toolbox lists them, each checked; refusals with reasons."""
     result = call("manifest", {}, timeout=600)
+    if result.meta.get("toolbox_restarted"):  # a call cut short (Ctrl-C) left it busy: again
+        result = call("manifest", {}, timeout=600)
     if not result.ok or not isinstance(result.meta.get("entries"), list):
         raise WorkspaceError(f"the sandbox did not list its files: {result.output[:300]}")
     if result.meta.get("complete") is not True:

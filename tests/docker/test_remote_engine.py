@@ -6,6 +6,7 @@ suggesting --workspace copy; nothing is left on either engine."""
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import _unavailable
 from tests.docker.cli_support import ask, assert_ok, assert_user_error, explain, run_cli
 from tests.docker.second_engine import SecondEngine
 from tests.fakes.model_server import Call, ModelServer
@@ -20,10 +22,19 @@ from tests.fakes.model_server import Call, ModelServer
 pytestmark = pytest.mark.docker
 
 
+def _can_start_an_engine() -> None:
+    """A second dockerd needs root, dockerd, unshare and nsenter (CI has them: never skipped)."""
+    missing = [tool for tool in ("dockerd", "unshare", "nsenter", "openssl")
+               if shutil.which(tool) is None]
+    if os.geteuid() != 0 or missing:
+        _unavailable(f"a second Docker engine needs root and {', '.join(missing) or 'dockerd'}")
+
+
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory: pytest.TempPathFactory, docker_client: Any
            ) -> Iterator[SecondEngine]:
     """The second engine, blind to every test's directories, with the sandbox image."""
+    _can_start_an_engine()
     with SecondEngine(tmp_path_factory.getbasetemp()) as second:
         shipped = run_cli("image", "copy", "--to", second.url, timeout=600)
         assert shipped.returncode == 0, explain(shipped)
@@ -96,6 +107,7 @@ def tls_engine(tmp_path_factory: pytest.TempPathFactory, docker_client: Any
                ) -> Iterator[SecondEngine]:
     """Another engine, on 127.0.0.1 over TCP with mutual TLS (DOCKER_TLS_VERIFY and
     DOCKER_CERT_PATH name its certificates), with the image shipped over TLS."""
+    _can_start_an_engine()
     with SecondEngine(tmp_path_factory.getbasetemp(), tls=True) as second:
         tls_only = {k: v for k, v in second.env.items() if k != "DOCKER_HOST"}
         shipped = run_cli("image", "copy", "--to", second.url, env=tls_only, timeout=600)

@@ -17,7 +17,7 @@ from executor.cli.workspace import apply_command, diff_command, undo_command
 EPILOG = (
     "Exit codes: 0 ok · 1 failed check · 2 usage or config error · 3 bad policy file · "
     "4 no such session · 10-15 sandbox (11 no Docker engine, 12 no image, 13/14 toolbox, "
-    "15 engine cannot see the root: use --workspace copy) · "
+    "15 engine cannot see the root) · "
     "20-24 model (21 unreachable, 22 timeout, 23 refused, 24 embedded model) · "
     "31 max turns · 40/41 session file · 50/51 audit · 60-63 workspace (61 conflict: files "
     "changed on the host were not applied, 62 project too big to copy, 63 apply declined) · "

@@ -35,18 +35,24 @@ COPY_TIMEOUT = 600.0
 # Runs in the container: reads the host's tar from stdin and writes it under argv[1].
 EXTRACT = r'''
 import json, os, sys
-inp = sys.stdin.buffer
-def exact(n):
-    parts, left = [], n
-    while left:
-        chunk = inp.read(min(left, 1 << 20))
-        if not chunk:
-            raise ValueError("the archive ended early")
-        parts.append(chunk)
-        left -= len(chunk)
-    return b"".join(parts)
+class Feed:
+    def __init__(self, f):
+        self.f, self.buf, self.pos = f, b"", 0
+    def take(self, n):
+        if self.pos + n > len(self.buf):
+            parts, have = [self.buf[self.pos:]], len(self.buf) - self.pos
+            while have < n:
+                chunk = self.f.read(max(n - have, 4 << 20))
+                if not chunk:
+                    raise ValueError("the archive ended early")
+                parts.append(chunk)
+                have += len(chunk)
+            self.buf, self.pos = b"".join(parts), 0
+        view = memoryview(self.buf)[self.pos:self.pos + n]
+        self.pos += n
+        return view
 def number(field):
-    return int(field.rstrip(b"\0 ").strip() or b"0", 8)
+    return int(bytes(field).rstrip(b"\0 ").strip() or b"0", 8)
 def pax(data):
     found = {}
     while data:
@@ -56,35 +62,34 @@ def pax(data):
         data = data[length:]
     return found
 def checked(name):
-    text = os.fsdecode(name).rstrip("/")
-    parts = text.split("/")
-    if not text or text.startswith("/") or any(p in ("", ".", "..") for p in parts):
-        raise ValueError("refused entry name %r" % text)
-    return text
-def copy_into(fd, size):
+    name = name.rstrip(b"/")
+    parts = name.split(b"/")
+    if not name or name[:1] == b"/" or b"\0" in name or b".." in parts or b"." in parts \
+            or b"" in parts:
+        raise ValueError("refused entry name %r" % name)
+    return name
+def write_file(feed, fd, size):
     left = size
     while left:
-        chunk = inp.read(min(left, 1 << 20))
-        if not chunk:
-            raise ValueError("the archive ended early")
-        view = memoryview(chunk)
+        view = feed.take(min(left, 1 << 20))
         while view:
             view = view[os.write(fd, view):]
-        left -= len(chunk)
-    exact(-size % 512)
+        left -= min(left, 1 << 20)
+    feed.take(-size % 512)
 def main(dest, open_top):
     os.chdir(dest)
     os.umask(0)
     if open_top:  # a .git goes here next, made by another user
         os.chmod(".", 0o777)
-    dirs, count, extra = [], 0, {}
+    feed, dirs, count, extra, end = Feed(sys.stdin.buffer), [], 0, {}, bytes(512)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
     while True:
-        block = exact(512)
-        if block == bytes(512):
+        block = bytes(feed.take(512))
+        if block == end:
             break
         kind, size, mtime = block[156:157], number(block[124:136]), number(block[136:148])
         if kind == b"x":
-            extra = pax(exact(size + (-size % 512))[:size])
+            extra = pax(bytes(feed.take(size + (-size % 512))[:size]))
             continue
         name = checked(extra.get(b"path") or block[:100].rstrip(b"\0"))
         link = extra.get(b"linkpath") or block[157:257].rstrip(b"\0")
@@ -97,9 +102,9 @@ def main(dest, open_top):
             os.symlink(link, name)
             os.utime(name, (mtime, mtime), follow_symlinks=False)
         elif kind in (b"0", b"\0"):
-            fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+            fd = os.open(name, flags, mode)
             try:
-                copy_into(fd, size)
+                write_file(feed, fd, size)
                 os.utime(fd, (mtime, mtime))
             finally:
                 os.close(fd)

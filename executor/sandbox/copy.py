@@ -41,8 +41,8 @@ class Feed:
     def take(self, n):
         if self.pos + n > len(self.buf):
             parts, have = [self.buf[self.pos:]], len(self.buf) - self.pos
-            while have < n:
-                chunk = self.f.read(max(n - have, 4 << 20))
+            while have < n:  # read1: what has arrived (the host never closes stdin)
+                chunk = self.f.read1(max(n - have, 4 << 20))
                 if not chunk:
                     raise ValueError("the archive ended early")
                 parts.append(chunk)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import select
 import subprocess
 import sys
 import tarfile
@@ -167,3 +168,20 @@ def test_a_file_replaced_after_planning_is_skipped_not_read_through(project: Pat
     main = b"".join(archive.main())
     assert b"TOP SECRET" not in main
     assert any(n.startswith("skipped src/app.py") for n in archive.notes), archive.notes
+
+
+def test_the_extractor_answers_while_its_stdin_stays_open(project: Path, tmp_path: Path):
+    """The host never closes the extractor's stdin: the end marker alone must end it."""
+    _, main, _ = stream(project)
+    (tmp_path / "copy").mkdir()
+    run = subprocess.Popen([sys.executable, "-c", EXTRACT, str(tmp_path / "copy")],
+                           stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert run.stdin is not None and run.stdout is not None
+    run.stdin.write(main)
+    run.stdin.flush()
+    try:
+        assert select.select([run.stdout], [], [], 30)[0], "the extractor waits for more input"
+        assert run.stdout.readline().startswith(b'{"ok": true')  # stdin still open
+    finally:
+        run.stdin.close()
+        run.wait(timeout=30)

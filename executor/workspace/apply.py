@@ -26,7 +26,7 @@ from typing import Any
 from executor.audit import AuditLog
 from executor.errors import WorkspaceError
 from executor.workspace import hostfs
-from executor.workspace.changes import Change, Changeset, _now
+from executor.workspace.changes import Change, Changeset, utc_now
 from executor.workspace.manifest import Entry, from_row
 from executor.workspace.paths import problem, sort_key
 from executor.workspace.store import (
@@ -196,7 +196,7 @@ def apply_changes(root: Path, changeset: Changeset, *, approved_by: str,
     """Write the pending changes of `changeset` into the tree; journal and audit it."""
     blobs = BlobStore.for_root(root)
     outcome = execute(root, pending(root, changeset), blobs)
-    record = {"type": "apply", "id": secrets.token_hex(8), "ts": _now(),
+    record = {"type": "apply", "id": secrets.token_hex(8), "ts": utc_now(),
               "session": changeset.session, "changeset": changeset.id,
               "approved_by": approved_by, "user": _user(), "host": socket.gethostname(),
               "files": [_file_record(c) for c in outcome.done], "already": outcome.already,
@@ -358,7 +358,7 @@ def undo(root: Path, plan: UndoPlan, *, audit: AuditLog | None = None) -> Outcom
     outcome = execute(root, plan.changes, blobs)
     outcome.conflicts = [(p, r.replace("since the copy", "since it was written"))
                          for p, r in outcome.conflicts]
-    record = {"type": "undo", "id": secrets.token_hex(8), "ts": _now(),
+    record = {"type": "undo", "id": secrets.token_hex(8), "ts": utc_now(),
               "session": plan.session, "undoes": plan.undoes, "user": _user(),
               "host": socket.gethostname(),
               "files": [_file_record(c) for c in outcome.done]

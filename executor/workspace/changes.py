@@ -62,6 +62,11 @@ DIFF_LINES_MAX = 20_000
 """Files with more lines than this get +/- counts without difflib's matching."""
 
 
+def utc_now() -> str:
+    """The current time as ISO 8601 UTC with milliseconds."""
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
 class Caller(Protocol):
     """What collecting needs of a sandbox: its `call`."""
 
@@ -106,7 +111,7 @@ class Changeset:
     refused: list[dict[str, str]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     id: str = field(default_factory=lambda: secrets.token_hex(8))
-    collected_at: str = field(default_factory=lambda: _now())
+    collected_at: str = field(default_factory=utc_now)
     base_taken_at: str = ""
 
     def to_json(self) -> dict[str, Any]:
@@ -120,10 +125,6 @@ class Changeset:
     def by_path(self) -> dict[str, Change]:
         """Changes by path."""
         return {c.path: c for c in self.changes}
-
-
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 # ---------------------------------------------------------------------------- base and changes

@@ -25,11 +25,11 @@ from executor.protocols import Sandbox, SandboxInfo
 from executor.workspace.changes import (
     Base,
     Changeset,
-    _now,
     collect,
     load_base,
     save_base,
     save_changes,
+    utc_now,
 )
 from executor.workspace.manifest import Entry, Manifest, check, normal
 from executor.workspace.store import BlobStore, append_line, ensure_session_dir
@@ -128,7 +128,7 @@ class CopyWorkspace(_Delegate):
                                      "what it was made from", fix="start a new session")
             self.base = old
             return old
-        self.base = Base(_merged(copied, old, self.put_back), _now(), self.backend.copy_notes)
+        self.base = Base(_merged(copied, old, self.put_back), utc_now(), self.backend.copy_notes)
         save_base(directory, self.base)
         return self.base
 
@@ -218,7 +218,7 @@ def _tool_write(tool: str, before: dict[str, Any], meta: dict[str, Any]) -> dict
         unknown = old is None or before.get("kind") != "file"
     mode = before.get("mode") if existed else 0o644
     new = _row("file", mode, meta.get("bytes"), meta.get("sha256_after"), None)
-    return {"type": "write", "ts": _now(), "source": "tool", "tool": tool,
+    return {"type": "write", "ts": utc_now(), "source": "tool", "tool": tool,
             "path": before.get("resolved"), "before": old, "after": new,
             "unknown_before": unknown or None, "unknown_after": new is None or None}
 
@@ -234,7 +234,7 @@ def _command_write(tool: str, change: dict[str, Any]) -> dict[str, Any]:
                                               change.get("sha256_after"), change.get("target"))
     unknown_before = what != "created" and (old is None or what == "type" or (
         kind == "symlink" and what == "modified"))
-    return {"type": "write", "ts": _now(), "source": "command", "tool": tool,
+    return {"type": "write", "ts": utc_now(), "source": "command", "tool": tool,
             "path": change["path"], "before": old, "after": new,
             "unknown_before": unknown_before or None,
             "unknown_after": (what != "deleted" and new is None) or None}

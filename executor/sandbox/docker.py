@@ -297,9 +297,6 @@ class DockerSandbox:
 
     def stop(self) -> None:
         """Remove the container and release the session lock; safe to call twice."""
-        with contextlib.suppress(BaseException):  # a failed copy has nothing left to keep
-            self.wait_copied()
-        self._stop_prefetch()
         if self._toolbox is not None:
             self._toolbox.stop()
             self._toolbox = None
@@ -308,6 +305,10 @@ class DockerSandbox:
                 self._container.remove(force=True, v=True)
             self._container = None
             self._after_session()
+        if self._copying is not None:  # its container is gone: a copy still running ends now
+            self._copying.join(timeout=30)
+            self._copying, self._copy_error = None, None
+        self._stop_prefetch()
         self._unlock()
 
     def _protect(self) -> None:

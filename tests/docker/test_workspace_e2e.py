@@ -305,3 +305,20 @@ def test_apply_at_a_terminal_shows_an_inert_diff_and_asks(project: Path,
     records = [json.loads(line) for line in cli("audit", "export", "--root", project,
                                                 "--format", "jsonl").stdout.splitlines()]
     assert [r["approved_by"] for r in records if r["kind"] == "apply"] == ["user"]
+
+
+def test_stopping_while_the_copy_arrives_ends_it_at_once(project: Path, docker_client: Any):
+    import time
+
+    from executor.sandbox.docker import DockerSandbox
+    from tests.docker.conftest import make_config
+
+    for i in range(3000):
+        (project / f"d{i % 30}").mkdir(exist_ok=True)
+        (project / f"d{i % 30}" / f"f{i}.txt").write_bytes(b"x" * 4000)
+    box = DockerSandbox(make_config(project, workspace="copy"), client=docker_client)
+    box.start()
+    began = time.monotonic()
+    box.stop()  # whatever the copy was doing, the container goes and the copy with it
+    assert time.monotonic() - began < 20
+    assert not box.is_alive()

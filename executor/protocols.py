@@ -56,6 +56,8 @@ class SandboxInfo(BaseModel):
     network: str
     user: str
     """uid:gid the tools run as."""
+    workspace: str = "bind"
+    """'bind' (the root is mounted) or 'copy' (the sandbox works on a copy)."""
 
 
 @runtime_checkable

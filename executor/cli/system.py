@@ -18,13 +18,14 @@ from executor.errors import (
     ModelResponseError,
     SandboxAgentError,
 )
-from executor.sandbox.engine import IMAGE_FIX, connect, engine_version
+from executor.sandbox.engine import IMAGE_FIX, connect, endpoint, engine_version
 from executor.text import inert, inert_line, markup_safe
 
 if TYPE_CHECKING:  # imported where used: `--help` must not load pydantic or the docker SDK
     from executor.config import Settings
 
-image_app = typer.Typer(help="Build the sandbox image.", no_args_is_help=True)
+image_app = typer.Typer(help="Build the sandbox image, or ship it to another engine.",
+                        no_args_is_help=True)
 
 Check = Callable[[], str]
 
@@ -48,6 +49,26 @@ def image_build(
     image_id = build_image(tag, base, progress=progress)
     err_console.print(f"built [bold]{markup_safe(tag, line=True)}[/] ({image_id[:19]}) from "
                       f"{markup_safe(base, line=True)}")
+
+
+@image_app.command("copy")
+@cli_errors
+def image_copy(
+    to: Annotated[
+        str, typer.Option("--to", help="The engine to ship to: unix:///PATH, tcp://HOST:PORT "
+                                       "(TLS from DOCKER_TLS_VERIFY / DOCKER_CERT_PATH) or "
+                                       "ssh://USER@HOST.")
+    ],
+    image: Annotated[str, typer.Option("--image", help="The image to ship.")] = DEFAULT_IMAGE,
+) -> None:
+    """Ship the sandbox image from this engine (DOCKER_HOST, else the local socket) to another
+    one that cannot pull or build it. Where it can, `image build` on that engine is better."""
+    from executor.sandbox.image import copy_image
+
+    image_id = copy_image(image, to, progress=lambda line: err_console.print(inert_line(line),
+                                                                          markup=False))
+    err_console.print(f"{markup_safe(endpoint(to), line=True)} has "
+                      f"[bold]{markup_safe(image, line=True)}[/] ({image_id[:19]})")
 
 
 @cli_errors
@@ -129,7 +150,7 @@ def _run_check(name: str, check: Check) -> bool:
 
 def _engine(client: dict[str, Any]) -> str:
     client["docker"] = connect(timeout=10)
-    return f"Docker {engine_version(client['docker'])}"
+    return f"Docker {engine_version(client['docker'])} at {endpoint()}"
 
 
 def _image(client: dict[str, Any], name: str) -> str:

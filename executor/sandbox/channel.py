@@ -102,7 +102,10 @@ class Channel:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise ToolboxTimeoutError("the toolbox did not answer in time")
-        ready, _, _ = select.select([self._sock], [], [], remaining)
+        # A TLS connection (a tcp:// engine) may hold decrypted bytes select cannot see.
+        pending = getattr(self._sock, "pending", None)
+        buffered = callable(pending) and pending() > 0
+        ready = buffered or select.select([self._sock], [], [], remaining)[0]
         if not ready:
             raise ToolboxTimeoutError("the toolbox did not answer in time")
         chunk = self._recv()

@@ -13,6 +13,7 @@ container is removed by `close()` (or leaving the `with` block).
 from __future__ import annotations
 
 import getpass
+import os
 import secrets
 import socket
 import time
@@ -236,7 +237,7 @@ class Runner:
             self._read_instructions()
             store, history = self._open_session()
             self.store = store
-            if self.options.sandbox_warm_up is None:
+            if self.options.sandbox_warm_up is None or not self._may_start_later():
                 self.sandbox = self._start_sandbox(store)
             else:
                 self.sandbox = self._new_sandbox(store)
@@ -267,6 +268,12 @@ class Runner:
             self.sandbox, self._lazy = None, None
             self.model.close()
             self._drop_empty_session()
+
+    def _may_start_later(self) -> bool:
+        """A bind mount on the default engine can start on first use; a copy, or an engine named
+        by DOCKER_HOST, starts now, so a project too big to copy or a disk the engine cannot see
+        is said before the model is asked."""
+        return self.settings.workspace == "bind" and not os.environ.get("DOCKER_HOST")
 
     def _collect_changes(self) -> bool:
         """Keep a copy session's changes; whether the sandbox may go (it stays when they could

@@ -98,6 +98,13 @@ class Channel:
         with contextlib.suppress(OSError):
             self._sock.close()
 
+    def abort(self) -> None:
+        """End both directions at once, from another thread: a send or read blocked on this
+        socket returns with an error instead of waiting for the other end."""
+        self.closed = True
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
+
     def _fill(self, deadline: float) -> None:
         remaining = deadline - time.monotonic()
         if remaining <= 0:

@@ -19,6 +19,7 @@ nothing, so the kernel refuses every write.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -123,19 +124,47 @@ sys.stdout.flush()
 _CHMOD = "import os, sys; [os.chmod(p, int(sys.argv[1], 8)) for p in sys.argv[2:]]"
 
 
+class CopyAbort:
+    """Lets another thread end a copy at once: the extractor's socket is shut down (a send
+    blocked on a full pipe returns), and no further step starts."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._channel: Channel | None = None
+        self.aborted = False
+
+    def attach(self, channel: Channel) -> None:
+        with self._lock:
+            self._channel = channel
+            if self.aborted:
+                channel.abort()
+
+    def abort(self) -> None:
+        with self._lock:
+            self.aborted = True
+            if self._channel is not None:
+                self._channel.abort()
+
+    def check(self) -> None:
+        if self.aborted:
+            raise SandboxError("the copy was stopped")
+
+
 def load_copy(api: Any, container: Any, archive: Archive, main: Iterable[bytes], *,
-              user: str, git_user: str, read_only: bool, on_disk: bool) -> None:
+              user: str, git_user: str, read_only: bool, on_disk: bool,
+              abort: CopyAbort | None = None) -> None:
     """Fill the container's /workspace with `archive`, whose main part is streamed by `main`
     (see the module docstring)."""
+    abort = abort or CopyAbort()
     if read_only:
-        _check(archive, _extract(api, container.id, "0:0", main))
+        _check(archive, _extract(api, container.id, "0:0", main, abort=abort))
         return
     if on_disk:
         _chmod(api, container.id, "0:0", "777", [WORKSPACE])
     open_top = not on_disk and "" in archive.open_dirs
-    _check(archive, _extract(api, container.id, user, main, open_top=open_top))
+    _check(archive, _extract(api, container.id, user, main, open_top=open_top, abort=abort))
     if archive.plan.git:
-        _extract(api, container.id, git_user, archive.git())
+        _extract(api, container.id, git_user, archive.git(), abort=abort)
         opened = [f"{WORKSPACE}/{d}" if d else WORKSPACE for d in sorted(archive.open_dirs)
                   if d or not on_disk]
         if opened:
@@ -161,8 +190,9 @@ def _chmod(api: Any, container_id: str, user: str, mode: str, paths: list[str]) 
 
 
 def _extract(api: Any, container_id: str, user: str, stream: Iterable[bytes], *,
-             open_top: bool = False) -> int:
+             open_top: bool = False, abort: CopyAbort) -> int:
     """Stream a tar to the extractor running as `user`; the number of entries it wrote."""
+    abort.check()
     argv = ["python3", "-c", EXTRACT, WORKSPACE] + (["open"] if open_top else [])
     with docker_errors("starting the copy"):
         created = api.exec_create(container_id, argv,
@@ -170,15 +200,18 @@ def _extract(api: Any, container_id: str, user: str, stream: Iterable[bytes], *,
                                   workdir=WORKSPACE)
         sock = api.exec_start(created["Id"], socket=True)
     channel = Channel(getattr(sock, "_sock", sock))
+    abort.attach(channel)
     try:
         try:
             for chunk in stream:
+                abort.check()
                 channel.send(chunk)
         except ToolboxError:
             pass  # the extractor stopped reading: its answer says why
         try:
             done = channel.read_json(time.monotonic() + COPY_TIMEOUT)
         except ToolboxError as exc:
+            abort.check()
             raise SandboxError(f"the copy into the container failed: {exc}") from exc
     finally:
         channel.close()

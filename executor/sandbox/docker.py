@@ -47,7 +47,7 @@ from executor.messages import ToolResult
 from executor.protocols import OutputCallback, SandboxInfo
 from executor.sandbox import seccomp
 from executor.sandbox.channel import Channel, OnProgress
-from executor.sandbox.copy import load_copy
+from executor.sandbox.copy import CopyAbort, load_copy
 from executor.sandbox.engine import IMAGE_FIX, connect, docker_errors, endpoint
 from executor.sandbox.protect import (
     Protected,
@@ -276,6 +276,7 @@ class DockerSandbox:
         self._prefetch: Prefetch | None = None
         self._copying: threading.Thread | None = None
         self._copy_error: BaseException | None = None
+        self._copy_abort = CopyAbort()
         self._root_checked = False
         self.reattached = False
 
@@ -324,6 +325,9 @@ class DockerSandbox:
 
     def stop(self) -> None:
         """Remove the container and release the session lock; safe to call twice."""
+        self._copy_abort.abort()  # a copy still arriving ends now, not when the engine says so
+        if self._copying is not None:
+            self._stop_prefetch()
         if self._toolbox is not None:
             self._toolbox.stop()
             self._toolbox = None
@@ -386,13 +390,14 @@ class DockerSandbox:
             self._stop_prefetch()
             return
         archive, container, main = self._copy, self._container, self._prefetch
+        abort = self._copy_abort = CopyAbort()
 
         def run() -> None:
             try:
                 load_copy(self._client.api, container, archive, main, user=self._mount_user(),
                           git_user=f"{archive.git_uid}:{archive.git_gid}",
                           read_only=self.config.read_only,
-                          on_disk=self.config.copy_storage == "disk")
+                          on_disk=self.config.copy_storage == "disk", abort=abort)
             except BaseException as exc:  # re-raised in the caller's thread by wait_copied
                 self._copy_error = exc
             finally:
@@ -541,6 +546,9 @@ class DockerSandbox:
         self._warn(f"a git repository appeared in the project during the session "
                    f"({', '.join(found[:3])}); restarting the sandbox with it read-only "
                    "(files in /tmp are lost)")
+        self._copy_abort.abort()  # a copy still arriving ends now, not when the engine says so
+        if self._copying is not None:
+            self._stop_prefetch()
         if self._toolbox is not None:
             self._toolbox.stop()
             self._toolbox = None

@@ -470,7 +470,12 @@ class Prefetch:
 
     def __iter__(self) -> Iterator[bytes]:
         while True:
-            item = self._queue.get()
+            try:
+                item = self._queue.get(timeout=0.1)
+            except queue.Empty:
+                if self._stop.is_set():  # closed from another thread: nothing more comes
+                    raise WorkspaceError("the copy was stopped") from None
+                continue
             if item is self._END:
                 return
             if isinstance(item, BaseException):

@@ -112,6 +112,7 @@ bench: install image podman host-tools
 	$(BIN)/python benchmarks/bench_context.py
 	$(BIN)/python benchmarks/bench_tracking.py
 	$(BIN)/python benchmarks/bench_startup.py
+	$(BIN)/python benchmarks/bench_workspace.py
 
 gc: install
 	$(BIN)/sandbox-agent gc

@@ -14,6 +14,10 @@ Provider = Literal["ollama", "openai", "embedded"]
 """Model providers."""
 ToolProtocol = Literal["native", "json", "constrained"]
 """How tools are offered to the model."""
+WorkspaceMode = Literal["bind", "copy"]
+"""bind: the project is mounted; copy: a copy is, and changes come back for review."""
+CopyStorage = Literal["auto", "memory", "disk"]
+"""Where a copy workspace lives in the container: tmpfs, a volume, or chosen by size."""
 
 DEFAULT_IMAGE = "sandbox-agent:latest"
 """Tag of the sandbox image `sandbox-agent image build` produces."""

@@ -26,8 +26,10 @@ from pydantic_settings import (
 
 from executor.choices import DEFAULT_BASE_IMAGE as DEFAULT_BASE_IMAGE
 from executor.choices import DEFAULT_IMAGE as DEFAULT_IMAGE
+from executor.choices import CopyStorage as CopyStorage
 from executor.choices import Provider as Provider
 from executor.choices import ToolProtocol as ToolProtocol
+from executor.choices import WorkspaceMode as WorkspaceMode
 from executor.errors import ConfigError
 from executor.userconfig import read_user_config, user_config_path, where
 
@@ -49,6 +51,12 @@ DEFAULT_NOFILE = 8192
 """Open files per process in the container (Podman's default exceeds common hard limits)."""
 DEFAULT_NPROC = 8192
 """RLIMIT_NPROC in the container; the pids limit is the real bound (Podman needs one set)."""
+DEFAULT_COPY_LIMIT = 1024**3
+"""Bytes a project may have to be copied into a copy workspace."""
+DEFAULT_COPY_MAX_FILES = 100_000
+"""Entries (files, directories, links) a project may have to be copied."""
+COPY_MEMORY_MAX = 256 * 1024 * 1024
+"""Projects up to this size are copied into memory (tmpfs) with copy_storage auto."""
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _SIZE = re.compile(r"(\d+)\s*(?:([kmgt])(?:i?b)?|b)?", re.IGNORECASE)
@@ -117,6 +125,18 @@ class Settings(BaseSettings):
     """Mount .git read-write (it is read-only by default)."""
     disk_budget: int = Field(DEFAULT_DISK_BUDGET, ge=0)
     """Bytes the project may grow by in a session (`1g`, `500m` or bytes; 0: no budget)."""
+    workspace: WorkspaceMode = "bind"
+    """bind: the root is mounted and changes land as they happen; copy: the sandbox works on a
+    copy and its changes come back for review (`diff`, `apply`, `undo`)."""
+    copy_limit: int = Field(DEFAULT_COPY_LIMIT, ge=1)
+    """Size guard of the copy workspace (`1g`, `500m` or bytes): a bigger project is refused."""
+    copy_max_files: int = Field(DEFAULT_COPY_MAX_FILES, ge=1)
+    """Entries a project may have to be copied."""
+    copy_exclude: list[str] = Field(default_factory=list)
+    """gitignore-style patterns left out of the copy (docs/WORKSPACES.md)."""
+    copy_storage: CopyStorage = "auto"
+    """Where the copy lives in the container: memory (tmpfs: fast, counts against the memory
+    limit), disk (a volume on the engine's disk), auto (memory up to 256 MiB)."""
     audit: bool = True
     """Write the audit log."""
     audit_dir: Path | None = None
@@ -154,7 +174,7 @@ class Settings(BaseSettings):
             raise ValueError(f"not an environment variable name: {bad[0]!r}")
         return value
 
-    @field_validator("disk_budget", mode="before")
+    @field_validator("disk_budget", "copy_limit", mode="before")
     @classmethod
     def _size(cls, value: Any) -> Any:
         """Sizes are given as text (`1g`) in flags and the environment."""

@@ -16,7 +16,8 @@ that fixes it.
     │   ├── ImageNotFoundError                12  sandbox image missing
     │   ├── ToolboxError                      13  toolbox died / spoke garbage
     │   │   └── ToolboxTimeoutError           14  (also TimeoutError) host deadline passed
-    │   └── RuntimeNotFoundError              15  the engine lacks the OCI runtime asked for
+    │   ├── WorkspaceUnreachableError         15  bind mode: the engine cannot see the root
+    │   └── RuntimeNotFoundError              16  the engine lacks the OCI runtime asked for
     ├── ModelError                            20  model provider failures
     │   ├── ModelUnavailableError             21  (also ConnectionError) server unreachable
     │   ├── ModelTimeoutError                 22  (also TimeoutError) no answer in time
@@ -28,8 +29,12 @@ that fixes it.
     ├── FindingsError                         33  `review --fail-on`: findings at that severity
     ├── SessionError                          40  session file unreadable
     │   └── SessionCorruptError               41  a corrupt line in the middle
-    └── AuditError                            50  audit log could not be written
-        └── AuditIntegrityError               51  `audit verify` found tampering
+    ├── AuditError                            50  audit log could not be written
+    │   └── AuditIntegrityError               51  `audit verify` found tampering
+    └── WorkspaceError                        60  copy workspace / pending changes unusable
+        ├── ConflictError                     61  files changed on the host: not applied/undone
+        ├── ProjectTooLargeError              62  the project exceeds the copy size guard
+        └── ApplyDeclinedError                63  the person said no: nothing applied
 
 A failed *tool* (missing file, non-zero exit, timeout inside the sandbox) is not
 an exception: it is a `ToolResult` the model sees.
@@ -109,7 +114,7 @@ class ToolboxTimeoutError(ToolboxError, TimeoutError):
 class RuntimeNotFoundError(SandboxError):
     """The engine does not offer (or would silently ignore) the OCI runtime asked for."""
 
-    exit_code = 15
+    exit_code = 16
 
 
 class ModelError(SandboxAgentError):
@@ -192,6 +197,41 @@ class AuditIntegrityError(AuditError):
     """The audit hash chain is broken: a record was edited, removed, inserted or moved."""
 
     exit_code = 51
+
+
+class WorkspaceUnreachableError(SandboxError):
+    """Bind mode on an engine that cannot see the project root (another machine's disk)."""
+
+    exit_code = 15
+
+
+class WorkspaceError(SandboxAgentError):
+    """A copy workspace or its pending changes could not be made, read or applied."""
+
+    exit_code = 60
+
+
+class ConflictError(WorkspaceError):
+    """Files changed on the host since the copy (or the apply): they were left alone."""
+
+    exit_code = 61
+
+    def __init__(self, message: str, *, paths: list[str] | None = None,
+                 fix: str | None = None) -> None:
+        super().__init__(message, fix=fix)
+        self.paths = list(paths or [])
+
+
+class ProjectTooLargeError(WorkspaceError):
+    """The project is bigger than the copy workspace's size guard."""
+
+    exit_code = 62
+
+
+class ApplyDeclinedError(WorkspaceError):
+    """The person declined to apply the changes; they stay pending."""
+
+    exit_code = 63
 
 
 #: Exit code for a run interrupted with Ctrl-C (128 + SIGINT), as shells report it.

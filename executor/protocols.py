@@ -60,6 +60,8 @@ class SandboxInfo(BaseModel):
     """The OCI runtime the engine reports for the container (`runc`, `runsc`; Podman: `oci`)."""
     engine: str = ""
     """`Docker` or `Podman` (its Docker-compatible API)."""
+    workspace: str = "bind"
+    """'bind' (the root is mounted) or 'copy' (the sandbox works on a copy)."""
 
 
 @runtime_checkable

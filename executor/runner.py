@@ -13,10 +13,11 @@ container is removed by `close()` (or leaving the `with` block).
 from __future__ import annotations
 
 import getpass
+import os
 import secrets
 import socket
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import TracebackType
@@ -40,15 +41,22 @@ from executor.instructions import Instructions, read_project_instructions
 from executor.messages import Message, ToolCall, ToolSpec
 from executor.models import build_model
 from executor.policy import Decision, Policy, PolicyOverrides, load_policy
-from executor.protocols import Model
+from executor.protocols import Model, Sandbox
 from executor.redact import Redactor
-from executor.sandbox.docker import DockerSandbox, SandboxConfig, container_name
+from executor.sandbox.docker import DockerSandbox, SandboxConfig
 from executor.sandbox.environment import sandbox_environment
 from executor.sandbox.lazy import LazySandbox
-from executor.session import NdjsonSessionStore, session_names
+from executor.session import NdjsonSessionStore, SessionHeader, session_names
 from executor.state import legacy_notice
 from executor.tools import Preview, Tool, ToolContext, ToolRegistry, default_registry
 from executor.userconfig import check_outside_project
+from executor.workspace.apply import pending
+from executor.workspace.changes import Changeset, load_changes
+from executor.workspace.sessions import CopyWorkspace, JournaledSandbox
+from executor.workspace.store import BlobStore
+
+SandboxFactory = Callable[[SandboxConfig], Sandbox]
+"""Makes a session's sandbox from its configuration (the default: a `DockerSandbox`)."""
 
 SYSTEM_PROMPT = (
     "You are a coding agent working on the project in /workspace; tool paths are relative to "
@@ -146,13 +154,19 @@ class Runner:
         policy: Policy,
         hooks: HookBus,
         approver: Approver | None = None,
+        sandbox: Sandbox | SandboxFactory | None = None,
     ) -> None:
         self.settings, self.options = settings, options
         self.model, self.tools, self.policy, self.hooks = model, tools, policy, hooks
         self.approver = approver
-        self.sandbox: DockerSandbox | None = None
+        self.backend = sandbox
+        """A sandbox to use as is, or a factory of one per session (None: Docker)."""
+        self.sandbox: Sandbox | None = None
         self._lazy: LazySandbox | None = None
         self._sandbox_id = ""
+        self._workspace_mode = "bind"
+        self.changes: Changeset | None = None
+        """A copy session's changes, collected when it closed."""
         self.store: NdjsonSessionStore | None = None
         self.audit: AuditLog | None = None
         self.agent: Agent | None = None
@@ -171,11 +185,14 @@ class Runner:
         hooks: HookBus | None = None,
         model: Model | str | None = None,
         approver: Approver | None = None,
+        sandbox: Sandbox | SandboxFactory | None = None,
         **options: Any,
     ) -> Runner:
         """A runner for `root`; `options` are Settings fields and RunOptions fields by name.
 
         `model` is a Model to use as is, or a model name (the Settings field of that name).
+        `sandbox` is a Sandbox to use as is, or a factory called with the session's
+        `SandboxConfig` (default: a `DockerSandbox`).
         """
         if isinstance(model, str):
             options, model = {**options, "model": model}, None
@@ -194,7 +211,7 @@ class Runner:
             merged, run, model=model or build_model(merged, hooks=hooks),
             tools=_registry(tools, run), policy=load_policy(run.root, run.policy_file,
                                                             _overrides(run)),
-            hooks=hooks, approver=approver,
+            hooks=hooks, approver=approver, sandbox=sandbox,
         )
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -220,11 +237,10 @@ class Runner:
             self._read_instructions()
             store, history = self._open_session()
             self.store = store
-            if self.options.sandbox_warm_up is None:
+            if self.options.sandbox_warm_up is None or not self._may_start_later():
                 self.sandbox = self._start_sandbox(store)
             else:
                 self.sandbox = self._new_sandbox(store)
-                self.sandbox.preflight()  # a missing engine or image is said before the model
                 self._lazy = LazySandbox(self.sandbox, lambda took: self._sandbox_started(took))
             self.audit = self._open_audit(store)
             self._announce(store)
@@ -246,14 +262,35 @@ class Runner:
         """
         self.agent = None
         try:
-            if self._lazy is not None:
-                self._lazy.stop()
-            elif self.sandbox is not None:
-                self.sandbox.stop()
+            if self.sandbox is not None and self._collect_changes():
+                (self._lazy or self.sandbox).stop()
         finally:
             self.sandbox, self._lazy = None, None
             self.model.close()
             self._drop_empty_session()
+
+    def _may_start_later(self) -> bool:
+        """A bind mount on the default engine can start on first use; a copy, or an engine named
+        by DOCKER_HOST, starts now, so a project too big to copy or a disk the engine cannot see
+        is said before the model is asked."""
+        return self.settings.workspace == "bind" and not os.environ.get("DOCKER_HOST")
+
+    def _collect_changes(self) -> bool:
+        """Keep a copy session's changes; whether the sandbox may go (it stays when they could
+        not be collected, for a later --resume)."""
+        if not isinstance(self.sandbox, CopyWorkspace) or self.options.read_only:
+            return True
+        if self._lazy is not None and not self._lazy.started:
+            return True  # never started: nothing was copied, nothing changed
+        try:
+            self.changes = self.sandbox.finish()
+        except SandboxAgentError as exc:
+            self._warn(f"the changes of the copy could not be collected ({exc}); its container "
+                       "is kept: resume the session to try again, or `sandbox-agent gc` "
+                       "discards it")
+            self.sandbox.detach()
+            return False
+        return True
 
     def _drop_empty_session(self) -> None:
         if self.store is None or self.options.resume or self._replies:
@@ -359,30 +396,89 @@ class Runner:
         return store, []
 
     @property
+    def sandbox_id(self) -> str:
+        """The session's sandbox id (its container is `sandbox-agent-<id>`)."""
+        return self._sandbox_id
+
+    @property
+    def workspace_mode(self) -> str:
+        """bind or copy."""
+        return self._workspace_mode
+
+    @property
     def sandbox_started(self) -> bool:
         """Whether the container is up (with `sandbox_warm_up`, it may not be yet)."""
         return self.sandbox is not None and (self._lazy is None or self._lazy.started)
 
-    def _new_sandbox(self, store: NdjsonSessionStore) -> DockerSandbox:
-        header = store.header
-        self._sandbox_id = _sandbox_id(header.sandbox_id, header.container)
-        return DockerSandbox(self._sandbox_config(self._sandbox_id, header.image_digest),
-                             warn=self._warn)
+    def _new_sandbox(self, store: NdjsonSessionStore) -> Sandbox:
+        """The session's sandbox, not started: the backend, wrapped for its workspace.
 
-    def _start_sandbox(self, store: NdjsonSessionStore) -> DockerSandbox:
+        A Docker backend checks the engine and the image now (one ping, one lookup), so a
+        missing one is said before the model is asked even when the container starts later.
+        """
+        header = store.header
+        self._sandbox_id = header.sandbox_id or secrets.token_hex(6)  # the store names it
+        self._workspace_mode = workspace = self._workspace(header)
+        put_back = self._put_back(store.name) if workspace == "copy" else {}
+        config = self._sandbox_config(self._sandbox_id, header.image_digest, workspace, put_back)
+        backend = self._backend_for(config)
+        if isinstance(backend, DockerSandbox):
+            backend.preflight()
+        return self._wrap(backend, store.name, workspace, set(put_back))
+
+    def _start_sandbox(self, store: NdjsonSessionStore) -> Sandbox:
         sandbox = self.sandbox = self._new_sandbox(store)
         sandbox.start()
         self._record_sandbox(sandbox, store)
         return sandbox
 
-    def _record_sandbox(self, sandbox: DockerSandbox, store: NdjsonSessionStore) -> None:
+    def _record_sandbox(self, sandbox: Sandbox, store: NdjsonSessionStore) -> None:
+        info = sandbox.info
         if self.options.resume:
-            how = "re-attached to" if sandbox.reattached else "started a new"
+            how = "re-attached to" if getattr(sandbox, "reattached", False) else "started a new"
             self.hooks.emit("notice", message=f"resumed session {store.name}: {how} container "
-                                              f"{sandbox.name}")
-        store.update_header(container=sandbox.name, sandbox_id=self._sandbox_id,
-                            image_digest=sandbox.info.image_digest,
-                            mount_mode=sandbox.info.mount_mode)
+                                              f"{info.container_name}")
+        store.update_header(container=info.container_name, sandbox_id=self._sandbox_id,
+                            image_digest=info.image_digest, mount_mode=info.mount_mode,
+                            workspace=self._workspace_mode)
+
+    def _workspace(self, header: SessionHeader) -> str:
+        """The configured workspace; a resumed session keeps the one it started with."""
+        recorded = header.workspace if self.options.resume else ""
+        if recorded and recorded != self.settings.workspace:
+            self.hooks.emit("notice", message=f"session {header.name} runs in its "
+                                              f"{recorded} workspace")
+        return recorded or self.settings.workspace
+
+    def _put_back(self, session: str) -> dict[str, list[Any] | None]:
+        """A resumed copy session's pending changes, to put back into a new copy."""
+        changeset = load_changes(self.options.root, session) if self.options.resume else None
+        if changeset is None:
+            return {}
+        return {c.path: c.after.row() if c.after else None
+                for c in pending(self.options.root, changeset)}
+
+    def _backend_for(self, config: SandboxConfig) -> Sandbox:
+        """The sandbox given, one from the factory given, or a DockerSandbox."""
+        if self.backend is None:
+            return DockerSandbox(config, warn=self._warn)
+        if _is_sandbox(self.backend):
+            return self.backend  # type: ignore[return-value]
+        return self.backend(config)  # type: ignore[operator]
+
+    def _wrap(self, backend: Sandbox, session: str, workspace: str, put_back: set[str]
+              ) -> Sandbox:
+        """Copy sessions keep a base and collect changes; bind sessions journal writes."""
+        root = self.options.root
+        if self.options.read_only:
+            return backend  # nothing to journal, nothing comes back
+        if workspace == "copy":
+            if not callable(getattr(backend, "copy_manifest", None)):
+                raise ConfigError("this sandbox backend cannot run a copy workspace",
+                                  fix="use --workspace bind")
+            return CopyWorkspace(backend, root=root, session=session,  # type: ignore[arg-type]
+                                 put_back=put_back)
+        return JournaledSandbox(backend, root=root, session=session)
 
     def _sandbox_started(self, took: float) -> None:
         """A lazily started sandbox is up: the session header and a `sandbox_start` event."""
@@ -392,11 +488,13 @@ class Runner:
         self.hooks.emit("sandbox_start", container_id=info.container_id,
                         container_name=info.container_name, image=info.image,
                         image_digest=info.image_digest, mount_mode=info.mount_mode,
-                        network=info.network, user=info.user, runtime=info.runtime,
-                        engine=info.engine, reattached=self.sandbox.reattached,
+                        network=info.network, user=info.user, workspace=info.workspace,
+                        runtime=info.runtime, engine=info.engine,
+                        reattached=getattr(self.sandbox, "reattached", False),
                         duration_ms=round(took * 1000))
 
-    def _sandbox_config(self, session_id: str, digest: str) -> SandboxConfig:
+    def _sandbox_config(self, session_id: str, digest: str, workspace: str = "bind",
+                        put_back: dict[str, list[Any] | None] | None = None) -> SandboxConfig:
         """On resume, the very image the session started with, falling back to the configured."""
         s = self.settings
         env = sandbox_environment(s.env_allow, secret_names=[s.api_key_env])
@@ -407,6 +505,10 @@ class Runner:
             read_only=self.options.read_only, memory=s.memory, pids_limit=s.pids_limit,
             cpus=s.cpus, tmp_size=s.tmp_size, tool_timeout=s.tool_timeout, env=env,
             allow_git_writes=s.allow_git_writes, disk_budget=s.disk_budget, runtime=s.runtime,
+            workspace=workspace, copy_limit=s.copy_limit, copy_max_files=s.copy_max_files,
+            copy_exclude=s.copy_exclude, copy_storage=s.copy_storage,
+            copy_overlay=put_back or {},
+            blob_dir=BlobStore.for_root(self.options.root).directory if put_back else None,
         )
 
     def _open_audit(self, store: NdjsonSessionStore) -> AuditLog | None:
@@ -429,12 +531,13 @@ class Runner:
         info = self.sandbox.info if self._lazy is None else None
         self.hooks.emit(
             "run_start", root=str(self.options.root), provider=self.settings.provider,
-            model=self.model.name, image=info.image if info else self.sandbox.config.image,
+            model=self.model.name, image=info.image if info else self.settings.image,
             image_digest=info.image_digest if info else None,
             container_id=info.container_id if info else None, mount_mode=self._mount_mode(),
-            runtime=info.runtime if info else self.sandbox.config.runtime,
+            runtime=info.runtime if info else self.settings.runtime,
             engine=info.engine if info else None,
-            policy_source=self.policy.source, argv=self.options.argv,
+            workspace=self._workspace_mode, policy_source=self.policy.source,
+            argv=self.options.argv,
             instructions=({"source": self.instructions.source, "sha256": self.instructions.sha256}
                           if self.instructions else None),
             user=getpass.getuser(), host=socket.gethostname(), session=store.name,
@@ -558,14 +661,9 @@ def _overrides(run: RunOptions) -> PolicyOverrides:
     )
 
 
-def _sandbox_id(recorded: str, container: str) -> str:
-    """The session's sandbox id as recorded (validated on load), else a new one."""
-    prefix = container_name("")
-    if recorded:
-        return recorded
-    if container.startswith(prefix):  # sessions from before sandbox_id was recorded
-        return container[len(prefix):]
-    return secrets.token_hex(6)
+def _is_sandbox(value: object) -> bool:
+    """A Sandbox rather than a factory (checked on the class: `info` may not be ready yet)."""
+    return all(callable(getattr(type(value), name, None)) for name in ("start", "stop", "call"))
 
 
 def _status(exc: BaseException) -> str:

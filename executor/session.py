@@ -73,6 +73,7 @@ _CHECKED_FIELDS = {
     "container": re.compile(r"sandbox-agent-[0-9a-f]{12}"),
     "image_digest": re.compile(r"sha256:[0-9a-f]{64}"),
     "mount_mode": re.compile(r"ro|rw"),
+    "workspace": re.compile(r"bind|copy"),
 }
 """Header values the controller acts on, and the only shapes it accepts for them."""
 
@@ -121,6 +122,8 @@ class SessionHeader(BaseModel):
     """Container name, re-attached on resume while it exists."""
     sandbox_id: str = ""
     """12 hex digits naming this session's container (`sandbox-agent-<id>`)."""
+    workspace: str = ""
+    """'bind' or 'copy' (docs/WORKSPACES.md); a resumed session keeps it."""
     started_at: str = Field(default_factory=utc_now)
 
 

@@ -17,15 +17,19 @@ from executor.cli.common import fail
 from executor.cli.review import review as review_command
 from executor.cli.run import ask
 from executor.cli.system import doctor, gc, image_app, models
+from executor.cli.workspace import apply_command, diff_command, undo_command
 from executor.errors import ConfigError
 
 EPILOG = (
     "Exit codes: 0 ok · 1 failed check · 2 usage or config error · 3 bad policy file · "
-    "4 no such session · 10-15 sandbox (11 no Docker engine, 12 no image, 13/14 toolbox, "
-    "15 no such runtime) · "
+    "4 no such session · 10-16 sandbox (11 no Docker engine, 12 no image, 13/14 toolbox, "
+    "15 engine cannot see the root, "
+    "16 no such runtime) · "
     "20-24 model (21 unreachable, 22 timeout, 23 refused, 24 embedded model) · "
     "31 max turns · 32 calls denied (--fail-on-denied) · 33 review findings (--fail-on) · "
-    "40/41 session file · 50/51 audit · 130 interrupted. "
+    "40/41 session file · 50/51 audit · 60-63 workspace (61 conflict: files changed on the "
+    "host were not applied, 62 project too big to copy, 63 apply declined) · "
+    "130 interrupted. "
     "See docs/EXIT_CODES.md."
 )
 
@@ -40,6 +44,9 @@ app = typer.Typer(
 )
 app.command(epilog=EPILOG)(ask)
 app.command(epilog=EPILOG)(review_command)
+app.command("diff", epilog=EPILOG)(diff_command)
+app.command("apply", epilog=EPILOG)(apply_command)
+app.command("undo", epilog=EPILOG)(undo_command)
 app.command()(doctor)
 app.command()(gc)
 app.command()(models)

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from executor.choices import Provider, ToolProtocol
+from executor.choices import Provider, ToolProtocol, WorkspaceMode
 
 ProviderOpt = Annotated[
     Provider | None,
@@ -152,3 +152,30 @@ def prompt_options(system_prompt_file: Path | None, no_instructions: bool) -> di
     if system_prompt_file is not None:
         options["system_prompt"] = read_system_prompt_file(system_prompt_file)
     return options
+WorkspaceOpt = Annotated[
+    WorkspaceMode | None,
+    typer.Option(
+        "--workspace",
+        help="bind: the sandbox writes into the project as it goes; copy: it works on a copy "
+        "and its changes wait for `sandbox-agent diff` / `apply` (docs/WORKSPACES.md). "
+        "[default: bind]",
+        show_default=False,
+    ),
+]
+ExcludeOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--exclude",
+        help="Leave paths matching this gitignore-style pattern out of a copy (repeatable).",
+        show_default=False,
+    ),
+]
+CopyLimitOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--copy-limit",
+        metavar="SIZE",
+        help="Refuse to copy a project bigger than this, e.g. 2g. [default: 1g]",
+        show_default=False,
+    ),
+]

@@ -21,6 +21,7 @@ from executor.cli.options import (
     AuditRequiredOpt,
     DenyPrefixOpt,
     DenyToolOpt,
+    ExcludeOpt,
     HostOpt,
     ImageOpt,
     MaxTokensOpt,
@@ -36,6 +37,7 @@ from executor.cli.options import (
     SystemPromptFileOpt,
     TimeoutOpt,
     TraceOpt,
+    WorkspaceOpt,
     prompt_options,
 )
 from executor.cli.run import _prepare, _settings, session_line
@@ -109,6 +111,8 @@ def review(
     audit_required: AuditRequiredOpt = False,
     system_prompt_file: SystemPromptFileOpt = None,
     no_project_instructions: NoInstructionsOpt = False,
+    workspace: WorkspaceOpt = None,
+    exclude: ExcludeOpt = None,
 ) -> None:
     """Review DIR read-only and non-interactively (for CI): a report with structured findings.
 
@@ -124,6 +128,7 @@ def review(
         provider=provider, model=model, host=host, tool_protocol=tool_protocol, stream=stream,
         max_turns=max_turns, image=image, runtime=runtime, timeout=timeout, max_tokens=max_tokens,
         deny_tools=deny_tool, deny_prefixes=deny_prefix, policy_file=policy,
+        workspace=workspace, copy_exclude=exclude,
     ) | {"read_only": True, "audit_required": audit_required, "tools": [tool]} | prompt_options(
         system_prompt_file, no_project_instructions)
     runner, view = _prepare(root, options, stream=stream, trace=trace, audit=not no_audit,

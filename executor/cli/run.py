@@ -14,9 +14,11 @@ from executor.cli.common import RootOption, cli_errors, err_console, out_console
 from executor.cli.options import (
     AuditPromptsOpt,
     AuditRequiredOpt,
+    CopyLimitOpt,
     DenyPrefixOpt,
     DenyToolOpt,
     EnvOpt,
+    ExcludeOpt,
     HostOpt,
     ImageOpt,
     MaxTokensOpt,
@@ -32,6 +34,7 @@ from executor.cli.options import (
     SystemPromptFileOpt,
     TimeoutOpt,
     TraceOpt,
+    WorkspaceOpt,
     prompt_options,
 )
 from executor.errors import ConfigError, SandboxAgentError
@@ -118,14 +121,16 @@ def _start(runner: Runner, view: ProgressView) -> None:
 
 
 def session_line(runner: Runner) -> None:
-    """`session NAME · container NAME · mode · model NAME` on stderr."""
-    sandbox = runner.sandbox.name if runner.sandbox else "?"
+    """`session NAME · container NAME · mode · workspace · model NAME` on stderr."""
+    from executor.sandbox.docker import container_name
+
+    sandbox = container_name(runner.sandbox_id) if runner.sandbox else "?"
     if not runner.sandbox_started:
         sandbox += " (starts when a tool needs it)"
     err_console.print(
         f"[dim]session {runner.session_name} · container {sandbox} · "
         f"{'read-only' if runner.options.read_only else 'read-write'} · "
-        f"model {markup_safe(runner.model.name, line=True)}[/]"
+        f"{runner.workspace_mode} workspace · model {markup_safe(runner.model.name, line=True)}[/]"
     )
 
 
@@ -235,6 +240,17 @@ def ask(
     ] = False,
     system_prompt_file: SystemPromptFileOpt = None,
     no_project_instructions: NoInstructionsOpt = False,
+    workspace: WorkspaceOpt = None,
+    apply: Annotated[
+        bool,
+        typer.Option(
+            "--apply",
+            help="Copy workspace: apply the changes at the end (asks at a terminal; without "
+            "one it needs --yes); files changed on the host meanwhile are refused (exit 61).",
+        ),
+    ] = False,
+    exclude: ExcludeOpt = None,
+    copy_limit: CopyLimitOpt = None,
 ) -> None:
     """Ask the agent to do something in DIR; every tool call runs in a sandbox container.
 
@@ -269,6 +285,9 @@ def ask(
         policy_file=policy,
         session=session,
         disk_budget=disk_budget,
+        workspace=workspace,
+        copy_exclude=exclude,
+        copy_limit=copy_limit,
     ) | {
         "read_only": read_only,
         "yes": yes,
@@ -286,6 +305,7 @@ def ask(
     with reporting(output):
         runner, view = _prepare(root, options, stream=stream, trace=trace, audit=not no_audit,
                                 interactive=at_terminal)
+        check_apply(runner, apply)
         output.attach(runner.hooks)
         try:
             with runner:
@@ -301,7 +321,13 @@ def ask(
                 result = runner.run(query or "")
         finally:
             view.close()
+            show_changes(runner)
     _finish(result, view, output, fail_on_denied)
+    if apply and runner.changes is not None:
+        from executor.cli.workspace import run_apply
+
+        run_apply(runner.options.root, runner.changes, yes=yes, at_terminal=at_terminal,
+                  audit=not no_audit, to_stderr=True)
 
 
 def _finish(result: RunResult, view: ProgressView, output: JsonOutput,
@@ -345,3 +371,26 @@ def _answer(runner: Runner, view: ProgressView, query: str, *,
     show_answer(result.answer, real_console(out_console))
     err_console.print(f"[dim]done · {markup_safe(view.summary())}[/]")
     return result
+
+
+# -- copy workspace ------------------------------------------------------------------------------
+
+
+def check_apply(runner: Runner, apply: bool) -> None:
+    """--apply needs a read-write copy workspace: say so before anything runs."""
+    if apply and (runner.settings.workspace != "copy" or runner.options.read_only):
+        raise ConfigError("--apply applies a copy workspace's changes",
+                          fix="add --workspace copy (and drop --read-only)")
+
+
+def show_changes(runner: Runner) -> None:
+    """After a copy session: what changed, and how to review and apply it (on stderr)."""
+    from executor.workspace.apply import pending
+    from executor.workspace.render import summary
+
+    changes = runner.changes
+    if changes is None:
+        return
+    todo = pending(runner.options.root, changes)
+    for line in summary(changes, todo, root=str(runner.options.root)):
+        err_console.print(line, markup=False, highlight=False, soft_wrap=True)

@@ -23,6 +23,7 @@ from executor.sandbox.engine import (
     IMAGE_FIX,
     RUNTIME_FIX,
     connect,
+    endpoint,
     engine_version,
     is_podman,
     runtimes,
@@ -32,7 +33,8 @@ from executor.text import inert, inert_line, markup_safe
 if TYPE_CHECKING:  # imported where used: `--help` must not load pydantic or the docker SDK
     from executor.config import Settings
 
-image_app = typer.Typer(help="Build the sandbox image.", no_args_is_help=True)
+image_app = typer.Typer(help="Build the sandbox image, or ship it to another engine.",
+                        no_args_is_help=True)
 
 Check = Callable[[], str]
 
@@ -56,6 +58,26 @@ def image_build(
     image_id = build_image(tag, base, progress=progress)
     err_console.print(f"built [bold]{markup_safe(tag, line=True)}[/] ({image_id[:19]}) from "
                       f"{markup_safe(base, line=True)}")
+
+
+@image_app.command("copy")
+@cli_errors
+def image_copy(
+    to: Annotated[
+        str, typer.Option("--to", help="The engine to ship to: unix:///PATH, tcp://HOST:PORT "
+                                       "(TLS from DOCKER_TLS_VERIFY / DOCKER_CERT_PATH) or "
+                                       "ssh://USER@HOST.")
+    ],
+    image: Annotated[str, typer.Option("--image", help="The image to ship.")] = DEFAULT_IMAGE,
+) -> None:
+    """Ship the sandbox image from this engine (DOCKER_HOST, else the local socket) to another
+    one that cannot pull or build it. Where it can, `image build` on that engine is better."""
+    from executor.sandbox.image import copy_image
+
+    image_id = copy_image(image, to, progress=lambda line: err_console.print(inert_line(line),
+                                                                          markup=False))
+    err_console.print(f"{markup_safe(endpoint(to), line=True)} has "
+                      f"[bold]{markup_safe(image, line=True)}[/] ({image_id[:19]})")
 
 
 @cli_errors
@@ -160,7 +182,7 @@ def _engine(client: dict[str, Any]) -> str:
     listed = f"runtimes: {', '.join(offered)}; default {default}"
     if name == "Podman":  # its list is containers.conf's, and its Docker API ignores a choice
         listed = f"runtime {default} (its Docker-compatible API runs every container with it)"
-    return f"{name} {engine_version(docker)} ({listed})"
+    return f"{name} {engine_version(docker)} at {endpoint()} ({listed})"
 
 
 def _runtime(client: dict[str, Any], settings: Settings) -> str:

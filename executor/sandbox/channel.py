@@ -120,11 +120,21 @@ class Channel:
         with contextlib.suppress(OSError):
             self._sock.close()
 
+    def abort(self) -> None:
+        """End both directions at once, from another thread: a send or read blocked on this
+        socket returns with an error instead of waiting for the other end."""
+        self.closed = True
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
+
     def _fill(self, deadline: float) -> None:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise ToolboxTimeoutError("the toolbox did not answer in time")
-        ready, _, _ = select.select([self._sock], [], [], remaining)
+        # A TLS connection (a tcp:// engine) may hold decrypted bytes select cannot see.
+        pending = getattr(self._sock, "pending", None)
+        buffered = callable(pending) and pending() > 0
+        ready = buffered or select.select([self._sock], [], [], remaining)[0]
         if not ready:
             raise ToolboxTimeoutError("the toolbox did not answer in time")
         chunk = self._recv()

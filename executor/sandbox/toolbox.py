@@ -40,6 +40,21 @@ Protocol (version 1)
               shown ("absent": no file). If the file is not that now, nothing is written:
               "... changed since it was approved; nothing was written".
 
+    start     also "root": {"dev", "ino", "mtime_ns"} of --root, so the host can tell whether
+              the engine mounted the directory it meant (another machine's disk is not it)
+
+Host operations (the host calls these; the model is never offered them)
+    manifest    {} -> meta "entries": [[path, kind, mode, size, sha256, target], ...] for every
+                entry under the root except hidden names and what is inside .git and
+                .git.quarantined-* entries (listed in "skipped"); every regular file is hashed.
+                "complete" is false when the walk stopped at its entry limit.
+    read_files  {"files": [[path, offset, length], ...]} -> meta "files": [{"path", "offset",
+                "size", "data" (base64)} | {"path", "error"}]; at most 16 MiB a call. Paths are
+                relative; no link is followed, in the last component or on the way.
+    snapshot    {"path", "max_bytes"} -> meta {"resolved", "exists", "kind", "mode", "size",
+                "sha256", "data" (base64, when not over max_bytes)}: the file a write_file or
+                edit_file of that path would change, as it is now (the host keeps it for undo).
+
 Caps and choices
     paths         relative to the root, or absolute inside it; symlinks are followed and must stay
                   inside. Hidden names are refused at the top level; writes anywhere under a
@@ -118,6 +133,7 @@ sweep would hit other people's processes, so it is never switched on there.
 from __future__ import annotations
 
 import argparse
+import base64
 import codecs
 import contextlib
 import difflib
@@ -1049,6 +1065,11 @@ class Snapshot:
 def _entry(st):
     return (st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_blocks,
             st.st_nlink)
+
+
+def _opaque(name):
+    """Names a copy's manifest lists but never brings back: git's files, and quarantined ones."""
+    return _is_git(name) or name.startswith(QUARANTINE)
 
 
 def _is_git(name):
@@ -2307,10 +2328,121 @@ def _ancestors():
     return found
 
 
+# -- host operations: what the host asks of a copy workspace (never offered to the model) ------
+
+READ_FILES_MAX = 16 * 1024 * 1024  # bytes of file content in one read_files answer
+
+
+def _identity(path):
+    """What tells a directory apart across machines: device, inode and mtime."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return {"dev": st.st_dev, "ino": st.st_ino, "mtime_ns": st.st_mtime_ns}
+
+
+def op_manifest(ctx):
+    """Every entry of the tree with its kind, mode, size, hash and link target."""
+    old = ctx.tracker.index if ctx.tracker is not None else None
+    snap = _snapshot(ctx, old)  # what a command's walk already hashed is not read again
+    entries, skipped = [], []
+    for path, st in sorted(snap.stats.items()):
+        parts = path.split("/")
+        if any(_opaque(name) for name in parts[:-1]):
+            continue  # inside a .git entry (a walk never enters one; a carried-over entry may be)
+        if _opaque(parts[-1]):
+            skipped.append([path, "git repository" if _is_git(parts[-1]) else "quarantined"])
+            continue
+        entries.append(_manifest_entry(ctx, snap, path, st))
+    return ok(f"{len(entries)} entries", entries=entries, skipped=skipped,
+              complete=snap.complete)
+
+
+def _manifest_entry(ctx, snap, path, st):
+    kind, digest = _kind(st[0]), None
+    if kind == "file":
+        digest = snap.hashes.get(path) or _sha256(os.path.join(ctx.root, path), st[4])[0]
+    return [path, kind, stat.S_IMODE(st[0]), st[1] if kind == "file" else 0, digest,
+            snap.targets.get(path) if kind == "symlink" else None]
+
+
+def op_read_files(ctx, files):
+    """Chunks of regular files, never through a link; errors per file."""
+    found, budget = [], READ_FILES_MAX
+    for item in files:
+        if budget <= 0:
+            break
+        found.append(_read_chunk(ctx, item, budget))
+        budget -= found[-1].get("length", 0)
+    return ok(f"{len(found)} files", files=found)
+
+
+def _read_chunk(ctx, item, budget):
+    if (not isinstance(item, list) or len(item) != 3 or not isinstance(item[0], str)
+            or not all(isinstance(n, int) and n >= 0 for n in item[1:])):
+        return {"path": str(item)[:200], "error": "expected [path, offset, length]"}
+    path, offset, length = item
+    if not _plain_relative(ctx, path):
+        return {"path": path, "error": "not a plain relative path"}
+    try:
+        parent, leaf = _open_parent(ctx.root, path)
+        try:
+            fd = os.open(leaf, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                         dir_fd=parent)
+        finally:
+            os.close(parent)
+        with os.fdopen(fd, "rb"):
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                return {"path": path, "error": "not a regular file"}
+            data = os.pread(fd, min(length, budget), offset)
+    except OSError as exc:
+        return {"path": path, "error": exc.strerror or str(exc)}
+    return {"path": path, "offset": offset, "size": info.st_size, "length": len(data),
+            "data": base64.b64encode(data).decode("ascii")}
+
+
+def _plain_relative(ctx, path):
+    parts = path.split("/")
+    return (bool(path) and "\0" not in path and not path.startswith("/")
+            and all(part not in ("", ".", "..") for part in parts) and parts[0] not in ctx.hidden)
+
+
+def op_snapshot(ctx, path, max_bytes=0):
+    """The file a write of `path` would change, as it is now (content when small enough)."""
+    real = resolve(ctx, path, write=True)
+    found = {"resolved": rel(ctx, real), "exists": False}
+    try:
+        st = os.lstat(real)
+    except FileNotFoundError:
+        return ok("absent", **found)
+    found.update(exists=True, kind=_kind(st.st_mode), mode=stat.S_IMODE(st.st_mode),
+                 size=st.st_size)
+    if found["kind"] == "file":
+        found.update(_snapshot_content(real, st, max_bytes))
+    return ok(found["kind"], **found)
+
+
+def _snapshot_content(real, st, max_bytes):
+    fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as f:
+        if os.fstat(fd).st_ino != st.st_ino:
+            return {"sha256": None}
+        digest, kept = hashlib.sha256(), bytearray()
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+            if len(kept) <= max_bytes:
+                kept += chunk
+    small = len(kept) <= max_bytes
+    return {"sha256": digest.hexdigest(),
+            "data": base64.b64encode(bytes(kept)).decode("ascii") if small else None}
+
+
 # -- requests ---------------------------------------------------------------------------------
 
-STR, INT, BOOL, NUMBER, OBJECT = (
-    "a string", "an integer", "true or false", "a number", "a JSON object")
+STR, INT, BOOL, NUMBER, OBJECT, LIST = (
+    "a string", "an integer", "true or false", "a number", "a JSON object", "a list")
 TOOLS = {
     "read_file": (tool_read_file, {"path": (STR, True), "start_line": (INT, False),
                                    "end_line": (INT, False)}),
@@ -2331,7 +2463,16 @@ TOOLS = {
 PREVIEW_SPEC = {"tool": (STR, True), "args": (OBJECT, True)}
 
 
+HOST_OPS = {
+    "manifest": (op_manifest, {}),
+    "read_files": (op_read_files, {"files": (LIST, True)}),
+    "snapshot": (op_snapshot, {"path": (STR, True), "max_bytes": (INT, False)}),
+}
+
+
 def _is_kind(value, kind):
+    if kind == LIST:
+        return isinstance(value, list)
     if kind == STR:
         return isinstance(value, str)
     if kind == OBJECT:
@@ -2371,9 +2512,9 @@ def call_tool(ctx, tool, args):
             return ok("pong")
         if tool == "preview":
             return tool_preview(ctx, **validate(tool, PREVIEW_SPEC, args))
-        if tool not in TOOLS:
+        handler, spec = TOOLS.get(tool) or HOST_OPS.get(tool) or (None, None)
+        if handler is None:
             raise ToolError(f"unknown tool '{tool}'; available: {', '.join(TOOLS)}")
-        handler, spec = TOOLS[tool]
         return handler(ctx, **validate(tool, spec, args))
     except ToolError as exc:
         return fail(str(exc), **exc.meta)
@@ -2425,7 +2566,7 @@ def serve(ctx, inp, out, filtered="not given"):
     send(out, {"ready": True, "pid": os.getpid(), "version": VERSION,
                "guarded": getattr(ctx, "guarded", False),
                "python": ".".join(map(str, sys.version_info[:3])), "rg": bool(ctx.rg),
-               "filter": filtered})
+               "filter": filtered, "root": _identity(ctx.root)})
     while True:
         line = inp.readline()
         if not line:

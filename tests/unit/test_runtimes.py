@@ -61,7 +61,7 @@ def test_dockers_unknown_runtime_is_one_clear_error():
     with pytest.raises(RuntimeNotFoundError) as caught, docker_errors("creating the sandbox"):
         raise docker.errors.APIError("400 Client Error", explanation="Unknown runtime specified gvisor")
     assert caught.value.message == "creating the sandbox: the engine has no OCI runtime 'gvisor'"
-    assert "make engine" in (caught.value.fix or "") and caught.value.exit_code == 15
+    assert "make engine" in (caught.value.fix or "") and caught.value.exit_code == 16
     assert isinstance(caught.value, SandboxError)
 
 

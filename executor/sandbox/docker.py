@@ -732,7 +732,8 @@ class DockerSandbox:
 
     def _start_toolbox(self) -> None:
         self._ensure_running()
-        toolbox = Toolbox(self._client.api, self._container.id, self._tool_user(), self.toolbox_argv())
+        toolbox = Toolbox(self._client.api, self._container.id, self._tool_user(),
+                          self.toolbox_argv())
         ready = toolbox.start()
         self._toolbox = toolbox
         if not self.copying and not self._root_checked:
@@ -846,7 +847,7 @@ def container_options(config: SandboxConfig, lock_path: Path, user: str,
 
     root = str(config.root)
     protected = protected or Protected((), ())
-    tmpfs = {"/tmp": f"rw,nosuid,nodev,size={config.tmp_size},mode=1777"}
+    tmpfs = {"/tmp": f"rw,nosuid,nodev,noexec,size={config.tmp_size},mode=1777"}
     memory = parse_size(config.memory)
     if config.workspace == "copy" and config.copy_storage == "disk":
         mounts = [Mount(WORKSPACE, None, type="volume")]  # anonymous: gone with the container

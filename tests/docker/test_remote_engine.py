@@ -31,8 +31,8 @@ def _can_start_an_engine() -> None:
 
 
 @pytest.fixture(scope="module")
-def engine(tmp_path_factory: pytest.TempPathFactory, docker_client: Any
-           ) -> Iterator[SecondEngine]:
+def blind_engine(tmp_path_factory: pytest.TempPathFactory, default_docker_client: Any
+                 ) -> Iterator[SecondEngine]:
     """The second engine, blind to every test's directories, with the sandbox image."""
     _can_start_an_engine()
     with SecondEngine(tmp_path_factory.getbasetemp()) as second:
@@ -45,36 +45,37 @@ def engine(tmp_path_factory: pytest.TempPathFactory, docker_client: Any
 
 
 @pytest.fixture(autouse=True)
-def _nothing_left_there(engine: SecondEngine) -> Iterator[None]:
+def _nothing_left_there(blind_engine: SecondEngine) -> Iterator[None]:
     yield
-    assert engine.containers() == []
+    assert blind_engine.containers() == []
 
 
-def on(engine: SecondEngine) -> dict[str, str]:
-    return {"DOCKER_HOST": engine.url}
+def on(blind_engine: SecondEngine) -> dict[str, str]:
+    return {"DOCKER_HOST": blind_engine.url}
 
 
-def test_doctor_names_the_engine_and_finds_the_image(engine: SecondEngine):
-    done = run_cli("doctor", env=on(engine))
+def test_doctor_names_the_engine_and_finds_the_image(blind_engine: SecondEngine):
+    done = run_cli("doctor", env=on(blind_engine))
     lines = done.stdout.splitlines()
-    assert lines[0].startswith("✓ Docker engine") and f"at {engine.url}" in lines[0], lines
+    assert lines[0].startswith("✓ Docker engine") and f"at {blind_engine.url}" in lines[0], lines
     assert lines[1].startswith("✓ sandbox image"), lines
 
 
 def test_a_copy_session_runs_on_an_engine_that_cannot_see_the_project(
-        engine: SecondEngine, project: Path, model_server: ModelServer):
+        blind_engine: SecondEngine, project: Path, model_server: ModelServer):
     model_server.reply(tool_calls=[Call("edit_file", {"path": "src/app.py", "old_text": "a + b",
                                                       "new_text": "a - b"})])
     model_server.reply(tool_calls=[Call("run_shell_command", {"command": "echo made > made.txt"})])
     model_server.reply("done")
     since = int(time.time()) - 1
 
-    done = ask(project, model_server, "ollama", "--yes", "--workspace", "copy", env=on(engine))
+    done = ask(project, model_server, "ollama", "--yes", "--workspace", "copy",
+               env=on(blind_engine))
 
     assert_ok(done, "done")
-    created = [e for e in engine.client().events(since=since, until=int(time.time()) + 1,
-                                                  decode=True,
-                                                  filters={"type": "container", "event": "create"})]
+    events = blind_engine.client().events
+    created = list(events(since=since, until=int(time.time()) + 1, decode=True,
+                          filters={"type": "container", "event": "create"}))
     assert [e["Actor"]["Attributes"]["sandbox-agent.root"] for e in created] == [str(project)]
     assert not (project / "made.txt").exists()
     applied = run_cli("apply", "--root", project, "--yes")
@@ -84,26 +85,26 @@ def test_a_copy_session_runs_on_an_engine_that_cannot_see_the_project(
 
 
 def test_bind_mode_fails_early_when_the_engine_lacks_the_path(
-        engine: SecondEngine, project: Path, model_server: ModelServer):
-    done = ask(project, model_server, "ollama", "--yes", env=on(engine))
+        blind_engine: SecondEngine, project: Path, model_server: ModelServer):
+    done = ask(project, model_server, "ollama", "--yes", env=on(blind_engine))
 
-    line = assert_user_error(done, 15, "cannot see this machine's disk", engine.url)
+    line = assert_user_error(done, 15, "cannot see this machine's disk", blind_engine.url)
     assert "--workspace copy" in done.stderr.splitlines()[-1], line
     assert model_server.chat_requests == []
 
 
 def test_bind_mode_detects_another_directory_of_the_same_name(
-        engine: SecondEngine, project: Path, model_server: ModelServer):
-    engine.make_dir(project / ".git")  # the engine has these paths too: directories of its own
+        blind_engine: SecondEngine, project: Path, model_server: ModelServer):
+    blind_engine.make_dir(project / ".git")  # the engine has these paths too: directories of its own
 
-    done = ask(project, model_server, "ollama", "--yes", env=on(engine))
+    done = ask(project, model_server, "ollama", "--yes", env=on(blind_engine))
 
     assert_user_error(done, 15, "mounted another directory", str(project))
     assert model_server.chat_requests == []
 
 
 @pytest.fixture(scope="module")
-def tls_engine(tmp_path_factory: pytest.TempPathFactory, docker_client: Any
+def tls_engine(tmp_path_factory: pytest.TempPathFactory, default_docker_client: Any
                ) -> Iterator[SecondEngine]:
     """Another engine, on 127.0.0.1 over TCP with mutual TLS (DOCKER_TLS_VERIFY and
     DOCKER_CERT_PATH name its certificates), with the image shipped over TLS."""

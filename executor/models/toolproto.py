@@ -49,6 +49,21 @@ def prepare_messages(
     return with_tool_prompt(_as_text(messages), tools)
 
 
+def offered(tool: ToolSpec) -> ToolSpec:
+    """The tool as the json protocols offer it: its core arguments only, all required.
+
+    Constrained decoding lets a weak model fill every optional argument, and it does: a
+    `max_results` of 1, a `glob` that hides what was asked for. Required arguments also come
+    first in the grammar, so `old_text` must be required to be written before `new_text`.
+    """
+    if tool.core is None:
+        return tool
+    properties = tool.parameters.get("properties", {})
+    kept = {name: properties[name] for name in tool.core if name in properties}
+    parameters = {**tool.parameters, "properties": kept, "required": list(kept)}
+    return tool.model_copy(update={"parameters": parameters})
+
+
 def with_tool_prompt(messages: list[Message], tools: Sequence[ToolSpec]) -> list[Message]:
     """Append the protocol prompt to the first system message (or add one in front)."""
     prompt = tools_prompt(tools)
@@ -61,16 +76,17 @@ def with_tool_prompt(messages: list[Message], tools: Sequence[ToolSpec]) -> list
 
 def tools_prompt(tools: Sequence[ToolSpec]) -> str:
     """The system-prompt text of the json protocols: rules, one line per tool, an example."""
+    tools = [offered(tool) for tool in tools]
     lines = [PROTOCOL_PROMPT, "", "Tools:"]
     lines += [tool_line(tool) for tool in tools] or ["(none: answer directly)"]
     return "\n".join([*lines, "", *_example(tools)])
 
 
 def tool_line(tool: ToolSpec) -> str:
-    """`- name: description Arguments: a (required), b (optional).`"""
+    """`- name: description Arguments: a, b, c (optional).`"""
     props = tool.parameters.get("properties", {})
     required = set(tool.parameters.get("required", []))
-    args = [f"{name} ({'required' if name in required else 'optional'})" for name in props]
+    args = [name if name in required else f"{name} (optional)" for name in props]
     described = tool.description.strip().rstrip(".") + "."
     return f"- {tool.name}: {described} Arguments: {', '.join(args) or 'none'}."
 
@@ -141,7 +157,7 @@ def _append_result(out: list[Message], text: str) -> None:
 def reply_schema(tools: Sequence[ToolSpec]) -> dict[str, Any]:
     """The JSON schema of one reply: one of the offered calls, or an answer."""
     defs: dict[str, Any] = {}
-    options = [_call_schema(tool, defs) for tool in tools]
+    options = [_call_schema(offered(tool), defs) for tool in tools]
     options.append(
         {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}
     )

@@ -43,8 +43,8 @@ from executor.tools import Preview, Tool, ToolContext, ToolRegistry, default_reg
 SYSTEM_PROMPT = (
     "You are a coding agent working on the project in /workspace; tool paths are relative to "
     "it. Look at files before changing them, make small exact edits, and run commands to check "
-    "your work (there is no network). When you are done, answer briefly with what you did or "
-    "found."
+    "your work (python3; there is no network). When you are done, answer briefly with what you "
+    "did or found."
 )
 READ_ONLY_NOTE = " This run is read-only: you can list, read and search files, not change them."
 

@@ -28,7 +28,32 @@ PROTOCOL_PROMPT = (
     'To use a tool: {"name": "<tool>", "arguments": {...}} '
     'When finished: {"answer": "<answer for the user>"}'
 )
+WORK_RULES = (
+    "How to work:",
+    "- One tool call per turn; its result comes back before your next turn.",
+    "- Do not guess what is in the project: look with a tool. If the task does not say which "
+    "file, find it first.",
+    "- To change a file, read it first, then replace only the part the task is about and keep "
+    "the rest.",
+    "- Answer only when the task is done: say what you did, or give the facts that were asked "
+    "for.",
+)
+"""Habits a weak model does not have on its own; each addresses a failure seen in bench_agent."""
 TOOL_RESULT_PREFIX = "TOOL_RESULT"
+# A worked multi-step task (find, read, change one part, answer) shown when its tools are
+# offered: small models follow an example far better than a rule. Not a benchmark task.
+_WORKED_ASK = "Sort the notes by date instead of by title."
+_WORKED: tuple[tuple[str, dict[str, str], str], ...] = (
+    ("search_files", {"pattern": "title", "path": "."},
+     "notes.py:2:    return sorted(notes, key=lambda note: note.title)"),
+    ("read_file", {"path": "notes.py"},
+     "     1\tdef sorted_notes(notes):\n     2\t    return sorted(notes, key=lambda note: "
+     "note.title)"),
+    ("edit_file", {"path": "notes.py", "old_text": "key=lambda note: note.title",
+                   "new_text": "key=lambda note: note.date"},
+     "edited 'notes.py': 1 replacement, 2 lines changed"),
+)
+_WORKED_ANSWER = "sorted_notes() in notes.py now sorts the notes by date."
 # Concrete values read better than placeholders, which small models copy literally.
 _EXAMPLE_STRINGS = {"path": "README.md", "command": "ls", "pattern": "TODO"}
 _PLACEHOLDERS: dict[str, Any] = {"integer": 1, "number": 1, "boolean": True, "array": [],
@@ -79,6 +104,8 @@ def tools_prompt(tools: Sequence[ToolSpec]) -> str:
     tools = [offered(tool) for tool in tools]
     lines = [PROTOCOL_PROMPT, "", "Tools:"]
     lines += [tool_line(tool) for tool in tools] or ["(none: answer directly)"]
+    if _can_work_through(tools):
+        return "\n".join([*lines, "", *WORK_RULES, "", *_worked_example()])
     return "\n".join([*lines, "", *_example(tools)])
 
 
@@ -89,6 +116,28 @@ def tool_line(tool: ToolSpec) -> str:
     args = [name if name in required else f"{name} (optional)" for name in props]
     described = tool.description.strip().rstrip(".") + "."
     return f"- {tool.name}: {described} Arguments: {', '.join(args) or 'none'}."
+
+
+def _can_work_through(tools: Sequence[ToolSpec]) -> bool:
+    """Whether the worked example's calls are valid calls of the offered tools."""
+    by_name = {tool.name: tool for tool in tools}
+    for name, arguments, _ in _WORKED:
+        tool = by_name.get(name)
+        if tool is None:
+            return False
+        params = tool.parameters
+        if set(params.get("required", [])) != set(arguments) or not set(arguments) <= set(
+                params.get("properties", {})):
+            return False
+    return True
+
+
+def _worked_example() -> list[str]:
+    lines = ["Example:", f"user: {_WORKED_ASK}"]
+    for name, arguments, result in _WORKED:
+        lines += [f"assistant: {render_call(ToolCall(name=name, arguments=arguments))}",
+                  f"user: {TOOL_RESULT_PREFIX} {name}:", result]
+    return [*lines, f"assistant: {json.dumps({'answer': _WORKED_ANSWER})}"]
 
 
 def _example(tools: Sequence[ToolSpec]) -> list[str]:

@@ -14,6 +14,7 @@ from executor.models.toolproto import (
     reply_schema,
     tools_prompt,
 )
+from executor.tools import default_registry
 from executor.tools.base import schema_of
 from executor.tools.builtin import EditFile, ReadFile, RunShellCommand
 
@@ -58,6 +59,20 @@ def test_a_tool_without_core_arguments_is_offered_whole() -> None:
     spec = ToolSpec(name="custom", description="d", parameters=schema_of(Args))
     assert offered(spec) == spec
     assert "- custom: d. Arguments: path, limit (optional)." in tools_prompt([spec])
+
+
+def test_with_the_built_in_tools_the_prompt_has_rules_and_a_worked_multi_step_example() -> None:
+    prompt = tools_prompt(default_registry().specs())
+    assert "How to work:" in prompt
+    example = prompt.splitlines()[prompt.splitlines().index("Example:") + 1:]
+    assert example[0].startswith("user: ")
+    calls = [json.loads(line.removeprefix("assistant: ")) for line in example
+             if line.startswith("assistant: ")]
+    assert [c.get("name") for c in calls] == ["search_files", "read_file", "edit_file", None]
+    offered_args = {s.name: set(offered(s).parameters["required"])
+                    for s in default_registry().specs()}
+    assert all(set(c["arguments"]) == offered_args[c["name"]] for c in calls[:-1])
+    assert calls[-1]["answer"]
 
 
 def test_prompt_without_tools_still_explains_the_answer() -> None:

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ValidationError
 
+from executor.coach import Coach
 from executor.errors import AgentError, MaxTurnsExceeded, SandboxAgentError
 from executor.hooks import HookBus
 from executor.messages import Message, ModelReply, ToolCall, ToolResult, ToolSpec, Usage
@@ -94,6 +95,13 @@ class Agent:
     max_bad_replies: int = 3
     messages: list[Message] = field(default_factory=list)
     """The conversation without the system prompt, as persisted."""
+    coach: Coach | None = None
+    """Guards against a weak model's typical mistakes (the runner sets one for the json
+    protocols, which weak models use)."""
+
+    def __post_init__(self) -> None:
+        if self.coach is not None:
+            self.coach.learn(self.messages)
 
     @cached_property
     def specs(self) -> list[ToolSpec]:
@@ -164,6 +172,8 @@ class Agent:
     def execute(self, call: ToolCall) -> ToolCallRecord:
         """Validate, authorize and run one call; the result is added to the conversation."""
         record = self._run_tool(call)
+        if self.coach is not None:
+            self.coach.observe(call, record.result)
         self.add(Message.tool(call, record.result.output))
         self.hooks.emit(
             "tool_result", call_id=call.id, tool=call.name, ok=record.result.ok,
@@ -180,6 +190,9 @@ class Agent:
             args = tool.validate(call.arguments)
         except ValidationError as exc:
             return self._refused(call, format_validation_error(call.name, exc), "invalid-arguments")
+        refusal = self.coach.refuse(call, self.context.sandbox) if self.coach else None
+        if refusal is not None:
+            return self._refused(call, refusal, "coach:read-before-write")
         verdict = self.authorize(tool, args, call)
         self.hooks.emit(
             "tool_call", call_id=call.id, tool=call.name, arguments=call.arguments,

@@ -25,12 +25,14 @@ from pydantic import BaseModel, Field, ValidationError
 
 from executor.agent import Agent, Authorization, RunResult
 from executor.audit import AuditLog
+from executor.coach import Coach
 from executor.config import Settings
 from executor.context import CachedSummarizer, ContextWindow, pair_tool_results, resolve_budget
 from executor.errors import ConfigError, MaxTurnsExceeded, SandboxAgentError, UserError
 from executor.hooks import HookBus
 from executor.messages import Message, ToolCall, ToolSpec
 from executor.models import build_model
+from executor.models.toolproto import uses_json
 from executor.policy import Decision, Policy, PolicyOverrides, load_policy
 from executor.protocols import Model
 from executor.redact import Redactor
@@ -317,10 +319,14 @@ class Runner:
         agent = Agent(
             model=self.model, tools=self.tools, context=context, authorize=self._authorize,
             system_prompt=self._system_prompt(), hooks=self.hooks, sink=store,
-            max_turns=self.settings.max_turns, messages=history,
+            max_turns=self.settings.max_turns, messages=history, coach=self._coach(),
         )
         agent.fitter = self._window(agent.specs)
         return agent
+
+    def _coach(self) -> Coach | None:
+        """Weak models, which the json protocols are for, get a coach; capable ones need none."""
+        return Coach() if uses_json(getattr(self.model, "tool_protocol", "native")) else None
 
     def _system_prompt(self) -> str:
         prompt = self.options.system_prompt or SYSTEM_PROMPT

@@ -1,0 +1,85 @@
+"""Guards that keep a weak model on track in the agent loop. Nothing here knows about any task.
+
+Small local models fail in a few typical ways (measured with `benchmarks/bench_agent.py`):
+they overwrite a whole file they never read with only the part they meant to add, and they
+answer as if a change was made when the call that would have made it failed or never happened.
+The `Coach` watches one conversation's calls and answers and steps in where that happens:
+
+- `refuse(call)`: a `write_file` over an existing file the model has not read (or written) in
+  this conversation is refused once, with what to do instead;
+- `review(answer)`: an answer right after a failed change, or one that claims a change when
+  nothing changed, is sent back once with what went wrong (a *nudge*), at most `max_nudges`
+  times a run.
+
+Capable models rarely trigger either; both cost a weak model one turn and save the task.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from executor.messages import Message, ToolCall, ToolResult
+from executor.protocols import Sandbox
+
+READERS = frozenset({"read_file"})
+"""Tools whose success means the model has seen the file at `path`."""
+WRITERS = frozenset({"write_file", "edit_file"})
+"""Tools whose success means the file at `path` is what the model made it."""
+_WORKSPACE = "/workspace/"
+
+
+def norm_path(path: str) -> str:
+    """`./a/../b.py`, `/workspace/b.py` and `b.py` are one file to the coach."""
+    path = path.strip()
+    if path.startswith(_WORKSPACE):
+        path = path[len(_WORKSPACE):]
+    return posixpath.normpath(path or ".").lstrip("/")
+
+
+@dataclass
+class Coach:
+    """Watches one conversation's tool calls and answers (see the module docstring)."""
+
+    max_nudges: int = 2
+    """Answers sent back per run at most; the next answer is accepted as it is."""
+    known: set[str] = field(default_factory=set)
+    """Paths the model has read or written in this conversation."""
+    refused: set[str] = field(default_factory=set)
+    """Paths whose blind overwrite was refused once (a second attempt goes through)."""
+
+    def learn(self, history: Iterable[Message]) -> None:
+        """Take in a resumed conversation: what it read and wrote counts as known."""
+        results = {m.tool_call_id: m for m in history if m.role == "tool"}
+        for message in history:
+            for call in message.tool_calls:
+                result = results.get(call.id)
+                if result is not None and not result.content.startswith(("Denied", "Invalid")):
+                    self._note(call)
+
+    def refuse(self, call: ToolCall, sandbox: Sandbox) -> str | None:
+        """Why `call` should not run as asked (None: let it run)."""
+        path = call.arguments.get("path")
+        if call.name != "write_file" or not isinstance(path, str):
+            return None
+        key = norm_path(path)
+        if key in self.known or key in self.refused:
+            return None
+        if not sandbox.preview("write_file", dict(call.arguments)).meta.get("exists"):
+            return None
+        self.refused.add(key)
+        return (f"Not written: {path} already exists and you have not read it, so this would "
+                f"replace all of it. Read it first with read_file; then change only the part "
+                f"the task is about with edit_file and keep the rest.")
+
+    def observe(self, call: ToolCall, result: ToolResult) -> None:
+        """Note what a finished call showed or changed."""
+        if result.ok:
+            self._note(call)
+
+    def _note(self, call: ToolCall) -> None:
+        path = call.arguments.get("path")
+        if call.name in READERS | WRITERS and isinstance(path, str):
+            self.known.add(norm_path(path))
+

@@ -117,6 +117,8 @@ class Agent:
     def run(self, query: str) -> RunResult:
         """Answer `query`, calling tools as the model asks, within `max_turns` model calls."""
         self.add(Message.user(query))
+        if self.coach is not None:
+            self.coach.begin()
         records: list[ToolCallRecord] = []
         bad_replies = 0
         for turn in range(1, self.max_turns + 1):
@@ -127,7 +129,12 @@ class Agent:
             bad_replies = 0
             self.add(reply.message)
             if not reply.message.tool_calls:
-                return RunResult(reply.message.content, turn, records)
+                nudge = self.coach.review(reply.message.content) if self.coach else None
+                if nudge is None:
+                    return RunResult(reply.message.content, turn, records)
+                self.hooks.emit("notice", message=f"the answer went back to the model: {nudge}")
+                self.add(Message.user(nudge))
+                continue
             records += [self.execute(call) for call in reply.message.tool_calls]
         raise MaxTurnsExceeded(
             f"no final answer after {self.max_turns} model turns",

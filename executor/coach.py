@@ -17,6 +17,7 @@ Capable models rarely trigger either; both cost a weak model one turn and save t
 from __future__ import annotations
 
 import posixpath
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -28,6 +29,11 @@ READERS = frozenset({"read_file"})
 WRITERS = frozenset({"write_file", "edit_file"})
 """Tools whose success means the file at `path` is what the model made it."""
 _WORKSPACE = "/workspace/"
+_CLAIM = re.compile(r"\b(added|updated|changed|modified|created|renamed|fixed|replaced|removed|"
+                    r"deleted|wrote|written|bumped|edited|inserted)\b", re.IGNORECASE)
+"""Words with which an answer says that something was changed."""
+_NOT_FOUND = 127
+"""The shell's exit code for a command that does not exist."""
 
 
 def norm_path(path: str) -> str:
@@ -48,6 +54,18 @@ class Coach:
     """Paths the model has read or written in this conversation."""
     refused: set[str] = field(default_factory=set)
     """Paths whose blind overwrite was refused once (a second attempt goes through)."""
+    changed: bool = False
+    """Whether a call changed a file in this run."""
+    failure: str | None = None
+    """What went wrong in the run's last call, when that is worth another try."""
+    claimed: bool = False
+    """Whether an answer claiming an unmade change was sent back in this run."""
+    nudges: int = 0
+    """Answers sent back in this run."""
+
+    def begin(self) -> None:
+        """A new request: forget the last run's changes and nudges (not what was read)."""
+        self.changed, self.failure, self.claimed, self.nudges = False, None, False, 0
 
     def learn(self, history: Iterable[Message]) -> None:
         """Take in a resumed conversation: what it read and wrote counts as known."""
@@ -77,9 +95,41 @@ class Coach:
         """Note what a finished call showed or changed."""
         if result.ok:
             self._note(call)
+        self.changed = self.changed or (result.ok and call.name in WRITERS) or bool(
+            result.meta.get("changes"))
+        self.failure = _retryable(call, result)
+
+    def review(self, answer: str) -> str | None:
+        """Why `answer` should go back to the model (a nudge), or None to accept it."""
+        if self.nudges >= self.max_nudges:
+            return None
+        nudge, self.failure = self.failure, None
+        if nudge is None and not self.changed and not self.claimed and _CLAIM.search(answer):
+            self.claimed = True
+            nudge = ("You answered that something was changed, but no file has been changed in "
+                     "this task: no write_file or edit_file call succeeded. Make the change now "
+                     "with a tool call, or answer that it is not done.")
+        self.nudges += nudge is not None
+        return nudge
 
     def _note(self, call: ToolCall) -> None:
         path = call.arguments.get("path")
         if call.name in READERS | WRITERS and isinstance(path, str):
             self.known.add(norm_path(path))
 
+
+
+def _retryable(call: ToolCall, result: ToolResult) -> str | None:
+    """A nudge for a failure the model should fix rather than report: a failed change, or a
+    command that does not exist (None for anything else)."""
+    if result.ok:
+        return None
+    first = (result.output.strip().splitlines() or ["(no output)"])[0]
+    if call.name in WRITERS:
+        return (f"Your {call.name} call failed, so nothing was changed: {first} Fix the call "
+                "and try again (read the file first if you have not), or answer that it cannot "
+                "be done.")
+    if result.meta.get("exit_code") == _NOT_FOUND:
+        return ("Your command failed because a program it uses is not installed here "
+                "(exit code 127). Try another way to do it, or answer that it cannot be done.")
+    return None

@@ -93,7 +93,7 @@ class Coach:
 
     def observe(self, call: ToolCall, result: ToolResult) -> None:
         """Note what a finished call showed or changed."""
-        if result.ok:
+        if result.ok or result.meta.get("file_shown"):  # a failed edit may show the file
             self._note(call)
         self.changed = self.changed or (result.ok and call.name in WRITERS) or bool(
             result.meta.get("changes"))

@@ -183,3 +183,13 @@ def test_nudges_are_capped_per_run_and_reset_for_the_next_request() -> None:
     nudges = [m for m in agent.messages if m.role == "user" and m.content.startswith("Your ")]
     assert len(nudges) == 2  # max_nudges: the third answer stands
     assert agent.run("try again").answer == "really"  # a new request may be nudged again
+
+
+def test_a_failed_edit_that_showed_the_file_counts_as_a_read() -> None:
+    box = existing("a.py")
+    box.results["edit_file"] = ToolResult(ok=False, output="0 matches\nThis is 'a.py' now: ...",
+                                          meta={"file_shown": True})
+    agent = coached([call("edit_file", path="a.py", old_text="x", new_text="y"),
+                     call("write_file", path="a.py", content="z"), "Rewrote a.py."], box)
+    agent.run("change a.py")
+    assert ran(agent) == ["edit_file", "write_file"]

@@ -28,6 +28,8 @@ READERS = frozenset({"read_file"})
 """Tools whose success means the model has seen the file at `path`."""
 WRITERS = frozenset({"write_file", "edit_file"})
 """Tools whose success means the file at `path` is what the model made it."""
+CHECKERS = READERS | {"run_shell_command"}
+"""Tools with which the model can check a change."""
 _WORKSPACE = "/workspace/"
 _CLAIM = re.compile(r"\b(added|updated|changed|modified|created|renamed|fixed|replaced|removed|"
                     r"deleted|wrote|written|bumped|edited|inserted)\b", re.IGNORECASE)
@@ -62,10 +64,17 @@ class Coach:
     """Whether an answer claiming an unmade change was sent back in this run."""
     nudges: int = 0
     """Answers sent back in this run."""
+    check_changes: bool = True
+    """Ask once for a check when the model answers right after changing a file."""
+    unchecked: bool = False
+    """Whether a file changed after the model last read a file or ran a command."""
+    asked_check: bool = False
+    """Whether this run's check was asked for."""
 
     def begin(self) -> None:
         """A new request: forget the last run's changes and nudges (not what was read)."""
         self.changed, self.failure, self.claimed, self.nudges = False, None, False, 0
+        self.unchecked = self.asked_check = False
 
     def learn(self, history: Iterable[Message]) -> None:
         """Take in a resumed conversation: what it read and wrote counts as known."""
@@ -95,8 +104,9 @@ class Coach:
         """Note what a finished call showed or changed."""
         if result.ok or result.meta.get("file_shown"):  # a failed edit may show the file
             self._note(call)
-        self.changed = self.changed or (result.ok and call.name in WRITERS) or bool(
-            result.meta.get("changes"))
+        changed = (result.ok and call.name in WRITERS) or bool(result.meta.get("changes"))
+        self.changed = self.changed or changed
+        self.unchecked = changed or (self.unchecked and call.name not in CHECKERS)
         self.failure = _retryable(call, result)
 
     def review(self, answer: str) -> str | None:
@@ -109,6 +119,10 @@ class Coach:
             nudge = ("You answered that something was changed, but no file has been changed in "
                      "this task: no write_file or edit_file call succeeded. Make the change now "
                      "with a tool call, or answer that it is not done.")
+        if nudge is None and self.check_changes and self.unchecked and not self.asked_check:
+            self.asked_check = True
+            nudge = ("Before you finish, check your change: read the changed file or run it, "
+                     "and fix what is wrong. If it is right, give your answer again.")
         self.nudges += nudge is not None
         return nudge
 
@@ -116,7 +130,6 @@ class Coach:
         path = call.arguments.get("path")
         if call.name in READERS | WRITERS and isinstance(path, str):
             self.known.add(norm_path(path))
-
 
 
 def _retryable(call: ToolCall, result: ToolResult) -> str | None:

@@ -38,12 +38,13 @@ def existing(*paths: str) -> FakeSandbox:
 
 
 def coached(script: list[Any], box: FakeSandbox | None = None,
-            history: list[Message] | None = None) -> Agent:
+            history: list[Message] | None = None, check: bool = False) -> Agent:
+    """An agent with a coach (asking for checks only when `check`) on the built-in tools."""
     box = box or FakeSandbox()
     box.start()
     context = ToolContext(sandbox=box, root=Path("/project"), read_only=False, session_id="t")
     return Agent(model=ScriptedModel(script), tools=default_registry(), context=context,
-                 authorize=allow, coach=Coach(), messages=list(history or []))
+                 authorize=allow, coach=Coach(check_changes=check), messages=list(history or []))
 
 
 def ran(agent: Agent) -> list[str]:
@@ -183,6 +184,30 @@ def test_nudges_are_capped_per_run_and_reset_for_the_next_request() -> None:
     nudges = [m for m in agent.messages if m.role == "user" and m.content.startswith("Your ")]
     assert len(nudges) == 2  # max_nudges: the third answer stands
     assert agent.run("try again").answer == "really"  # a new request may be nudged again
+
+
+def test_an_answer_right_after_a_change_is_asked_once_for_a_check() -> None:
+    agent = coached([call("edit_file", path="a.py", old_text="1", new_text="2"),
+                     "I changed a.py.",
+                     call("run_shell_command", command="python3 a.py"),
+                     "I changed a.py; it runs."], check=True)
+    assert agent.run("change a.py").answer == "I changed a.py; it runs."
+    assert told(agent)[1].startswith("Before you finish, check your change")
+    assert ran(agent) == ["edit_file", "run_shell_command"]
+
+
+def test_a_change_already_checked_is_not_asked_about() -> None:
+    agent = coached([call("write_file", path="new.py", content="print(1)"),
+                     call("read_file", path="new.py"), "Created new.py."], check=True)
+    assert agent.run("create new.py").answer == "Created new.py."
+    agent = coached([call("read_file", path="a.py"), "a.py prints 1."], check=True)
+    assert agent.run("what does a.py print?").answer == "a.py prints 1."
+
+
+def test_the_check_is_asked_once_per_run() -> None:
+    agent = coached([call("write_file", path="new.py", content="1"), "Done.",
+                     call("write_file", path="new.py", content="2"), "Done again."], check=True)
+    assert agent.run("create new.py").answer == "Done again."
 
 
 def test_a_failed_edit_that_showed_the_file_counts_as_a_read() -> None:

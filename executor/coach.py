@@ -16,6 +16,7 @@ Capable models rarely trigger either; both cost a weak model one turn and save t
 
 from __future__ import annotations
 
+import json
 import posixpath
 import re
 from collections.abc import Iterable
@@ -64,6 +65,10 @@ class Coach:
     """Whether an answer claiming an unmade change was sent back in this run."""
     nudges: int = 0
     """Answers sent back in this run."""
+    failed: dict[str, str] = field(default_factory=dict)
+    """Calls that failed since the last change, with the first line of their error."""
+    vetoed: set[str] = field(default_factory=set)
+    """Calls `refuse` stopped: their refusal is not a failure of the call."""
     check_changes: bool = True
     """Ask once for a check when the model answers right after changing a file."""
     unchecked: bool = False
@@ -74,6 +79,7 @@ class Coach:
     def begin(self) -> None:
         """A new request: forget the last run's changes and nudges (not what was read)."""
         self.changed, self.failure, self.claimed, self.nudges = False, None, False, 0
+        self.failed.clear()
         self.unchecked = self.asked_check = False
 
     def learn(self, history: Iterable[Message]) -> None:
@@ -87,6 +93,11 @@ class Coach:
 
     def refuse(self, call: ToolCall, sandbox: Sandbox) -> str | None:
         """Why `call` should not run as asked (None: let it run)."""
+        failed = self.failed.get(_call_key(call))
+        if failed is not None:  # nothing changed since: it would fail the same way
+            return (f"You made this exact call before and it failed: {failed} Nothing has "
+                    "changed since, so it would fail again. Change the arguments (copy text "
+                    "exactly as the file has it), try another way, or answer.")
         path = call.arguments.get("path")
         if call.name != "write_file" or not isinstance(path, str):
             return None
@@ -96,18 +107,27 @@ class Coach:
         if not sandbox.preview("write_file", dict(call.arguments)).meta.get("exists"):
             return None
         self.refused.add(key)
+        self.vetoed.add(_call_key(call))
         return (f"Not written: {path} already exists and you have not read it, so this would "
                 f"replace all of it. Read it first with read_file; then change only the part "
                 f"the task is about with edit_file and keep the rest.")
 
     def observe(self, call: ToolCall, result: ToolResult) -> None:
         """Note what a finished call showed or changed."""
+        key = _call_key(call)
+        self.failure = _retryable(call, result)
+        if key in self.vetoed or key in self.failed:  # refused here: not a result of the tool
+            self.vetoed.discard(key)
+            return
         if result.ok or result.meta.get("file_shown"):  # a failed edit may show the file
             self._note(call)
         changed = (result.ok and call.name in WRITERS) or bool(result.meta.get("changes"))
         self.changed = self.changed or changed
+        if changed:
+            self.failed.clear()
+        elif not result.ok:
+            self.failed[key] = _first_line(result.output)
         self.unchecked = changed or (self.unchecked and call.name not in CHECKERS)
-        self.failure = _retryable(call, result)
 
     def review(self, answer: str) -> str | None:
         """Why `answer` should go back to the model (a nudge), or None to accept it."""
@@ -137,7 +157,7 @@ def _retryable(call: ToolCall, result: ToolResult) -> str | None:
     command that does not exist (None for anything else)."""
     if result.ok:
         return None
-    first = (result.output.strip().splitlines() or ["(no output)"])[0]
+    first = _first_line(result.output)
     if call.name in WRITERS:
         return (f"Your {call.name} call failed, so nothing was changed: {first} Fix the call "
                 "and try again (read the file first if you have not), or answer that it cannot "
@@ -146,3 +166,11 @@ def _retryable(call: ToolCall, result: ToolResult) -> str | None:
         return ("Your command failed because a program it uses is not installed here "
                 "(exit code 127). Try another way to do it, or answer that it cannot be done.")
     return None
+
+
+def _first_line(output: str) -> str:
+    return (output.strip().splitlines() or ["(no output)"])[0]
+
+
+def _call_key(call: ToolCall) -> str:
+    return json.dumps([call.name, call.arguments], sort_keys=True, default=str)

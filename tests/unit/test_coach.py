@@ -176,8 +176,9 @@ def test_answers_that_claim_nothing_are_accepted_at_once() -> None:
 def test_nudges_are_capped_per_run_and_reset_for_the_next_request() -> None:
     box = FakeSandbox({"edit_file": ToolResult.error("no match")})
     script: list[Any] = []
-    for _ in range(3):
-        script += [call("edit_file", path="a.py", old_text="x", new_text="y"), "gave up"]
+    for attempt in range(3):
+        script += [call("edit_file", path="a.py", old_text=f"x{attempt}", new_text="y"),
+                   "gave up"]
     agent = coached([*script, call("edit_file", path="a.py", old_text="x", new_text="y"),
                      "gave up", "really"], box)
     assert agent.run("change a.py").answer == "gave up"
@@ -218,3 +219,26 @@ def test_a_failed_edit_that_showed_the_file_counts_as_a_read() -> None:
                      call("write_file", path="a.py", content="z"), "Rewrote a.py."], box)
     agent.run("change a.py")
     assert ran(agent) == ["edit_file", "write_file"]
+
+
+def test_an_identical_failing_call_is_not_run_again_until_something_changed() -> None:
+    box = FakeSandbox({"edit_file": ToolResult.error("old_text not found in 'a.py' (0 matches)."),
+                       "run_shell_command": ToolResult(ok=False, output="exit_code: 1\nFAILED",
+                                                       meta={"exit_code": 1})})
+    edit = call("edit_file", path="a.py", old_text="x", new_text="y")
+    tests = call("run_shell_command", command="python3 -m unittest")
+    agent = coached([edit, edit, tests, tests, call("write_file", path="b.py", content="1"),
+                     tests, "done"], box)
+    agent.run("fix it")
+    assert ran(agent) == ["edit_file", "run_shell_command", "write_file", "run_shell_command"]
+    refusals = [t for t in told(agent) if t.startswith("You made this exact call before")]
+    assert len(refusals) == 2 and "old_text not found in 'a.py'" in refusals[0]
+
+
+def test_an_answer_after_a_refused_overwrite_goes_back() -> None:
+    agent = coached([call("write_file", path="calc.py", content="def mul(): ..."),
+                     "I will read calc.py first.", call("read_file", path="calc.py"),
+                     "calc.py has add()."], existing("calc.py"))
+    assert agent.run("add mul to calc.py").answer == "calc.py has add()."
+    assert told(agent)[1].startswith("Your write_file call failed, so nothing was changed: Not "
+                                     "written: calc.py already exists")

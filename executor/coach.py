@@ -1,17 +1,21 @@
 """Guards that keep a weak model on track in the agent loop. Nothing here knows about any task.
 
 Small local models fail in a few typical ways (measured with `benchmarks/bench_agent.py`):
-they overwrite a whole file they never read with only the part they meant to add, and they
-answer as if a change was made when the call that would have made it failed or never happened.
-The `Coach` watches one conversation's calls and answers and steps in where that happens:
+they overwrite a whole file they never read with only the part they meant to add, repeat a
+failing call until the turns run out, and answer as if a change was made when the call that
+would have made it failed or never happened. The `Coach` watches one conversation's calls and
+answers and steps in where that happens:
 
 - `refuse(call)`: a `write_file` over an existing file the model has not read (or written) in
-  this conversation is refused once, with what to do instead;
-- `review(answer)`: an answer right after a failed change, or one that claims a change when
-  nothing changed, is sent back once with what went wrong (a *nudge*), at most `max_nudges`
-  times a run.
+  this conversation is refused once, with what to do instead; a call that failed is not run
+  again unchanged while no file has changed since;
+- `review(answer)`: an answer right after a failed change (or a command that is not
+  installed, or a search that found nothing), one that claims a change when nothing changed,
+  or one right after an unchecked change is sent back with what to do (a *nudge*), each at
+  most once and `max_nudges` times a run in all.
 
-Capable models rarely trigger either; both cost a weak model one turn and save the task.
+Capable models rarely trigger any of these; each costs a weak model a turn and saves the task.
+The runner gives agents on the json protocols, which weak models use, a coach.
 """
 
 from __future__ import annotations
@@ -153,16 +157,17 @@ class Coach:
 
 
 def _retryable(call: ToolCall, result: ToolResult) -> str | None:
-    """A nudge for a failure the model should fix rather than report: a failed change, or a
-    command that does not exist (None for anything else)."""
-    if result.ok:
-        return None
+    """A nudge for a failure the model should fix rather than report: a failed change, a
+    command that does not exist, a search that found nothing (None for anything else)."""
     first = _first_line(result.output)
-    if call.name in WRITERS:
+    if call.name in WRITERS and not result.ok:
         return (f"Your {call.name} call failed, so nothing was changed: {first} Fix the call "
                 "and try again (read the file first if you have not), or answer that it cannot "
                 "be done.")
-    if result.meta.get("exit_code") == _NOT_FOUND:
+    if call.name == "search_files" and result.ok and result.meta.get("matches") == 0:
+        return ("Your search found no matches, which does not answer the question. Look "
+                "another way before you answer: list the files, then read the likely ones.")
+    if result.meta.get("exit_code") == _NOT_FOUND and not result.ok:
         return ("Your command failed because a program it uses is not installed here "
                 "(exit code 127). Try another way to do it, or answer that it cannot be done.")
     return None

@@ -242,3 +242,12 @@ def test_an_answer_after_a_refused_overwrite_goes_back() -> None:
     assert agent.run("add mul to calc.py").answer == "calc.py has add()."
     assert told(agent)[1].startswith("Your write_file call failed, so nothing was changed: Not "
                                      "written: calc.py already exists")
+
+
+def test_an_answer_right_after_a_search_that_found_nothing_goes_back() -> None:
+    box = FakeSandbox({"search_files": ToolResult(ok=True, output="no matches for 'listen' in .",
+                                                  meta={"matches": 0})})
+    agent = coached([call("search_files", pattern="listen", path="."), "It listens nowhere.",
+                     call("read_file", path="config.py"), "Port 8731."], box)
+    assert agent.run("which port?").answer == "Port 8731."
+    assert told(agent)[1].startswith("Your search found no matches")

@@ -41,6 +41,7 @@ _CLAIM = re.compile(r"\b(added|updated|changed|modified|created|renamed|fixed|re
 """Words with which an answer says that something was changed."""
 _NOT_FOUND = 127
 """The shell's exit code for a command that does not exist."""
+_MISSING = re.compile(r"(?:^|\s)([\w.+-]+): (?:command )?not found", re.MULTILINE)
 
 
 def norm_path(path: str) -> str:
@@ -168,8 +169,12 @@ def _retryable(call: ToolCall, result: ToolResult) -> str | None:
         return ("Your search found no matches, which does not answer the question. Look "
                 "another way before you answer: list the files, then read the likely ones.")
     if result.meta.get("exit_code") == _NOT_FOUND and not result.ok:
-        return ("Your command failed because a program it uses is not installed here "
-                "(exit code 127). Try another way to do it, or answer that it cannot be done.")
+        missing = _MISSING.search(result.output)
+        program = f"'{missing[1]}'" if missing else "a program it uses"
+        # python3 is in every sandbox image: the toolbox runs on it.
+        return (f"Your command failed: {program} is not installed in the sandbox (exit code "
+                "127). Do it another way with what is there (python3 is; tests run with "
+                "python3 -m unittest or python3 FILE), or answer that it cannot be done.")
     return None
 
 

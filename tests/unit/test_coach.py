@@ -132,7 +132,8 @@ def test_an_answer_after_a_command_that_is_not_installed_goes_back() -> None:
     agent = coached([call("run_shell_command", command="python x.py"),
                      "python is not installed", "python3 prints 5"], box)
     assert agent.run("run x.py").answer == "python3 prints 5"
-    assert "not installed here (exit code 127)" in told(agent)[1]
+    assert told(agent)[1].startswith("Your command failed: 'python' is not installed in the "
+                                     "sandbox (exit code 127).")
 
 
 def test_a_failing_test_run_is_an_answer_not_a_mistake() -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from executor.config import ToolProtocol
@@ -40,20 +41,40 @@ WORK_RULES = (
 )
 """Habits a weak model does not have on its own; each addresses a failure seen in bench_agent."""
 TOOL_RESULT_PREFIX = "TOOL_RESULT"
-# A worked multi-step task (find, read, change one part, answer) shown when its tools are
-# offered: small models follow an example far better than a rule. Not a benchmark task.
-_WORKED_ASK = "Sort the notes by date instead of by title."
-_WORKED: tuple[tuple[str, dict[str, str], str], ...] = (
-    ("search_files", {"pattern": "title", "path": "."},
-     "notes.py:2:    return sorted(notes, key=lambda note: note.title)"),
-    ("read_file", {"path": "notes.py"},
-     "     1\tdef sorted_notes(notes):\n     2\t    return sorted(notes, key=lambda note: "
-     "note.title)"),
-    ("edit_file", {"path": "notes.py", "old_text": "key=lambda note: note.title",
-                   "new_text": "key=lambda note: note.date"},
-     "edited 'notes.py': 1 replacement, 2 lines changed"),
+Step = tuple[str, dict[str, str], str]
+"""One call of a worked example: tool, arguments, what the tool answered."""
+
+
+@dataclass(frozen=True)
+class _Worked:
+    ask: str
+    steps: tuple[Step, ...]
+    answer: str
+
+
+# Worked multi-step tasks shown when their tools are offered: small models follow an example
+# far better than a rule. One finds, reads and changes part of a line; one adds code after
+# existing lines, which they otherwise replace. Neither is a benchmark task.
+_WORKED = (
+    _Worked("Sort the notes by date instead of by title.", (
+        ("search_files", {"pattern": "title", "path": "."},
+         "notes.py:2:    return sorted(notes, key=lambda note: note.title)"),
+        ("read_file", {"path": "notes.py"},
+         "     1\tdef sorted_notes(notes):\n     2\t    return sorted(notes, key=lambda note: "
+         "note.title)"),
+        ("edit_file", {"path": "notes.py", "old_text": "key=lambda note: note.title",
+                       "new_text": "key=lambda note: note.date"},
+         "edited 'notes.py': 1 replacement, 2 lines changed"),
+    ), "sorted_notes() in notes.py now sorts the notes by date."),
+    _Worked("Add a function last(items) to lists.py.", (
+        ("read_file", {"path": "lists.py"},
+         "     1\tdef first(items):\n     2\t    return items[0]"),
+        ("edit_file", {"path": "lists.py", "old_text": "    return items[0]",
+                       "new_text": "    return items[0]\n\n\ndef last(items):\n"
+                                   "    return items[-1]"},
+         "edited 'lists.py': 1 replacement, 4 lines changed"),
+    ), "lists.py now has last(items), after first(); first() is unchanged."),
 )
-_WORKED_ANSWER = "sorted_notes() in notes.py now sorts the notes by date."
 # Concrete values read better than placeholders, which small models copy literally.
 _EXAMPLE_STRINGS = {"path": "README.md", "command": "ls", "pattern": "TODO"}
 _PLACEHOLDERS: dict[str, Any] = {"integer": 1, "number": 1, "boolean": True, "array": [],
@@ -119,9 +140,9 @@ def tool_line(tool: ToolSpec) -> str:
 
 
 def _can_work_through(tools: Sequence[ToolSpec]) -> bool:
-    """Whether the worked example's calls are valid calls of the offered tools."""
+    """Whether the worked examples' calls are valid calls of the offered tools."""
     by_name = {tool.name: tool for tool in tools}
-    for name, arguments, _ in _WORKED:
+    for name, arguments, _ in (step for worked in _WORKED for step in worked.steps):
         tool = by_name.get(name)
         if tool is None:
             return False
@@ -133,11 +154,14 @@ def _can_work_through(tools: Sequence[ToolSpec]) -> bool:
 
 
 def _worked_example() -> list[str]:
-    lines = ["Example:", f"user: {_WORKED_ASK}"]
-    for name, arguments, result in _WORKED:
-        lines += [f"assistant: {render_call(ToolCall(name=name, arguments=arguments))}",
-                  f"user: {TOOL_RESULT_PREFIX} {name}:", result]
-    return [*lines, f"assistant: {json.dumps({'answer': _WORKED_ANSWER})}"]
+    lines = []
+    for number, worked in enumerate(_WORKED, 1):
+        lines += ["", f"Example {number}:", f"user: {worked.ask}"]
+        for name, arguments, result in worked.steps:
+            lines += [f"assistant: {render_call(ToolCall(name=name, arguments=arguments))}",
+                      f"user: {TOOL_RESULT_PREFIX} {name}:", result]
+        lines.append(f"assistant: {json.dumps({'answer': worked.answer})}")
+    return lines[1:]
 
 
 def _example(tools: Sequence[ToolSpec]) -> list[str]:

@@ -605,8 +605,16 @@ def _check_count(text, path, old, count, replace_all):
     if count > 1 and not replace_all:
         lines = _match_lines(text, old)
         raise ToolError(f"old_text matches {count} times in '{path}' (at lines {lines}). Add "
-                        "surrounding lines to old_text so it matches once (the whole line, say), "
-                        "or set replace_all=true to replace all of them.")
+                        "surrounding lines to old_text so it matches once, or set "
+                        "replace_all=true to replace all of them." + _whole_lines(text, lines))
+
+
+def _whole_lines(text, numbers, limit=3):
+    """The first matching lines in full: one of them, as old_text, changes one place at a time."""
+    have = text.split("\n")
+    picked = list(dict.fromkeys(int(n) for n in numbers.split(", ") if n.isdigit()))[:limit]
+    shown = "\n".join(have[n - 1].rstrip("\r") for n in picked if n <= len(have))
+    return f" One whole line is enough, one call per line; the lines are:\n{shown}"
 
 
 def _match_lines(text, old, limit=10):

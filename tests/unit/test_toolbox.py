@@ -537,6 +537,10 @@ def test_edit_with_many_matches_and_replace_all(box: Box, root: Path):
     (root / "m.txt").write_text("x = 1\nx = 1\ny = 2\nx = 1\n")
     failed(box.call("edit_file", path="m.txt", old_text="x = 1", new_text="x = 9"),
            "matches 3 times", "at lines 1, 2, 4", "replace_all=true")
+    (root / "r.py").write_text("from b import f\n\n\ndef g():\n    return f(1)\n")
+    many = failed(box.call("edit_file", path="r.py", old_text="f", new_text="h"), "matches 4 "
+                  "times", "(at lines 1, 1, 4, 5)")
+    assert "one call per line; the lines are:\nfrom b import f\ndef g():\n    return f(1)" in many
     assert (root / "m.txt").read_text() == "x = 1\nx = 1\ny = 2\nx = 1\n"
     reply = box.call("edit_file", path="m.txt", old_text="x = 1", new_text="x = 9",
                      replace_all=True)

@@ -105,6 +105,8 @@ bench: install image host-tools
 	$(BIN)/python benchmarks/bench_sandbox.py
 	$(BIN)/python benchmarks/bench_context.py
 	$(BIN)/python benchmarks/bench_tracking.py
+	$(BIN)/python benchmarks/bench_startup.py
+	$(BIN)/python benchmarks/bench_workspace.py
 
 # Everyday tasks through the real CLI with the embedded model; BENCH_ARGS e.g. "--split dev".
 bench-agent: install-local image

@@ -208,12 +208,13 @@ class Agent:
         )
         if not verdict.allowed:
             return ToolCallRecord(call, ToolResult.error(f"Denied: {verdict.reason}"), verdict.rule)
-        result = self._call(tool, args, verdict.host_args)
+        result = self._call(tool, args, verdict.host_args, call)
         return ToolCallRecord(call, result, verdict.rule, verdict.approved_by)
 
-    def _call(self, tool: Tool, args: BaseModel, host_args: Mapping[str, Any]) -> ToolResult:
+    def _call(self, tool: Tool, args: BaseModel, host_args: Mapping[str, Any],
+              call: ToolCall) -> ToolResult:
         started = time.monotonic()
-        context = replace(self.context, host_args=host_args) if host_args else self.context
+        context = replace(self.context, host_args=host_args, on_output=self._output_of(call))
         try:
             result = tool.call(args, context)
         except SandboxAgentError:
@@ -223,6 +224,15 @@ class Agent:
             result = ToolResult.error(f"{tool.name} failed: {type(exc).__name__}: {exc}")
         result.meta.setdefault("duration_ms", round((time.monotonic() - started) * 1000, 1))
         return result
+
+    def _output_of(self, call: ToolCall) -> Callable[[str, str], None]:
+        """Relays a running command's output as `tool_output` events (untrusted text)."""
+
+        def relay(stream: str, text: str) -> None:
+            self.hooks.emit("tool_output", call_id=call.id, tool=call.name, stream=stream,
+                            text=text)
+
+        return relay
 
     def _refused(self, call: ToolCall, message: str, rule: str) -> ToolCallRecord:
         self.hooks.emit(

@@ -45,12 +45,9 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path, PurePath
-from typing import Any, Literal, TextIO
-
-from pydantic import BaseModel
+from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 from executor.errors import AuditError, AuditIntegrityError, ConfigError, SandboxAgentError
-from executor.hooks import Event, HookBus, Subscriber
 from executor.redact import Redactor
 from executor.state import (
     check_outside,
@@ -60,6 +57,9 @@ from executor.state import (
     project_dir,
     real_root,
 )
+
+if TYPE_CHECKING:  # pydantic is not needed to verify or read a log: `audit verify` starts fast
+    from executor.hooks import Event, HookBus, Subscriber
 
 log = logging.getLogger(__name__)
 
@@ -118,8 +118,9 @@ def audit_dir_for(root: Path, override: Path | str | None = None) -> Path:
 
 def _plain(value: Any) -> Any:
     """`value` as JSON-native data (what is hashed is exactly what will be read back)."""
-    if isinstance(value, BaseModel):
-        return _plain(value.model_dump(mode="json"))
+    dump = getattr(value, "model_dump", None)  # a pydantic model
+    if callable(dump):
+        return _plain(dump(mode="json"))
     if isinstance(value, Mapping):
         return {str(k): _plain(v) for k, v in value.items()}
     if isinstance(value, list | tuple | set | frozenset):
@@ -347,6 +348,22 @@ class AuditLog:
             policy_source=policy_source, argv=self._redactor.argv(argv), **extra,
         )
 
+    def sandbox_start(
+        self,
+        *,
+        container_id: str,
+        image: str,
+        image_digest: str,
+        mount_mode: str,
+        duration_ms: float | None = None,
+        **extra: Any,
+    ) -> dict[str, Any]:
+        """The container a run started when it was first needed (its run_start has none)."""
+        return self.record(
+            "sandbox_start", container_id=container_id, image=image, image_digest=image_digest,
+            mount_mode=mount_mode, duration_ms=_ms(duration_ms), **extra,
+        )
+
     def model_request(
         self,
         *,
@@ -387,7 +404,8 @@ class AuditLog:
         if call_id is not None and isinstance(arguments.get("path"), str):
             self._paths[call_id] = arguments["path"]  # the write record of its result needs it
         return self.record(
-            "tool_call", tool=tool, call_id=call_id, arguments=dict(arguments),
+            "tool_call", tool=tool, call_id=call_id,
+            arguments=_capped(arguments, self._redactor.text),
             decision=decision, rule=rule, reason=reason, approved_by=approved_by, **extra,
         )
 
@@ -536,7 +554,8 @@ class AuditLog:
 
     def _handlers(self) -> dict[str, Callable[..., dict[str, Any]]]:
         return {
-            "run_start": self.run_start, "model_request": self.model_request,
+            "run_start": self.run_start, "sandbox_start": self.sandbox_start,
+            "model_request": self.model_request,
             "tool_call": self.tool_call, "tool_result": self.tool_result,
             "retry": self.retry, "complete": self.run_end, "error": self.error,
             "warning": self.warning,
@@ -615,6 +634,28 @@ _RESULT_META = (
     "lines_changed",
 )
 _EVENT_KINDS = {"complete": "run_end"}
+ARGUMENT_MAX_BYTES = 16 * 1024
+"""A longer string argument (a write's content) is kept as its head, length and SHA-256."""
+
+
+def _capped(arguments: Mapping[str, Any], redact: Callable[[str], str]) -> dict[str, Any]:
+    """Tool arguments with long strings cut: the model chooses their size, the log must not.
+
+    Redacted before the cut, so a secret across the cut cannot leave its head behind.
+    """
+    out: dict[str, Any] = {}
+    for key, value in arguments.items():
+        data = value.encode("utf-8", "surrogatepass") if isinstance(value, str) else b""
+        if len(data) <= ARGUMENT_MAX_BYTES:
+            out[key] = value
+            continue
+        kept = redact(value).encode("utf-8", "surrogatepass")
+        head = kept[:ARGUMENT_MAX_BYTES].decode("utf-8", "ignore")
+        digest = hashlib.sha256(data).hexdigest()
+        out[key] = f"{head}[... {len(data)} bytes in all, sha256 {digest}]"
+    return out
+
+
 _CHANGE_FIELDS = ("change", "size_before", "mode_before", "mode_after", "target",
                   "unhashed")
 

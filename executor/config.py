@@ -1,22 +1,38 @@
-"""Configuration: `SANDBOX_AGENT_*` environment variables, overridden by command-line flags."""
+"""Configuration: flags > `SANDBOX_AGENT_*` environment variables > the user config file
+(`~/.config/sandbox-agent/config.toml`, executor/userconfig.py) > built-in defaults.
+
+`load_settings` builds the merged `Settings` and turns every invalid value, wherever it came
+from, into one `ConfigError` that names its source: the flag, the variable, or the file and line.
+"""
 
 from __future__ import annotations
 
+import json
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any
 
-from pydantic import Field, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, ValidationError, field_validator
+from pydantic.fields import FieldInfo
+from pydantic_settings import (
+    BaseSettings,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    SettingsError,
+)
 
-Provider = Literal["ollama", "openai", "embedded"]
-ToolProtocol = Literal["native", "json", "constrained"]
+from executor.choices import DEFAULT_BASE_IMAGE as DEFAULT_BASE_IMAGE
+from executor.choices import DEFAULT_IMAGE as DEFAULT_IMAGE
+from executor.choices import CopyStorage as CopyStorage
+from executor.choices import Provider as Provider
+from executor.choices import ToolProtocol as ToolProtocol
+from executor.choices import WorkspaceMode as WorkspaceMode
+from executor.errors import ConfigError
+from executor.userconfig import read_user_config, user_config_path, where
 
-DEFAULT_IMAGE = "sandbox-agent:latest"
-"""Tag of the sandbox image `sandbox-agent image build` produces."""
-DEFAULT_BASE_IMAGE = "python:3.12-slim"
-"""Base the sandbox image is built from when a registry is reachable."""
 OFFLINE_BASE_IMAGE = "sandbox-agent-base:bookworm"
 """Base built with debootstrap (scripts/build-base-image.sh) where no registry is reachable."""
 
@@ -31,7 +47,14 @@ DEFAULT_TOOL_TIMEOUT = 60
 """Seconds run_shell_command may take unless the call asks otherwise."""
 DEFAULT_DISK_BUDGET = 1024**3
 """Bytes the project may grow by in one session before commands are killed and writes refused."""
+DEFAULT_COPY_LIMIT = 1024**3
+"""Bytes a project may have to be copied into a copy workspace."""
+DEFAULT_COPY_MAX_FILES = 100_000
+"""Entries (files, directories, links) a project may have to be copied."""
+COPY_MEMORY_MAX = 256 * 1024 * 1024
+"""Projects up to this size are copied into memory (tmpfs) with copy_storage auto."""
 
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _SIZE = re.compile(r"(\d+)\s*(?:([kmgt])(?:i?b)?|b)?", re.IGNORECASE)
 
 
@@ -66,10 +89,10 @@ class Settings(BaseSettings):
     """How tools are offered; None: native for servers, constrained for the embedded model."""
     temperature: float | None = None
     """Sampling temperature passed to the model (None: the server's default)."""
-    timeout: float = 300.0
+    timeout: float = Field(300.0, gt=0)
     """Seconds to wait for one model response."""
-    max_retries: int = Field(3, ge=1, le=20)
-    """Attempts for a model request that times out or gets 429/5xx."""
+    max_retries: int = Field(2, ge=0, le=20)
+    """Retries after a first attempt that times out or gets 429/5xx (0: no retries)."""
     retry_base_delay: float = Field(0.5, ge=0)
     """First backoff delay in seconds (doubles per attempt, with jitter)."""
     max_turns: int = Field(20, ge=1)
@@ -90,12 +113,24 @@ class Settings(BaseSettings):
     """CPU limit of the container (default: the host's cores, at most 4)."""
     tmp_size: str = DEFAULT_TMP_SIZE
     """Size of the container's /tmp tmpfs."""
-    env_allow: list[str] = Field(default_factory=list)
+    env_allow: Annotated[list[str], NoDecode] = Field(default_factory=list)
     """Host environment variables passed into the container (none by default)."""
     allow_git_writes: bool = False
     """Mount .git read-write (it is read-only by default)."""
     disk_budget: int = Field(DEFAULT_DISK_BUDGET, ge=0)
     """Bytes the project may grow by in a session (`1g`, `500m` or bytes; 0: no budget)."""
+    workspace: WorkspaceMode = "bind"
+    """bind: the root is mounted and changes land as they happen; copy: the sandbox works on a
+    copy and its changes come back for review (`diff`, `apply`, `undo`)."""
+    copy_limit: int = Field(DEFAULT_COPY_LIMIT, ge=1)
+    """Size guard of the copy workspace (`1g`, `500m` or bytes): a bigger project is refused."""
+    copy_max_files: int = Field(DEFAULT_COPY_MAX_FILES, ge=1)
+    """Entries a project may have to be copied."""
+    copy_exclude: list[str] = Field(default_factory=list)
+    """gitignore-style patterns left out of the copy (docs/WORKSPACES.md)."""
+    copy_storage: CopyStorage = "auto"
+    """Where the copy lives in the container: memory (tmpfs: fast, counts against the memory
+    limit), disk (a volume on the engine's disk), auto (memory up to 256 MiB)."""
     audit: bool = True
     """Write the audit log."""
     audit_dir: Path | None = None
@@ -103,8 +138,93 @@ class Settings(BaseSettings):
     audit_max_result_bytes: int = Field(4096, ge=0)
     """Bytes of each tool result kept in the audit preview."""
 
-    @field_validator("disk_budget", mode="before")
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Arguments (flags), then the environment, then the user config file."""
+        return init_settings, env_settings, UserConfigSource(settings_cls)
+
+    @field_validator("env_allow", mode="before")
+    @classmethod
+    def _names(cls, value: Any) -> Any:
+        """A JSON list (`'["LANG"]'`) or plain names separated by commas or spaces (`LANG,TZ`)."""
+        if not isinstance(value, str):
+            return value
+        if value.strip().startswith("["):
+            return json.loads(value)
+        return [name for name in re.split(r"[,\s]+", value) if name]
+
+    @field_validator("env_allow")
+    @classmethod
+    def _valid_names(cls, value: list[str]) -> list[str]:
+        bad = [name for name in value if not _ENV_NAME.fullmatch(name)]
+        if bad:
+            raise ValueError(f"not an environment variable name: {bad[0]!r}")
+        return value
+
+    @field_validator("disk_budget", "copy_limit", mode="before")
     @classmethod
     def _size(cls, value: Any) -> Any:
         """Sizes are given as text (`1g`) in flags and the environment."""
         return parse_size(value) if isinstance(value, str) else value
+
+
+class UserConfigSource(PydanticBaseSettingsSource):
+    """The user config file as a settings source (below the environment)."""
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        """Unused: `__call__` reads the whole file at once."""
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        values, _ = read_user_config(self.settings_cls.model_fields)
+        return values
+
+
+FLAGS = {
+    "provider": "--provider", "model": "--model", "host": "--host",
+    "tool_protocol": "--tool-protocol", "timeout": "--timeout", "max_turns": "--max-turns",
+    "max_tokens": "--max-tokens", "stream": "--stream", "image": "--image", "env_allow": "--env",
+    "allow_git_writes": "--allow-git-writes", "disk_budget": "--disk-budget",
+}
+"""The flag that sets each setting, for error messages."""
+
+
+VALUES_FIX = ("see the values each flag takes in `sandbox-agent ask --help` "
+              "(or docs/CONFIGURATION.md)")
+
+
+def load_settings(flags: Mapping[str, Any] | None = None) -> Settings:
+    """Settings from `flags` (field names), the environment, the user config and defaults.
+
+    Raises ConfigError naming where the first invalid value came from.
+    """
+    given = dict(flags or {})
+    try:
+        return Settings(**given)
+    except ValidationError as exc:
+        raise _invalid(exc, given) from None
+    except SettingsError as exc:  # a value the environment source could not even decode
+        raise ConfigError(str(exc), fix=VALUES_FIX) from None
+
+
+def _invalid(exc: ValidationError, flags: Mapping[str, Any]) -> ConfigError:
+    err = exc.errors()[0]
+    name = str(err["loc"][0]) if err["loc"] else ""
+    message = str(err["msg"]).removeprefix("Value error, ")
+    variable = f"SANDBOX_AGENT_{name.upper()}"
+    if name in flags:
+        source, value = FLAGS.get(name, "argument"), flags[name]
+    elif variable in os.environ:
+        source, value = variable, os.environ[variable]
+    else:
+        values, lines = read_user_config(Settings.model_fields)
+        source, value = where(user_config_path(), lines.get(name)), values.get(name)
+    return ConfigError(f"invalid value for {name} ({source}) {value!r}: {message}",
+                       fix=VALUES_FIX)

@@ -185,6 +185,18 @@ class TokenCounter:
         self.samples += 1
 
 
+_PENDING_SAMPLES = 8
+"""Calibration samples kept until a count is needed (the ratio is smoothed: older ones fade)."""
+
+
+def _bytes_upper(message: Message) -> int:
+    """Tokens `message` takes at most, uncalibrated: its UTF-8 bytes plus the overheads."""
+    texts = [message.content, message.name or ""]
+    texts += [text for call in message.tool_calls for text in (call.name, _args(call))]
+    size = sum(len(text.encode("utf-8", "surrogatepass")) for text in texts)
+    return size + MESSAGE_OVERHEAD + TOOL_CALL_OVERHEAD * len(message.tool_calls)
+
+
 def _args(call: ToolCall) -> str:
     return json.dumps(call.arguments, ensure_ascii=False, sort_keys=True)
 
@@ -579,19 +591,59 @@ class ContextWindow:
     """Specs offered beside the messages (they take room too)."""
     summarizer: Summarizer | None = None
 
+    _pending: list[tuple[list[Message], int]] = field(default_factory=list, repr=False, init=False)
+    _last: tuple[list[Message], int] | None = field(default=None, repr=False, init=False)
+
     def room(self) -> int:
         """Budget left for the messages once the tool specs are in."""
+        self._calibrate()
         return max(256, self.budget - self.counter.count_tools(self.tools))
+
+    def surely_fits(self, messages: Sequence[Message]) -> bool:
+        """Whether `messages` (and the tool specs) surely fit, known without tokenizing.
+
+        A token is at least one byte for every tokenizer in use (byte-level BPE, and
+        SentencePiece with byte fallback): the UTF-8 size bounds the true count. When
+        `messages` extend the last prompt sent, the provider's own count of that prompt plus
+        the size of what was added is the bound. So a short conversation goes out as it is
+        without loading tiktoken (about 0.2 s) on the way to the first answer.
+        """
+        bound = self._extended_bound(messages)
+        if bound is None:
+            bound = sum(_bytes_upper(m) for m in messages)
+            bound += sum(len(spec.model_dump_json().encode()) for spec in self.tools)
+        return bound <= _target(self.budget, TARGET_RATIO)
+
+    def _extended_bound(self, messages: Sequence[Message]) -> int | None:
+        if self._last is None:
+            return None
+        sent, reported = self._last
+        if len(messages) < len(sent) or any(
+                a is not b and a != b for a, b in zip(sent, messages, strict=False)):
+            return None
+        return reported + sum(_bytes_upper(m) for m in messages[len(sent):])
 
     def fit(self, messages: Sequence[Message]) -> list[Message]:
         """A trimmed copy of `messages` (never mutated)."""
+        if self.surely_fits(messages):
+            return list(messages)
         if self.summarizer is not None:
             return summarize_trim(messages, self.room(), self.counter, self.summarizer)
         return trim(messages, self.room(), self.counter)
 
     def observe(self, sent: Sequence[Message], usage: Any) -> None:
-        """Calibrate with the prompt tokens the provider reported for `sent`."""
+        """Calibrate with the prompt tokens the provider reported for `sent`.
+
+        Counted when a count is next needed: a conversation that always `surely_fits` never
+        loads the tokenizer. The last few samples are kept.
+        """
         reported = getattr(usage, "prompt_tokens", None)
         if reported:
+            self._last = (list(sent), reported)
+            self._pending = [*self._pending[-(_PENDING_SAMPLES - 1):], self._last]
+
+    def _calibrate(self) -> None:
+        pending, self._pending = self._pending, []
+        for sent, reported in pending:
             estimate = self.counter.count_messages(sent) + self.counter.count_tools(self.tools)
             self.counter.calibrate(estimate, reported)

@@ -14,19 +14,26 @@ that fixes it.
     ├── SandboxError                          10  container infrastructure
     │   ├── EngineUnavailableError            11  Docker engine unreachable
     │   ├── ImageNotFoundError                12  sandbox image missing
-    │   └── ToolboxError                      13  toolbox died / spoke garbage
-    │       └── ToolboxTimeoutError           14  (also TimeoutError) host deadline passed
+    │   ├── ToolboxError                      13  toolbox died / spoke garbage
+    │   │   └── ToolboxTimeoutError           14  (also TimeoutError) host deadline passed
+    │   └── WorkspaceUnreachableError         15  bind mode: the engine cannot see the root
     ├── ModelError                            20  model provider failures
     │   ├── ModelUnavailableError             21  (also ConnectionError) server unreachable
     │   ├── ModelTimeoutError                 22  (also TimeoutError) no answer in time
     │   ├── ModelResponseError                23  4xx / unusable payload
     │   └── EmbeddedModelError                24  embedded model missing or corrupt
     ├── AgentError                            30  e.g. unusable model replies in a row
-    │   └── MaxTurnsExceeded                  31  no answer within --max-turns
+    │   ├── MaxTurnsExceeded                  31  no answer within --max-turns
+    │   └── CallsDeniedError                  32  `ask --fail-on-denied`: calls were denied
+    ├── FindingsError                         33  `review --fail-on`: findings at that severity
     ├── SessionError                          40  session file unreadable
     │   └── SessionCorruptError               41  a corrupt line in the middle
-    └── AuditError                            50  audit log could not be written
-        └── AuditIntegrityError               51  `audit verify` found tampering
+    ├── AuditError                            50  audit log could not be written
+    │   └── AuditIntegrityError               51  `audit verify` found tampering
+    └── WorkspaceError                        60  copy workspace / pending changes unusable
+        ├── ConflictError                     61  files changed on the host: not applied/undone
+        ├── ProjectTooLargeError              62  the project exceeds the copy size guard
+        └── ApplyDeclinedError                63  the person said no: nothing applied
 
 A failed *tool* (missing file, non-zero exit, timeout inside the sandbox) is not
 an exception: it is a `ToolResult` the model sees.
@@ -149,6 +156,18 @@ class MaxTurnsExceeded(AgentError):
     exit_code = 31
 
 
+class CallsDeniedError(AgentError):
+    """The run answered, but some tool calls were denied (`ask --fail-on-denied`)."""
+
+    exit_code = 32
+
+
+class FindingsError(SandboxAgentError):
+    """The review found problems at or above the `--fail-on` severity."""
+
+    exit_code = 33
+
+
 class SessionError(SandboxAgentError):
     """A session file could not be read or written."""
 
@@ -171,6 +190,41 @@ class AuditIntegrityError(AuditError):
     """The audit hash chain is broken: a record was edited, removed, inserted or moved."""
 
     exit_code = 51
+
+
+class WorkspaceUnreachableError(SandboxError):
+    """Bind mode on an engine that cannot see the project root (another machine's disk)."""
+
+    exit_code = 15
+
+
+class WorkspaceError(SandboxAgentError):
+    """A copy workspace or its pending changes could not be made, read or applied."""
+
+    exit_code = 60
+
+
+class ConflictError(WorkspaceError):
+    """Files changed on the host since the copy (or the apply): they were left alone."""
+
+    exit_code = 61
+
+    def __init__(self, message: str, *, paths: list[str] | None = None,
+                 fix: str | None = None) -> None:
+        super().__init__(message, fix=fix)
+        self.paths = list(paths or [])
+
+
+class ProjectTooLargeError(WorkspaceError):
+    """The project is bigger than the copy workspace's size guard."""
+
+    exit_code = 62
+
+
+class ApplyDeclinedError(WorkspaceError):
+    """The person declined to apply the changes; they stay pending."""
+
+    exit_code = 63
 
 
 #: Exit code for a run interrupted with Ctrl-C (128 + SIGINT), as shells report it.

@@ -16,8 +16,8 @@ from pydantic import BaseModel, Field
 log = logging.getLogger(__name__)
 
 EventKind = Literal[
-    "run_start", "token", "model_request", "tool_call", "tool_result", "retry", "complete",
-    "error", "warning", "progress", "notice",
+    "run_start", "token", "model_request", "tool_call", "tool_output", "tool_result", "retry",
+    "complete", "error", "warning", "progress", "notice", "sandbox_start", "instructions",
 ]
 
 

@@ -36,6 +36,7 @@ The shell checks are defence in depth; the container is the boundary. See docs/P
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
@@ -165,7 +166,7 @@ class Rule:
     tool: str = "*"
     """Exact tool name or a glob (`*`, `mcp_*`)."""
     prefixes: tuple[str, ...] = ()
-    regexes: tuple[re.Pattern[str], ...] = ()
+    regexes: tuple[PolicyRegex, ...] = ()
     name: str | None = None
     reason: str | None = None
 
@@ -244,6 +245,32 @@ class Rule:
         regex = next((r.pattern for r in self.regexes if r.search(text)), None)
         textual = (p for p in self.prefixes if CommandPattern.of(p).command is None)
         return regex or next((p for p in textual if starts_with_command(text, p)), None)
+
+
+class PolicyRegex:
+    """A rule's regular expression, searched with a time limit.
+
+    A pattern from a policy file meets a command the model chose: `^(a|aa)+$` against a long
+    enough command would backtrack for minutes. A search that runs out of time counts as a
+    match for deny and ask rules (fail closed) and as no match for allow rules.
+    """
+
+    TIMEOUT = 0.05
+    """Seconds one search may take."""
+
+    def __init__(self, pattern: str, *, on_timeout: bool) -> None:
+        import regex  # a backtracking engine with a timeout; imported only when rules have one
+
+        self.pattern = pattern
+        self.on_timeout = on_timeout
+        self._compiled = regex.compile(pattern, regex.VERSION0)
+
+    def search(self, text: str) -> bool:
+        """Whether the pattern is found in `text` (or the search ran out of time, see above)."""
+        try:
+            return self._compiled.search(text, timeout=self.TIMEOUT) is not None
+        except TimeoutError:
+            return self.on_timeout
 
 
 @dataclass(frozen=True)
@@ -626,15 +653,30 @@ def load_policy(
     only when the person trusted its exact content (`sandbox-agent policy trust`), otherwise
     only its deny and ask rules apply, and only where they are stricter.
     """
-    layers = [_parse_file(user_policy_path(), "user")] if user_policy_path().is_file() else []
-    notices: list[str] = []
+    layers, notices = _user_layer(root)
     tighten = None
     if path is not None:
         layers.append(_parse_file(path, "--policy"))
     elif root is not None:
-        project, tighten, notices = _project_policy(root)
+        project, tighten, more = _project_policy(root)
+        notices += more
         layers += [project] if project else []
     return _combine(layers, overrides, tighten, notices)
+
+
+def _user_layer(root: Path | None) -> tuple[list[Policy], list[str]]:
+    """The person's own policy, unless it lies inside the project (dotfiles kept in a repo, or
+    a config dir linked into it): there the sandbox could rewrite it."""
+    path = user_policy_path()
+    if not path.is_file():
+        return [], []
+    if root is not None:
+        real = Path(os.path.realpath(path))
+        top = Path(os.path.realpath(root))
+        if real == top or top in real.parents:
+            return [], [f"your policy {path} is not used in this run: it lies inside the project "
+                        f"{top}, where the sandbox can write"]
+    return [_parse_file(path, "user")], []
 
 
 def _parse_file(path: Path, label: str) -> Policy:
@@ -713,7 +755,9 @@ def _rule(id: str, spec: RuleSpec) -> Rule:
     shell = spec.prefix is not None or spec.regex is not None
     return Rule(
         id=id, decision=spec.decision, tool=spec.tool or (SHELL_TOOL if shell else "*"),
-        prefixes=tuple(spec.prefix or ()), regexes=tuple(re.compile(r) for r in spec.regex or ()),
+        prefixes=tuple(spec.prefix or ()),
+        regexes=tuple(PolicyRegex(r, on_timeout=spec.decision != "allow")
+                      for r in spec.regex or ()),
         name=spec.name, reason=spec.reason,
     )
 

@@ -112,10 +112,12 @@ def _check_rule(src: _Source, index: int, rule: RuleSpec, raw: dict[str, Any]) -
     if shell and rule.tool not in (None, SHELL_TOOL):
         raise src.error(f"{where}: prefix and regex match shell commands, so tool must be "
                         f"{SHELL_TOOL}", src.key(start, "tool"))
+    import regex  # the engine rules are searched with (executor.policy.PolicyRegex)
+
     for pattern in rule.regex or ():
         try:
-            re.compile(pattern)
-        except re.error as exc:
+            regex.compile(pattern, regex.VERSION0)
+        except regex.error as exc:
             raise src.error(f"{where}: invalid regex {pattern!r}: {exc}",
                             src.key(start, "regex")) from None
 
@@ -180,6 +182,10 @@ def _toml_line(exc: tomllib.TOMLDecodeError, src: _Source) -> int | None:
     return int(match.group(1)) if match.group(1) else len(src.lines) or None
 
 
+POLICY_FORMAT_FIX = "see the format in `sandbox-agent policy --help` (or docs/POLICY.md)"
+"""A fix that works for a pip-installed user too (no docs/ there)."""
+
+
 class _Source:
     """The policy text, for finding the line an error is about (tomllib keeps no positions)."""
 
@@ -190,7 +196,7 @@ class _Source:
 
     def error(self, message: str, line: int | None) -> PolicyFileError:
         where = f"{self.path}:{line}" if line else self.path
-        return PolicyFileError(f"{where}: {message}", fix="see docs/POLICY.md for the format")
+        return PolicyFileError(f"{where}: {message}", fix=POLICY_FORMAT_FIX)
 
     def rule_line(self, index: int) -> int | None:
         """Line of the `index`-th `[[rules]]` header (1-based)."""

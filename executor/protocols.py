@@ -14,6 +14,8 @@ from pydantic import BaseModel
 from executor.messages import Message, ModelReply, ToolResult, ToolSpec
 
 TokenCallback = Callable[[str], None]
+OutputCallback = Callable[[str, str], None]
+"""Receives a running command's output as it comes: (stream, text), stream "stdout"/"stderr"."""
 
 
 @runtime_checkable
@@ -54,6 +56,8 @@ class SandboxInfo(BaseModel):
     network: str
     user: str
     """uid:gid the tools run as."""
+    workspace: str = "bind"
+    """'bind' (the root is mounted) or 'copy' (the sandbox works on a copy)."""
 
 
 @runtime_checkable
@@ -77,8 +81,13 @@ class Sandbox(Protocol):
         """Stop the toolbox and remove the container."""
         ...
 
-    def call(self, tool: str, args: dict[str, Any], *, timeout: float | None = None) -> ToolResult:
-        """Run one built-in tool inside the sandbox."""
+    def call(self, tool: str, args: dict[str, Any], *, timeout: float | None = None,
+             on_output: OutputCallback | None = None) -> ToolResult:
+        """Run one built-in tool inside the sandbox.
+
+        `on_output`, when given, gets a running command's output while it runs (untrusted text,
+        rate-limited and capped by the toolbox; the result still carries the output).
+        """
         ...
 
     def preview(self, tool: str, args: dict[str, Any]) -> ToolResult:
@@ -106,6 +115,9 @@ class SessionSummary(BaseModel):
     name: str
     started_at: str
     turns: int
+    """Model turns (replies), as `ask` counts them in "done in N turn(s)"."""
+    status: str = ""
+    """How the last request ended: ok, max_turns, error, interrupted or unfinished."""
     model: str
     provider: str
     last_message: str

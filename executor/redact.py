@@ -76,6 +76,11 @@ TOKEN_SHAPES: tuple[tuple[str, re.Pattern[str]], ...] = (
 )
 
 
+SPLIT_MIN_LENGTH = 12
+"""Secrets at least this long are also found with separators inserted between characters."""
+_SEP = r"(?:[\s\-_.,:;|/\\]{0,3})"
+
+
 def encodings(value: str) -> list[str]:
     """`value` and the forms a command easily turns it into: reversed, base64, hex."""
     raw = value.encode("utf-8", "surrogatepass")
@@ -106,20 +111,20 @@ class Redactor:
         min_length: int = MIN_SECRET_LENGTH,
     ) -> None:
         extra = set(extra_names)
-        pairs = [
-            (f"env:{name}", form)
-            for name, value in (env or {}).items()
-            if (name in extra or is_secret_name(name)) and len(value) >= min_length
-            for form in encodings(value)
-        ]
-        pairs += [("secret", form) for value in secrets if len(value) >= min_length
-                  for form in encodings(value)]
+        plain = [(f"env:{name}", value) for name, value in (env or {}).items()
+                 if (name in extra or is_secret_name(name)) and len(value) >= min_length]
+        plain += [("secret", value) for value in secrets if len(value) >= min_length]
+        pairs = [(kind, form) for kind, value in plain for form in encodings(value)]
         # Longest first, so a secret containing another is replaced whole.
         pairs.sort(key=lambda p: len(p[1]), reverse=True)
         self._kinds = {value: kind for kind, value in reversed(pairs)}
         self._literal = (
             re.compile("|".join(re.escape(v) for _, v in pairs)) if pairs else None
         )
+        # The plain values again, with a few separator characters allowed between any two of
+        # their characters: `fold -w 10`, `sed 's/./&-/g'` or a wrapped line split a secret.
+        self._split = [(kind, re.compile(_SEP.join(re.escape(c) for c in value)))
+                       for kind, value in plain if len(value) >= SPLIT_MIN_LENGTH]
 
     @classmethod
     def from_environ(cls, *, extra_names: Iterable[str] = ()) -> Redactor:
@@ -130,6 +135,8 @@ class Redactor:
         """`value` with every known secret and token shape replaced."""
         if self._literal is not None:
             value = self._literal.sub(lambda m: marker(self._kinds[m.group(0)]), value)
+        for kind, split in self._split:
+            value = split.sub(marker(kind), value)
         for kind, pattern in TOKEN_SHAPES:
             value = pattern.sub(functools.partial(_replace, kind=kind), value)
         return value

@@ -13,10 +13,12 @@ container is removed by `close()` (or leaving the `with` block).
 from __future__ import annotations
 
 import getpass
+import os
 import secrets
 import socket
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol, Self
@@ -26,21 +28,37 @@ from pydantic import BaseModel, Field, ValidationError
 from executor.agent import Agent, Authorization, RunResult
 from executor.audit import AuditLog
 from executor.coach import Coach
-from executor.config import Settings
-from executor.context import CachedSummarizer, ContextWindow, pair_tool_results, resolve_budget
+from executor.config import Settings, load_settings
+from executor.context import (
+    INTERRUPTED_RESULT,
+    CachedSummarizer,
+    ContextWindow,
+    pair_tool_results,
+    resolve_budget,
+)
 from executor.errors import ConfigError, MaxTurnsExceeded, SandboxAgentError, UserError
-from executor.hooks import HookBus
+from executor.hooks import Event, HookBus
+from executor.instructions import Instructions, read_project_instructions
 from executor.messages import Message, ToolCall, ToolSpec
 from executor.models import build_model
 from executor.models.toolproto import uses_json
 from executor.policy import Decision, Policy, PolicyOverrides, load_policy
-from executor.protocols import Model
+from executor.protocols import Model, Sandbox
 from executor.redact import Redactor
-from executor.sandbox.docker import DockerSandbox, SandboxConfig, container_name
+from executor.sandbox.docker import DockerSandbox, SandboxConfig
 from executor.sandbox.environment import sandbox_environment
-from executor.session import NdjsonSessionStore, session_names
+from executor.sandbox.lazy import LazySandbox
+from executor.session import NdjsonSessionStore, SessionHeader, session_names
 from executor.state import legacy_notice
 from executor.tools import Preview, Tool, ToolContext, ToolRegistry, default_registry
+from executor.userconfig import check_outside_project
+from executor.workspace.apply import pending
+from executor.workspace.changes import Changeset, load_changes
+from executor.workspace.sessions import CopyWorkspace, JournaledSandbox
+from executor.workspace.store import BlobStore
+
+SandboxFactory = Callable[[SandboxConfig], Sandbox]
+"""Makes a session's sandbox from its configuration (the default: a `DockerSandbox`)."""
 
 SYSTEM_PROMPT = (
     "You are a coding agent working on the project in /workspace; tool paths are relative to "
@@ -84,12 +102,35 @@ class RunOptions(BaseModel):
     """Command line, for the audit record (secrets are redacted there)."""
     system_prompt: str | None = None
     """Replaces the default system prompt."""
+    sandbox_warm_up: float | None = None
+    """None: the container starts in `start()`. Seconds: it starts at the first tool call, or
+    in the background that long into a run (0: as soon as the runner starts), whichever comes
+    first, so a run whose model calls no tool never waits for a container."""
+    project_instructions: bool = True
+    """Add the root's AGENTS.md to the system prompt (as the repository's text, no permission)."""
+
+
+@dataclass(frozen=True)
+class Approval:
+    """A person's answer to an approval prompt."""
+
+    approved: bool
+    by: str = "user"
+    """Who approved, for the audit: `user`, or `user:session` for a grant given earlier in the
+    session ("always allow")."""
+    reason: str = ""
+    """Why not, in the person's words: the model is told, as the call's result."""
 
 
 class Approver(Protocol):
-    """Asks a person whether a call may run, showing them `preview` (what it will really do)."""
+    """Asks a person whether a call may run, showing them `preview` (what it will really do).
 
-    def __call__(self, tool: Tool, args: BaseModel, decision: Decision, preview: Preview) -> bool:
+    It answers True/False, or an `Approval` that also says who approved or why not.
+    """
+
+    def __call__(
+        self, tool: Tool, args: BaseModel, decision: Decision, preview: Preview
+    ) -> bool | Approval:
         ...
 
 
@@ -115,14 +156,26 @@ class Runner:
         policy: Policy,
         hooks: HookBus,
         approver: Approver | None = None,
+        sandbox: Sandbox | SandboxFactory | None = None,
     ) -> None:
         self.settings, self.options = settings, options
         self.model, self.tools, self.policy, self.hooks = model, tools, policy, hooks
         self.approver = approver
-        self.sandbox: DockerSandbox | None = None
+        self.backend = sandbox
+        """A sandbox to use as is, or a factory of one per session (None: Docker)."""
+        self.sandbox: Sandbox | None = None
+        self._lazy: LazySandbox | None = None
+        self._sandbox_id = ""
+        self._workspace_mode = "bind"
+        self.changes: Changeset | None = None
+        """A copy session's changes, collected when it closed."""
         self.store: NdjsonSessionStore | None = None
         self.audit: AuditLog | None = None
         self.agent: Agent | None = None
+        self._replies = 0
+        self.instructions: Instructions | None = None
+        """The project instructions in the system prompt (AGENTS.md), once started."""
+        hooks.subscribe(self._count_reply, "model_request")
 
     @classmethod
     def build(
@@ -134,29 +187,33 @@ class Runner:
         hooks: HookBus | None = None,
         model: Model | str | None = None,
         approver: Approver | None = None,
+        sandbox: Sandbox | SandboxFactory | None = None,
         **options: Any,
     ) -> Runner:
         """A runner for `root`; `options` are Settings fields and RunOptions fields by name.
 
         `model` is a Model to use as is, or a model name (the Settings field of that name).
+        `sandbox` is a Sandbox to use as is, or a factory called with the session's
+        `SandboxConfig` (default: a `DockerSandbox`).
         """
         if isinstance(model, str):
             options, model = {**options, "model": model}, None
         setting_values, run_values = _split_options(options)
+        merged = _settings(settings, setting_values)
         try:
-            base = (settings or Settings()).model_dump()
-            merged = Settings.model_validate({**base, **setting_values})
             run = RunOptions(root=Path(root).expanduser().resolve(), **run_values)
         except ValidationError as exc:
             raise ConfigError(_first_error(exc)) from None
         if not run.root.is_dir():
             raise ConfigError(f"project root {run.root} is not a directory")
+        if settings is None:
+            check_outside_project(run.root)
         hooks = hooks or HookBus()
         return cls(
             merged, run, model=model or build_model(merged, hooks=hooks),
             tools=_registry(tools, run), policy=load_policy(run.root, run.policy_file,
                                                             _overrides(run)),
-            hooks=hooks, approver=approver,
+            hooks=hooks, approver=approver, sandbox=sandbox,
         )
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -179,28 +236,75 @@ class Runner:
             return
         try:
             self._start_model()
+            self._read_instructions()
             store, history = self._open_session()
             self.store = store
-            self.sandbox = self._start_sandbox(store)
+            if self.options.sandbox_warm_up is None or not self._may_start_later():
+                self.sandbox = self._start_sandbox(store)
+            else:
+                self.sandbox = self._new_sandbox(store)
+                self._lazy = LazySandbox(self.sandbox, lambda took: self._sandbox_started(took))
             self.audit = self._open_audit(store)
             self._announce(store)
             for notice in [legacy_notice(self.options.root), *self.policy.notices]:
                 if notice:
                     self.hooks.emit("notice", message=notice)
             self.agent = self._agent(store, history)
+            if self._lazy is not None and self.options.sandbox_warm_up == 0:
+                self._lazy.warm_up(0)
         except BaseException:
             self.close()
             raise
 
     def close(self) -> None:
-        """Remove the container and stop the model; the session and audit stay on disk."""
+        """Remove the container and stop the model; the session and audit stay on disk.
+
+        A session this runner created in which the model never replied (a wrong --host, an
+        engine that failed) is removed: it holds nothing to resume, and `--resume` would pick it.
+        """
         self.agent = None
         try:
-            if self.sandbox is not None:
-                self.sandbox.stop()
+            if self.sandbox is not None and self._collect_changes():
+                (self._lazy or self.sandbox).stop()
         finally:
-            self.sandbox = None
+            self.sandbox, self._lazy = None, None
             self.model.close()
+            self._drop_empty_session()
+
+    def _may_start_later(self) -> bool:
+        """A bind mount on the default engine can start on first use; a copy, or an engine named
+        by DOCKER_HOST, starts now, so a project too big to copy or a disk the engine cannot see
+        is said before the model is asked."""
+        return self.settings.workspace == "bind" and not os.environ.get("DOCKER_HOST")
+
+    def _collect_changes(self) -> bool:
+        """Keep a copy session's changes; whether the sandbox may go (it stays when they could
+        not be collected, for a later --resume)."""
+        if not isinstance(self.sandbox, CopyWorkspace) or self.options.read_only:
+            return True
+        if self._lazy is not None and not self._lazy.started:
+            return True  # never started: nothing was copied, nothing changed
+        try:
+            self.changes = self.sandbox.finish()
+        except SandboxAgentError as exc:
+            self._warn(f"the changes of the copy could not be collected ({exc}); its container "
+                       "is kept: resume the session to try again, or `sandbox-agent gc` "
+                       "discards it")
+            self.sandbox.detach()
+            return False
+        return True
+
+    def _drop_empty_session(self) -> None:
+        if self.store is None or self.options.resume or self._replies:
+            return
+        try:
+            self.store.remove()
+        except SandboxAgentError as exc:
+            self._warn(f"could not remove the empty session {self.store.name}: {exc.message}")
+        self.store = None
+
+    def _count_reply(self, event: Event) -> None:
+        self._replies += 1
 
     # -- running -----------------------------------------------------------------------------
 
@@ -208,6 +312,8 @@ class Runner:
         """Answer `query` in this session (starting it when needed)."""
         self.start()
         assert self.agent is not None
+        if self._lazy is not None and self.options.sandbox_warm_up:
+            self._lazy.warm_up(self.options.sandbox_warm_up)
         started = time.monotonic()
         try:
             result = self.agent.run(query)
@@ -222,8 +328,42 @@ class Runner:
         if isinstance(error, SandboxAgentError):
             self.hooks.emit("error", message=str(error), error_type=type(error).__name__,
                             exit_code=error.exit_code)
+        self._record_end(status, turns, error)
         self.hooks.emit("complete", status=status, answer=answer, turns=turns,
                         duration_ms=round((time.monotonic() - started) * 1000))
+
+    def settle(self) -> None:
+        """After an interrupted run: each tool call left without a result gets one saying so,
+        so the conversation stays valid for the next request (and in the session file)."""
+        if self.agent is None:
+            return
+        messages = self.agent.messages
+        answered = {m.tool_call_id for m in messages if m.role == "tool"}
+        last = next((m for m in reversed(messages) if m.role == "assistant"), None)
+        for call in last.tool_calls if last is not None else []:
+            if call.id not in answered:
+                self.agent.add(Message.tool(call, INTERRUPTED_RESULT))
+
+    def switch_model(self, name: str) -> None:
+        """Go on with model `name` of the same provider (the conversation is kept)."""
+        settings = self.settings.model_copy(update={"model": name})
+        model = build_model(settings, hooks=self.hooks)
+        old, self.model, self.settings = self.model, model, settings
+        if self.agent is not None:
+            self.agent.model = model
+        old.close()
+        if self.store is not None:
+            self.store.record_event("model_switched", model=name)
+
+    def _record_end(self, status: str, turns: int | None, error: BaseException | None) -> None:
+        """A `run_end` event in the session, so listings tell failed runs from good ones."""
+        if self.store is None:
+            return
+        reason = error.message if isinstance(error, SandboxAgentError) else None
+        try:
+            self.store.record_event("run_end", status=status, turns=turns, error=reason)
+        except SandboxAgentError as exc:  # the run's own outcome matters more than this note
+            self._warn(f"could not record the end of the run: {exc.message}")
 
     @property
     def session_name(self) -> str | None:
@@ -257,23 +397,105 @@ class Runner:
         )
         return store, []
 
-    def _start_sandbox(self, store: NdjsonSessionStore) -> DockerSandbox:
+    @property
+    def sandbox_id(self) -> str:
+        """The session's sandbox id (its container is `sandbox-agent-<id>`)."""
+        return self._sandbox_id
+
+    @property
+    def workspace_mode(self) -> str:
+        """bind or copy."""
+        return self._workspace_mode
+
+    @property
+    def sandbox_started(self) -> bool:
+        """Whether the container is up (with `sandbox_warm_up`, it may not be yet)."""
+        return self.sandbox is not None and (self._lazy is None or self._lazy.started)
+
+    def _new_sandbox(self, store: NdjsonSessionStore) -> Sandbox:
+        """The session's sandbox, not started: the backend, wrapped for its workspace.
+
+        A Docker backend checks the engine and the image now (one ping, one lookup), so a
+        missing one is said before the model is asked even when the container starts later.
+        """
         header = store.header
-        session_id = _sandbox_id(header.sandbox_id, header.container)
-        sandbox = DockerSandbox(self._sandbox_config(session_id, header.image_digest),
-                                warn=self._warn)
-        self.sandbox = sandbox
+        self._sandbox_id = header.sandbox_id or secrets.token_hex(6)  # the store names it
+        self._workspace_mode = workspace = self._workspace(header)
+        put_back = self._put_back(store.name) if workspace == "copy" else {}
+        config = self._sandbox_config(self._sandbox_id, header.image_digest, workspace, put_back)
+        backend = self._backend_for(config)
+        if isinstance(backend, DockerSandbox):
+            backend.preflight()
+        return self._wrap(backend, store.name, workspace, set(put_back))
+
+    def _start_sandbox(self, store: NdjsonSessionStore) -> Sandbox:
+        sandbox = self.sandbox = self._new_sandbox(store)
         sandbox.start()
-        if self.options.resume:
-            how = "re-attached to" if sandbox.reattached else "started a new"
-            self.hooks.emit("notice", message=f"resumed session {store.name}: {how} container "
-                                              f"{sandbox.name}")
-        store.update_header(container=sandbox.name, sandbox_id=session_id,
-                            image_digest=sandbox.info.image_digest,
-                            mount_mode=sandbox.info.mount_mode)
+        self._record_sandbox(sandbox, store)
         return sandbox
 
-    def _sandbox_config(self, session_id: str, digest: str) -> SandboxConfig:
+    def _record_sandbox(self, sandbox: Sandbox, store: NdjsonSessionStore) -> None:
+        info = sandbox.info
+        if self.options.resume:
+            how = "re-attached to" if getattr(sandbox, "reattached", False) else "started a new"
+            self.hooks.emit("notice", message=f"resumed session {store.name}: {how} container "
+                                              f"{info.container_name}")
+        store.update_header(container=info.container_name, sandbox_id=self._sandbox_id,
+                            image_digest=info.image_digest, mount_mode=info.mount_mode,
+                            workspace=self._workspace_mode)
+
+    def _workspace(self, header: SessionHeader) -> str:
+        """The configured workspace; a resumed session keeps the one it started with."""
+        recorded = header.workspace if self.options.resume else ""
+        if recorded and recorded != self.settings.workspace:
+            self.hooks.emit("notice", message=f"session {header.name} runs in its "
+                                              f"{recorded} workspace")
+        return recorded or self.settings.workspace
+
+    def _put_back(self, session: str) -> dict[str, list[Any] | None]:
+        """A resumed copy session's pending changes, to put back into a new copy."""
+        changeset = load_changes(self.options.root, session) if self.options.resume else None
+        if changeset is None:
+            return {}
+        return {c.path: c.after.row() if c.after else None
+                for c in pending(self.options.root, changeset)}
+
+    def _backend_for(self, config: SandboxConfig) -> Sandbox:
+        """The sandbox given, one from the factory given, or a DockerSandbox."""
+        if self.backend is None:
+            return DockerSandbox(config, warn=self._warn)
+        if _is_sandbox(self.backend):
+            return self.backend  # type: ignore[return-value]
+        return self.backend(config)  # type: ignore[operator]
+
+    def _wrap(self, backend: Sandbox, session: str, workspace: str, put_back: set[str]
+              ) -> Sandbox:
+        """Copy sessions keep a base and collect changes; bind sessions journal writes."""
+        root = self.options.root
+        if self.options.read_only:
+            return backend  # nothing to journal, nothing comes back
+        if workspace == "copy":
+            if not callable(getattr(backend, "copy_manifest", None)):
+                raise ConfigError("this sandbox backend cannot run a copy workspace",
+                                  fix="use --workspace bind")
+            return CopyWorkspace(backend, root=root, session=session,  # type: ignore[arg-type]
+                                 put_back=put_back)
+        return JournaledSandbox(backend, root=root, session=session)
+
+    def _sandbox_started(self, took: float) -> None:
+        """A lazily started sandbox is up: the session header and a `sandbox_start` event."""
+        assert self.sandbox is not None and self.store is not None
+        self._record_sandbox(self.sandbox, self.store)
+        info = self.sandbox.info
+        self.hooks.emit("sandbox_start", container_id=info.container_id,
+                        container_name=info.container_name, image=info.image,
+                        image_digest=info.image_digest, mount_mode=info.mount_mode,
+                        network=info.network, user=info.user, workspace=info.workspace,
+                        reattached=getattr(self.sandbox, "reattached", False),
+                        duration_ms=round(took * 1000))
+
+    def _sandbox_config(self, session_id: str, digest: str, workspace: str = "bind",
+                        put_back: dict[str, list[Any] | None] | None = None) -> SandboxConfig:
         """On resume, the very image the session started with, falling back to the configured."""
         s = self.settings
         env = sandbox_environment(s.env_allow, secret_names=[s.api_key_env])
@@ -284,6 +506,10 @@ class Runner:
             read_only=self.options.read_only, memory=s.memory, pids_limit=s.pids_limit,
             cpus=s.cpus, tmp_size=s.tmp_size, tool_timeout=s.tool_timeout, env=env,
             allow_git_writes=s.allow_git_writes, disk_budget=s.disk_budget,
+            workspace=workspace, copy_limit=s.copy_limit, copy_max_files=s.copy_max_files,
+            copy_exclude=s.copy_exclude, copy_storage=s.copy_storage,
+            copy_overlay=put_back or {},
+            blob_dir=BlobStore.for_root(self.options.root).directory if put_back else None,
         )
 
     def _open_audit(self, store: NdjsonSessionStore) -> AuditLog | None:
@@ -301,20 +527,25 @@ class Runner:
         return audit
 
     def _announce(self, store: NdjsonSessionStore) -> None:
+        """`run_start`; the container's identity is in it, or in `sandbox_start` once it runs."""
         assert self.sandbox is not None
-        info = self.sandbox.info
+        info = self.sandbox.info if self._lazy is None else None
         self.hooks.emit(
             "run_start", root=str(self.options.root), provider=self.settings.provider,
-            model=self.model.name, image=info.image, image_digest=info.image_digest,
-            container_id=info.container_id, mount_mode=info.mount_mode,
-            policy_source=self.policy.source, argv=self.options.argv,
+            model=self.model.name, image=info.image if info else self.settings.image,
+            image_digest=info.image_digest if info else None,
+            container_id=info.container_id if info else None, mount_mode=self._mount_mode(),
+            workspace=self._workspace_mode, policy_source=self.policy.source,
+            argv=self.options.argv,
+            instructions=({"source": self.instructions.source, "sha256": self.instructions.sha256}
+                          if self.instructions else None),
             user=getpass.getuser(), host=socket.gethostname(), session=store.name,
             tools=self.tools.names(),
         )
 
     def _agent(self, store: NdjsonSessionStore, history: list[Message]) -> Agent:
         assert self.sandbox is not None
-        context = ToolContext(sandbox=self.sandbox, root=self.options.root,
+        context = ToolContext(sandbox=self._lazy or self.sandbox, root=self.options.root,
                               read_only=self.options.read_only, session_id=store.name)
         agent = Agent(
             model=self.model, tools=self.tools, context=context, authorize=self._authorize,
@@ -330,7 +561,18 @@ class Runner:
 
     def _system_prompt(self) -> str:
         prompt = self.options.system_prompt or SYSTEM_PROMPT
-        return prompt + (READ_ONLY_NOTE if self.options.read_only else "")
+        prompt += READ_ONLY_NOTE if self.options.read_only else ""
+        return f"{prompt}\n\n{self.instructions.prompt()}" if self.instructions else prompt
+
+    def _read_instructions(self) -> None:
+        """AGENTS.md, announced (with its text, for --trace) when there is one."""
+        if not self.options.project_instructions:
+            return
+        self.instructions = read_project_instructions(self.options.root)
+        if self.instructions is not None:
+            i = self.instructions
+            self.hooks.emit("instructions", source=i.source, bytes=i.bytes,
+                            truncated=i.truncated, sha256=i.sha256, text=i.text)
 
     def _window(self, specs: list[ToolSpec]) -> ContextWindow:
         budget = resolve_budget(self.settings.max_tokens, self.model.context_length())
@@ -355,19 +597,22 @@ class Runner:
                                       interactive=self.options.interactive)
         guard: Mapping[str, Any] = {}
         if decision.needs_approval:
-            approved, guard = self._ask(tool, args, decision)
-            decision = decision.approve("user") if approved else decision.decline("user")
+            answer, guard = self._ask(tool, args, decision)
+            decision = decision.approve(answer.by) if answer.approved else _declined(
+                decision, answer)
         return Authorization(decision.allowed, decision.rule, decision.approved_by,
                              decision.reason or "", host_args=guard if decision.allowed else {})
 
     def _ask(
         self, tool: Tool, args: BaseModel, decision: Decision
-    ) -> tuple[bool, Mapping[str, Any]]:
+    ) -> tuple[Approval, Mapping[str, Any]]:
         """The person's answer, and the guard of the preview they answered (the write they saw)."""
         if self.approver is None:
-            return False, {}
+            return Approval(False), {}
         preview = self._preview(tool, args)
-        return self.approver(tool, args, decision, preview), preview.host_args
+        answer = self.approver(tool, args, decision, preview)
+        return (answer if isinstance(answer, Approval) else Approval(bool(answer))), \
+            preview.host_args
 
     def _preview(self, tool: Tool, args: BaseModel) -> Preview:
         """What the person is shown; a custom tool's broken `preview` falls back to its name."""
@@ -387,6 +632,23 @@ SUMMARY_PROMPT = (
 )
 
 
+def _declined(decision: Decision, answer: Approval) -> Decision:
+    """The decision declined at the terminal; the person's reason (if any) goes to the model."""
+    declined = decision.decline(answer.by)
+    if not answer.reason:
+        return declined
+    return replace(declined, reason=f"{declined.reason}, who said: {answer.reason}")
+
+def _settings(base: Settings | None, values: dict[str, Any]) -> Settings:
+    """`values` over `base`; without a base, over the environment, user config and defaults."""
+    if base is None:
+        return load_settings(values)
+    try:
+        return Settings.model_validate({**base.model_dump(), **values})
+    except ValidationError as exc:
+        raise ConfigError(_first_error(exc)) from None
+
+
 def _registry(extra: Iterable[Tool], run: RunOptions) -> ToolRegistry:
     registry = default_registry()
     for tool in extra:
@@ -402,14 +664,9 @@ def _overrides(run: RunOptions) -> PolicyOverrides:
     )
 
 
-def _sandbox_id(recorded: str, container: str) -> str:
-    """The session's sandbox id as recorded (validated on load), else a new one."""
-    prefix = container_name("")
-    if recorded:
-        return recorded
-    if container.startswith(prefix):  # sessions from before sandbox_id was recorded
-        return container[len(prefix):]
-    return secrets.token_hex(6)
+def _is_sandbox(value: object) -> bool:
+    """A Sandbox rather than a factory (checked on the class: `info` may not be ready yet)."""
+    return all(callable(getattr(type(value), name, None)) for name in ("start", "stop", "call"))
 
 
 def _status(exc: BaseException) -> str:

@@ -73,6 +73,7 @@ _CHECKED_FIELDS = {
     "container": re.compile(r"sandbox-agent-[0-9a-f]{12}"),
     "image_digest": re.compile(r"sha256:[0-9a-f]{64}"),
     "mount_mode": re.compile(r"ro|rw"),
+    "workspace": re.compile(r"bind|copy"),
 }
 """Header values the controller acts on, and the only shapes it accepts for them."""
 
@@ -121,6 +122,8 @@ class SessionHeader(BaseModel):
     """Container name, re-attached on resume while it exists."""
     sandbox_id: str = ""
     """12 hex digits naming this session's container (`sandbox-agent-<id>`)."""
+    workspace: str = ""
+    """'bind' or 'copy' (docs/WORKSPACES.md); a resumed session keeps it."""
     started_at: str = Field(default_factory=utc_now)
 
 
@@ -408,6 +411,25 @@ def _preview(message: Message | None) -> str:
     return text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 1] + "…"
 
 
+def run_status(entries: list[Entry]) -> str:
+    """How the last request of a session ended (its `run_end` event), or `unfinished`.
+
+    Files written before `run_end` was recorded count as ok when they end on an answer.
+    """
+    if not any(e.event == "run_end" for e in entries):
+        messages = [e.message for e in entries if e.message is not None]
+        last = messages[-1] if messages else None
+        done = last is not None and last.role == "assistant" and not last.tool_calls
+        return "ok" if done else ("unfinished" if messages else "empty")
+    status = "empty"
+    for entry in entries:
+        if entry.message is not None and entry.message.role == "user":
+            status = "running"  # until its run_end (the agent's notes to the model count too)
+        elif entry.event == "run_end":
+            status = str(entry.data.get("status") or "?")
+    return "unfinished" if status == "running" else status
+
+
 def summarize_session(path: Path) -> SessionSummary:
     """One listing row for a session file; an unreadable file is listed with the reason."""
     name = path.name[: -len(SUFFIX)]
@@ -421,6 +443,7 @@ def summarize_session(path: Path) -> SessionSummary:
             name=name,
             started_at=mtime.replace("+00:00", "Z"),
             turns=0,
+            status="unreadable",
             model="?",
             provider="?",
             last_message=f"(unreadable: {exc.message})",
@@ -431,7 +454,8 @@ def summarize_session(path: Path) -> SessionSummary:
     return SessionSummary(
         name=name,
         started_at=header.started_at,
-        turns=sum(1 for m in messages if m.role == "user"),
+        turns=sum(1 for m in messages if m.role == "assistant"),
+        status=run_status(contents.entries),
         model=header.model,
         provider=header.provider,
         last_message=_preview(messages[-1] if messages else None),

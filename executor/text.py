@@ -14,18 +14,19 @@ lines), which shows them as \n and \t. Backslashes are never doubled: ordinary t
 look.
 
 Rich markup is a second way text can lie (`[red]` in a path): `markup_safe` escapes both, and
-`InertConsole` makes whatever it prints inert, as a last line of defence.
+`InertConsole` (executor/console.py) makes whatever it prints inert, as a last line of defence.
+
+This module imports nothing heavy (Rich only when `markup_safe` runs): commands that print
+little start fast.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console, ConsoleOptions, RenderableType
-from rich.markup import escape as escape_markup
-from rich.segment import Segment
+if TYPE_CHECKING:
+    from executor.console import InertConsole as InertConsole
 
 # Unicode categories Cc (controls), Cf (format: bidi, zero-width, BOM, tags), Cs (surrogates)
 # and Zl/Zp (line and paragraph separators), as of Unicode 15, minus tab and newline.
@@ -36,7 +37,7 @@ _UNSAFE = (
     "\ufff9-\ufffb\U000110bd\U000110cd\U00013430-\U0001343f\U0001bca0-\U0001bca3"
     "\U0001d173-\U0001d17a\U000e0001\U000e0020-\U000e007f"
 )
-_UNSAFE_RE = re.compile(f"[{_UNSAFE}]")
+UNSAFE_RE = re.compile(f"[{_UNSAFE}]")
 _UNSAFE_LINE_RE = re.compile(f"[{_UNSAFE}\t\n]")
 _NAMED = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
 
@@ -53,7 +54,7 @@ def _escaped(char: str) -> str:
 
 def inert(text: str) -> str:
     """`text` with every character a terminal would interpret (but newline and tab) escaped."""
-    return _UNSAFE_RE.sub(lambda m: _escaped(m.group()), text)
+    return UNSAFE_RE.sub(lambda m: _escaped(m.group()), text)
 
 
 def inert_line(text: str) -> str:
@@ -67,33 +68,21 @@ def inert_json(dumped: str) -> str:
     `json.dumps` escapes C0 controls itself but not DEL, C1 or bidi characters (with
     `ensure_ascii=False`), and emits lone surrogates as they are.
     """
-    return _UNSAFE_RE.sub(lambda m: f"\\u{ord(m.group()):04x}", dumped)
+    return UNSAFE_RE.sub(lambda m: f"\\u{ord(m.group()):04x}", dumped)
 
 
 def markup_safe(value: object, *, line: bool = False) -> str:
     """Any value as text for a Rich markup string: inert, and its brackets not markup."""
+    from rich.markup import escape as escape_markup
+
     text = value if isinstance(value, str) else str(value)
     return escape_markup(inert_line(text) if line else inert(text))
 
 
-class InertConsole(Console):
-    """A Rich console that prints every piece of text inert (its own cursor moves excepted).
+def __getattr__(name: str) -> Any:
+    """`InertConsole`, imported with Rich only when asked for."""
+    if name == "InertConsole":
+        from executor.console import InertConsole
 
-    The call sites make untrusted text inert where they format it (so tables measure it
-    right); this catches a site that forgets. Emoji codes stay text too (`:cross_mark:` in a
-    file is not shown as a mark).
-    """
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        kwargs.setdefault("emoji", False)
-        super().__init__(*args, **kwargs)
-
-    def render(
-        self, renderable: RenderableType, options: ConsoleOptions | None = None
-    ) -> Iterable[Segment]:
-        """Rich's segments, with the text of each one that is not a control code made inert."""
-        for segment in super().render(renderable, options):
-            if segment.control or not _UNSAFE_RE.search(segment.text):
-                yield segment
-            else:
-                yield Segment(inert(segment.text), segment.style)
+        return InertConsole
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

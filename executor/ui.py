@@ -1,19 +1,92 @@
-"""What a person sees on stderr while the agent works: a spinner while the model thinks,
-streamed tokens, one line per tool call with its outcome, and (with --trace) everything.
+"""What a person sees on stderr while the agent works, and the answer on stdout.
+
+At a terminal one live region at the bottom shows a spinner with the elapsed time while the
+model thinks (with the last lines of its streamed reply) or a command runs (with the last
+lines of its output, replaced in place); finished things are printed above it: one line per
+tool call with its outcome, a command's last lines, and a final line with the wall time,
+tokens in and out and the calls denied. Without a terminal there is no live region: the same
+lines are printed plainly (and --stream prints tokens as they come).
 
 Every string an event carries is untrusted (the model, the repository and the sandbox chose
-it) and is printed inert: escape sequences and bidi characters shown, never interpreted."""
+it) and is printed inert: escape sequences and bidi characters shown, never interpreted, so
+command output cannot move the cursor, erase a line or fake a prompt. The live region's own
+cursor moves are Rich's, drawn from text made inert first.
+"""
 
 from __future__ import annotations
 
 import json
-from typing import Any
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-from rich.status import Status
+from executor.text import inert, inert_line, markup_safe
 
-from executor.hooks import Event, HookBus
-from executor.text import inert_line, markup_safe
+if TYPE_CHECKING:
+    from rich.console import Console, RenderableType
+    from rich.live import Live
+    from rich.status import Status
+
+    from executor.hooks import Event, HookBus
+
+TAIL_LINES = 4
+"""Lines of a running command's output (or of a streamed reply) kept in the live region."""
+AFTER_LINES = 3
+"""Last lines of a command's output printed once it ended (at a terminal)."""
+TAIL_CHARS = 16_384
+"""Characters of an unfinished line kept (a progress bar redrawn with CR never ends its line)."""
+SHELL_TOOL = "run_shell_command"
+
+
+class Tail:
+    """The last lines of a stream of untrusted text (made inert only when shown)."""
+
+    def __init__(self, limit: int = TAIL_LINES) -> None:
+        self.lines: deque[str] = deque(maxlen=limit)
+        self.partial = ""
+
+    def add(self, text: str) -> None:
+        """Append text as it came (lines end at newlines only)."""
+        *done, self.partial = (self.partial + text).split("\n")
+        self.lines.extend(line[-TAIL_CHARS:] for line in done)
+        self.partial = self.partial[-TAIL_CHARS:]
+
+    def last(self, count: int) -> list[str]:
+        """The last `count` lines, an unfinished one included; blank trailing lines dropped."""
+        lines = [*self.lines, self.partial] if self.partial else list(self.lines)
+        while lines and not lines[-1].strip():
+            lines.pop()
+        return lines[-count:]
+
+
+@dataclass
+class Totals:
+    """What a turn (or a session) used."""
+
+    started: float = 0.0
+    turns: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    calls: int = 0
+    denied: int = 0
+
+    def add(self, other: Totals) -> None:
+        """Fold a finished turn into a session's totals."""
+        self.turns += other.turns
+        self.prompt_tokens += other.prompt_tokens
+        self.completion_tokens += other.completion_tokens
+        self.calls += other.calls
+        self.denied += other.denied
+
+    def line(self, elapsed: float) -> str:
+        """`4.2 s · 2 model turns · tokens 1,234 in / 56 out · 3 tool calls, 1 denied`."""
+        calls = f"{self.calls} tool call{'s' * (self.calls != 1)}"
+        if self.denied:
+            calls += f", {self.denied} denied"
+        return (f"{elapsed:.1f} s · {self.turns} model turn{'s' * (self.turns != 1)} · tokens "
+                f"{self.prompt_tokens:,} in / {self.completion_tokens:,} out · {calls}")
 
 
 class ProgressView:
@@ -23,12 +96,28 @@ class ProgressView:
         self.console = console
         self.stream = stream
         self.trace = trace
-        self._status: Status | None = None
-        self._streaming = False
-        self._calls: dict[str, dict[str, Any]] = {}
         self.last_reply_streamed = False
-        """Whether the latest model reply was shown token by token."""
+        """Whether the latest model reply was shown token by token (without a terminal)."""
+        self.turn = Totals(started=time.monotonic())
+        """The request being answered (reset by `begin`)."""
+        self.session = Totals(started=time.monotonic())
+        """Every finished request of the session."""
+        self._status: Status | None = None
+        self._live: Live | None = None
+        self._streaming = False
         self._phase: str | None = None
+        self._calls: dict[str, dict[str, Any]] = {}
+        self._refused: set[str] = set()
+        self._activity = "model is thinking…"
+        self._since = time.monotonic()
+        self._tail = Tail()
+        self._outputs: dict[str, Tail] = {}
+        self._prose = ""
+
+    @property
+    def live(self) -> bool:
+        """Whether the live region is used (the console is a terminal)."""
+        return bool(self.console.is_terminal)
 
     def attach(self, hooks: HookBus) -> None:
         """Subscribe to every event of `hooks`."""
@@ -40,79 +129,156 @@ class ProgressView:
         if handler is not None:
             handler(event.data)
 
-    def thinking(self) -> None:
-        """Show the spinner until the next event arrives."""
-        if self._status is None and self.console.is_terminal:
-            self._status = self.console.status("[dim]model is thinking…[/]", spinner="dots")
-            self._status.start()
+    # -- the live region ---------------------------------------------------------------------
+
+    def begin(self) -> None:
+        """A request starts: new turn totals, and the spinner."""
+        self.turn = Totals(started=time.monotonic())
+        self._refused.clear()
+        self.thinking()
+
+    def thinking(self, activity: str = "model is thinking…") -> None:
+        """Show the spinner (with the elapsed time) until something is printed."""
+        self._activity, self._since, self._tail = activity, time.monotonic(), Tail()
+        if self.live and self._live is None:
+            from rich.live import Live
+
+            self._live = Live(get_renderable=self._render, console=self.console,
+                              refresh_per_second=8, transient=True, redirect_stdout=False,
+                              redirect_stderr=False)
+            self._live.start()
+
+    def _render(self) -> RenderableType:
+        from rich.console import Group
+        from rich.spinner import Spinner
+        from rich.text import Text
+
+        elapsed = time.monotonic() - self._since
+        head = Spinner("dots", Text.assemble((self._activity, "dim"), f" {elapsed:.1f} s"))
+        width = max(20, self.console.width - 4)
+        lines = [Text("  │ " + _crop(inert_line(line), width), style="dim", no_wrap=True)
+                 for line in self._tail.last(TAIL_LINES)]
+        return Group(head, *lines)
 
     def close(self) -> None:
-        """Stop the spinner and end a streamed line."""
-        self._stop_spinner()
-        self._end_stream()
-
-    def _stop_spinner(self) -> None:
+        """Stop the live region and the spinner, and end a streamed line."""
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
         if self._status is not None:
             self._status.stop()
             self._status = None
-
-    def _end_stream(self) -> None:
         if self._streaming:
             self.console.print()
             self._streaming = False
 
+    def _print(self, *args: Any, **kwargs: Any) -> None:
+        """Print above the live region (which goes on), or plainly without one."""
+        if self._streaming:
+            self.console.print()
+            self._streaming = False
+        self.console.print(*args, **kwargs)
+
+    # -- events ------------------------------------------------------------------------------
+
     def _on_token(self, data: dict[str, Any]) -> None:
-        if not self.stream:
+        if not self.stream:  # a tool protocol's JSON is not worth showing
             return
-        self._stop_spinner()
-        self.console.print(markup_safe(data["text"]), end="", style="dim")
-        self._streaming = True
+        text = str(data.get("text", ""))
+        self._prose += text
+        if self._live is not None:
+            self._tail.add(text)
+        else:
+            self.console.print(markup_safe(text), end="", style="dim")
+            self._streaming = True
 
     def _on_model_request(self, data: dict[str, Any]) -> None:
         self.last_reply_streamed = self._streaming
-        self.close()
+        if self._streaming:
+            self.console.print()
+            self._streaming = False
+        self._tail = Tail()
+        self.turn.turns += 1
+        self.turn.prompt_tokens += int(data.get("prompt_tokens") or 0)
+        self.turn.completion_tokens += int(data.get("completion_tokens") or 0)
         if self.trace:
             tokens = f"{data.get('prompt_tokens')}→{data.get('completion_tokens')} tokens"
-            self.console.print(f"[blue]model[/] {markup_safe(data['model'], line=True)} "
-                               f"{data['duration_ms']:.0f} ms, "
-                               f"{tokens}\n[dim]{markup_safe(data.get('reply', ''))}[/]")
+            self._print(f"[blue]model[/] {markup_safe(data['model'], line=True)} "
+                        f"{data['duration_ms']:.0f} ms, "
+                        f"{tokens}\n[dim]{markup_safe(data.get('reply', ''))}[/]")
+
+    def _show_prose(self) -> None:
+        """What the model wrote beside its tool calls (streamed live; kept once they come)."""
+        prose, self._prose = self._prose.strip(), ""
+        if prose and self.live and not self.trace:
+            self._print(inert(prose), style="dim", markup=False, highlight=False)
 
     def _on_tool_call(self, data: dict[str, Any]) -> None:
-        self.close()
-        self._calls[data["call_id"]] = data.get("arguments") or {}
+        self._show_prose()
+        self.turn.calls += 1
+        arguments = data.get("arguments") or {}
+        self._calls[data["call_id"]] = arguments
         if data["decision"] != "allow":
-            reason = markup_safe(data.get("reason", ""), line=True)
-            self.console.print(f"[red]✗[/] {markup_safe(data['tool'], line=True)} refused: "
-                               f"{reason} [dim]({markup_safe(data['rule'], line=True)})[/]")
-        elif self.trace:
-            args = json.dumps(data.get("arguments", {}), ensure_ascii=False)
-            self.console.print(f"[cyan]→[/] {markup_safe(data['tool'], line=True)} "
-                               f"{markup_safe(args)}")
+            self.turn.denied += 1
+            self._refused.add(data["call_id"])
+            self._print(_refusal(data, arguments))
+            self.thinking()
+            return
+        if self.trace:
+            args = json.dumps(arguments, ensure_ascii=False)
+            self._print(f"[cyan]→[/] {markup_safe(data['tool'], line=True)} {markup_safe(args)}")
+        self._outputs[data["call_id"]] = Tail(AFTER_LINES + TAIL_LINES)
+        self.thinking(f"{inert_line(str(data['tool']))} {subject(arguments)}".strip())
+
+    def _on_tool_output(self, data: dict[str, Any]) -> None:
+        text = str(data.get("text", ""))
+        output = self._outputs.get(str(data.get("call_id")))
+        if output is not None:
+            output.add(text)
+        self._tail.add(text)
 
     def _on_tool_result(self, data: dict[str, Any]) -> None:
+        call_id = data["call_id"]
+        arguments = self._calls.pop(call_id, {})
+        output = self._outputs.pop(call_id, None)
+        if call_id in self._refused:  # its one line is already printed
+            self._refused.discard(call_id)
+            return
         mark = "[green]✓[/]" if data["ok"] else "[yellow]![/]"
         meta = data.get("meta") or {}
-        target = subject(self._calls.pop(data["call_id"], {}))
-        self.console.print(f"{mark} {markup_safe(data['tool'], line=True)} {markup_safe(target)} "
-                           f"[dim]{markup_safe(summarize(data))} "
-                           f"{meta.get('duration_ms', 0):.0f} ms[/]")
+        self._print(f"{mark} {markup_safe(data['tool'], line=True)} "
+                    f"{markup_safe(subject(arguments))} [dim]{markup_safe(summarize(data))} "
+                    f"{meta.get('duration_ms', 0):.0f} ms[/]")
         if self.trace:
-            self.console.print(f"[dim]{markup_safe(str(data['output'])[:4000])}[/]")
+            self._print(f"[dim]{markup_safe(str(data['output'])[:4000])}[/]")
+        elif self.live and data["tool"] == SHELL_TOOL:
+            self._last_lines(output, str(data.get("output", "")))
         self.thinking()
+
+    def _last_lines(self, output: Tail | None, result: str) -> None:
+        """A finished command's last lines: what streamed, else from its result."""
+        lines = output.last(AFTER_LINES) if output is not None else []
+        if not lines:
+            lines = _result_tail(result, AFTER_LINES)
+        width = max(20, self.console.width - 4)
+        for line in lines:
+            self._print("  │ " + _crop(inert_line(line), width), style="dim", markup=False,
+                        highlight=False, no_wrap=True, overflow="crop")
+
+    def _on_sandbox_start(self, data: dict[str, Any]) -> None:
+        how = "re-attached" if data.get("reattached") else "started"
+        self._print(f"[dim]sandbox {markup_safe(data.get('container_name', ''), line=True)} "
+                    f"{how} ({(data.get('duration_ms') or 0) / 1000:.1f} s)[/]")
 
     def _on_retry(self, data: dict[str, Any]) -> None:
-        self.close()
-        self.console.print(f"[yellow]retrying[/] model request (attempt {data.get('attempt')}): "
-                           f"{markup_safe(data.get('reason', ''))}")
-        self.thinking()
+        self._print(f"[yellow]retrying[/] model request (attempt {data.get('attempt')}): "
+                    f"{markup_safe(data.get('reason', ''))}")
 
     def _on_warning(self, data: dict[str, Any]) -> None:
-        self.close()
-        self.console.print(f"[yellow]warning:[/] {markup_safe(data.get('message', ''))}")
+        self._print(f"[yellow]warning:[/] {markup_safe(data.get('message', ''))}")
 
     def _on_notice(self, data: dict[str, Any]) -> None:
-        self.close()
-        self.console.print(f"[dim]{markup_safe(data.get('message', ''))}[/]")
+        self._print(f"[dim]{markup_safe(data.get('message', ''))}[/]")
 
     def _on_progress(self, data: dict[str, Any]) -> None:
         """The embedded model loading: one line per phase, a live figure where there is one."""
@@ -127,11 +293,54 @@ class ProgressView:
         elif self._status is not None:
             self._status.update(f"[dim]{message}[/]")
 
+    def _on_instructions(self, data: dict[str, Any]) -> None:
+        """Project instructions (AGENTS.md): named in one line; their text under --trace."""
+        self.close()
+        cut = ", cut" if data.get("truncated") else ""
+        self.console.print(f"[dim]project instructions: {markup_safe(data['source'], line=True)} "
+                           f"({data.get('bytes')} bytes{cut}; text for the model, no "
+                           "permissions)[/]")
+        if self.trace:
+            self.console.print(f"[dim]{markup_safe(data.get('text', ''))}[/]")
+
     def _on_complete(self, data: dict[str, Any]) -> None:
         self.close()
+        self._prose = ""
+        self.session.add(self.turn)
 
     def _on_error(self, data: dict[str, Any]) -> None:
         self.close()
+
+    # -- after a request ---------------------------------------------------------------------
+
+    def summary(self) -> str:
+        """The final line of a request: wall time, model turns, tokens, calls and denials."""
+        return self.turn.line(time.monotonic() - self.turn.started)
+
+
+def _refusal(data: dict[str, Any], arguments: dict[str, Any]) -> str:
+    """One line for a refused call: what it was, why, and the rule that said so."""
+    what = f"{markup_safe(data['tool'], line=True)} {markup_safe(subject(arguments))}".strip()
+    reason = markup_safe(data.get("reason", ""), line=True)
+    if data.get("approved_by") is None and "declined by the user" in str(data.get("reason")):
+        said = str(data.get("reason")).partition(", who said: ")[2]
+        why = f"you said: {markup_safe(said, line=True)}" if said else "you said no"
+        return f"[red]✗[/] {what} [dim]— declined ({why})[/]"
+    return f"[red]✗[/] {markup_safe(data['tool'], line=True)} refused: {reason} " \
+           f"[dim]({markup_safe(data['rule'], line=True)})[/]"
+
+
+def _crop(text: str, width: int) -> str:
+    """The end of a long line (what a command printed last), marked where it was cut."""
+    return text if len(text) <= width else "…" + text[-(width - 1):]
+
+
+def _result_tail(result: str, count: int) -> list[str]:
+    """The last lines of the stdout/stderr sections of a shell result."""
+    body = result.split("\nstdout:\n", 1)[-1] if "\nstdout:\n" in result else (
+        result.split("\nstderr:\n", 1)[-1] if "\nstderr:\n" in result else "")
+    lines = [line for line in body.split("\n") if line.strip() and line not in ("stderr:",)]
+    return lines[-count:]
 
 
 def subject(arguments: dict[str, Any]) -> str:
@@ -154,3 +363,18 @@ def summarize(data: dict[str, Any]) -> str:
         return ""
     first = next((line for line in str(data.get("output", "")).split("\n") if line.strip()), "")
     return inert_line(first[:100]) + ("…" if len(first) > 100 else "")
+
+
+def show_answer(answer: str, console: Console) -> None:
+    """The answer on stdout: rendered as markdown at a terminal, the data itself in a pipe.
+
+    At a terminal it is made inert first, so markdown cannot carry an escape sequence, and links
+    are shown with their real target beside their text, never as hidden terminal hyperlinks.
+    """
+    if not sys.stdout.isatty():
+        sys.stdout.write(answer.encode("utf-8", "backslashreplace").decode("utf-8") + "\n")
+        sys.stdout.flush()
+        return
+    from rich.markdown import Markdown
+
+    console.print(Markdown(inert(answer), hyperlinks=False, code_theme="ansi_dark"))

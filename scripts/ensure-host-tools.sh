@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Host tools the tests and benchmarks compare against (ripgrep: the toolbox's search engine is
-# checked against the Python fallback, and timed against rg on the host). Installs them with
+# checked against the Python fallback, and timed against rg on the host; openssl makes the
+# certificates of the TLS engine the remote-engine tests start). Installs them with
 # apt when running as root on Debian; otherwise says what is missing (the tests then skip those
 # comparisons; the product itself needs nothing on the host).
 set -euo pipefail
@@ -8,6 +9,7 @@ set -euo pipefail
 missing=()
 command -v rg >/dev/null || missing+=(ripgrep)
 command -v git >/dev/null || missing+=(git)
+command -v openssl >/dev/null || missing+=(openssl)
 [ ${#missing[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     echo "installing ${missing[*]} ..."

@@ -1,6 +1,5 @@
 """`sandbox-agent audit verify | show | export`: check and read the audit trail."""
 
-from __future__ import annotations
 
 import json
 import os
@@ -12,10 +11,7 @@ from pathlib import Path
 from typing import Annotated, Any, TextIO
 
 import typer
-from rich.table import Table
-from rich.text import Text
 
-from executor import audit
 from executor.cli.common import RootOption, cli_errors, err_console, out_console
 from executor.errors import AuditError, AuditIntegrityError, ConfigError
 from executor.text import inert_line, markup_safe
@@ -60,6 +56,8 @@ def verify(
     ] = False,
 ) -> None:
     """Check the hash chain; exit 51 naming the first edited, removed, inserted or moved record."""
+    from executor import audit
+
     path = _audit_path(root, audit_dir)
     report = audit.verify(path)
     report.raise_for_problem()
@@ -68,11 +66,8 @@ def verify(
             raise AuditIntegrityError(f"no audit records in {path}", fix="was the log deleted?")
         err_console.print(f"[yellow]no audit records[/] in {markup_safe(str(path), line=True)}")
         return
-    out_console.print(
-        f"ok: {report.records} records in {len(report.files)} file(s), seq 1..{report.head_seq}",
-        markup=False,
-    )
-    out_console.print(f"head: {report.head_hash}", markup=False)
+    typer.echo(f"ok: {report.records} records in {len(report.files)} file(s), "
+               f"seq 1..{report.head_seq}\nhead: {report.head_hash}")
 
 
 @app.command()
@@ -85,10 +80,15 @@ def show(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON record a line.")] = False,
 ) -> None:
     """List audit records as a table (or JSON lines)."""
+    from executor import audit
+
     records = _records(root, audit_dir, session, since)
     if as_json:
         audit.export_records(records, "jsonl", sys.stdout)
         return
+    from rich.table import Table
+    from rich.text import Text
+
     table = Table("seq", "time (UTC)", "session", "kind", "what", show_lines=False)
     for record in records:  # what the model and the sandbox chose, shown inert
         table.add_row(*(Text(inert_line(cell)) for cell in _row(record)))
@@ -111,6 +111,8 @@ def export(
     since: SinceOption = None,
 ) -> None:
     """Export audit records as JSON lines (byte-identical to the log) or CSV."""
+    from executor import audit
+
     records = _records(root, audit_dir, session, since)
     with _opened(output) as out:
         count = audit.export_records(records, "csv" if fmt is ExportFormat.CSV else "jsonl", out)
@@ -121,6 +123,8 @@ def export(
 def _records(
     root: Path, audit_dir: Path | None, session: str | None, since: str | None
 ) -> Iterator[dict[str, Any]]:
+    from executor import audit
+
     path = _audit_path(root, audit_dir)
     moment = audit.parse_since(since) if since else None
     return audit.read_records(path, session=session, since=moment)
@@ -134,6 +138,8 @@ def path_(root: RootOption = Path("."), audit_dir: AuditDirOption = None) -> Non
 
 
 def _audit_path(root: Path, audit_dir: Path | None) -> Path:
+    from executor import audit
+
     if audit_dir is None and not root.is_dir():
         raise ConfigError(f"project root {root} does not exist", fix="pass an existing --root")
     return audit.audit_dir_for(root, audit_dir)
@@ -210,6 +216,8 @@ def _run_end(r: Mapping[str, Any]) -> str:
 
 
 def _generic(r: Mapping[str, Any]) -> str:
+    from executor import audit
+
     rest = {k: v for k, v in r.items() if k not in audit.RESERVED}
     return _short(rest, 120)
 

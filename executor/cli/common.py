@@ -6,20 +6,55 @@ import functools
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, ParamSpec, TypeVar, cast
 
 import typer
 
 from executor.errors import EXIT_INTERRUPTED, SandboxAgentError
-from executor.text import InertConsole, inert, inert_json, markup_safe
+from executor.text import inert, inert_json, markup_safe
+
+if TYPE_CHECKING:
+    from executor.console import InertConsole
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
+
+class _LazyConsole:
+    """An InertConsole made on first use, so commands that print nothing rich start fast."""
+
+    def __init__(self, **options: Any) -> None:
+        self._options = options
+        self._console: InertConsole | None = None
+
+    def real(self) -> InertConsole:
+        """The console itself (for Rich objects that use it as a context manager)."""
+        if self._console is None:
+            from executor.console import InertConsole
+
+            self._console = InertConsole(**self._options)
+        return self._console
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real(), name)
+
+    def __enter__(self) -> InertConsole:
+        self.real().__enter__()
+        return self.real()
+
+    def __exit__(self, *exc: object) -> None:
+        self.real().__exit__(*exc)
+
+
+def real_console(console: InertConsole) -> InertConsole:
+    """`err_console` or `out_console` as the Rich console it stands for."""
+    return console.real() if isinstance(console, _LazyConsole) else console
+
+
 #: Progress, tool activity and errors go to stderr; stdout carries only results. Both print
 #: every string inert (executor/text.py): what they show is never interpreted by the terminal.
-err_console = InertConsole(stderr=True, highlight=False, soft_wrap=True)
-out_console = InertConsole(highlight=False, soft_wrap=True)
+err_console = cast("InertConsole", _LazyConsole(stderr=True, highlight=False, soft_wrap=True))
+out_console = cast("InertConsole", _LazyConsole(highlight=False, soft_wrap=True))
 
 RootOption = Annotated[
     Path,

@@ -1,35 +1,36 @@
 """`sandbox-agent policy explain | show`: what the policy decides, and why."""
 
-from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.table import Table
-from rich.text import Text
 
+from executor.choices import RiskLevel
 from executor.cli.common import RootOption, cli_errors, err_console, out_console
 from executor.errors import ConfigError
-from executor.policy import (
-    POLICY_FILE,
-    Policy,
-    PolicyOverrides,
-    ToolFacts,
-    ToolInfo,
-    explain,
-    load_policy,
-    parse_policy,
-    shell_of,
-)
 from executor.text import inert, inert_line
-from executor.tools.base import RiskLevel
-from executor.tools.builtin import BUILTIN_TOOLS
-from executor.trust import read_project_file, trust, untrust
+
+if TYPE_CHECKING:  # imported where used: `--help` must not load pydantic, Rich or tree-sitter
+    from rich.table import Table
+
+    from executor.policy import Policy, PolicyOverrides, ToolFacts
+
+POLICY_FILE = Path(".sandbox-agent/policy.toml")
+"""The project's policy file (executor.policy.POLICY_FILE; checked equal by a test)."""
+
+FORMAT = (
+    "Policy file format (TOML; your own: ~/.config/sandbox-agent/policy.toml): "
+    '[defaults] low = "allow", medium = "ask", high = "ask", critical = "deny" (the decision per '
+    "risk level when no rule matches) · [[rules]], tried top to bottom, the first match "
+    'decides: tool = "write_file" (or "*"), or prefix = "git push" / regex = "rm\\s+-r" for '
+    'shell commands; decision = "allow" | "ask" | "deny"; optional name and reason.'
+)
 
 app = typer.Typer(
-    name="policy", help="Explain and show the tool-call policy.", no_args_is_help=True
+    name="policy", help="Explain and show the tool-call policy.", no_args_is_help=True,
+    epilog=FORMAT,
 )
 
 PolicyFileOption = Annotated[
@@ -83,6 +84,8 @@ def explain_command(
 ) -> None:
     """Print the decision for one call, the rule that made it and, for a shell command, how
     it was parsed: each simple command's words and what cannot be resolved statically."""
+    from executor.policy import explain, load_policy, shell_of
+
     overrides = _overrides(yes, deny_tool, deny_prefix, deny_command, read_only)
     policy = load_policy(root, policy_file, overrides)
     facts, arguments = tool_facts(tool, risk), parse_args(args)
@@ -109,6 +112,8 @@ def show_command(
     read_only: ReadOnlyOption = False,
 ) -> None:
     """Print the effective rules in the order they are applied."""
+    from executor.policy import load_policy
+
     overrides = _overrides(yes, deny_tool, deny_prefix, deny_command, read_only)
     policy = load_policy(root, policy_file, overrides)
     out_console.print(f"policy: {inert_line(policy.source)}", markup=False)
@@ -128,6 +133,9 @@ def trust_command(
     Its SHA-256 is recorded in your state dir, outside the project; any later change makes it
     untrusted again (then only its deny and ask rules apply).
     """
+    from executor.policy import parse_policy
+    from executor.trust import read_project_file, trust
+
     file = read_project_file(root, POLICY_FILE.as_posix())
     if file is None:
         raise ConfigError(f"{root / POLICY_FILE} does not exist", fix="nothing to trust")
@@ -142,21 +150,29 @@ def trust_command(
 @cli_errors
 def untrust_command(root: RootOption = Path(".")) -> None:
     """Stop trusting the project's policy file (only its deny and ask rules apply again)."""
+    from executor.trust import untrust
+
     found = untrust(root, POLICY_FILE.as_posix())
     what = "no longer trusted" if found else "was not trusted"
     err_console.print(f"{root / POLICY_FILE} {what}", markup=False)
 
 
-def rules_table(policy: Policy) -> Table:
+def rules_table(policy: "Policy") -> "Table":
     """The effective rules as a table (their text is never read as markup, and shown inert)."""
+    from rich.table import Table
+    from rich.text import Text
+
     table = Table("#", "source", "matches", "decision", "reason")
     for number, row in enumerate(policy.describe(), 1):
         table.add_row(str(number), *(Text(inert_line(cell)) for cell in row))
     return table
 
 
-def tool_facts(name: str, risk: RiskLevel | None) -> ToolFacts:
+def tool_facts(name: str, risk: RiskLevel | None) -> "ToolFacts":
     """A built-in tool by name, or a custom one described by `--risk`."""
+    from executor.policy import ToolInfo
+    from executor.tools.builtin import BUILTIN_TOOLS
+
     builtin = next((tool() for tool in BUILTIN_TOOLS if tool.name == name), None)
     if builtin is not None and risk is not None:
         raise ConfigError(
@@ -191,7 +207,9 @@ def _overrides(
     deny_prefix: list[str] | None,
     deny_command: list[str] | None,
     read_only: bool,
-) -> PolicyOverrides:
+) -> "PolicyOverrides":
+    from executor.policy import PolicyOverrides
+
     return PolicyOverrides(
         yes=yes,
         deny_tools=tuple(deny_tool or ()),

@@ -1,140 +1,52 @@
-"""`sandbox-agent ask` and `sandbox-agent review`: run the agent from the command line."""
+"""`sandbox-agent ask`: run the agent from the command line (review is executor/cli/review.py)."""
 
 from __future__ import annotations
 
-import json
 import signal
-import subprocess
 import sys
-from enum import StrEnum
 from pathlib import Path
 from types import FrameType
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from pydantic import BaseModel
-from rich.text import Text
 
-from executor.agent import RunResult
-from executor.cli.common import RootOption, cli_errors, echo_result, err_console
-from executor.config import Provider, ToolProtocol
+from executor.cli.common import RootOption, cli_errors, err_console, out_console, real_console
+from executor.cli.options import (
+    AuditPromptsOpt,
+    AuditRequiredOpt,
+    CopyLimitOpt,
+    DenyPrefixOpt,
+    DenyToolOpt,
+    EnvOpt,
+    ExcludeOpt,
+    HostOpt,
+    ImageOpt,
+    MaxTokensOpt,
+    MaxTurnsOpt,
+    ModelOpt,
+    NoAuditOpt,
+    NoInstructionsOpt,
+    PolicyOpt,
+    ProtocolOpt,
+    ProviderOpt,
+    StreamOpt,
+    SystemPromptFileOpt,
+    TimeoutOpt,
+    TraceOpt,
+    WorkspaceOpt,
+    prompt_options,
+)
 from executor.errors import ConfigError, SandboxAgentError
-from executor.policy import Decision
-from executor.runner import Runner
-from executor.text import inert, markup_safe
-from executor.tools import Preview, Tool
-from executor.ui import ProgressView
+from executor.text import inert_line, markup_safe
 
-# -- options shared by ask and review ------------------------------------------------------------
+if TYPE_CHECKING:  # imported where used: `--help` loads neither pydantic nor the agent
+    from executor.agent import RunResult
+    from executor.cli.machine import JsonOutput
+    from executor.runner import Runner
+    from executor.ui import ProgressView
 
-ProviderOpt = Annotated[
-    Provider | None,
-    typer.Option(
-        "--provider",
-        "-p",
-        help="Model provider: ollama (default), openai or embedded.",
-        show_default=False,
-    ),
-]
-ModelOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--model", "-m", help="Model name (provider default when omitted).", show_default=False
-    ),
-]
-HostOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--host",
-        help="Model server URL (Ollama: else $OLLAMA_HOST, else http://localhost:11434).",
-        show_default=False,
-    ),
-]
-ProtocolOpt = Annotated[
-    ToolProtocol | None,
-    typer.Option(
-        "--tool-protocol",
-        help="How tools are offered: native, json or constrained.",
-        show_default=False,
-    ),
-]
-StreamOpt = Annotated[
-    bool | None,
-    typer.Option("--stream/--no-stream", help="Stream model tokens to stderr.", show_default=False),
-]
-TraceOpt = Annotated[
-    bool, typer.Option("--trace", help="Print every model reply and tool call in full on stderr.")
-]
-MaxTurnsOpt = Annotated[
-    int | None,
-    typer.Option(
-        "--max-turns", min=1, help="Model turns before giving up. [default: 20]", show_default=False
-    ),
-]
-ImageOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--image", help="Sandbox image (any image with python3 >= 3.9).", show_default=False
-    ),
-]
-TimeoutOpt = Annotated[
-    float | None,
-    typer.Option(
-        "--timeout",
-        min=1,
-        help="Seconds to wait for one model response. [default: 300]",
-        show_default=False,
-    ),
-]
-MaxTokensOpt = Annotated[
-    int | None,
-    typer.Option(
-        "--max-tokens",
-        min=256,
-        help="Context budget in tokens (default: the model's, else 8192).",
-        show_default=False,
-    ),
-]
-PolicyOpt = Annotated[
-    Path | None,
-    typer.Option(
-        "--policy",
-        help="Policy TOML (default: <root>/.sandbox-agent/policy.toml).",
-        exists=True,
-        dir_okay=False,
-        show_default=False,
-    ),
-]
-DenyToolOpt = Annotated[
-    list[str] | None,
-    typer.Option("--deny-tool", help="Remove this tool (repeatable).", show_default=False),
-]
-DenyPrefixOpt = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--deny-prefix",
-        help="Remove tools whose name starts with this (repeatable).",
-        show_default=False,
-    ),
-]
-NoAuditOpt = Annotated[bool, typer.Option("--no-audit", help="Write no audit log for this run.")]
-AuditRequiredOpt = Annotated[
-    bool,
-    typer.Option(
-        "--audit-required", help="Stop before a tool call whose audit record cannot be written."
-    ),
-]
-AuditPromptsOpt = Annotated[
-    bool, typer.Option("--audit-prompts", help="Record whole prompts in the audit log.")
-]
-EnvOpt = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--env",
-        help="Pass this host environment variable into the sandbox (repeatable).",
-        show_default=False,
-    ),
-]
+WARM_UP_SECONDS = 0.3
+"""A one-shot ask starts the container in the background once the model has thought this long."""
 
 
 def _settings(**values: Any) -> dict[str, Any]:
@@ -144,64 +56,12 @@ def _settings(**values: Any) -> dict[str, Any]:
 
 def _interrupt_on_sigterm() -> None:
     """SIGTERM cleans up like Ctrl-C: the session is saved and the container removed."""
+    from executor.cli.repl import Terminated
 
     def handler(signum: int, frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
+        raise Terminated
 
     signal.signal(signal.SIGTERM, handler)
-
-
-FOLD_AT = 80
-"""A preview longer than this many lines is shown folded ..."""
-FOLD_SHOW = 60
-"""... to its first lines; answering v shows all of it before y/n is asked again."""
-ASK = Text("Allow this call? [y/n/v] (n): ")
-
-
-class TerminalApprover:
-    """Asks the person at the terminal, showing what the call will really do.
-
-    Everything shown is inert (executor/text.py): an escape sequence in a command, a path or
-    a file's content is printed as `\\x1b`, never run by the terminal.
-    """
-
-    def __init__(self, view: ProgressView) -> None:
-        self.view = view
-
-    def __call__(self, tool: Tool, args: BaseModel, decision: Decision, preview: Preview) -> bool:
-        """y/yes or n/no on stderr (v shows all of a folded preview); no answer declines."""
-        self.view.close()
-        err_console.rule(f"[bold]{markup_safe(tool.name, line=True)}[/] needs approval "
-                         f"[dim]({markup_safe(decision.rule, line=True)})[/]")
-        lines = inert(preview.text).removesuffix("\n").split("\n")
-        folded = preview.fold and len(lines) > FOLD_AT
-        _show(lines[:FOLD_SHOW] if folded else lines, preview.error)
-        if folded:
-            err_console.print(f"[yellow]… {len(lines) - FOLD_SHOW} more lines not shown: "
-                              "answer v to see all of it[/]")
-        return self._answer(lines, preview.error)
-
-    def _answer(self, lines: list[str], error: str | None) -> bool:
-        while True:
-            try:
-                answer = err_console.input(ASK).strip().lower()
-            except EOFError:
-                return False
-            if answer in ("y", "yes"):
-                return True
-            if answer in ("", "n", "no"):
-                return False
-            if answer == "v":
-                _show(lines, error)
-            else:
-                err_console.print("answer y (yes), n (no) or v (view all of it)")
-
-
-def _show(lines: list[str], error: str | None) -> None:
-    """Inert preview lines, and why the call would fail when it would."""
-    err_console.print("\n".join(lines), markup=False, highlight=False)
-    if error:
-        err_console.print(f"[bold red]this call would fail:[/] {markup_safe(error)}")
 
 
 def _prepare(
@@ -209,10 +69,14 @@ def _prepare(
     interactive: bool,
 ) -> tuple[Runner, ProgressView]:
     """The runner for `ask` / `review`, with its progress view attached (nothing started)."""
+    from executor.cli.approve import TerminalApprover
+    from executor.runner import Runner
+    from executor.ui import ProgressView
+
     if not audit:
         options["audit"] = False
     _interrupt_on_sigterm()
-    view = ProgressView(err_console, stream=stream is not False, trace=trace)
+    view = ProgressView(real_console(err_console), stream=stream is not False, trace=trace)
     approver = TerminalApprover(view) if interactive else None
     runner = Runner.build(root, argv=sys.argv[1:], interactive=interactive, approver=approver,
                           **options)
@@ -224,20 +88,48 @@ def _prepare(
 def _query_from_stdin() -> str:
     if sys.stdin is None or sys.stdin.isatty():
         raise ConfigError("no query given", fix='pass it as an argument: sandbox-agent ask "..."')
-    query = sys.stdin.read().strip()
-    if not query:
-        raise ConfigError("the query read from stdin is empty")
-    return query
+    data = sys.stdin.buffer.read()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"the query read from stdin is not UTF-8 text (byte {data[exc.start]:#04x} at "
+            f"offset {exc.start})", fix="convert it first, e.g. iconv -f LATIN1 -t UTF-8",
+        ) from None
+
+
+def checked_query(query: str) -> str:
+    """The query without surrounding blanks; ConfigError when it is empty or not UTF-8."""
+    try:
+        query.encode("utf-8")
+    except UnicodeEncodeError as exc:  # undecodable argv bytes arrive as lone surrogates
+        raise ConfigError(
+            f"the query is not UTF-8 text (an undecodable byte at character {exc.start})",
+            fix="pass UTF-8 text (check your terminal's locale, e.g. LANG=C.UTF-8)",
+        ) from None
+    if not query.strip():
+        raise ConfigError("the query is empty", fix='say what to do: sandbox-agent ask "..."')
+    return query.strip()
 
 
 def _start(runner: Runner, view: ProgressView) -> None:
     view.thinking()
     runner.start()
+    view.close()
+    session_line(runner)
+
+
+def session_line(runner: Runner) -> None:
+    """`session NAME · container NAME · mode · workspace · model NAME` on stderr."""
+    from executor.sandbox.docker import container_name
+
+    sandbox = container_name(runner.sandbox_id) if runner.sandbox else "?"
+    if not runner.sandbox_started:
+        sandbox += " (starts when a tool needs it)"
     err_console.print(
-        f"[dim]session {runner.session_name} · container "
-        f"{runner.sandbox.name if runner.sandbox else '?'} · "
+        f"[dim]session {runner.session_name} · container {sandbox} · "
         f"{'read-only' if runner.options.read_only else 'read-write'} · "
-        f"model {markup_safe(runner.model.name, line=True)}[/]"
+        f"{runner.workspace_mode} workspace · model {markup_safe(runner.model.name, line=True)}[/]"
     )
 
 
@@ -272,7 +164,9 @@ def ask(
     interactive: Annotated[
         bool,
         typer.Option(
-            "--interactive", "-i", help="A REPL: several requests in one session and one container."
+            "--interactive", "-i",
+            help="A REPL: several requests in one session and one container (line editing, "
+            "history, /help for its commands; Ctrl-C cancels a request).",
         ),
     ] = False,
     session: Annotated[
@@ -302,7 +196,8 @@ def ask(
         list[str] | None,
         typer.Option(
             "--deny-command",
-            help="Deny shell commands starting with this (repeatable).",
+            help="Deny shell commands running this program (and these words), however they are "
+            "spelled; commands that cannot be checked are denied too (repeatable).",
             show_default=False,
         ),
     ] = None,
@@ -327,14 +222,48 @@ def ask(
     no_audit: NoAuditOpt = False,
     audit_required: AuditRequiredOpt = False,
     audit_prompts: AuditPromptsOpt = False,
+    as_json: Annotated[
+        bool,
+        typer.Option("--json", help="Print one JSON object with the answer, tool calls, changes "
+                     "and usage when the run ends (docs/CLI_JSON.md)."),
+    ] = False,
+    json_stream: Annotated[
+        bool,
+        typer.Option("--json-stream", help="Print one JSON event a line as the run goes, the "
+                     "--json object last."),
+    ] = False,
+    fail_on_denied: Annotated[
+        bool,
+        typer.Option("--fail-on-denied", help="Exit 32 when any tool call was denied."),
+    ] = False,
+    system_prompt_file: SystemPromptFileOpt = None,
+    no_project_instructions: NoInstructionsOpt = False,
+    workspace: WorkspaceOpt = None,
+    apply: Annotated[
+        bool,
+        typer.Option(
+            "--apply",
+            help="Copy workspace: apply the changes at the end (asks at a terminal; without "
+            "one it needs --yes); files changed on the host meanwhile are refused (exit 61).",
+        ),
+    ] = False,
+    exclude: ExcludeOpt = None,
+    copy_limit: CopyLimitOpt = None,
 ) -> None:
     """Ask the agent to do something in DIR; every tool call runs in a sandbox container.
 
     The final answer goes to stdout; progress and tool activity to stderr. Writes and shell
-    commands ask y/n at a terminal; without one they are denied unless --yes (fail closed).
+    commands ask at a terminal (y, n, a: always allow for this session, r: no and say why);
+    without one they are denied unless --yes (fail closed).
     """
-    if query is None and not interactive:
-        query = _query_from_stdin()
+    from executor.cli.machine import JsonOutput, reporting
+
+    output = JsonOutput(stream=json_stream, prints=as_json)
+    if output.prints and interactive:
+        raise ConfigError("--json and --json-stream print one run: they do not go with -i",
+                          fix="drop -i, or drop --json/--json-stream")
+    if query is not None or not interactive:
+        query = checked_query(query if query is not None else _query_from_stdin())
     at_terminal = bool(sys.stdin and sys.stdin.isatty() and err_console.is_terminal)
     options = _settings(
         provider=provider,
@@ -353,6 +282,9 @@ def ask(
         policy_file=policy,
         session=session,
         disk_budget=disk_budget,
+        workspace=workspace,
+        copy_exclude=exclude,
+        copy_limit=copy_limit,
     ) | {
         "read_only": read_only,
         "yes": yes,
@@ -360,17 +292,53 @@ def ask(
         "context_summarize": context_summarize,
         "audit_required": audit_required,
         "audit_prompts": audit_prompts,
-    }
+    } | prompt_options(system_prompt_file, no_project_instructions)
     if allow_git_writes:
         options["allow_git_writes"] = True
-    runner, view = _prepare(root, options, stream=stream, trace=trace, audit=not no_audit,
-                            interactive=at_terminal)
-    with runner:
-        _start(runner, view)
-        if interactive:
-            _repl(runner, view, query)
-        else:
-            _answer(runner.run(query or ""), view)
+    # The container starts when a tool first needs it (a REPL warms it up at once): an answer
+    # that needs no tool never waits for one. A resumed session re-attaches its container first.
+    if not resume:
+        options["sandbox_warm_up"] = 0.0 if interactive else WARM_UP_SECONDS
+    with reporting(output):
+        runner, view = _prepare(root, options, stream=stream, trace=trace, audit=not no_audit,
+                                interactive=at_terminal)
+        check_apply(runner, apply)
+        output.attach(runner.hooks)
+        try:
+            with runner:
+                _start(runner, view)
+                if interactive:
+                    from executor.cli.repl import Repl
+
+                    repl = Repl(runner, view,
+                                lambda text: _answer(runner, view, text, keep_going=True))
+                    repl.run(query)
+                    return
+                view.begin()
+                result = runner.run(query or "")
+        finally:
+            view.close()
+            show_changes(runner)
+    _finish(result, view, output, fail_on_denied)
+    if apply and runner.changes is not None:
+        from executor.cli.workspace import run_apply
+
+        run_apply(runner.options.root, runner.changes, yes=yes, at_terminal=at_terminal,
+                  audit=not no_audit, to_stderr=True)
+
+
+def _finish(result: RunResult, view: ProgressView, output: JsonOutput,
+            fail_on_denied: bool) -> None:
+    """The answer (or the JSON object) on stdout; exit 32 for denied calls when asked."""
+    from executor.cli.machine import check_denied
+    from executor.ui import show_answer
+
+    if not output.prints:
+        show_answer(result.answer, real_console(out_console))
+    err_console.print(f"[dim]done · {markup_safe(view.summary())}[/]")
+    report = output.finish(answer=result.answer, turns=result.turns)
+    if fail_on_denied:
+        check_denied(report, lambda text: inert_line(text[:80]))
 
 
 def _streams_text(runner: Runner, stream: bool | None) -> bool:
@@ -379,238 +347,47 @@ def _streams_text(runner: Runner, stream: bool | None) -> bool:
     return prose and (stream is True or (stream is None and err_console.is_terminal))
 
 
-def _answer(result: RunResult, view: ProgressView) -> None:
-    view.close()
-    err_console.print(
-        f"[dim]done in {result.turns} turn(s), {len(result.tool_calls)} tool call(s)[/]"
-    )
-    if not (view.last_reply_streamed and sys.stdout.isatty()):  # already on this screen
-        echo_result(result.answer)
+def _answer(runner: Runner, view: ProgressView, query: str, *,
+            keep_going: bool = False) -> RunResult | None:
+    """Run one request; the answer on stdout, then the request's figures on stderr.
 
-
-def _prompt() -> str:
-    """The REPL prompt, shown only to a person (piped input gets none)."""
-    return "[bold cyan]you>[/] " if sys.stdin.isatty() else ""
-
-
-def _repl(runner: Runner, view: ProgressView, first: str | None) -> None:
-    """Read requests until EOF or 'exit'; one session, one container, one conversation."""
-    err_console.print("[dim]interactive session: empty line or Ctrl-D to leave[/]")
-    pending = first
-    while True:
-        if pending is None:
-            try:
-                pending = err_console.input(_prompt()).strip()
-            except EOFError:
-                return
-        if pending in ("", "exit", "quit"):
-            return
-        try:
-            _answer(runner.run(pending), view)
-        except SandboxAgentError as exc:  # one failed request does not end the session
-            view.close()
-            err_console.print(f"[bold red]error:[/] {markup_safe(str(exc))}")
-        pending = None
-
-
-# -- review --------------------------------------------------------------------------------------
-
-
-class ReportFormat(StrEnum):
-    """Formats of the review report."""
-
-    markdown = "markdown"
-    json = "json"
-
-
-REVIEW_PROMPT = (
-    "Review the code of this project{scope}. Inspect the relevant files with the tools first. "
-    "Then answer with a code review: a one-paragraph summary, then a list of findings, each "
-    "with file:line, severity (high, medium or low) and a concrete suggestion. Only report "
-    "problems you have seen in the code."
-)
-MAX_DIFF_CHARS = 60_000
-
-
-@cli_errors
-def review(
-    root: RootOption = Path("."),
-    output: Annotated[
-        Path | None,
-        typer.Option(
-            "--output",
-            "-o",
-            help="Write the report here (default: stdout).",
-            dir_okay=False,
-            show_default=False,
-        ),
-    ] = None,
-    fmt: Annotated[
-        ReportFormat, typer.Option("--format", "-f", help="Report format.")
-    ] = ReportFormat.markdown,
-    diff_base: Annotated[
-        str | None,
-        typer.Option(
-            "--diff-base", help="Review only the changes since this git ref.", show_default=False
-        ),
-    ] = None,
-    provider: ProviderOpt = None,
-    model: ModelOpt = None,
-    host: HostOpt = None,
-    tool_protocol: ProtocolOpt = None,
-    stream: StreamOpt = None,
-    trace: TraceOpt = False,
-    max_turns: MaxTurnsOpt = None,
-    image: ImageOpt = None,
-    timeout: TimeoutOpt = None,
-    max_tokens: MaxTokensOpt = None,
-    policy: PolicyOpt = None,
-    deny_tool: DenyToolOpt = None,
-    deny_prefix: DenyPrefixOpt = None,
-    no_audit: NoAuditOpt = False,
-    audit_required: AuditRequiredOpt = False,
-) -> None:
-    """Review DIR read-only and non-interactively (for CI): writes a report, exit 0 on success.
-
-    The container mounts the project read-only and no write or shell tool is offered.
+    With `keep_going` (the REPL) a failed request is one error line and the session goes on.
     """
-    root = root.resolve()
-    _check_output(output)
-    query = _review_query(root, diff_base)
-    options = _settings(
-        provider=provider,
-        model=model,
-        host=host,
-        tool_protocol=tool_protocol,
-        stream=stream,
-        max_turns=max_turns,
-        image=image,
-        timeout=timeout,
-        max_tokens=max_tokens,
-        deny_tools=deny_tool,
-        deny_prefixes=deny_prefix,
-        policy_file=policy,
-    ) | {"read_only": True, "audit_required": audit_required}
-    runner, view = _prepare(root, options, stream=stream, trace=trace, audit=not no_audit,
-                            interactive=False)
-    meta = {
-        "root": str(root),
-        "diff_base": diff_base,
-        "provider": runner.settings.provider,
-        "model": runner.model.name,
-    }
+    from executor.ui import show_answer
+
+    view.begin()
     try:
-        with runner:
-            _start(runner, view)
-            result = runner.run(query)
-            view.close()
+        result = runner.run(query)
     except SandboxAgentError as exc:
-        _write_report(_error_report(meta, runner, exc), fmt, output)
-        raise
-    _write_report(_report(meta, runner, result), fmt, output)
+        view.close()
+        if not keep_going:
+            raise
+        err_console.print(f"[bold red]error:[/] {markup_safe(str(exc))}")
+        return None
+    view.close()
+    show_answer(result.answer, real_console(out_console))
+    err_console.print(f"[dim]done · {markup_safe(view.summary())}[/]")
+    return result
 
 
-def _review_query(root: Path, diff_base: str | None) -> str:
-    if diff_base is None:
-        return REVIEW_PROMPT.format(scope="")
-    diff = git_diff(root, diff_base)
-    if not diff.strip():
-        raise ConfigError(f"no changes since {diff_base}: nothing to review")
-    if len(diff) > MAX_DIFF_CHARS:
-        diff = diff[:MAX_DIFF_CHARS] + f"\n[... diff truncated at {MAX_DIFF_CHARS} characters ...]"
-    return REVIEW_PROMPT.format(scope=f", focusing on these changes since {diff_base}") + (
-        f"\n\n```diff\n{diff}\n```"
-    )
+# -- copy workspace ------------------------------------------------------------------------------
 
 
-def git_diff(root: Path, base: str) -> str:
-    """`git diff BASE` of the working tree, run on the host without external diff programs."""
-    command = [
-        "git",
-        "-C",
-        str(root),
-        "diff",
-        "--no-color",
-        "--no-ext-diff",
-        "--no-textconv",
-        base,
-        "--",
-    ]
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise ConfigError(f"cannot run git diff: {exc}") from exc
-    if done.returncode != 0:
-        reason = (done.stderr.strip().splitlines() or ["no reason given"])[0]  # git adds usage
-        raise ConfigError(
-            f"git diff {base} failed: {reason[:300]}",
-            fix="--diff-base needs a git repository and an existing ref",
-        )
-    return done.stdout
+def check_apply(runner: Runner, apply: bool) -> None:
+    """--apply needs a read-write copy workspace: say so before anything runs."""
+    if apply and (runner.settings.workspace != "copy" or runner.options.read_only):
+        raise ConfigError("--apply applies a copy workspace's changes",
+                          fix="add --workspace copy (and drop --read-only)")
 
 
-def _report(meta: dict[str, Any], runner: Runner, result: RunResult) -> dict[str, Any]:
-    calls = [
-        {"tool": r.call.name, "arguments": r.call.arguments, "ok": r.result.ok}
-        for r in result.tool_calls
-    ]
-    return {
-        "status": "ok",
-        **meta,
-        "session": runner.session_name,
-        "turns": result.turns,
-        "tool_calls": calls,
-        "review": result.answer,
-    }
+def show_changes(runner: Runner) -> None:
+    """After a copy session: what changed, and how to review and apply it (on stderr)."""
+    from executor.workspace.apply import pending
+    from executor.workspace.render import summary
 
-
-def _error_report(meta: dict[str, Any], runner: Runner, exc: SandboxAgentError) -> dict[str, Any]:
-    return {
-        "status": "error",
-        **meta,
-        "session": runner.session_name,
-        "error": {"type": type(exc).__name__, "message": str(exc), "exit_code": exc.exit_code},
-    }
-
-
-def _check_output(output: Path | None) -> None:
-    """Fail before the review runs, not after, when the report cannot be written there."""
-    if output is not None and not output.parent.is_dir():
-        raise ConfigError(
-            f"cannot write the report to {output}: {output.parent} is not a directory",
-            fix="create the directory first, or pass another --output",
-        )
-
-
-def _write_report(report: dict[str, Any], fmt: ReportFormat, output: Path | None) -> None:
-    text = (
-        json.dumps(report, indent=2, ensure_ascii=False)
-        if fmt is ReportFormat.json
-        else _markdown(report)
-    )
-    if output is None:
-        echo_result(text, json_text=fmt is ReportFormat.json)
+    changes = runner.changes
+    if changes is None:
         return
-    try:
-        output.write_text(text + "\n", encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"cannot write the report to {output}: {exc.strerror}") from exc
-    err_console.print(f"[dim]report written to {markup_safe(str(output), line=True)}[/]")
-
-
-def _plural(count: int, noun: str) -> str:
-    return f"{count} {noun}{'s' * (count != 1)}"
-
-
-def _markdown(report: dict[str, Any]) -> str:
-    scope = f" (changes since `{report['diff_base']}`)" if report.get("diff_base") else ""
-    head = f"# Code review of `{report['root']}`{scope}\n\n"
-    facts = f"_model {report['model']} ({report['provider']}), session {report['session']}"
-    if report["status"] != "ok":
-        return head + f"**Review failed:** {report['error']['message']}\n\n{facts}_"
-    tools = ", ".join(sorted({c["tool"] for c in report["tool_calls"]})) or "none"
-    return (
-        head
-        + str(report["review"]).strip()
-        + f"\n\n---\n{facts}, {_plural(report['turns'], 'turn')}, tools used: {tools}_"
-    )
+    todo = pending(runner.options.root, changes)
+    for line in summary(changes, todo, root=str(runner.options.root)):
+        err_console.print(line, markup=False, highlight=False, soft_wrap=True)

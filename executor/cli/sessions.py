@@ -1,15 +1,13 @@
 """`sandbox-agent sessions`: list, show and remove the saved sessions of a project."""
 
-from __future__ import annotations
 
 import json
+import sys
 import warnings
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.table import Table
-from rich.text import Text
 
 from executor.cli.common import (
     RootOption,
@@ -18,17 +16,15 @@ from executor.cli.common import (
     err_console,
     out_console,
 )
-from executor.messages import Message
-from executor.protocols import SessionSummary
-from executor.session import (
-    Entry,
-    NdjsonSessionStore,
-    SessionContents,
-    SessionWarning,
-    list_sessions,
-    remove_session,
-)
 from executor.text import inert, inert_line
+
+if TYPE_CHECKING:  # imported where used, so that `--help` loads neither pydantic nor Rich
+    from rich.table import Table
+    from rich.text import Text
+
+    from executor.messages import Message
+    from executor.protocols import SessionSummary
+    from executor.session import Entry, SessionContents
 
 app = typer.Typer(
     help="List, show and remove the saved sessions of a project (newest first).",
@@ -59,6 +55,8 @@ def sessions(ctx: typer.Context, root: RootOption = Path("."), as_json: JsonOpti
     """List the sessions of --root, newest first."""
     if ctx.invoked_subcommand is not None:
         return
+    from executor.session import list_sessions
+
     rows = list_sessions(root)
     if as_json:
         dump = json.dumps([row.model_dump() for row in rows], indent=2, ensure_ascii=False)
@@ -69,17 +67,25 @@ def sessions(ctx: typer.Context, root: RootOption = Path("."), as_json: JsonOpti
         out_console.print(_table(rows))
 
 
-def _table(rows: list[SessionSummary]) -> Table:
+_STATUS_STYLES = {"ok": "green", "error": "red", "max_turns": "yellow", "interrupted": "yellow",
+                  "unfinished": "yellow", "unreadable": "red"}
+
+
+def _table(rows: "list[SessionSummary]") -> "Table":
+    from rich.table import Table
+    from rich.text import Text
+
     table = Table(box=None, header_style="bold", pad_edge=False, expand=True)
-    for title in ("name", "started (UTC)", "turns", "model"):
+    for title in ("name", "started (UTC)", "turns", "status", "model"):
         table.add_column(title, no_wrap=True, justify="right" if title == "turns" else "left")
     # Expanded, the ratio column gets what is left of the width: the others are never squeezed.
     table.add_column("last message", overflow="ellipsis", no_wrap=True, ratio=1, min_width=8)
     for row in rows:
         model = f"{row.model} ({row.provider})" if row.provider else row.model
         started = row.started_at.replace("T", " ")[:19]
-        cells = (row.name, started, str(row.turns), model, row.last_message)
-        table.add_row(*(Text(inert_line(cell)) for cell in cells))
+        cells = (row.name, started, str(row.turns), row.status, model, row.last_message)
+        table.add_row(*(Text(inert_line(cell), style=_STATUS_STYLES.get(cell, ""))
+                        if i == 3 else Text(inert_line(cell)) for i, cell in enumerate(cells)))
     return table
 
 
@@ -89,6 +95,8 @@ def show(
     ctx: typer.Context, name: NameArgument, root: RootOption = Path("."), full: FullOption = False
 ) -> None:
     """Print the transcript of a session: messages, tool calls and (shortened) results."""
+    from executor.session import NdjsonSessionStore, SessionWarning
+
     store = NdjsonSessionStore.open(_root(ctx, root), name)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SessionWarning)  # printed below as one clean line
@@ -97,16 +105,46 @@ def show(
         err_console.print(f"warning: {inert(note)}", style="yellow", markup=False)
     out_console.print(_heading(contents))
     for entry in contents.entries:
-        out_console.print(_entry(entry, full))
+        if entry.event != "header_update":  # already folded into the heading
+            out_console.print(_entry(entry, full))
 
 
 @app.command("rm")
 @cli_errors
-def rm(ctx: typer.Context, name: NameArgument, root: RootOption = Path(".")) -> None:
-    """Delete a session file."""
-    path = remove_session(_root(ctx, root), name)
+def rm(
+    ctx: typer.Context,
+    name: NameArgument,
+    root: RootOption = Path("."),
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+) -> None:
+    """Delete a session file (asks first at a terminal, unless --yes)."""
+    from executor.session import remove_session
+
+    root = _root(ctx, root)
+    if not yes and sys.stdin.isatty() and not _confirm(root, name):
+        err_console.print(f"kept session {inert_line(name)}", markup=False)
+        return
+    path = remove_session(root, name)
     err_console.print(f"removed session {inert_line(name)} ({inert_line(str(path))})",
                       markup=False)
+
+
+def _confirm(root: Path, name: str) -> bool:
+    """y/yes at the terminal; anything else keeps the session."""
+    from rich.text import Text
+
+    from executor.session import NdjsonSessionStore, SessionWarning
+
+    store = NdjsonSessionStore.open(root, name)  # SessionNotFoundError before asking
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SessionWarning)
+        count = len(store.read().messages)
+    prompt = f"delete session {inert_line(name)} ({count} messages)? [y/N] "
+    try:
+        answer = err_console.input(Text(prompt)).strip().lower()
+    except EOFError:
+        return False
+    return answer in ("y", "yes")
 
 
 # --- transcript ---------------------------------------------------------------------------------
@@ -114,7 +152,9 @@ def rm(ctx: typer.Context, name: NameArgument, root: RootOption = Path(".")) -> 
 # shown inert (escape sequences and bidi characters visible, never interpreted).
 
 
-def _heading(contents: SessionContents) -> Text:
+def _heading(contents: "SessionContents") -> "Text":
+    from rich.text import Text
+
     h = contents.header
     text = Text(f"session {inert_line(h.name)}", style="bold")
     facts = {
@@ -139,18 +179,35 @@ def _shorten(text: str, full: bool) -> str:
     return f"{kept}\n… {rest} more lines, {len(text) - len(kept)} more chars (--full shows all)"
 
 
-def _entry(entry: Entry, full: bool) -> Text:
+def _entry(entry: "Entry", full: bool) -> "Text":
+    from rich.text import Text
+
     time = Text(f"[{entry.ts[11:19]}] ", style="dim")
     if entry.message is None:
-        return time + Text(f"— {inert_line(str(entry.event))} {json.dumps(entry.data)}",
-                           style="dim italic")
+        return time + Text(f"— {_event(entry)}", style="dim italic")
     return time + _message(entry.message, full)
+
+
+def _event(entry: "Entry") -> str:
+    """An event in words: how a run ended, a resume, a repair (inert, one line)."""
+    data = entry.data
+    if entry.event == "run_end":
+        turns = f" after {data['turns']} turn(s)" if isinstance(data.get("turns"), int) else ""
+        error = f": {data['error']}" if data.get("error") else ""
+        return inert_line(f"run ended: {data.get('status', '?')}{turns}{error}")
+    if entry.event == "resumed":
+        return inert_line(f"resumed with model {data.get('model', '?')}")
+    facts = " ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in data.items())
+    return inert_line(f"{entry.event} {facts}".strip())
 
 
 ROLE_STYLES = {"system": "magenta", "user": "bold green", "assistant": "bold cyan", "tool": "blue"}
 
 
-def _message(message: Message, full: bool) -> Text:
+def _message(message: "Message", full: bool) -> "Text":
+    """One message as a person reads it (inert), tool results shortened unless `full`."""
+    from rich.text import Text
+
     text = Text(message.role, style=ROLE_STYLES[message.role])
     if message.role == "tool":
         text.append(f" {inert_line(f'{message.name} ({message.tool_call_id})')}", style="blue")

@@ -2,21 +2,30 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from executor.cli.common import cli_errors, err_console, out_console
-from executor.config import DEFAULT_BASE_IMAGE, DEFAULT_IMAGE, Settings
-from executor.errors import ImageNotFoundError, SandboxAgentError
-from executor.sandbox.engine import IMAGE_FIX, connect, engine_version
-from executor.sandbox.gc import gc as collect
-from executor.sandbox.image import build_image, image_exists
+from executor.choices import DEFAULT_BASE_IMAGE, DEFAULT_IMAGE
+from executor.cli.common import cli_errors, echo_result, err_console, fail, out_console
+from executor.cli.options import HostOpt, ProviderOpt
+from executor.errors import (
+    ConfigError,
+    ImageNotFoundError,
+    ModelResponseError,
+    SandboxAgentError,
+)
+from executor.sandbox.engine import IMAGE_FIX, connect, endpoint, engine_version
 from executor.text import inert, inert_line, markup_safe
 
-image_app = typer.Typer(help="Build the sandbox image.", no_args_is_help=True)
+if TYPE_CHECKING:  # imported where used: `--help` must not load pydantic or the docker SDK
+    from executor.config import Settings
+
+image_app = typer.Typer(help="Build the sandbox image, or ship it to another engine.",
+                        no_args_is_help=True)
 
 Check = Callable[[], str]
 
@@ -35,9 +44,31 @@ def image_build(
         (lambda line: None) if quiet
         else (lambda line: err_console.print(inert_line(line), markup=False))
     )
+    from executor.sandbox.image import build_image
+
     image_id = build_image(tag, base, progress=progress)
     err_console.print(f"built [bold]{markup_safe(tag, line=True)}[/] ({image_id[:19]}) from "
                       f"{markup_safe(base, line=True)}")
+
+
+@image_app.command("copy")
+@cli_errors
+def image_copy(
+    to: Annotated[
+        str, typer.Option("--to", help="The engine to ship to: unix:///PATH, tcp://HOST:PORT "
+                                       "(TLS from DOCKER_TLS_VERIFY / DOCKER_CERT_PATH) or "
+                                       "ssh://USER@HOST.")
+    ],
+    image: Annotated[str, typer.Option("--image", help="The image to ship.")] = DEFAULT_IMAGE,
+) -> None:
+    """Ship the sandbox image from this engine (DOCKER_HOST, else the local socket) to another
+    one that cannot pull or build it. Where it can, `image build` on that engine is better."""
+    from executor.sandbox.image import copy_image
+
+    image_id = copy_image(image, to, progress=lambda line: err_console.print(inert_line(line),
+                                                                          markup=False))
+    err_console.print(f"{markup_safe(endpoint(to), line=True)} has "
+                      f"[bold]{markup_safe(image, line=True)}[/] ({image_id[:19]})")
 
 
 @cli_errors
@@ -57,6 +88,11 @@ def gc(
     ] = False,
 ) -> None:
     """Remove sandbox containers whose session is no longer running (e.g. after a crash)."""
+    if root is not None and not root.is_dir():
+        raise ConfigError(f"project root {root} does not exist",
+                          fix="pass the root the sessions ran on, or leave out --root")
+    from executor.sandbox.gc import gc as collect
+
     result = collect(root=str(root) if root else None, all_hosts=all_hosts, force=force)
     for name in result.removed:
         out_console.print(f"removed {inert_line(name)}", markup=False)
@@ -67,37 +103,33 @@ def gc(
 
 
 def doctor(
-    provider: Annotated[
-        str | None,
-        typer.Option("--provider", "-p", help="Model provider to check.", show_default=False),
-    ] = None,
-    host: Annotated[
-        str | None, typer.Option("--host", help="Model server URL to check.", show_default=False)
-    ] = None,
+    provider: ProviderOpt = None,
+    host: HostOpt = None,
     model: Annotated[
-        str | None, typer.Option("--model", "-m", help="Model to check.", show_default=False)
+        str | None,
+        typer.Option("--model", "-m", help="Also check that the server has this model.",
+                     show_default=False),
     ] = None,
     image: Annotated[
         str | None, typer.Option("--image", help="Sandbox image to check.", show_default=False)
     ] = None,
 ) -> None:
-    """Check the Docker engine, the sandbox image and the model server; print each fix."""
-    values = {
-        k: v
-        for k, v in {"provider": provider, "host": host, "model": model, "image": image}.items()
-        if v is not None
-    }
+    """Check the Docker engine, the sandbox image and the model server (and model); print fixes."""
+    from executor.config import load_settings
+
+    values = {"provider": provider, "host": host, "model": model, "image": image}
     try:
-        settings = Settings.model_validate({**Settings().model_dump(), **values})
-    except ValueError as exc:
-        err_console.print(f"[bold red]error:[/] {markup_safe(str(exc))}")
-        raise typer.Exit(2) from None
+        settings = load_settings({k: v for k, v in values.items() if v is not None})
+    except ConfigError as exc:
+        raise fail(exc) from None
     client: dict[str, Any] = {}
     checks: list[tuple[str, Check]] = [
         ("Docker engine", lambda: _engine(client)),
         (f"sandbox image {settings.image}", lambda: _image(client, settings.image)),
         (f"model provider {settings.provider}", lambda: _model(settings)),
     ]
+    if settings.model and settings.provider != "embedded":  # embedded: the provider check
+        checks.append((f"model {settings.model}", lambda: _has_model(settings)))
     failed = [name for name, check in checks if not _run_check(name, check)]
     if failed:
         raise typer.Exit(1)
@@ -118,10 +150,12 @@ def _run_check(name: str, check: Check) -> bool:
 
 def _engine(client: dict[str, Any]) -> str:
     client["docker"] = connect(timeout=10)
-    return f"Docker {engine_version(client['docker'])}"
+    return f"Docker {engine_version(client['docker'])} at {endpoint()}"
 
 
 def _image(client: dict[str, Any], name: str) -> str:
+    from executor.sandbox.image import image_exists
+
     docker = client.get("docker") or connect(timeout=10)
     if not image_exists(docker, name):
         raise ImageNotFoundError(f"{name} is not built", fix=IMAGE_FIX)
@@ -140,3 +174,49 @@ def _model(settings: Settings) -> str:
         return str(model.ping())  # type: ignore[attr-defined]
     finally:
         model.close()
+
+
+def _has_model(settings: Settings) -> str:
+    names = available_models(settings)
+    if settings.model not in names:
+        raise ModelResponseError(
+            f"the server does not have {settings.model!r}",
+            fix=f"the server has: {', '.join(names[:20]) or 'none'}"
+            + (f"; or `ollama pull {settings.model}`" if settings.provider == "ollama" else ""),
+        )
+    return "present"
+
+
+def available_models(settings: Settings) -> list[str]:
+    """The models the configured server (or the embedded provider) offers."""
+    if settings.provider == "embedded":
+        from executor.models.embedded import MODELS
+
+        return list(MODELS)
+    from executor.models import build_model
+
+    model = build_model(settings)
+    try:
+        return list(model.list_models())  # type: ignore[attr-defined]
+    finally:
+        model.close()
+
+
+@cli_errors
+def models(
+    provider: ProviderOpt = None,
+    host: HostOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON array.")] = False,
+) -> None:
+    """List the models the configured server has (Ollama /api/tags, OpenAI /v1/models)."""
+    from executor.config import load_settings
+
+    values = {"provider": provider, "host": host}
+    settings = load_settings({k: v for k, v in values.items() if v is not None})
+    names = available_models(settings)
+    if as_json:
+        echo_result(json.dumps(names, ensure_ascii=False), json_text=True)
+    elif names:
+        echo_result("\n".join(inert_line(name) for name in names))
+    else:
+        err_console.print(f"the {markup_safe(settings.provider)} server lists no models")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import email.utils
 import functools
 import json
+import re
 import ssl
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -41,6 +42,7 @@ T = TypeVar("T")
 _CONNECT_TIMEOUT = 10.0
 _PROBE_TIMEOUT = 10.0
 _DETAIL_CHARS = 300
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,7 @@ class HttpClient:
         self._secrets = tuple(s for s in secrets if s)
         self._transport = transport
         self._client: httpx.Client | None = None
+        self._tls = False
 
     def __repr__(self) -> str:
         return f"HttpClient({self.server.label!r}, timeout={self.timeout})"
@@ -103,11 +106,16 @@ class HttpClient:
             self._client.close()
             self._client = None
 
-    def _http(self) -> httpx.Client:
+    def _http(self, url: str) -> httpx.Client:
+        # A CA bundle is loaded (~40 ms) only for a server that speaks TLS.
+        tls = url.lower().startswith("https:")
+        if self._client is not None and tls and not self._tls:
+            self.close()
         if self._client is None:
+            self._tls = tls
             self._client = httpx.Client(
                 headers=self._headers,
-                verify=_ssl_context(),
+                verify=_ssl_context() if tls else False,
                 timeout=httpx.Timeout(self.timeout, connect=min(self.timeout, _CONNECT_TIMEOUT)),
                 transport=self._transport,
             )
@@ -119,7 +127,7 @@ class HttpClient:
 
     def _send(self, method: str, url: str, body: Mapping[str, Any] | None, timeout: float) -> Any:
         try:
-            resp = self._http().request(method, url, json=body, timeout=timeout)
+            resp = self._http(url).request(method, url, timeout=timeout, **_json_body(body))
             self._check(resp, url)
             return self._decode(resp.text, url)
         except httpx.HTTPError as exc:
@@ -137,7 +145,7 @@ class HttpClient:
                 yield line
 
         try:
-            with self._http().stream("POST", url, json=body) as resp:
+            with self._http(url).stream("POST", url, **_json_body(body)) as resp:
                 self._check(resp, url)
                 return consume(lines(resp))
         except httpx.HTTPError as exc:
@@ -195,6 +203,35 @@ class HttpClient:
         for secret in self._secrets:
             text = text.replace(secret, "***")
         return text
+
+
+def missing_model(error: ModelResponseError, model: str, available: Callable[[], list[str]],
+                  pull: str | None) -> ModelResponseError:
+    """The 404 of a chat request, with the models the server does have in its fix."""
+    try:
+        names = available()
+    except ModelError:
+        return ModelResponseError(error.message, status_code=404, fix=error.fix)
+    if model in names:  # the model exists: the 404 is about the URL
+        return ModelResponseError(error.message, status_code=404, fix=error.fix)
+    listed = ", ".join(names[:20]) or "none"
+    fix = f"the server has: {listed}; pass one with --model"
+    if pull:
+        fix += " (or " + pull.format(model=model) + ")"
+    return ModelResponseError(error.message, status_code=404, fix=fix)
+
+
+def _json_body(body: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The request body as UTF-8 JSON; text that cannot be UTF-8 is sent as U+FFFD.
+
+    Undecodable bytes (a query or a tool's output that was not UTF-8) live on in Python as
+    lone surrogates, which no JSON encoder may send: they must never make a request (and so a
+    whole session, on every resume) fail.
+    """
+    if body is None:
+        return {}
+    text = _SURROGATE.sub("\ufffd", json.dumps(body, ensure_ascii=False))
+    return {"content": text.encode("utf-8"), "headers": {"Content-Type": "application/json"}}
 
 
 @functools.cache

@@ -15,7 +15,7 @@ from executor.config import ToolProtocol
 from executor.errors import ModelError, ModelResponseError
 from executor.hooks import HookBus
 from executor.messages import Message, ModelReply, ToolSpec, Usage
-from executor.models._http import HttpClient, ServerHint, check_http_url
+from executor.models._http import HttpClient, ServerHint, check_http_url, missing_model
 from executor.models.parsing import RawCall, parse_reply
 from executor.models.retry import RetryPolicy
 from executor.models.toolproto import prepare_messages, reply_schema
@@ -26,6 +26,7 @@ DEFAULT_OLLAMA_MODEL = "qwen2.5-coder:7b"
 """Tool-capable, code-tuned, and runs on a laptop CPU/GPU with ~6 GB of memory."""
 DEFAULT_OLLAMA_HOST = "http://localhost:11434"
 _DEFAULT_PORT = "11434"
+_PULL = "ollama pull {model}"
 _NUM_CTX = re.compile(r"^\s*num_ctx\s+(\d+)", re.MULTILINE)
 
 Reply = tuple[str, list[RawCall], Usage]
@@ -116,10 +117,16 @@ class OllamaModel:
         """One `/api/chat` request; the reply parsed according to the tool protocol."""
         body = self.request_body(messages, tools)
         url = f"{self.base_url}/api/chat"
-        if self.stream:
-            text, calls, usage = self._http.post_stream(url, body, lambda ls: _read(ls, on_token))
-        else:
-            text, calls, usage = _reply(self._http.post_json(url, body))
+        try:
+            if self.stream:
+                text, calls, usage = self._http.post_stream(url, body,
+                                                            lambda ls: _read(ls, on_token))
+            else:
+                text, calls, usage = _reply(self._http.post_json(url, body))
+        except ModelResponseError as exc:
+            if exc.status_code != 404:
+                raise
+            raise missing_model(exc, self.name, self.list_models, _PULL) from exc
         return parse_reply(text, self.tool_protocol, native_calls=calls, usage=usage,
                            context_length=self._context)
 
@@ -155,6 +162,13 @@ class OllamaModel:
         answer = self._http.get_json(f"{self.base_url}/api/version", probe=True)
         version = answer.get("version", "?") if isinstance(answer, dict) else "?"
         return f"Ollama {version} at {self.base_url}"
+
+    def list_models(self) -> list[str]:
+        """The models the server has (`GET /api/tags`, one short attempt)."""
+        answer = self._http.get_json(f"{self.base_url}/api/tags", probe=True)
+        models = answer.get("models") if isinstance(answer, dict) else None
+        names = [m.get("name") or m.get("model") for m in models or [] if isinstance(m, dict)]
+        return sorted(str(name) for name in names if name)
 
     def _show_context(self) -> int | None:
         url = f"{self.base_url}/api/show"

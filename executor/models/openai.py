@@ -21,7 +21,7 @@ from executor.config import ToolProtocol
 from executor.errors import ModelError, ModelResponseError
 from executor.hooks import HookBus
 from executor.messages import Message, ModelReply, ToolSpec, Usage
-from executor.models._http import HttpClient, ServerHint, check_http_url
+from executor.models._http import HttpClient, ServerHint, check_http_url, missing_model
 from executor.models.parsing import RawCall, parse_reply
 from executor.models.retry import RetryPolicy
 from executor.models.toolproto import prepare_messages, reply_schema
@@ -114,10 +114,16 @@ class OpenAIModel:
         self._resolve_model()
         body = self.request_body(messages, tools)
         url = f"{self.base_url}/chat/completions"
-        if self.stream:
-            text, calls, usage = self._http.post_stream(url, body, lambda ls: _read(ls, on_token))
-        else:
-            text, calls, usage = _reply(self._http.post_json(url, body))
+        try:
+            if self.stream:
+                text, calls, usage = self._http.post_stream(url, body,
+                                                            lambda ls: _read(ls, on_token))
+            else:
+                text, calls, usage = _reply(self._http.post_json(url, body))
+        except ModelResponseError as exc:
+            if exc.status_code != 404:
+                raise
+            raise missing_model(exc, self.name, self.list_models, None) from exc
         return parse_reply(text, self.tool_protocol, native_calls=calls, usage=usage,
                            context_length=self._context)
 
@@ -156,6 +162,11 @@ class OpenAIModel:
         listed = _listed(self._http.get_json(f"{self.base_url}/models", probe=True))
         names = [str(m.get("id")) for m in listed[:3]]
         return f"{self.base_url} serves {', '.join(names) or 'no models'}"
+
+    def list_models(self) -> list[str]:
+        """The models the server lists (`GET /models`, one short attempt)."""
+        listed = _listed(self._http.get_json(f"{self.base_url}/models", probe=True))
+        return sorted(str(m["id"]) for m in listed if isinstance(m.get("id"), str))
 
     def _resolve_model(self) -> None:
         """Without a model name, use the first one the server lists (llama.cpp, LM Studio)."""

@@ -251,3 +251,13 @@ def _prose(text: str, spans: Sequence[tuple[int, int]]) -> str:
         last = end
     kept.append(text[last:])
     return _EMPTY_WRAPPERS.sub("", "".join(kept)).strip()
+
+
+def json_objects(text: str) -> list[tuple[int, int, Any]]:
+    """(start, end, value) of each top-level JSON object in `text` that decodes (leniently)."""
+    found = []
+    for start, end in _object_spans(text):
+        value = _loads(text[start:end])
+        if value is not None:
+            found.append((start, end, value))
+    return found

@@ -2,7 +2,7 @@
 
 What is retried, and how often:
 
-    timeout, HTTP 429, HTTP 5xx          up to `max_attempts` (Settings.max_retries, default 3)
+    timeout, HTTP 429, HTTP 5xx          up to `max_attempts` (1 + Settings.max_retries: 3)
     connection refused / dropped         up to `connect_attempts` (3, i.e. retried at most twice)
     any other HTTP 4xx, unusable payload never
 
@@ -51,7 +51,8 @@ class RetryPolicy:
     @classmethod
     def from_settings(cls, settings: Settings) -> RetryPolicy:
         """The policy configured by SANDBOX_AGENT_MAX_RETRIES / SANDBOX_AGENT_RETRY_BASE_DELAY."""
-        return cls(max_attempts=settings.max_retries, base_delay=settings.retry_base_delay)
+        # The setting counts retries (0: none), the policy counts attempts.
+        return cls(max_attempts=settings.max_retries + 1, base_delay=settings.retry_base_delay)
 
     @classmethod
     def once(cls) -> RetryPolicy:

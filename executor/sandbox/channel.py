@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import select
 import socket
 import struct
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from executor.errors import ToolboxError, ToolboxTimeoutError
@@ -21,6 +23,9 @@ from executor.errors import ToolboxError, ToolboxTimeoutError
 _HEADER = struct.Struct(">BxxxI")
 _STDOUT, _STDERR = 1, 2
 _MAX_LINE = 64 * 1024 * 1024  # a response larger than this means the toolbox went wrong
+log = logging.getLogger(__name__)
+
+OnProgress = Callable[[dict[str, Any]], None]
 
 
 class Channel:
@@ -42,10 +47,25 @@ class Channel:
             self.closed = True
             raise ToolboxError(f"toolbox stdin closed: {exc}") from exc
 
-    def request(self, payload: dict[str, Any], deadline: float) -> dict[str, Any]:
-        """Send one JSON line and wait for the next JSON line until `deadline` (monotonic)."""
+    def request(self, payload: dict[str, Any], deadline: float,
+                on_progress: OnProgress | None = None) -> dict[str, Any]:
+        """Send one JSON line and wait for its response until `deadline` (monotonic).
+
+        Progress lines before the response (objects with a "progress" key, sent only to a
+        request that asked for them) go to `on_progress`; a failing callback is logged, never
+        allowed to leave the response unread.
+        """
         self.send(json.dumps(payload, ensure_ascii=True).encode() + b"\n")
-        return self.read_json(deadline)
+        while True:
+            reply = self.read_json(deadline)
+            progress = reply.get("progress")
+            if progress is None:
+                return reply
+            if on_progress is not None and isinstance(progress, dict):
+                try:
+                    on_progress(progress)
+                except Exception:
+                    log.exception("a progress callback failed")
 
     def read_json(self, deadline: float) -> dict[str, Any]:
         """The next stdout line, parsed as a JSON object."""
@@ -78,11 +98,21 @@ class Channel:
         with contextlib.suppress(OSError):
             self._sock.close()
 
+    def abort(self) -> None:
+        """End both directions at once, from another thread: a send or read blocked on this
+        socket returns with an error instead of waiting for the other end."""
+        self.closed = True
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
+
     def _fill(self, deadline: float) -> None:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise ToolboxTimeoutError("the toolbox did not answer in time")
-        ready, _, _ = select.select([self._sock], [], [], remaining)
+        # A TLS connection (a tcp:// engine) may hold decrypted bytes select cannot see.
+        pending = getattr(self._sock, "pending", None)
+        buffered = callable(pending) and pending() > 0
+        ready = buffered or select.select([self._sock], [], [], remaining)[0]
         if not ready:
             raise ToolboxTimeoutError("the toolbox did not answer in time")
         chunk = self._recv()

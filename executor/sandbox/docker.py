@@ -10,6 +10,7 @@ import contextlib
 import fcntl
 import os
 import socket
+import threading
 import time
 from collections.abc import Callable
 from importlib import resources
@@ -20,13 +21,19 @@ from typing import Any, Self
 from pydantic import BaseModel, Field
 
 from executor.config import (
+    COPY_MEMORY_MAX,
+    DEFAULT_COPY_LIMIT,
+    DEFAULT_COPY_MAX_FILES,
     DEFAULT_DISK_BUDGET,
     DEFAULT_IMAGE,
     DEFAULT_MEMORY,
     DEFAULT_PIDS_LIMIT,
     DEFAULT_TMP_SIZE,
     DEFAULT_TOOL_TIMEOUT,
+    CopyStorage,
+    WorkspaceMode,
     default_cpus,
+    parse_size,
 )
 from executor.errors import (
     ImageNotFoundError,
@@ -34,20 +41,38 @@ from executor.errors import (
     SandboxError,
     ToolboxError,
     ToolboxTimeoutError,
+    WorkspaceUnreachableError,
 )
 from executor.messages import ToolResult
-from executor.protocols import SandboxInfo
+from executor.protocols import OutputCallback, SandboxInfo
 from executor.sandbox import seccomp
-from executor.sandbox.channel import Channel
-from executor.sandbox.engine import IMAGE_FIX, connect, docker_errors
-from executor.sandbox.protect import Protected, TreeScan, protected_paths, scan, sweep
+from executor.sandbox.channel import Channel, OnProgress
+from executor.sandbox.copy import CopyAbort, load_copy
+from executor.sandbox.engine import IMAGE_FIX, connect, docker_errors, endpoint
+from executor.sandbox.protect import (
+    Protected,
+    TreeScan,
+    check_replaced,
+    disable_git,
+    identities,
+    protected_paths,
+    scan,
+    sweep,
+)
 from executor.state import LEGACY_DIR, legacy_state
+from executor.workspace.archive import Archive, Limits, Prefetch, overlay, plan
+from executor.workspace.manifest import Manifest, from_row
+from executor.workspace.paths import Excludes
+from executor.workspace.store import BlobStore
 
 WORKSPACE = "/workspace"
 LABEL_SESSION = "sandbox-agent.session"
 LABEL_ROOT = "sandbox-agent.root"
 LABEL_LOCK = "sandbox-agent.lock"
 LABEL_HOST = "sandbox-agent.host"
+LABEL_WORKSPACE = "sandbox-agent.workspace"
+NOBODY = 65534
+"""The uid that owns a copy's repositories (and runs the tools of a read-only copy)."""
 # Reads the toolbox source from stdin, then runs it: any image with python3 works.
 _BOOTSTRAP = (
     "import sys\n"
@@ -135,6 +160,22 @@ class SandboxConfig(BaseModel):
     """Bytes the project may grow by in the session (0: no budget); also each file's size limit."""
     lock_dir: Path | None = None
     """Where liveness lock files go (None: the user's cache dir)."""
+    workspace: WorkspaceMode = "bind"
+    """bind: the root is mounted at /workspace; copy: a copy of it is loaded there."""
+    copy_limit: int = DEFAULT_COPY_LIMIT
+    """Bytes a project may have to be copied."""
+    copy_max_files: int = DEFAULT_COPY_MAX_FILES
+    """Entries a project may have to be copied."""
+    copy_exclude: list[str] = Field(default_factory=list)
+    """gitignore-style patterns left out of the copy."""
+    copy_storage: CopyStorage = "auto"
+    """memory (tmpfs), disk (an anonymous volume) or auto (memory up to 256 MiB)."""
+    copy_bytes: int = 0
+    """Bytes of the planned copy (set when it is planned; sizes the memory storage)."""
+    copy_overlay: dict[str, list[Any] | None] = Field(default_factory=dict)
+    """Pending changes put back into a new copy (a resumed session): path -> entry or None."""
+    blob_dir: Path | None = None
+    """Where the contents of `copy_overlay` files are kept."""
 
 
 class Toolbox:
@@ -144,15 +185,17 @@ class Toolbox:
         self._api, self._cid, self._user, self._argv = api, container_id, user, argv
         self._channel: Channel | None = None
         self._next_id = 0
+        self.ready: dict[str, Any] = {}
+        """The toolbox's ready line (pid, version, python, rg, guarded)."""
         self.pid: int | None = None
         self.exec_id = ""
 
     def start(self) -> dict[str, Any]:
-        """Start the process, send it the toolbox source, wait for its ready line."""
+        """Start the process, send it the toolbox source; its ready line."""
         with docker_errors("starting the toolbox"):
             created = self._api.exec_create(
-                self._cid, ["python3", "-u", "-c", _BOOTSTRAP, *self._argv], stdin=True,
-                stdout=True, stderr=True, user=self._user, workdir=WORKSPACE,
+                self._cid, ["python3", "-I", "-u", "-c", _BOOTSTRAP, *self._argv], stdin=True,
+                stdout=True, stderr=True, user=self._user, workdir="/",
             )
             self.exec_id = created["Id"]
             sock = self._api.exec_start(self.exec_id, socket=True)
@@ -160,6 +203,7 @@ class Toolbox:
         source = resources.files("executor.sandbox").joinpath("toolbox.py").read_bytes()
         self._channel.send(str(len(source)).encode() + b"\n" + source)
         ready = self._read_ready()
+        self.ready = ready
         self.pid = int(ready.get("pid", 0)) or None
         return ready
 
@@ -176,14 +220,20 @@ class Toolbox:
             raise ToolboxError(f"the toolbox sent {ready!r} instead of its ready line")
         return ready
 
-    def call(self, tool: str, args: dict[str, Any], timeout: float) -> dict[str, Any]:
-        """One request/response; raises ToolboxError/ToolboxTimeoutError when the process fails."""
+    def call(self, tool: str, args: dict[str, Any], timeout: float,
+             on_progress: OnProgress | None = None) -> dict[str, Any]:
+        """One request/response; raises ToolboxError/ToolboxTimeoutError when the process fails.
+
+        With `on_progress`, a running command's output comes to it while it runs.
+        """
         if self._channel is None or self._channel.closed:
             raise ToolboxError("the toolbox is not running")
         self._next_id += 1
-        request = {"id": self._next_id, "tool": tool, "args": args}
-        reply = self._channel.request(request, time.monotonic() + timeout)
-        if reply.get("id") not in (self._next_id, None):
+        request: dict[str, Any] = {"id": self._next_id, "tool": tool, "args": args}
+        if on_progress is not None:
+            request["progress"] = True
+        reply = self._channel.request(request, time.monotonic() + timeout, on_progress)
+        if reply.get("id") != self._next_id:  # a reply without our id is not an answer
             raise ToolboxError(f"toolbox answered request {reply.get('id')}, not {self._next_id}")
         return reply
 
@@ -218,7 +268,16 @@ class DockerSandbox:
         self._tree: TreeScan | None = None
         self._protected = Protected((), ())
         self._made_dirs: list[Path] = []
+        self._identities: dict[str, tuple[int, int]] = {}
+        self._undisabled: set[str] = set()
+        """`.git` entries the toolbox reported it could not disable: renamed after the session."""
         self._started_ns = 0
+        self._copy: Archive | None = None
+        self._prefetch: Prefetch | None = None
+        self._copying: threading.Thread | None = None
+        self._copy_error: BaseException | None = None
+        self._copy_abort = CopyAbort()
+        self._root_checked = False
         self.reattached = False
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -240,14 +299,24 @@ class DockerSandbox:
         """The container's name."""
         return container_name(self.config.session_id)
 
+    def preflight(self) -> None:
+        """Fail now, not at the first tool call, when the engine or the image is missing
+        (cheap: one ping and one lookup; the container itself may start later)."""
+        self._client = self._client or connect()
+        self._image()
+
     def start(self) -> None:
         """Create (or re-attach to) the session's container and start the toolbox."""
         try:
             self._client = self._client or connect()
             image = self._image()
-            self._protect()
+            if self.copying:
+                self._plan_copy()
+            else:
+                self._protect()
             self._lock()
             self._container = self._existing() or self._create()
+            self._start_copy()
             self._start_toolbox()
             self._info = self._describe(image)
         except BaseException:
@@ -256,6 +325,9 @@ class DockerSandbox:
 
     def stop(self) -> None:
         """Remove the container and release the session lock; safe to call twice."""
+        self._copy_abort.abort()  # a copy still arriving ends now, not when the engine says so
+        if self._copying is not None:
+            self._stop_prefetch()
         if self._toolbox is not None:
             self._toolbox.stop()
             self._toolbox = None
@@ -264,6 +336,10 @@ class DockerSandbox:
                 self._container.remove(force=True, v=True)
             self._container = None
             self._after_session()
+        if self._copying is not None:  # its container is gone: a copy still running ends now
+            self._copying.join(timeout=30)
+            self._copying, self._copy_error = None, None
+        self._stop_prefetch()
         self._unlock()
 
     def _protect(self) -> None:
@@ -274,8 +350,102 @@ class DockerSandbox:
         self._tree = scan(self.config.root)
         if not self.config.allow_git_writes:
             self._protected = protected_paths(self.config.root, self._tree)
+            self._identities = identities(self.config.root, self._protected.existing)
         self._made_dirs = [d for rel in self._protected.missing
                            for d in _missing_chain(self.config.root, rel)]
+
+    # -- copy workspace ----------------------------------------------------------------------
+
+    @property
+    def copying(self) -> bool:
+        """Whether the sandbox works on a copy of the root (not on the root itself)."""
+        return self.config.workspace == "copy"
+
+    def _plan_copy(self) -> None:
+        """Walk the root and check the size guard before any container exists."""
+        limits = Limits(self.config.copy_limit, self.config.copy_max_files,
+                        Excludes(self.config.copy_exclude),
+                        git_apart=not (self.config.allow_git_writes or self.config.read_only))
+        found = plan(self.config.root, limits)
+        pending = {path: from_row(row) if row else None
+                   for path, row in self.config.copy_overlay.items()}
+        if pending:
+            found = overlay(found, pending)
+        storage = self.config.copy_storage
+        if storage == "auto":
+            storage = "memory" if found.bytes <= COPY_MEMORY_MAX else "disk"
+        self.config = self.config.model_copy(update={"copy_storage": storage,
+                                                     "copy_bytes": found.bytes})
+        blobs = BlobStore(self.config.blob_dir) if self.config.blob_dir else None
+        uid, gid = (int(n) for n in self._mount_user().split(":"))
+        git_uid = NOBODY if uid != NOBODY else 0
+        self._copy = Archive(self.config.root, found, uid=uid, gid=gid, git_uid=git_uid,
+                             git_gid=git_uid, blobs=blobs.get if blobs else None)
+        self._prefetch = Prefetch(self._copy.main())  # read while the container is made
+
+    def _start_copy(self) -> None:
+        """Load the copy while the toolbox starts; tool calls wait for it (`wait_copied`)."""
+        if self._copy is None or self._prefetch is None or self.reattached:
+            self._copy = None
+            self._stop_prefetch()
+            return
+        archive, container, main = self._copy, self._container, self._prefetch
+        abort = self._copy_abort = CopyAbort()
+
+        def run() -> None:
+            try:
+                load_copy(self._client.api, container, archive, main, user=self._mount_user(),
+                          git_user=f"{archive.git_uid}:{archive.git_gid}",
+                          read_only=self.config.read_only,
+                          on_disk=self.config.copy_storage == "disk", abort=abort)
+            except BaseException as exc:  # re-raised in the caller's thread by wait_copied
+                self._copy_error = exc
+            finally:
+                self._stop_prefetch()
+
+        self._copying = threading.Thread(target=run, name="sandbox-copy", daemon=True)
+        self._copying.start()
+
+    def _stop_prefetch(self) -> None:
+        if self._prefetch is not None:
+            self._prefetch.close()
+            self._prefetch = None
+
+    def wait_copied(self) -> None:
+        """Block until the copy is in the container; raise what stopped it."""
+        if self._copying is not None:
+            self._copying.join()
+            self._copying = None
+        if self._copy_error is not None:
+            error, self._copy_error = self._copy_error, None
+            if isinstance(error, SandboxAgentError):
+                raise error
+            raise SandboxError(f"the copy into the container failed: {error}") from error
+
+    def copy_manifest(self) -> Manifest | None:
+        """What this start copied in (the base of its changes); None: an existing copy."""
+        self.wait_copied()
+        return None if self._copy is None else self._copy.manifest
+
+    @property
+    def copy_notes(self) -> list[str]:
+        """What the copy left out, and why."""
+        return [] if self._copy is None else list(self._copy.notes)
+
+    def _check_root(self, seen: Any) -> None:
+        """Bind mode: the engine must have mounted this very directory (not another disk's)."""
+        self._root_checked = True
+        if not isinstance(seen, dict):
+            return  # an older toolbox does not say
+        here = os.stat(self.config.root)
+        if (seen.get("dev"), seen.get("ino")) == (here.st_dev, here.st_ino):
+            return
+        if seen.get("mtime_ns") == here.st_mtime_ns:  # gVisor shows its own device and inode
+            return
+        raise WorkspaceUnreachableError(
+            f"the Docker engine at {endpoint()} mounted another directory at "
+            f"{self.config.root}: it cannot see this machine's disk",
+            fix="use --workspace copy (or an engine on this machine)")
 
     def _after_session(self) -> None:
         """Clear set-id bits the session left, report new repositories, remove our mountpoints."""
@@ -283,12 +453,19 @@ class DockerSandbox:
             return
         for path in self._made_dirs:  # the engine created these empty mountpoints
             with contextlib.suppress(OSError):
-                os.rmdir(path)
+                _rmdir_beneath(self.config.root, path)
         try:
             done = sweep(self.config.root, self._tree, self._started_ns)
+            check_replaced(self.config.root, self._identities, done)
+            disable_git(self.config.root, sorted(self._undisabled), done)
         except (OSError, SandboxAgentError) as exc:
             self._warn(f"could not check the project after the session: {exc}")
             return
+        for rel, aside in done.replaced.items():
+            self._warn(f"{rel} is protected (git runs it) but was replaced during the session; "
+                       f"the replacement was moved to {aside}: find the original and review")
+        for rel in done.disabled:
+            self._warn(f"disabled the repository the sandbox made at {rel}")
         for rel in done.setid_cleared:
             self._warn(f"removed the set-id bits of {rel}: set-id files are not allowed")
         for rel in done.new_git:
@@ -324,25 +501,40 @@ class DockerSandbox:
     # -- the work ----------------------------------------------------------------------------
 
     def call(self, tool: str, args: dict[str, Any], *, timeout: float | None = None,
-             remounted: bool = False) -> ToolResult:
-        """Run `tool` in the toolbox; a dead or stuck toolbox is restarted and reported."""
+             on_output: OutputCallback | None = None, remounted: bool = False) -> ToolResult:
+        """Run `tool` in the toolbox; a dead or stuck toolbox is restarted and reported.
+
+        `on_output(stream, text)` gets a running command's output while it runs. Ctrl-C
+        (KeyboardInterrupt) during a call kills what it started and restarts the toolbox
+        before it goes on up, so the session stays usable.
+        """
+        if self._toolbox is None and self._container is not None:
+            self._start_toolbox()  # an interrupted call left none
         if self._toolbox is None:
             raise SandboxError("the sandbox is not started")
+        self.wait_copied()
         deadline = timeout or self._deadline_for(args)
         try:
-            reply = self._toolbox.call(tool, args, deadline)
+            reply = self._toolbox.call(tool, args, deadline, _progress_to(on_output))
         except ToolboxTimeoutError:
             return self._recover(f"{tool} did not answer within {deadline:.0f}s")
         except ToolboxError as exc:
             return self._recover(f"the toolbox died during {tool} ({exc})")
+        except KeyboardInterrupt:
+            self._kill_toolbox()  # it is still running the call: its next line is not ours
+            raise
         result = ToolResult(
             ok=bool(reply.get("ok")), output=str(reply.get("output", "")),
             meta=dict(reply.get("meta") or {}),
         )
+        for record in result.meta.get("git_quarantined") or []:
+            if isinstance(record, dict) and record.get("error") and isinstance(
+                    record.get("path"), str):
+                self._undisabled.add(record["path"])
         found = result.meta.get("remount_needed")
         if found and not remounted:
             self._remount([str(path) for path in found])
-            return self.call(tool, args, timeout=timeout, remounted=True)
+            return self.call(tool, args, timeout=timeout, on_output=on_output, remounted=True)
         return result
 
     def _remount(self, found: list[str]) -> None:
@@ -354,6 +546,9 @@ class DockerSandbox:
         self._warn(f"a git repository appeared in the project during the session "
                    f"({', '.join(found[:3])}); restarting the sandbox with it read-only "
                    "(files in /tmp are lost)")
+        self._copy_abort.abort()  # a copy still arriving ends now, not when the engine says so
+        if self._copying is not None:
+            self._stop_prefetch()
         if self._toolbox is not None:
             self._toolbox.stop()
             self._toolbox = None
@@ -403,7 +598,8 @@ class DockerSandbox:
         try:
             with docker_errors("killing the stuck toolbox"):
                 code, output = self._container.exec_run(
-                    ["python3", "-c", _KILL_TOOLBOX, str(pid)], user=self._mount_user())
+                    ["python3", "-I", "-c", _KILL_TOOLBOX, str(pid)], user=self._tool_user(),
+                    workdir="/")
         except SandboxError as exc:
             self._warn(f"could not kill the stuck toolbox (pid {pid}): {exc}")
             return
@@ -458,7 +654,7 @@ class DockerSandbox:
     def _create(self) -> Any:
         options = container_options(self.config, self._lock_path(), self._mount_user(),
                                     self._protected)
-        with docker_errors("creating the sandbox container"):
+        with _unreachable_root(self.config.root), docker_errors("creating the sandbox container"):
             container = self._client.containers.create(**options)
             try:
                 container.start()
@@ -469,17 +665,25 @@ class DockerSandbox:
 
     def _start_toolbox(self) -> None:
         self._ensure_running()
-        toolbox = Toolbox(self._client.api, self._container.id, self._mount_user(), self._argv())
-        toolbox.start()
+        toolbox = Toolbox(self._client.api, self._container.id, self._tool_user(), self._argv())
+        ready = toolbox.start()
         self._toolbox = toolbox
+        if not self.copying and not self._root_checked:
+            self._check_root(ready.get("root"))
 
     def _argv(self) -> list[str]:
         argv = ["--root", WORKSPACE, "--default-timeout", str(self.config.tool_timeout),
                 "--max-output", str(self.config.max_output), "--hidden", LEGACY_DIR,
                 "--disk-budget", str(self.config.disk_budget)]
-        if not self.config.allow_git_writes:
-            argv += ["--readonly-dir", ".git", "--git-guard"]
+        if not self.config.allow_git_writes:  # a copy's repositories cannot appear from outside
+            argv += ["--readonly-dir", ".git"] + ([] if self.copying else ["--git-guard"])
         return argv
+
+    def _tool_user(self) -> str:
+        """Who the tools run as: a read-only copy's tools own nothing in it."""
+        if self.copying and self.config.read_only:
+            return f"{NOBODY}:{NOBODY}"
+        return self._mount_user()
 
     def _mount_user(self) -> str:
         stat = self.config.root.stat()
@@ -489,7 +693,8 @@ class DockerSandbox:
         return SandboxInfo(
             container_id=self._container.id, container_name=self.name, image=self.config.image,
             image_digest=str(image.id), mount_mode="ro" if self.config.read_only else "rw",
-            network="bridge" if self.config.network else "none", user=self._mount_user(),
+            network="bridge" if self.config.network else "none", user=self._tool_user(),
+            workspace=self.config.workspace,
         )
 
     def _lock_path(self) -> Path:
@@ -519,6 +724,19 @@ class DockerSandbox:
             self._lock_fd = None
 
 
+def _progress_to(on_output: OutputCallback | None) -> OnProgress | None:
+    """The toolbox's progress lines as (stream, text) calls; a line of another shape is dropped."""
+    if on_output is None:
+        return None
+
+    def relay(progress: dict[str, Any]) -> None:
+        stream, text = progress.get("stream"), progress.get("text")
+        if stream in ("stdout", "stderr") and isinstance(text, str) and text:
+            on_output(stream, text)
+
+    return relay
+
+
 def container_name(session_id: str) -> str:
     """Docker name of a session's container."""
     return f"sandbox-agent-{session_id}"
@@ -539,13 +757,21 @@ def container_options(config: SandboxConfig, lock_path: Path, user: str,
 
     root = str(config.root)
     protected = protected or Protected((), ())
-    mounts = [Mount(WORKSPACE, root, type="bind", read_only=config.read_only)]
-    mounts += [Mount(_inside(rel), str(config.root / rel), type="bind", read_only=True)
-               for rel in protected.existing]
     tmpfs = {"/tmp": f"rw,nosuid,nodev,size={config.tmp_size},mode=1777"}
-    empty = "ro,nosuid,nodev,noexec,size=4k,mode=0555"
-    tmpfs.update({_inside(rel): empty for rel in protected.missing})
-    if legacy_state(config.root) is not None:  # an old in-tree state dir may hold transcripts
+    memory = parse_size(config.memory)
+    if config.workspace == "copy" and config.copy_storage == "disk":
+        mounts = [Mount(WORKSPACE, None, type="volume")]  # anonymous: gone with the container
+    elif config.workspace == "copy":  # the copy is charged to the container's memory
+        mounts, memory = [], memory + config.copy_bytes
+        tmpfs[WORKSPACE] = _copy_tmpfs(config, user)
+    else:
+        mounts = [Mount(WORKSPACE, root, type="bind", read_only=config.read_only)]
+        mounts += [Mount(_inside(rel), str(config.root / rel), type="bind", read_only=True)
+                   for rel in protected.existing]
+        empty = "ro,nosuid,nodev,noexec,size=4k,mode=0555"
+        tmpfs.update({_inside(rel): empty for rel in protected.missing})
+    if config.workspace == "bind" and legacy_state(config.root) is not None:
+        # an old in-tree state dir may hold transcripts (a copy never takes it)
         tmpfs[f"{WORKSPACE}/{LEGACY_DIR}"] = "ro,nosuid,nodev,noexec,size=4k,mode=0500"
     budget = config.disk_budget if not config.read_only else 0
     # The toolbox polls the disk budget; this stops one file outgrowing it between two polls.
@@ -557,14 +783,57 @@ def container_options(config: SandboxConfig, lock_path: Path, user: str,
         "network_mode": "bridge" if config.network else "none",
         "cap_drop": ["ALL"], "security_opt": ["no-new-privileges", seccomp.security_opt()],
         "read_only": True,
-        "pids_limit": config.pids_limit, "mem_limit": config.memory,
-        "memswap_limit": config.memory, "nano_cpus": int(config.cpus * 1e9),
+        "pids_limit": config.pids_limit, "mem_limit": memory,
+        "memswap_limit": memory, "nano_cpus": int(config.cpus * 1e9),
         "environment": {**_BASE_ENV, **config.env}, "ipc_mode": "private", "ulimits": ulimits,
         "labels": {
             LABEL_SESSION: config.session_id, LABEL_ROOT: root,
             LABEL_LOCK: str(lock_path), LABEL_HOST: socket.gethostname(),
+            LABEL_WORKSPACE: config.workspace,
         },
     }
+
+
+def _rmdir_beneath(root: Path, path: Path) -> None:
+    """rmdir `path` under `root` without following a link the sandbox put on the way."""
+    parts = path.relative_to(root).parts
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for name in parts[:-1]:
+            below = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                            dir_fd=fd)
+            os.close(fd)
+            fd = below
+        os.rmdir(parts[-1], dir_fd=fd)
+    finally:
+        os.close(fd)
+
+
+MIN_FREE = 256 * 1024 * 1024
+"""Room the toolbox keeps free on the project's file system (its --min-free)."""
+
+
+def _copy_tmpfs(config: SandboxConfig, user: str) -> str:
+    """A tmpfs for the copy: room for it, its growth budget and the toolbox's free margin,
+    owned by the user who extracts it (root for a read-only copy, whose tools own nothing)."""
+    owner = "0:0" if config.read_only else user
+    uid, gid = owner.split(":")
+    growth = config.disk_budget or DEFAULT_DISK_BUDGET
+    size = config.copy_bytes + growth + MIN_FREE
+    return f"rw,exec,nosuid,nodev,size={size},uid={uid},gid={gid},mode=0755"
+
+
+@contextlib.contextmanager
+def _unreachable_root(root: Path) -> Any:
+    """An engine that refuses to bind a path it does not have cannot see this disk."""
+    try:
+        yield
+    except SandboxError as exc:
+        if "bind source path does not exist" not in str(exc):
+            raise
+        raise WorkspaceUnreachableError(
+            f"the Docker engine at {endpoint()} has no {root}: it cannot see this machine's "
+            "disk", fix="use --workspace copy (or an engine on this machine)") from exc
 
 
 def _missing_chain(root: Path, rel: str) -> list[Path]:

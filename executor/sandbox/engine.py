@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import os
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from executor.errors import EngineUnavailableError, ImageNotFoundError, SandboxError
 
 ENGINE_FIX = (
-    "start the Docker engine (on Debian: `make engine`, which installs docker.io and runs "
-    "`dockerd --bridge=none --iptables=false`), or set DOCKER_HOST"
+    "start the Docker engine (installed with pip: install Docker, e.g. `apt-get install "
+    "docker.io`, and start it; in a clone of sandbox-agent: `make engine`), or set DOCKER_HOST"
 )
-IMAGE_FIX = "build it with `sandbox-agent image build` (or `make image`), or pass --image"
+IMAGE_FIX = (
+    "build it with `sandbox-agent image build` (no registry reachable, in a clone of "
+    "sandbox-agent: `make image`), or pass --image"
+)
 
 
 @contextlib.contextmanager
@@ -48,14 +52,55 @@ def _is_connection_problem(exc: Exception) -> bool:
     return "Connection" in text and any(w in text for w in ("refused", "aborted", "No such file"))
 
 
-def connect(timeout: float = 60.0) -> Any:
-    """A docker SDK client for the engine in the environment (DOCKER_HOST or the default socket)."""
-    import docker
+DEFAULT_ENDPOINT = "unix:///var/run/docker.sock"
 
-    with docker_errors("connecting to Docker"):
-        client = docker.from_env(timeout=int(timeout))
+
+def endpoint(url: str | None = None) -> str:
+    """The engine address `connect(url)` talks to, for messages."""
+    return url or os.environ.get("DOCKER_HOST") or DEFAULT_ENDPOINT
+
+
+def connect(timeout: float = 60.0, url: str | None = None,
+            environment: Mapping[str, str] | None = None) -> Any:
+    """A docker SDK client for `url`, else the engine in the environment (DOCKER_HOST, then the
+    default socket); unix, tcp (TLS from DOCKER_TLS_VERIFY / DOCKER_CERT_PATH) and ssh.
+
+    `environment` replaces os.environ as where those variables are read."""
+    import docker
+    from docker.utils import kwargs_from_env
+
+    environment = dict(os.environ if environment is None else environment)
+    if url is not None:
+        environment["DOCKER_HOST"] = url
+    if not environment.get("DOCKER_HOST", "").startswith("tcp://"):
+        # TLS settings are for a TCP engine: they must not break the local socket (`image copy
+        # --to tcp://...` reads them for its target, while its source is this machine's engine)
+        for name in ("DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH"):
+            environment.pop(name, None)
+    with docker_errors(f"connecting to Docker at {endpoint(url)}"):
+        client = docker.DockerClient.__new__(docker.DockerClient)
+        client.api = _api_class()(timeout=int(timeout), **kwargs_from_env(environment),
+                                  use_ssh_client=endpoint(url).startswith("ssh://"))
         client.ping()
         return client
+
+
+def _api_class() -> Any:
+    """The SDK's API client, except that the engine's own CA (DOCKER_CERT_PATH) is what a TLS
+    connection is verified against: requests would let REQUESTS_CA_BUNDLE or CURL_CA_BUNDLE in
+    the environment replace it, and the handshake with the engine would fail."""
+    import docker
+
+    class EngineAPI(docker.APIClient):  # type: ignore[misc]
+        @property
+        def trust_env(self) -> bool:
+            return bool(self._trust_env) and not isinstance(getattr(self, "verify", None), str)
+
+        @trust_env.setter
+        def trust_env(self, value: bool) -> None:
+            self._trust_env = value
+
+    return EngineAPI
 
 
 def engine_version(client: Any) -> str:

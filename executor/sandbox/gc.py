@@ -60,15 +60,17 @@ def _classify(container: Any, result: GcResult, *, all_hosts: bool, force: bool)
 
 def _in_use(lock_path: str) -> bool:
     """Whether the session holding `lock_path` still runs (a label is data: validate it)."""
-    if not lock_path or not os.path.exists(lock_path):
+    if not lock_path:
         return False
     try:  # never follow a link or block on a FIFO a foreign container's label points at
         fd = os.open(lock_path, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
+    except FileNotFoundError:
         return False
+    except OSError:
+        return True  # someone else's lock (or not a lock): we cannot tell, so it is not ours
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
-        return False
+        return True
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

@@ -8,13 +8,15 @@ from typing import Any
 
 from executor.config import DEFAULT_BASE_IMAGE, DEFAULT_IMAGE, OFFLINE_BASE_IMAGE
 from executor.errors import ImageNotFoundError, SandboxError
-from executor.sandbox.engine import connect, docker_errors
+from executor.sandbox.engine import connect, docker_errors, endpoint
 
 Progress = Callable[[str], None]
 
 BASE_FIX = (
-    "no registry? build a base from Debian packages with `make base-image` "
-    f"(debootstrap) and pass --base {OFFLINE_BASE_IMAGE}"
+    "no registry? build a base from Debian packages (in a clone of sandbox-agent: "
+    "`make base-image`; installed with pip: `debootstrap --variant=minbase "
+    "--include=python3,ripgrep,git bookworm DIR && tar -C DIR -c . | docker import - "
+    f"{OFFLINE_BASE_IMAGE}`) and pass --base {OFFLINE_BASE_IMAGE}"
 )
 
 
@@ -73,3 +75,34 @@ def _follow(stream: Any, tag: str, progress: Progress) -> str:
             progress(chunk["stream"].rstrip())
         image_id = chunk.get("aux", {}).get("ID", image_id)
     return image_id
+
+
+def copy_image(name: str, to_url: str, *, source: Any = None, target: Any = None,
+               progress: Progress = lambda line: None) -> str:
+    """Ship image `name` from this engine to the engine at `to_url` (which need not reach a
+    registry); returns the image id there. An image already there is left as it is."""
+    source = source or connect()
+    target = target or connect(url=to_url)
+    with docker_errors(f"looking up image {name}"):
+        local = source.images.get(name)
+    if image_exists(target, local.id):
+        progress(f"{endpoint(to_url)} already has {name} ({local.id[:19]})")
+        _tag(target, local.id, name)
+        return str(local.id)
+    progress(f"copying {name} ({local.id[:19]}) to {endpoint(to_url)} ...")
+    with docker_errors(f"saving {name}"):
+        stream = source.api.get_image(local.id)
+    with docker_errors(f"loading {name} into {endpoint(to_url)}"):
+        for chunk in target.api.load_image(stream):
+            if "error" in chunk:
+                raise SandboxError(f"loading {name} failed: {chunk['error']}")
+    _tag(target, local.id, name)
+    return str(local.id)
+
+
+def _tag(target: Any, image_id: str, name: str) -> None:
+    repository, _, tag = name.rpartition(":") if ":" in name.rsplit("/", 1)[-1] else (
+        name, "", "latest")
+    with docker_errors(f"tagging {name}"):
+        target.api.tag(image_id, repository, tag or "latest")
+

@@ -18,6 +18,7 @@ small regular files, and only parsed, never executed.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import stat
@@ -35,6 +36,7 @@ _MAX_CONFIG = 1 << 20
 _SECTION = re.compile(r'^\s*\[\s*([A-Za-z0-9.-]+)(?:\s+"((?:[^"\\]|\\.)*)")?\s*\]\s*(.*)$')
 _KEY = re.compile(r"^\s*([A-Za-z][A-Za-z0-9-]*)\s*(?:=\s*(.*))?$")
 _SETID = stat.S_ISUID | stat.S_ISGID
+_GITDIR_PARTS = {"HEAD": "file", "objects": "dir", "refs": "dir"}
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,8 @@ class TreeScan:
 
     git_entries: dict[str, str] = field(default_factory=dict)
     """Relative path of each `.git` entry -> 'dir', 'file', 'symlink' or 'other'."""
+    git_dirs: tuple[str, ...] = ()
+    """Other directories git takes for a repository (HEAD, objects/, refs/): bare ones."""
 
 
 @dataclass(frozen=True)
@@ -58,10 +62,15 @@ class Protected:
 def scan(root: Path) -> TreeScan:
     """Walk the tree (links not followed, `.git` directories not entered)."""
     found: dict[str, str] = {}
+    parts: dict[str, set[str]] = {}
     for rel, entry in _walk(root):
         if entry.name == ".git":
             found[rel] = _kind(entry)
-    return TreeScan(found)
+        elif entry.name in _GITDIR_PARTS and _kind(entry) == _GITDIR_PARTS[entry.name]:
+            parts.setdefault(rel.rpartition("/")[0], set()).add(entry.name)
+    bare = tuple(sorted(d for d, names in parts.items() if len(names) == len(_GITDIR_PARTS)
+                        and d.rpartition("/")[2] != ".git" and d))
+    return TreeScan(found, bare)
 
 
 def _walk(root: Path) -> Iterator[tuple[str, os.DirEntry[str]]]:
@@ -105,6 +114,9 @@ def protected_paths(root: Path, tree: TreeScan, *, global_configs: list[Path] | 
     found = _Found(root)
     configs = global_configs if global_configs is not None else user_git_configs()
     repos = [(root / rel, kind) for rel, kind in tree.git_entries.items()]
+    for rel in tree.git_dirs:  # a bare repository: its hooks run when someone pushes to it
+        found.add(root / rel)
+        found.config_paths(root / rel, root / rel / "config")
     for entry, kind in repos + enclosing_repos(root):
         worktree = entry.parent
         for git_dir in found.git_dirs(entry, kind):
@@ -163,7 +175,10 @@ class _Found:
             return
         for key, value in config_values(config):
             if key == "core.hookspath":
-                self.add(_expand(value, worktree))
+                hooks = _expand(value, worktree)
+                self.add(hooks)
+                if hooks.name == "_":  # husky: .husky/_/pre-commit runs .husky/pre-commit
+                    self.add(hooks.parent)
             elif key == "include.path" or (key.startswith("includeif.") and key.endswith(".path")):
                 target = _expand(value, config.parent)
                 self.add(target)  # an included file can set hooksPath, fsmonitor, more includes
@@ -288,6 +303,82 @@ class Sweep:
 
     setid_cleared: list[str] = field(default_factory=list)
     new_git: list[str] = field(default_factory=list)
+    replaced: dict[str, str] = field(default_factory=dict)
+    """Protected paths found replaced -> where the replacement was moved aside."""
+    disabled: list[str] = field(default_factory=list)
+    """`.git` entries the toolbox could not disable, renamed here."""
+
+
+def identities(root: Path, rels: tuple[str, ...]) -> dict[str, tuple[int, int]]:
+    """(device, inode) of each protected path, to tell later whether it is still the same."""
+    found = {}
+    for rel in rels:
+        with contextlib.suppress(OSError):
+            info = os.lstat(root / rel)
+            found[rel] = (info.st_dev, info.st_ino)
+    return found
+
+
+def check_replaced(root: Path, before: dict[str, tuple[int, int]], result: Sweep) -> None:
+    """Move aside what took a protected path's place (a directory above it was renamed)."""
+    for rel, identity in before.items():
+        try:
+            info = os.lstat(root / rel)
+        except OSError:
+            continue
+        if (info.st_dev, info.st_ino) != identity:
+            result.replaced[rel] = _move_aside(root, rel)
+
+
+def _move_aside(root: Path, rel: str) -> str:
+    """Rename `rel` to `rel.replaced-<hex>` (no link followed on the way); where it went."""
+    parts = Path(rel).parts
+    aside = f"{parts[-1]}.replaced-{os.urandom(4).hex()}"
+    try:
+        parent = _open_beneath(root, parts[:-1])
+    except OSError as exc:
+        return f"(not moved: a directory on the way is no longer one: {exc.strerror})"
+    try:
+        os.rename(parts[-1], aside, src_dir_fd=parent, dst_dir_fd=parent)
+    except OSError as exc:
+        return f"(not moved: {exc.strerror})"
+    finally:
+        os.close(parent)
+    return str(Path(rel).with_name(aside))
+
+
+def disable_git(root: Path, rels: list[str], result: Sweep) -> None:
+    """Rename `.git` entries that must not stay (the toolbox could not rename them).
+
+    The paths come from the sandbox: only plain relative ones ending in `.git` are taken, and
+    they are reached without following any link (a link could point at another repository).
+    """
+    for rel in rels:
+        parts = Path(rel).parts
+        if not parts or Path(rel).is_absolute() or ".." in parts or parts[-1].lower() != ".git":
+            continue
+        with contextlib.suppress(OSError):
+            parent = _open_beneath(root, parts[:-1])
+            try:
+                os.rename(parts[-1], f".git.quarantined-{os.urandom(4).hex()}",
+                          src_dir_fd=parent, dst_dir_fd=parent)
+            finally:
+                os.close(parent)
+            result.disabled.append(rel)
+
+
+def _open_beneath(root: Path, parts: tuple[str, ...]) -> int:
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for name in parts:
+            below = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                            dir_fd=fd)
+            os.close(fd)
+            fd = below
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def sweep(root: Path, before: TreeScan, since_ns: int) -> Sweep:

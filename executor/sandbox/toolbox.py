@@ -14,7 +14,15 @@ Protocol (version 1)
     start     {"ready": true, "pid": N, "version": 1, "python": "3.x.y", "rg": bool}
               ("rg" is whether search_files will use ripgrep)
     request   {"id": int, "tool": "name", "args": {...}}   one line
+              (+ "progress": true: stream a running command's output, see below)
     response  {"id": same, "ok": bool, "output": "text for the model", "meta": {"duration_ms": ..}}
+    progress  only when the request asked for it, and only for run_shell_command: before its
+              response, lines {"id": same, "progress": {"stream": "stdout"|"stderr", "text": str,
+              "dropped": int}} with what the command wrote since the previous one (decoded as
+              UTF-8, bad bytes replaced). At most one line a stream every 0.2 s, each with at
+              most the newest 4096 characters ("dropped": how many older ones were skipped), and
+              4 MiB of text a call; then nothing more until the response, which has the output
+              as always. A line with "progress" is never a response.
               A line that is not JSON, not an object or has no string "tool" gets ok false and
               "bad request: ..."; its id is echoed when the object had one, else null.
     special   ping -> "pong"; shutdown -> ok, then exit 0; EOF on stdin -> exit 0.
@@ -27,6 +35,21 @@ Protocol (version 1)
     approved  write_file and edit_file take "expect_sha256": the sha256_before the person was
               shown ("absent": no file). If the file is not that now, nothing is written:
               "... changed since it was approved; nothing was written".
+
+    start     also "root": {"dev", "ino", "mtime_ns"} of --root, so the host can tell whether
+              the engine mounted the directory it meant (another machine's disk is not it)
+
+Host operations (the host calls these; the model is never offered them)
+    manifest    {} -> meta "entries": [[path, kind, mode, size, sha256, target], ...] for every
+                entry under the root except hidden names and what is inside .git and
+                .git.quarantined-* entries (listed in "skipped"); every regular file is hashed.
+                "complete" is false when the walk stopped at its entry limit.
+    read_files  {"files": [[path, offset, length], ...]} -> meta "files": [{"path", "offset",
+                "size", "data" (base64)} | {"path", "error"}]; at most 16 MiB a call. Paths are
+                relative; no link is followed, in the last component or on the way.
+    snapshot    {"path", "max_bytes"} -> meta {"resolved", "exists", "kind", "mode", "size",
+                "sha256", "data" (base64, when not over max_bytes)}: the file a write_file or
+                edit_file of that path would change, as it is now (the host keeps it for undo).
 
 Caps and choices
     paths         relative to the root, or absolute inside it; symlinks are followed and must stay
@@ -99,6 +122,7 @@ sweep would hit other people's processes, so it is never switched on there.
 from __future__ import annotations
 
 import argparse
+import base64
 import codecs
 import contextlib
 import difflib
@@ -153,6 +177,11 @@ SETID = stat.S_ISUID | stat.S_ISGID
 DISK_POLL_SECONDS = 0.1
 DISK_WALK_GAP = 0.3  # seconds at least between two walks measuring the project during a command
 DISK_STEP = 1024 * 1024  # growth between walks confirming the disk budget, when already over
+PROGRESS_SECONDS = 0.2  # at most one progress line a stream this often
+PROGRESS_CHARS = 4096  # newest characters of a stream one progress line carries
+PROGRESS_TOTAL = 4 * 1024 * 1024  # characters of progress a call sends at most
+ENTRY_BUDGET = 100_000  # new files and directories a session may add (inodes, not only bytes)
+ENTRY_STEP = 5_000  # inode growth on the file system that makes the watch count the project
 MIN_FREE = 256 * 1024 * 1024
 SHOW_MAX_LINES, SHOW_MAX_CHARS = 120, 6000  # a failed edit shows a file this small in full
 CLOSEST_MAX_LINES = 5000  # a failed edit looks for the closest line in files this long
@@ -189,6 +218,7 @@ class Context:
         self.max_output = opts.max_output
         self.hidden = frozenset(opts.hidden or [".sandbox-agent"])
         self.readonly = frozenset(opts.readonly_dir or [])
+        self.readonly_folded = frozenset(name.lower() for name in self.readonly)
         no_rg = opts.no_rg or os.environ.get("TOOLBOX_NO_RG") == "1"
         self.rg = None if no_rg else shutil.which("rg")
         self.token = os.urandom(8).hex()
@@ -197,9 +227,11 @@ class Context:
         self.pids_events = _cgroup_file("pids", ["pids.events"])
         self.memory_events = _cgroup_file("memory", ["memory.events", "memory.oom_control"])
         self.git_guard = opts.git_guard
+        self.mounts = _mount_table(self.root)  # the protected mounts, where they belong
         self.tracker = None if opts.no_track else Tracker(self)  # its first walk comes later
         self.disk = None if opts.no_track else Disk(opts.disk_budget, opts.min_free)
         self.fsize_limit = _fsize_limit()
+        self.progress = None  # the _Progress of the request being served, when it asked for one
 
 
 def _fsize_limit():
@@ -276,7 +308,8 @@ def resolve(ctx, raw, write=False):
     # Nested ones too (a vendored repo's .git/hooks would run on the host as well), and names
     # met on the way: a link to a .git directory leaves no ".git" in the resolved path.
     met = parts + _names_on_the_way(ctx.root, raw) if write and ctx.readonly else []
-    locked = sorted(ctx.readonly.intersection(met))
+    # Any case: on a case-insensitive host file system .GIT is .git.
+    locked = sorted({name for name in met if name.lower() in ctx.readonly_folded})
     if locked:
         raise ToolError(f"'{raw}' is inside {locked[0]}, which is read-only in the sandbox")
     return real
@@ -498,7 +531,7 @@ def tool_write_file(ctx, path, content, expect_sha256=None):
     _check_unchanged(path, before, expect_sha256)
     meta = _write(ctx, real, before, _encode(content, "surrogatepass"))
     how = "new file" if meta["created"] else f"{meta['lines_changed']} lines changed"
-    return ok(f"wrote {meta['bytes']} bytes to '{path}' ({how})", **meta)
+    return ok(f"wrote {meta['bytes']} bytes to '{path}' ({how})" + _gitdir_note(meta), **meta)
 
 
 def tool_edit_file(ctx, path, new_text, old_text=None, replace_all=False, expect_sha256=None):
@@ -512,9 +545,18 @@ def tool_edit_file(ctx, path, new_text, old_text=None, replace_all=False, expect
         raise _with_file(exc, path, before) from None
     meta = _write(ctx, real, before, after)
     if before is None:
-        return ok(f"created '{path}' ({meta['bytes']} bytes)", replacements=0, **meta)
+        return ok(f"created '{path}' ({meta['bytes']} bytes)" + _gitdir_note(meta),
+                  replacements=0, **meta)
     return ok(f"edited '{path}': {done} replacement{'s' * (done > 1)}, "
-              f"{meta['lines_changed']} lines changed", replacements=done, **meta)
+              f"{meta['lines_changed']} lines changed" + _gitdir_note(meta),
+              replacements=done, **meta)
+
+
+def _gitdir_note(meta):
+    records = meta.get("git_quarantined") or []
+    return "".join(f"\n{r['path']} was made to look like a git repository; its HEAD was renamed "
+                   f"to {r['renamed_to'] or '(failed)'} so git on the host does not use it"
+                   for r in records)
 
 
 def _edited(path, before, new_text, old_text, replace_all):
@@ -565,11 +607,20 @@ def _digest(data):
 
 
 def _read_existing(real, path):
-    """The file's bytes, or None if it does not exist yet."""
+    """The file's bytes, or None if it does not exist yet; a hard-linked file is refused.
+
+    Writing in place through one of several names changes the others too (a Makefile linked
+    to notes.txt): what the approval and the audit name would not be what changed.
+    """
     try:
-        _regular_file(real, path)
+        info = _regular_file(real, path)
     except FileNotFoundError:
         return None
+    if info.st_nlink > 1:
+        raise ToolError(f"'{path}' has {info.st_nlink} hard links: writing it would change the "
+                        "other names too, so nothing was written. Remove it and write a new "
+                        "file instead (run_shell_command: cp --remove-destination ...).",
+                        hard_links=info.st_nlink)
     with open(real, "rb") as f:
         return f.read()
 
@@ -663,10 +714,40 @@ def _write(ctx, real, before, data):
         f.write(data)
     digest = hashlib.sha256(data).hexdigest()
     _note_write(ctx, real, allocated, digest)
-    return {"bytes": len(data),
+    meta = {"bytes": len(data),
             "sha256_before": None if before is None else hashlib.sha256(before).hexdigest(),
             "sha256_after": digest,
             "lines_changed": _lines_changed(before or b"", data), "created": before is None}
+    disabled = _gitdir_made_by_write(ctx, real) if ".git" in ctx.readonly else None
+    if disabled:
+        meta["git_quarantined"] = [disabled]
+    return meta
+
+
+def _gitdir_made_by_write(ctx, real):
+    """A write that completes a repository look-alike (HEAD, objects/, refs/ in one directory,
+    whatever its name) disables it at once: git on the host would run its config."""
+    folder = os.path.dirname(real)
+    while _inside(ctx.root, folder):
+        parts = [os.path.join(folder, p) for p in GITDIR_PARTS]
+        if (os.path.isfile(parts[0]) and all(os.path.isdir(p) and not os.path.islink(p)
+                                             for p in parts[1:])
+                and folder not in _readonly_mounts(ctx.root)):
+            head = rel(ctx, parts[0])
+            renamed = head + "." + QUARANTINE.strip(".") + os.urandom(4).hex()
+            try:
+                _rename_in_place(ctx, head, renamed)
+            except OSError as exc:
+                return {"path": rel(ctx, folder), "kind": "gitdir", "renamed_to": None,
+                        "error": exc.strerror or str(exc)}
+            if ctx.tracker is not None and ctx.tracker.index is not None:
+                ctx.tracker.index.stats.pop(head, None)
+                ctx.tracker.refresh(renamed)
+            return {"path": rel(ctx, folder), "kind": "gitdir", "renamed_to": renamed}
+        if folder == ctx.root:
+            return None
+        folder = os.path.dirname(folder)
+    return None
 
 
 def _lines_changed(old, new):
@@ -1029,22 +1110,38 @@ def _entry(st):
             st.st_nlink)
 
 
+def _opaque(name):
+    """Names a copy's manifest lists but never brings back: git's files, and quarantined ones."""
+    return _is_git(name) or name.startswith(QUARANTINE)
+
+
 def _is_git(name):
     # Any case: on a case-insensitive host file system git takes .GIT for .git.
     return len(name) == 4 and name.lower() == ".git"
 
 
-def _opaque(name):
-    """Directories a walk records but does not enter."""
-    return _is_git(name) or name.startswith(QUARANTINE)
-
-
 def _walk(ctx):
-    """(stats, complete, .git paths, directories that could not be listed) under the root."""
+    """(stats, complete, .git paths, directories that could not be listed) under the root.
+
+    Everything is entered except read-only mount points (the protected .git and hook paths:
+    nothing below them can change). A directory a command made unreadable is opened for the
+    walk and closed again after it: what it holds still counts, for the audit and the budget.
+    """
+    reopened = []
+    try:
+        return _walk_tree(ctx, reopened)
+    finally:
+        for path, ino, mode in reversed(reopened):  # deepest first, as they were opened
+            with contextlib.suppress(OSError):
+                _chmod_nofollow(ctx.root, path, ino, mode, kind=stat.S_IFDIR)
+
+
+def _walk_tree(ctx, reopened):
     stats, gits, unlisted, stack = {}, [], [], [("", ctx.root)]
+    frozen = _readonly_mounts(ctx.root)
     while stack:
         prefix, directory = stack.pop()
-        for entry in _listing(directory, unlisted, prefix):
+        for entry in _listing(ctx, directory, unlisted, prefix, reopened):
             if not prefix and entry.name in ctx.hidden:
                 continue
             try:
@@ -1054,22 +1151,45 @@ def _walk(ctx):
             path = prefix + entry.name
             stats[path] = (st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino,
                            st.st_blocks, st.st_nlink)  # _entry(st), inline: the hot loop
-            if stat.S_ISDIR(st.st_mode) and not _opaque(entry.name):
-                stack.append((path + "/", entry.path))
-            elif _is_git(entry.name):
+            if _is_git(entry.name):
                 gits.append(path)
+            if stat.S_ISDIR(st.st_mode) and entry.path not in frozen:
+                stack.append((path + "/", entry.path))
             if len(stats) >= TRACK_MAX_ENTRIES:
                 return stats, False, gits, unlisted
     return stats, True, gits, unlisted
 
 
-def _listing(directory, unlisted, prefix):
+def _listing(ctx, directory, unlisted, prefix, reopened):
     try:
         with os.scandir(directory) as it:
             return list(it)
+    except PermissionError:
+        if _reopen(ctx, directory, prefix, reopened):
+            with contextlib.suppress(OSError), os.scandir(directory) as it:
+                return list(it)
     except OSError:
-        unlisted.append(prefix)  # unreadable (chmod 000) or gone: what it held stays unknown
-        return []
+        pass
+    unlisted.append(prefix)  # gone, or still unreadable: what it held stays unknown
+    return []
+
+
+def _reopen(ctx, directory, prefix, reopened):
+    """Give a directory a command made unreadable (ours: same uid) read and search rights
+    for the walk; _walk puts its mode back afterwards."""
+    if not prefix:
+        return False
+    path = prefix.rstrip("/")
+    try:
+        st = os.lstat(directory)
+        if not stat.S_ISDIR(st.st_mode):
+            return False
+        _chmod_nofollow(ctx.root, path, st.st_ino, stat.S_IMODE(st.st_mode) | 0o500,
+                        kind=stat.S_IFDIR)
+    except OSError:
+        return False
+    reopened.append((path, st.st_ino, stat.S_IMODE(st.st_mode)))
+    return True
 
 
 def _size(stats):
@@ -1088,15 +1208,21 @@ def _tree_size(ctx):
     return _size(_walk(ctx)[0])
 
 
+def _tree_measure(ctx):
+    """(bytes on disk, entries, whether the walk saw everything) of the project now."""
+    stats, complete, _, unlisted = _walk(ctx)
+    return _size(stats), len(stats), complete and not unlisted
+
+
 def _snapshot(ctx, old):
     """A new walk; what did not change is taken from `old`, what did is hashed or read."""
     stats, complete, gits, unlisted = _walk(ctx)
-    snap = Snapshot(stats, complete, gits)
+    snap = Snapshot(stats, complete and not unlisted, gits)
     before = {} if old is None else old.stats
     if old is not None:
         snap.hashes, snap.unhashed = dict(old.hashes), dict(old.unhashed)
         snap.targets = dict(old.targets)
-        _carry_unseen(old, snap, unlisted)
+        _carry_unseen(old, snap, complete, unlisted)
     for path, st in stats.items():
         if before.get(path) != st:
             _describe(ctx, snap, path, st)
@@ -1105,12 +1231,12 @@ def _snapshot(ctx, old):
     return snap
 
 
-def _carry_unseen(old, snap, unlisted):
+def _carry_unseen(old, snap, complete, unlisted):
     """Keep what a capped walk or an unreadable directory hid: unknown is not deleted."""
-    if snap.complete and not unlisted:
+    if complete and not unlisted:
         return
     for path in old.stats.keys() - snap.stats.keys():
-        if not snap.complete or any(path.startswith(prefix) for prefix in unlisted):
+        if not complete or any(path.startswith(prefix) for prefix in unlisted):
             snap.stats[path] = old.stats[path]
             if path in old.gits:
                 snap.gits.append(path)
@@ -1200,7 +1326,8 @@ def _content_changed(old, new, path, prev, st):
     before, after = old.hashes.get(path), new.hashes.get(path)
     if before and after:
         return before != after
-    return prev[1] != st[1] or prev[2] != st[2]  # not hashed: size or mtime tell
+    # Not hashed: size, mtime or ctime tell (a command can set mtime back, never ctime).
+    return prev[1] != st[1] or prev[2] != st[2] or prev[3] != st[3]
 
 
 def _change_record(old, new, path, change):
@@ -1238,12 +1365,21 @@ def _counts(found):
     return ", ".join(f"{count[key]} {word}" for key, word in words if count[key])
 
 
+def _coarse_now_ns():
+    """Now, on the clock file timestamps come from (Linux stamps files with the coarse clock,
+    up to a tick behind time.time_ns(): a file made right after us must not look older)."""
+    try:
+        return time.clock_gettime_ns(5)  # CLOCK_REALTIME_COARSE
+    except (AttributeError, OSError):
+        return time.time_ns()
+
+
 class Tracker:
     """The index of the project between calls, and which .git entries were there before."""
 
     def __init__(self, ctx):
         self.ctx, self.index = ctx, None
-        self.started_ns = time.time_ns()
+        self.started_ns = _coarse_now_ns()
         self.known_git = {}  # .git entries older than the session: path -> identity
         self.own_git = set()  # .git entries our commands made that could not be disabled
 
@@ -1274,17 +1410,22 @@ class Tracker:
         self.index.stats[path] = _entry(os.lstat(os.path.join(self.ctx.root, path)))
 
     def rename(self, path, new_path):
-        """Move an entry we renamed; it is opaque, so nothing below it is indexed."""
-        _forget(self.index, path)
-        del self.index.stats[path]
-        self.index.gits.remove(path)
+        """Move an entry we renamed, and everything indexed below it, to its new name."""
+        below = path + "/"
+        for old in [p for p in self.index.stats if p == path or p.startswith(below)]:
+            moved = new_path + old[len(path):]
+            self.index.stats[moved] = self.index.stats.pop(old)
+            for table in (self.index.hashes, self.index.unhashed, self.index.targets):
+                if old in table:
+                    table[moved] = table.pop(old)
+        self.index.gits = [g for g in self.index.gits if g != path and not g.startswith(below)]
         self.refresh(new_path)
 
     def note_write(self, real, digest):
         """A write_file/edit_file result, so the next walk does not call it an outside change."""
         path = rel(self.ctx, real)
         parts = path.split("/")
-        if self.index is None or parts[0] in self.ctx.hidden or any(map(_opaque, parts[:-1])):
+        if self.index is None or parts[0] in self.ctx.hidden:
             return
         for i in range(1, len(parts) + 1):  # the file and the directories made for it
             sub = "/".join(parts[:i])
@@ -1323,7 +1464,7 @@ def _track_before(ctx, report):
             report.lines.append("note: files changed outside the sandbox since the last call "
                                 f"(not by you): {_counts(found)}")
     if ctx.disk is not None:
-        ctx.disk.settle(tracker.index.size)
+        ctx.disk.settle(tracker.index.size, len(tracker.index.stats))
     return _git_guard(ctx, report) if ctx.git_guard else None
 
 
@@ -1338,6 +1479,66 @@ def _git_guard(ctx, report):
     return fail(f"a git repository appeared in the project from outside the sandbox during this "
                 f"session ({shown}); the command was not run. The sandbox has to be restarted "
                 "with it mounted read-only first.", remount_needed=found, **report.meta)
+
+
+def _mount_table(root, mountinfo="/proc/self/mountinfo"):
+    """{mount id: mount point} of the mounts below root (their ids survive a rename)."""
+    try:
+        with open(mountinfo, "rb") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return {}
+    table = {}
+    for line in lines:
+        fields = line.split(b" ")
+        if len(fields) > 5:
+            point = os.fsdecode(re.sub(rb"\\([0-7]{3})", lambda m: bytes([int(m[1], 8)]),
+                                       fields[4]))
+            if point != root and _inside(root, point):
+                table[fields[0]] = point
+    return table
+
+
+def _restore_mounts(ctx, report):
+    """Put back a protected mount a command moved by renaming a directory above it.
+
+    A read-only mount (a hooks dir, an included git config) moves with its parent: `mv .husky
+    .husky.old && mkdir -p .husky/_` would leave a writable look-alike where git looks. The
+    look-alike is moved aside and the renamed directory is renamed back.
+    """
+    moved = [(ctx.mounts[i], now) for i, now in _mount_table(ctx.root).items()
+             if i in ctx.mounts and now != ctx.mounts[i]]
+    done = []
+    for was, now in moved:
+        a, b = rel(ctx, was).split("/"), rel(ctx, now).split("/")
+        keep = 0
+        while keep < min(len(a), len(b)) - 1 and a[-1 - keep] == b[-1 - keep]:
+            keep += 1
+        old_dir = os.path.join(ctx.root, *a[:len(a) - keep])
+        new_dir = os.path.join(ctx.root, *b[:len(b) - keep])
+        done.append(_move_back(ctx, old_dir, new_dir, was))
+    for record in done:
+        report.lines.append(f"{record['path']} is protected (git on the host runs it) and was "
+                            "moved by renaming a directory above it; "
+                            + (f"it was put back (what took its place is now "
+                               f"{record['replaced_by']})" if "error" not in record
+                               else f"it could not be put back: {record['error']}"))
+    if done:
+        report.meta["protected_restored"] = done
+        ctx.tracker.index = _snapshot(ctx, ctx.tracker.index)  # our renames are not theirs
+
+
+def _move_back(ctx, old_dir, new_dir, was):
+    record = {"path": rel(ctx, was), "moved_to": rel(ctx, new_dir)}
+    try:
+        if os.path.lexists(old_dir):
+            aside = old_dir + ".replaced-" + os.urandom(4).hex()
+            os.rename(old_dir, aside)
+            record["replaced_by"] = rel(ctx, aside)
+        os.rename(new_dir, old_dir)
+    except OSError as exc:
+        record["error"] = exc.strerror or str(exc)
+    return record
 
 
 def _readonly_mounts(root, mountinfo="/proc/self/mountinfo"):
@@ -1370,9 +1571,11 @@ def _track_after(ctx, report, reason):
                             "only part of it was checked for changes")
     _clear_setid(ctx, old, found, report)
     if ".git" in ctx.readonly:  # with --allow-git-writes the person allowed repositories
+        _restore_mounts(ctx, report)
         _quarantine_git(ctx, old, report)
+        _disable_gitdirs(ctx, found, report)
     if ctx.disk is not None:
-        ctx.disk.size = new.size
+        ctx.disk.size, ctx.disk.entries = new.size, len(new.stats)
         _disk_verdict(ctx.disk, report, reason)
 
 
@@ -1430,7 +1633,7 @@ def _open_parent(root, path):
     return fd, leaf
 
 
-def _chmod_nofollow(root, path, ino, mode):
+def _chmod_nofollow(root, path, ino, mode, kind=stat.S_IFREG):
     """chmod root/path; a symlink swapped in anywhere on the way cannot redirect it."""
     parent, leaf = _open_parent(root, path)
     try:
@@ -1439,7 +1642,7 @@ def _chmod_nofollow(root, path, ino, mode):
         os.close(parent)
     try:
         info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_ino != ino:
+        if stat.S_IFMT(info.st_mode) != kind or info.st_ino != ino:
             raise OSError(errno.ESTALE, "replaced since it was seen")
         os.chmod(f"/proc/self/fd/{fd}", mode)  # Linux has no fchmod on an O_PATH descriptor
     finally:
@@ -1469,16 +1672,99 @@ def _disable_git(ctx, path):
     kind = _kind(ctx.tracker.index.stats[path][0])
     renamed = path[:-4] + QUARANTINE + os.urandom(4).hex()
     try:
-        parent, leaf = _open_parent(ctx.root, path)
-        try:
-            os.rename(leaf, renamed.rsplit("/", 1)[-1], src_dir_fd=parent, dst_dir_fd=parent)
-        finally:
-            os.close(parent)
+        _rename_in_place(ctx, path, renamed)
         ctx.tracker.rename(path, renamed)
+        if kind == "dir":  # not a repository under its new name either (cd into it + git)
+            _rename_head(ctx, renamed)
     except OSError as exc:
         ctx.tracker.own_git.add(path)  # not "from outside": the git guard must not trip on it
         return {"path": path, "kind": kind, "renamed_to": None, "error": exc.strerror or str(exc)}
     return {"path": path, "kind": kind, "renamed_to": renamed}
+
+
+def _rename_in_place(ctx, path, renamed):
+    """Rename an entry within its directory, never through a link; a directory the command
+    made read-only (ours: same uid) is opened for the rename and closed again."""
+    try:
+        _rename_at(ctx.root, path, renamed)
+    except PermissionError:
+        folder = path.rsplit("/", 1)[0] if "/" in path else "."
+        st = os.lstat(os.path.join(ctx.root, folder))
+        if not stat.S_ISDIR(st.st_mode):
+            raise
+        _chmod_nofollow(ctx.root, folder, st.st_ino, stat.S_IMODE(st.st_mode) | 0o700,
+                        kind=stat.S_IFDIR)
+        try:
+            _rename_at(ctx.root, path, renamed)
+        finally:
+            _chmod_nofollow(ctx.root, folder, st.st_ino, stat.S_IMODE(st.st_mode),
+                            kind=stat.S_IFDIR)
+
+
+def _rename_at(root, path, renamed):
+    parent, leaf = _open_parent(root, path)
+    try:
+        os.rename(leaf, renamed.rsplit("/", 1)[-1], src_dir_fd=parent, dst_dir_fd=parent)
+    finally:
+        os.close(parent)
+
+
+GITDIR_PARTS = ("HEAD", "objects", "refs")
+"""What makes git take a directory for a repository (bare, or a .git under another name)."""
+GITDIR_CODE = ("HEAD", "config", "commondir", "hooks")
+"""The parts of one a command may not write: git on the host would act on them."""
+
+
+def _disable_gitdirs(ctx, found, report):
+    """Directories a command turned into something git takes for a repository, whatever their
+    name (`fake/` with HEAD, objects/, refs/ and a config with core.fsmonitor): their HEAD is
+    renamed, so git on the host no longer sees a repository there."""
+    index, mounts = ctx.tracker.index, _readonly_mounts(ctx.root)
+    touched = {path.rsplit("/", 1)[0] if "/" in path else "" for path, _ in found}
+    suspects = sorted(d for d in touched | {p for p, _ in found} if _looks_like_gitdir(index, d)
+                      and os.path.join(ctx.root, d) not in mounts)
+    done = []
+    for folder in suspects:
+        prefix = folder + "/" if folder else ""
+        if not any(p == prefix + part or p.startswith(prefix + part + "/")
+                   for p, _ in found for part in GITDIR_CODE):
+            continue  # the command did not write what git would run
+        head = prefix + "HEAD"
+        renamed = head + "." + QUARANTINE.strip(".") + os.urandom(4).hex()
+        record = {"path": folder or ".", "kind": "gitdir", "renamed_to": renamed}
+        try:
+            _rename_in_place(ctx, head, renamed)
+            index.stats.pop(head)
+            ctx.tracker.refresh(renamed)
+            if folder:
+                ctx.tracker.refresh(folder)
+        except OSError as exc:
+            record.update(renamed_to=None, error=exc.strerror or str(exc))
+        done.append(record)
+        report.lines.append(f"{record['path']} was made to look like a git repository; its HEAD "
+                            + (f"was renamed to {renamed}" if record["renamed_to"]
+                               else f"could not be renamed: {record['error']}")
+                            + " so git on the host does not use it")
+    if done:
+        report.meta.setdefault("git_quarantined", []).extend(done)
+
+
+def _rename_head(ctx, folder):
+    head = folder + "/HEAD"
+    if head in ctx.tracker.index.stats:
+        renamed = head + "." + QUARANTINE.strip(".") + os.urandom(4).hex()
+        with contextlib.suppress(OSError):
+            _rename_in_place(ctx, head, renamed)
+            ctx.tracker.index.stats.pop(head)
+            ctx.tracker.refresh(renamed)  # renaming changed its ctime: not a change of theirs
+            ctx.tracker.refresh(folder)
+
+
+def _looks_like_gitdir(index, folder):
+    prefix = folder + "/" if folder else ""
+    kinds = [index.stats.get(prefix + part) for part in GITDIR_PARTS]
+    return (kinds[0] is not None and stat.S_ISREG(kinds[0][0])
+            and all(k is not None and stat.S_ISDIR(k[0]) for k in kinds[1:]))
 
 
 # -- disk budget ------------------------------------------------------------------------------
@@ -1494,21 +1780,38 @@ class Disk:
     def __init__(self, budget, min_free):
         self.budget, self.min_free = budget, min_free
         self.base = self.size = self.before = None  # project bytes: no growth / now / at start
+        self.base_entries = self.entries = None  # files and directories: at the start / now
         self.stopped = None  # (growth, free) when a watch killed the last command
 
     def growth(self):
         """Bytes the project grew by in our calls."""
         return 0 if self.base is None else self.size - self.base
 
-    def settle(self, size):
+    def new_entries(self):
+        """Files and directories the project gained in our calls."""
+        return 0 if self.base_entries is None else self.entries - self.base_entries
+
+    def too_many(self):
+        """Whether the session added more entries than ENTRY_BUDGET (empty files cost inodes)."""
+        return bool(self.budget) and self.new_entries() > ENTRY_BUDGET
+
+    def settle(self, size, entries=None):
         """Before a command (or the first write), with the project's size now."""
         if self.base is None:
             self.base = self.size = size
         self.base += size - self.size
         self.size = self.before = size
+        if entries is not None:
+            if self.base_entries is None:
+                self.base_entries = self.entries = entries
+            self.base_entries += entries - self.entries
+            self.entries = entries
 
     def text(self, growth, free=None):
         """Why the disk is over its limit, for the model."""
+        if self.too_many() and not 0 < self.budget < growth:
+            return (f"disk budget exceeded: the project gained {self.new_entries():,} files and "
+                    f"directories (at most {ENTRY_BUDGET:,} new ones per session)")
         if free is not None and free < self.min_free and not 0 < self.budget < growth:
             return (f"disk nearly full: {_human(free)} free, less than the "
                     f"{_human(self.min_free)} the sandbox keeps free")
@@ -1529,11 +1832,17 @@ def _human(size):
 
 def _fs_usage(root):
     """(used, free for us) bytes of the file system holding root; (0, huge) when unknown."""
+    return _fs_counts(root)[:2]
+
+
+def _fs_counts(root):
+    """(used bytes, free bytes for us, inodes used) of the file system holding root."""
     try:
         st = os.statvfs(root)
     except OSError:
-        return 0, 1 << 62
-    return (st.f_blocks - st.f_bfree) * st.f_frsize, st.f_bavail * st.f_frsize
+        return 0, 1 << 62, 0
+    return ((st.f_blocks - st.f_bfree) * st.f_frsize, st.f_bavail * st.f_frsize,
+            st.f_files - st.f_ffree)
 
 
 class _DiskWatch:
@@ -1546,7 +1855,9 @@ class _DiskWatch:
     def __init__(self, ctx):
         self.ctx, self.disk = ctx, ctx.disk
         self.next_poll = self.next_walk = 0.0
-        self.trigger = self._trigger(_fs_usage(ctx.root)[0], self.disk.growth())
+        self.used0, _, self.inodes0 = _fs_counts(ctx.root)
+        self.trigger = self._trigger(self.used0, self.disk.growth())
+        self.inode_trigger = self.inodes0 + ENTRY_STEP
 
     def _trigger(self, used, growth):
         """The file system usage at which to measure the project again."""
@@ -1559,19 +1870,25 @@ class _DiskWatch:
         if now < self.next_poll:
             return None
         self.next_poll = now + DISK_POLL_SECONDS
-        used, free = _fs_usage(self.ctx.root)
+        used, free, inodes = _fs_counts(self.ctx.root)
         low = free < self.disk.min_free
         grew = self.trigger is not None and used >= self.trigger
-        if now < self.next_walk or not (low or grew):
+        many = bool(self.disk.budget) and inodes >= self.inode_trigger
+        if now < self.next_walk or not (low or grew or many):
             return None
-        size = _tree_size(self.ctx)
+        size, entries, complete = _tree_measure(self.ctx)
+        if not complete:  # a walk that could not see everything: all new space may be ours
+            size = max(size, self.disk.before + used - self.used0)
         # Others writing to the same file system must not keep us walking all the time.
         self.next_walk = now + max(DISK_WALK_GAP, 3 * (time.monotonic() - now))
         growth = size - self.disk.base
-        if size > self.disk.before and (low or 0 < self.disk.budget < growth):
+        self.disk.entries = entries
+        if self.disk.too_many() or (size > self.disk.before and (
+                low or 0 < self.disk.budget < growth)):
             self.disk.stopped = (growth, free)  # this command is adding to it
             return "disk"
         self.trigger = self._trigger(used, growth)  # the growth was someone else's
+        self.inode_trigger = inodes + ENTRY_STEP
         return None
 
 
@@ -1580,12 +1897,12 @@ def _disk_verdict(disk, report, reason):
     growth = disk.growth()
     if disk.budget:
         report.meta["disk_growth"] = growth
-    over = 0 < disk.budget < growth
+    over = 0 < disk.budget < growth or disk.too_many()
     if reason == "disk":
         seen, free = disk.stopped
         report.status = (disk.text(max(growth, seen), free) + "; the command was killed. "
                          "Delete files you do not need to go on.")
-    elif over and disk.size > disk.before:
+    elif over and (disk.size > disk.before or disk.too_many()):
         report.lines.append(disk.text(growth) + ". Delete files you do not need to go on.")
     else:
         if over:
@@ -1654,19 +1971,28 @@ def _run(ctx, command, timeout):
     since = _start_tick(proc.pid)
     out, err = _Capture(ctx.max_output), _Capture(ctx.max_output)
     disk = _DiskWatch(ctx) if ctx.disk is not None else None
+    progress = ctx.progress
+    sinks = (out, err) if progress is None else (progress.tee("stdout", out),
+                                                  progress.tee("stderr", err))
 
     def stop():
         """Stop a command drowning us in output or filling the disk."""
+        if progress is not None:
+            progress.flush()
         if out.total + err.total > OUTPUT_HARD_LIMIT:
             return "overflow"
         return disk() if disk else None
 
     tick = DISK_POLL_SECONDS if disk else None
-    reason = _pump(proc, (out, err), deadline, stop, tick) or _wait(proc, deadline, stop, tick)
+    if progress is not None:
+        tick = min(tick or PROGRESS_SECONDS, PROGRESS_SECONDS)
+    reason = _pump(proc, sinks, deadline, stop, tick) or _wait(proc, deadline, stop, tick)
     shell_exit = proc.poll()
     left = _sweep(ctx, proc.pid, since)
     if reason:  # what the killed processes wrote before they died
-        _pump(proc, (out, err), time.monotonic() + DRAIN_SECONDS, lambda: None)
+        _pump(proc, sinks, time.monotonic() + DRAIN_SECONDS, lambda: None)
+    if progress is not None:
+        progress.flush(final=True)
     _finish(proc)
     _reap()
     forks_now, ooms_now = _limit_counters(ctx)
@@ -1869,6 +2195,57 @@ class _Lines:
         return (self.lines + tail)[:self.limit]
 
 
+class _Progress:
+    """A running command's output, sent as progress lines while it runs (rate-limited, capped)."""
+
+    def __init__(self, out, rid):
+        self.out, self.rid = out, rid
+        self.pending = {"stdout": "", "stderr": ""}
+        self.dropped = {"stdout": 0, "stderr": 0}
+        self.decoders = {name: codecs.getincrementaldecoder("utf-8")("replace")
+                         for name in self.pending}
+        self.sent, self.due = 0, 0.0
+
+    def tee(self, stream, capture):
+        """A sink for _pump that feeds `capture` and this stream's progress."""
+        return _Tee(self, stream, capture)
+
+    def feed(self, stream, chunk):
+        """Keep the newest PROGRESS_CHARS of what `stream` wrote since the last line sent."""
+        text = self.pending[stream] + self.decoders[stream].decode(chunk)
+        if len(text) > PROGRESS_CHARS:
+            self.dropped[stream] += len(text) - PROGRESS_CHARS
+            text = text[-PROGRESS_CHARS:]
+        self.pending[stream] = text
+
+    def flush(self, final=False):
+        """Send what is pending, at most every PROGRESS_SECONDS (always when `final`)."""
+        now = time.monotonic()
+        if not final and now < self.due:
+            return
+        self.due = now + PROGRESS_SECONDS
+        for stream, text in self.pending.items():
+            if final:
+                text += self.decoders[stream].decode(b"", final=True)
+            if (text or self.dropped[stream]) and self.sent < PROGRESS_TOTAL:
+                self.sent += len(text)
+                send(self.out, {"id": self.rid, "progress": {
+                    "stream": stream, "text": text, "dropped": self.dropped[stream]}})
+            self.pending[stream], self.dropped[stream] = "", 0
+
+
+class _Tee:
+    """Feeds a chunk to a _Capture and to the progress of its stream."""
+
+    def __init__(self, progress, stream, capture):
+        self.progress, self.stream, self.capture = progress, stream, capture
+
+    def add(self, chunk):
+        """Capture the chunk and queue it as progress."""
+        self.capture.add(chunk)
+        self.progress.feed(self.stream, chunk)
+
+
 def _pump(proc, sinks, deadline, should_stop, tick=None):
     """Feed stdout and stderr to sinks until both close, the deadline, or should_stop() says.
 
@@ -1994,10 +2371,121 @@ def _ancestors():
     return found
 
 
+# -- host operations: what the host asks of a copy workspace (never offered to the model) ------
+
+READ_FILES_MAX = 16 * 1024 * 1024  # bytes of file content in one read_files answer
+
+
+def _identity(path):
+    """What tells a directory apart across machines: device, inode and mtime."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return {"dev": st.st_dev, "ino": st.st_ino, "mtime_ns": st.st_mtime_ns}
+
+
+def op_manifest(ctx):
+    """Every entry of the tree with its kind, mode, size, hash and link target."""
+    old = ctx.tracker.index if ctx.tracker is not None else None
+    snap = _snapshot(ctx, old)  # what a command's walk already hashed is not read again
+    entries, skipped = [], []
+    for path, st in sorted(snap.stats.items()):
+        parts = path.split("/")
+        if any(_opaque(name) for name in parts[:-1]):
+            continue  # inside a .git entry (a walk never enters one; a carried-over entry may be)
+        if _opaque(parts[-1]):
+            skipped.append([path, "git repository" if _is_git(parts[-1]) else "quarantined"])
+            continue
+        entries.append(_manifest_entry(ctx, snap, path, st))
+    return ok(f"{len(entries)} entries", entries=entries, skipped=skipped,
+              complete=snap.complete)
+
+
+def _manifest_entry(ctx, snap, path, st):
+    kind, digest = _kind(st[0]), None
+    if kind == "file":
+        digest = snap.hashes.get(path) or _sha256(os.path.join(ctx.root, path), st[4])[0]
+    return [path, kind, stat.S_IMODE(st[0]), st[1] if kind == "file" else 0, digest,
+            snap.targets.get(path) if kind == "symlink" else None]
+
+
+def op_read_files(ctx, files):
+    """Chunks of regular files, never through a link; errors per file."""
+    found, budget = [], READ_FILES_MAX
+    for item in files:
+        if budget <= 0:
+            break
+        found.append(_read_chunk(ctx, item, budget))
+        budget -= found[-1].get("length", 0)
+    return ok(f"{len(found)} files", files=found)
+
+
+def _read_chunk(ctx, item, budget):
+    if (not isinstance(item, list) or len(item) != 3 or not isinstance(item[0], str)
+            or not all(isinstance(n, int) and n >= 0 for n in item[1:])):
+        return {"path": str(item)[:200], "error": "expected [path, offset, length]"}
+    path, offset, length = item
+    if not _plain_relative(ctx, path):
+        return {"path": path, "error": "not a plain relative path"}
+    try:
+        parent, leaf = _open_parent(ctx.root, path)
+        try:
+            fd = os.open(leaf, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                         dir_fd=parent)
+        finally:
+            os.close(parent)
+        with os.fdopen(fd, "rb"):
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                return {"path": path, "error": "not a regular file"}
+            data = os.pread(fd, min(length, budget), offset)
+    except OSError as exc:
+        return {"path": path, "error": exc.strerror or str(exc)}
+    return {"path": path, "offset": offset, "size": info.st_size, "length": len(data),
+            "data": base64.b64encode(data).decode("ascii")}
+
+
+def _plain_relative(ctx, path):
+    parts = path.split("/")
+    return (bool(path) and "\0" not in path and not path.startswith("/")
+            and all(part not in ("", ".", "..") for part in parts) and parts[0] not in ctx.hidden)
+
+
+def op_snapshot(ctx, path, max_bytes=0):
+    """The file a write of `path` would change, as it is now (content when small enough)."""
+    real = resolve(ctx, path, write=True)
+    found = {"resolved": rel(ctx, real), "exists": False}
+    try:
+        st = os.lstat(real)
+    except FileNotFoundError:
+        return ok("absent", **found)
+    found.update(exists=True, kind=_kind(st.st_mode), mode=stat.S_IMODE(st.st_mode),
+                 size=st.st_size)
+    if found["kind"] == "file":
+        found.update(_snapshot_content(real, st, max_bytes))
+    return ok(found["kind"], **found)
+
+
+def _snapshot_content(real, st, max_bytes):
+    fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as f:
+        if os.fstat(fd).st_ino != st.st_ino:
+            return {"sha256": None}
+        digest, kept = hashlib.sha256(), bytearray()
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+            if len(kept) <= max_bytes:
+                kept += chunk
+    small = len(kept) <= max_bytes
+    return {"sha256": digest.hexdigest(),
+            "data": base64.b64encode(bytes(kept)).decode("ascii") if small else None}
+
+
 # -- requests ---------------------------------------------------------------------------------
 
-STR, INT, BOOL, NUMBER, OBJECT = (
-    "a string", "an integer", "true or false", "a number", "a JSON object")
+STR, INT, BOOL, NUMBER, OBJECT, LIST = (
+    "a string", "an integer", "true or false", "a number", "a JSON object", "a list")
 TOOLS = {
     "read_file": (tool_read_file, {"path": (STR, True), "start_line": (INT, False),
                                    "end_line": (INT, False)}),
@@ -2018,7 +2506,16 @@ TOOLS = {
 PREVIEW_SPEC = {"tool": (STR, True), "args": (OBJECT, True)}
 
 
+HOST_OPS = {
+    "manifest": (op_manifest, {}),
+    "read_files": (op_read_files, {"files": (LIST, True)}),
+    "snapshot": (op_snapshot, {"path": (STR, True), "max_bytes": (INT, False)}),
+}
+
+
 def _is_kind(value, kind):
+    if kind == LIST:
+        return isinstance(value, list)
     if kind == STR:
         return isinstance(value, str)
     if kind == OBJECT:
@@ -2058,9 +2555,9 @@ def call_tool(ctx, tool, args):
             return ok("pong")
         if tool == "preview":
             return tool_preview(ctx, **validate(tool, PREVIEW_SPEC, args))
-        if tool not in TOOLS:
+        handler, spec = TOOLS.get(tool) or HOST_OPS.get(tool) or (None, None)
+        if handler is None:
             raise ToolError(f"unknown tool '{tool}'; available: {', '.join(TOOLS)}")
-        handler, spec = TOOLS[tool]
         return handler(ctx, **validate(tool, spec, args))
     except ToolError as exc:
         return fail(str(exc), **exc.meta)
@@ -2071,8 +2568,8 @@ def call_tool(ctx, tool, args):
         return fail(f"internal error in {tool}: {type(exc).__name__}: {exc}")
 
 
-def respond(ctx, line):
-    """(response, stop) for one request line."""
+def respond(ctx, line, out=None):
+    """(response, stop) for one request line; progress lines (when asked for) go to `out`."""
     started = time.perf_counter()
     try:
         request = json.loads(line)
@@ -2089,7 +2586,12 @@ def respond(ctx, line):
         result = ok("bye")
     else:
         args = request.get("args")
-        result = call_tool(ctx, request["tool"], {} if args is None else args)
+        wants = out is not None and request.get("progress") is True
+        ctx.progress = _Progress(out, rid) if wants else None
+        try:
+            result = call_tool(ctx, request["tool"], {} if args is None else args)
+        finally:
+            ctx.progress = None
     result["meta"]["duration_ms"] = round((time.perf_counter() - started) * 1000, 3)
     return {"id": rid, **result}, stop
 
@@ -2105,12 +2607,14 @@ def _request_error(request):
 def serve(ctx, inp, out):
     """Answer request lines until EOF or shutdown."""
     send(out, {"ready": True, "pid": os.getpid(), "version": VERSION,
-               "python": ".".join(map(str, sys.version_info[:3])), "rg": bool(ctx.rg)})
+               "guarded": getattr(ctx, "guarded", False),
+               "python": ".".join(map(str, sys.version_info[:3])), "rg": bool(ctx.rg),
+               "root": _identity(ctx.root)})
     while True:
         line = inp.readline()
         if not line:
             return 0
-        response, stop = respond(ctx, line)
+        response, stop = respond(ctx, line, out)
         send(out, response)
         if stop:
             return 0
@@ -2126,13 +2630,36 @@ def _on_sigterm(signum, frame):
     raise SystemExit(0)
 
 
+PR_GET_DUMPABLE, PR_SET_DUMPABLE = 3, 4
+
+
+def _not_dumpable():
+    """Keep the commands we run (same uid) out of our /proc files and away from ptrace.
+
+    Otherwise a command could read our stdin and write our stdout through /proc/PID/fd, and
+    answer the host in our place: fake previews, fake results, a forged audit trail. Returns
+    whether we are now non-dumpable (the ready line reports it).
+    """
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+        return libc.prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) == 0
+    except (ImportError, OSError, AttributeError) as exc:
+        sys.stderr.write(f"toolbox: could not make itself non-dumpable: {exc}\n")
+        return False
+
+
 def main(argv):
     """Entry point: parse argv, then serve on stdin/stdout."""
+    guarded = _not_dumpable()
     opts = parse_args(argv)
     if not os.path.isdir(opts.root):
         sys.stderr.write(f"toolbox: root {opts.root!r} is not a directory\n")
         return 2
     ctx = Context(opts)
+    ctx.guarded = guarded
     sys.stdout.flush()
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # a stray print can never corrupt the protocol

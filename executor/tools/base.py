@@ -9,23 +9,14 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from enum import StrEnum
 from pathlib import Path
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ValidationError
 
+from executor.choices import RiskLevel as RiskLevel
 from executor.messages import ToolResult, ToolSpec
-from executor.protocols import Sandbox
-
-
-class RiskLevel(StrEnum):
-    """How much harm a tool can do; the policy's default decision depends on it."""
-
-    LOW = "low"
-    MEDIUM = "medium"
-    HIGH = "high"
-    CRITICAL = "critical"
+from executor.protocols import OutputCallback, Sandbox
 
 
 @dataclass(frozen=True)
@@ -42,6 +33,8 @@ class ToolContext:
     """Id of the running session."""
     host_args: Mapping[str, Any] = field(default_factory=dict)
     """Arguments the approved call carries that the model cannot give (`Preview.host_args`)."""
+    on_output: OutputCallback | None = None
+    """Where a running command's output goes while it runs (the agent emits `tool_output`)."""
 
 
 @dataclass(frozen=True)

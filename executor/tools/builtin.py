@@ -179,6 +179,11 @@ class RunShellCommand(SandboxTool):
     core_args = ("command",)
     risk = RiskLevel.HIGH
 
+    def call(self, args: Any, ctx: ToolContext) -> ToolResult:
+        """Run it in the toolbox; its output goes to `ctx.on_output` while it runs."""
+        return ctx.sandbox.call(self.name, {**args.model_dump(exclude_none=True), **ctx.host_args},
+                                on_output=ctx.on_output)
+
     def describe(self, args: Any) -> str:
         return f"$ {args.command}"
 

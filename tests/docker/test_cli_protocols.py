@@ -179,7 +179,7 @@ def test_a_failure_after_every_attempt_is_one_clean_error(project: Path,
     for _ in range(3):
         model_server.error(503, "still overloaded")
 
-    done = ask(project, model_server, "openai", env={"SANDBOX_AGENT_MAX_RETRIES": "3"})
+    done = ask(project, model_server, "openai", env={"SANDBOX_AGENT_MAX_RETRIES": "2"})
 
     assert_user_error(done, 23, "503")
     assert len(model_server.chat_requests) == 3

@@ -60,16 +60,20 @@ def test_review_writes_a_json_report_from_a_read_only_container(
     assert done.returncode == 0, explain(done)
     assert done.stdout == "" and "Traceback" not in done.stderr
     data = json.loads(report.read_text())
-    assert data["status"] == "ok" and data["review"] == REVIEW
+    assert data["schema_version"] == 1 and data["status"] == "ok"
+    assert data["summary"] == "Summary: small and fine."
+    assert data["findings"] == [{"file": "hello.py", "line": 1, "severity": "low",
+                                 "title": "add a main guard.", "body": ""}]
+    assert data["findings_source"] == "text"
     assert data["root"] == str(project) and data["provider"] == provider
-    assert data["diff_base"] is None and data["turns"] == 3
+    assert data["diff_base"] is None and data["diff"] is None and data["turns"] == 3
     assert data["tool_calls"] == [
         {"tool": "read_file", "arguments": {"path": "hello.py"}, "ok": True},
         {"tool": "write_file", "arguments": {"path": "hello.py", "content": "x"}, "ok": False},
     ]
     assert mounts and mounts[0]["RW"] is False  # the kernel refuses writes, not only Python
     for request in model_server.chat_requests:
-        assert set(offered_tools(request)) == READ_TOOLS
+        assert set(offered_tools(request)) == READ_TOOLS | {"submit_review"}
     assert "Review the code of this project" in model_server.chat_requests[0].body["messages"][1][
         "content"]
     results = [r for _, _, r in tool_exchanges(model_server.last_chat)]
@@ -91,7 +95,7 @@ def test_a_failed_review_exits_non_zero_with_an_error_report(
     assert data["status"] == "error"
     assert data["error"]["exit_code"] == 23 and data["error"]["type"] == "ModelResponseError"
     assert "model does not exist" in data["error"]["message"]
-    assert "review" not in data
+    assert data["findings"] == [] and data["summary"] == ""
     assert containers_of(docker_client, project) == []
 
 
@@ -112,21 +116,25 @@ def test_review_of_uncommitted_changes_sends_the_diff(project: Path, model_serve
     assert "hello.py" not in prompt  # only the changed file
     # Markdown on stdout: the heading names the scope, then the review, then the facts.
     assert done.stdout.startswith(f"# Code review of `{project}` (changes since `HEAD`)\n\n")
-    assert "- src/app.py:2 high: add() subtracts.\n\n---\n" in done.stdout
+    assert "## Findings\n\n- **high** `src/app.py:2`: add() subtracts.\n\n---\n" in done.stdout
     assert "2 turns, tools used: read_file_" in done.stdout
 
 
-def test_review_without_changes_since_the_base_is_a_usage_error(project: Path,
-                                                                 model_server: ModelServer,
-                                                                 docker_client: Any):
+def test_review_without_changes_since_the_base_is_an_empty_report_and_exit_0(
+        project: Path, workdir: Path, model_server: ModelServer, docker_client: Any):
     _git(project, "add", "-A")
     _git(project, "commit", "-q", "-m", "initial")
+    report = workdir / "report.json"
 
     done = run_cli("review", "--root", project, *model_args(model_server, "ollama"),
-                   "--diff-base", "HEAD")
+                   "--diff-base", "HEAD", "--format", "json", "--output", report)
 
-    assert_user_error(done, 2, "no changes since HEAD")
-    assert model_server.chat_requests == []
+    assert done.returncode == 0, explain(done)
+    data = json.loads(report.read_text())
+    assert data["status"] == "no_changes" and data["findings"] == []
+    assert data["diff"]["files"] == [] and data["diff"]["base"] == "HEAD"
+    assert "No changes since HEAD" in done.stderr
+    assert model_server.requests == []  # no model, and so no container either
     assert containers_of(docker_client, project) == []
 
 
@@ -155,7 +163,8 @@ def test_review_writes_a_markdown_report_file(project: Path, workdir: Path,
     assert done.returncode == 0, explain(done)
     assert done.stdout == ""
     text = report.read_text()
-    assert text.startswith(f"# Code review of `{project}`\n\n{REVIEW}\n\n---\n_model ")
+    assert text.startswith(f"# Code review of `{project}`\n\nSummary: small and fine.\n\n"
+                           "## Findings\n\n- **low** `hello.py:1`: add a main guard.\n\n---\n_model ")
     assert text.rstrip().endswith("tools used: none_")
 
 
@@ -180,4 +189,190 @@ def test_an_unwritable_report_is_one_line_after_the_review(project: Path,
                    "--output", "/proc/version")
 
     assert_user_error(done, 2, "cannot write the report")
+    assert len(model_server.chat_requests) == 1
+
+
+# -- structured findings, exit codes, SARIF, GitHub -----------------------------------------------
+
+FINDINGS = [
+    {"file": "src/app.py", "line": 2, "severity": "high", "title": "add() subtracts",
+     "body": "Return a + b."},
+    {"file": "hello.py", "line": 1, "severity": "low", "title": "no main guard, at all",
+     "body": "100% of it runs on import:\nwrap it\r\n::error::forged"},
+]
+
+
+def _submit(server: ModelServer, findings: list[dict[str, Any]] = FINDINGS,
+            summary: str = "One bug.") -> None:
+    server.reply(tool_calls=[Call("read_file", {"path": "src/app.py"})])
+    server.reply(tool_calls=[Call("submit_review", {"summary": summary, "findings": findings})])
+    server.reply("Reviewed.")
+
+
+@pytest.mark.parametrize("protocol", ["native", "constrained"])
+def test_findings_handed_in_with_the_tool_are_the_report(project: Path, workdir: Path,
+                                                        model_server: ModelServer, protocol: str):
+    if protocol == "native":
+        _submit(model_server)
+    else:  # the constrained protocol: every reply is a JSON object the schema allows
+        model_server.reply(json.dumps({"name": "submit_review", "arguments": {
+            "summary": "One bug.", "findings": FINDINGS}}))
+        model_server.reply('{"answer": "Reviewed."}')
+    report = workdir / "report.json"
+
+    done = run_cli("review", "--root", project, *model_args(model_server, "openai"),
+                   "--tool-protocol", protocol, "--format", "json", "--output", report)
+
+    assert done.returncode == 0, explain(done)
+    data = json.loads(report.read_text())
+    assert data["findings_source"] == "tool" and data["summary"] == "One bug."
+    assert data["findings"] == FINDINGS
+    if protocol == "constrained":  # the schema the server enforced holds the Finding shape
+        schema = model_server.chat_requests[0].body["response_format"]["json_schema"]["schema"]
+        [submit] = [o for o in schema["oneOf"]
+                    if o["properties"].get("name", {}).get("const") == "submit_review"]
+        finding = schema["$defs"]["Finding"]
+        assert finding["properties"]["severity"]["enum"] == ["low", "medium", "high"]
+        assert set(finding["required"]) == {"file", "severity", "title"}
+        assert submit["properties"]["arguments"]["required"] == ["summary", "findings"]
+
+
+def test_an_invalid_finding_goes_back_to_the_model_to_fix(project: Path, workdir: Path,
+                                                          model_server: ModelServer):
+    bad = [{"file": "src/app.py", "line": 0, "severity": "urgent", "title": "x"}]
+    model_server.reply(tool_calls=[Call("submit_review", {"summary": "S", "findings": bad})])
+    _submit(model_server)
+    report = workdir / "report.json"
+
+    done = run_cli("review", "--root", project, *model_args(model_server, "ollama"),
+                   "--format", "json", "--output", report)
+
+    assert done.returncode == 0, explain(done)
+    [(_, _, result), *_] = tool_exchanges(model_server.last_chat)
+    assert "Invalid arguments for submit_review" in result
+    assert "findings.0.line" in result and "findings.0.severity" in result
+    assert json.loads(report.read_text())["findings"] == FINDINGS
+
+
+@pytest.mark.parametrize(("fail_on", "code"), [("high", 33), ("medium", 33), (None, 0)])
+def test_fail_on_sets_the_exit_code(project: Path, workdir: Path, model_server: ModelServer,
+                                    fail_on: str | None, code: int):
+    _submit(model_server, [FINDINGS[0]] if fail_on != "medium" else [FINDINGS[1]])
+    flags = ["--fail-on", fail_on] if fail_on else []
+
+    done = run_cli("review", "--root", project, *model_args(model_server, "ollama"),
+                   "--format", "json", "--output", workdir / "r.json", *flags)
+
+    if fail_on == "medium":  # a low finding does not reach medium
+        assert done.returncode == 0, explain(done)
+        return
+    if code:
+        assert_user_error(done, code, "1 finding(s) at or above high", "src/app.py:2")
+    else:
+        assert done.returncode == 0, explain(done)
+    assert json.loads((workdir / "r.json").read_text())["status"] == "ok"
+
+
+def test_sarif_report_has_the_structure_code_scanning_reads(project: Path, workdir: Path,
+                                                            model_server: ModelServer):
+    _submit(model_server)
+    out = workdir / "review.sarif"
+
+    done = run_cli("review", "--root", project, *model_args(model_server, "ollama"),
+                   "--format", "sarif", "--output", out)
+
+    assert done.returncode == 0, explain(done)
+    sarif = json.loads(out.read_text())
+    assert sarif["version"] == "2.1.0" and sarif["$schema"].endswith("sarif-2.1.0.json")
+    [run] = sarif["runs"]
+    driver = run["tool"]["driver"]
+    assert driver["name"] == "sandbox-agent" and driver["version"]
+    rule_ids = {rule["id"] for rule in driver["rules"]}
+    assert run["originalUriBaseIds"]["%SRCROOT%"]["uri"] == f"file://{project}/"
+    assert [r["level"] for r in run["results"]] == ["error", "note"]
+    for result, finding in zip(run["results"], FINDINGS, strict=True):
+        assert result["ruleId"] in rule_ids
+        assert result["message"]["text"].startswith(finding["title"])
+        [location] = result["locations"]
+        physical = location["physicalLocation"]
+        assert physical["artifactLocation"] == {"uri": finding["file"], "uriBaseId": "%SRCROOT%"}
+        assert physical["region"] == {"startLine": finding["line"]}
+    assert run["properties"]["summary"] == "One bug."
+
+
+def test_github_annotations_are_escaped(project: Path, model_server: ModelServer):
+    _submit(model_server)
+
+    done = run_cli("review", "--root", project, *model_args(model_server, "ollama"),
+                   "--format", "github")
+
+    assert done.returncode == 0, explain(done)
+    lines = done.stdout.splitlines()
+    assert lines[0] == ("::error file=src/app.py,line=2,title=high%3A add() subtracts::"
+                        "Return a + b.")
+    assert lines[1] == ("::notice file=hello.py,line=1,title=low%3A no main guard%2C at all::"
+                        "100%25 of it runs on import:%0Awrap it%0D%0A::error::forged")
+    assert lines[2].startswith("review: 2 finding(s). One bug.")
+    assert len(lines) == 3  # the forged command stayed inside the escaped message
+
+
+def test_under_github_actions_a_report_on_stdout_cannot_issue_commands(
+        project: Path, model_server: ModelServer):
+    _submit(model_server, summary="Fine.\n::add-mask::leak\n::error::forged")
+
+    done = run_cli("review", "--root", project, *model_args(model_server, "ollama"),
+                   env={"GITHUB_ACTIONS": "true"})
+
+    assert done.returncode == 0, explain(done)
+    lines = done.stdout.splitlines()
+    token = lines[0].removeprefix("::stop-commands::")
+    assert len(token) == 32 and lines[-1] == f"::{token}::"
+    assert "::add-mask::leak" in lines  # inside the fence: shown, not run
+    annotations = [line for line in done.stderr.splitlines() if line.startswith("::")]
+    assert annotations[0].startswith("::error file=src/app.py,line=2,")
+    assert len(annotations) == 2
+
+
+def test_a_long_diff_is_cut_and_the_report_says_what_was_covered(
+        project: Path, workdir: Path, model_server: ModelServer):
+    _git(project, "add", "-A")
+    _git(project, "commit", "-q", "-m", "initial")
+    (project / "src" / "app.py").write_text("def add(a, b):\n    return a - b\n")
+    (project / "big.txt").write_text("".join(f"line {i} {'x' * 60}\n" for i in range(2000)))
+    (project / "zz_new.py").write_text("print('untracked')\n")
+    model_server.reply("Looked.")
+    report = workdir / "report.json"
+
+    done = run_cli("review", "--root", project, *model_args(model_server, "ollama"),
+                   "--diff-base", "HEAD", "--format", "json", "--output", report)
+
+    assert done.returncode == 0, explain(done)
+    diff = json.loads(report.read_text())["diff"]
+    assert diff["files"] == ["src/app.py", "big.txt", "zz_new.py"]
+    assert diff["untracked"] == ["big.txt", "zz_new.py"]
+    assert diff["included"] == ["src/app.py"] and diff["partial"] == ["big.txt"]
+    assert diff["omitted"] == ["zz_new.py"]
+    assert diff["included_chars"] == 60_000 and diff["total_chars"] > 120_000
+    prompt = model_server.last_chat.body["messages"][1]["content"]
+    assert "+    return a - b" in prompt and "big.txt's diff was cut" in prompt
+    assert "Not shown (read them with the tools if they matter): big.txt, zz_new.py" in prompt
+    assert "warning: the diff was cut at 60000 of" in done.stderr
+
+
+def test_untracked_files_are_reviewed_unless_told_not_to(project: Path,
+                                                         model_server: ModelServer):
+    _git(project, "add", "-A")
+    _git(project, "commit", "-q", "-m", "initial")
+    (project / "new.py").write_text("import os\nos.system('rm -rf /')\n")
+    model_server.reply("One new file.")
+
+    done = run_cli("review", "--root", project, *model_args(model_server, "ollama"),
+                   "--diff-base", "HEAD")
+    skipped = run_cli("review", "--root", project, *model_args(model_server, "ollama"),
+                      "--diff-base", "HEAD", "--no-untracked")
+
+    assert done.returncode == 0, explain(done)
+    prompt = model_server.chat_requests[0].body["messages"][1]["content"]
+    assert "+++ b/new.py\n@@ -0,0 +1,2 @@\n+import os\n+os.system('rm -rf /')" in prompt
+    assert skipped.returncode == 0 and "No changes since HEAD" in skipped.stderr
     assert len(model_server.chat_requests) == 1

@@ -7,6 +7,7 @@ import os
 import socket
 import subprocess
 import threading
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -236,6 +237,9 @@ def test_gc_removes_the_container_of_a_killed_run_and_only_that(
     )
     try:
         assert asked.wait(60), "the run never asked the model"
+        deadline = time.monotonic() + 30  # it warms up while the model thinks
+        while not containers_of(docker_client, project) and time.monotonic() < deadline:
+            time.sleep(0.1)
         [container] = containers_of(docker_client, project)
         assert container.labels["sandbox-agent.host"] == hostname
 

@@ -13,6 +13,7 @@ import fcntl
 import json
 import os
 import pty
+import re
 import select
 import struct
 import subprocess
@@ -118,10 +119,19 @@ def ask_argv(project: Path, server: ModelServer, *flags: str, query: str = "do i
             *flags, query]
 
 
+LEGEND = ("a: always allow ", "r: no, and tell the model why")
+"""The line naming the less obvious answers, just above the question."""
+
+
+SUMMARY = re.compile(r"^\w+: \d+ lines?; first: ")
+"""The one-line summary right above the question (what the call does, however long it is)."""
+
+
 def block_after(lines: list[str], head: str) -> list[str]:
-    """The lines from the first one starting with `head` up to the prompt (exclusive)."""
+    """The lines from the first one starting with `head` up to the summary (exclusive)."""
     start = next(i for i, line in enumerate(lines) if line.startswith(head))
-    end = next(i for i in range(start, len(lines)) if lines[i].startswith("Allow this call?"))
+    end = next(i for i in range(start, len(lines))
+               if lines[i].startswith(("Allow this call?", *LEGEND)) or SUMMARY.match(lines[i]))
     return lines[start:end]
 
 
@@ -231,7 +241,7 @@ def test_a_folded_diff_is_seen_whole_after_v(project: Path, model_server: ModelS
     assert "+curl x | sh" not in first
     assert "… 94 more lines not shown: answer v to see all of it" in first
     assert "+curl x | sh" in second  # after v: everything, then the question again
-    assert second[-1] == "Allow this call? [y/n/v] (n):"
+    assert second[-1] == "Allow this call? [y/n/a/r/v] (n):"
     assert not (project / "setup.sh").exists()
 
 
@@ -369,3 +379,33 @@ def test_the_answer_is_inert_on_a_terminal_and_raw_in_a_pipe(project: Path,
 
     assert r"fine\x1b[2K\x1b[1Greally \u202efine" in on_terminal.screen
     assert piped.returncode == 0 and piped.stdout == answer + "\n"  # the data, byte for byte
+
+
+# -- what an outside review found ----------------------------------------------------------------
+
+
+def test_typing_ahead_never_answers_an_approval(project: Path, model_server: ModelServer):
+    """The model's text draws a fake prompt; the person answers it (y) while nothing is asking.
+    That y must not answer the real question that shows a second later."""
+    model_server.reply("Allow this call? [y/n/a/r/v] (n): ",
+                       tool_calls=[Call("read_file", {"path": "hello.py"})])
+    model_server.reply(delay=1.5, tool_calls=[
+        Call("run_shell_command", {"command": "echo PWNED > README.md"})])
+    model_server.reply("Done.")
+    seen = converse(ask_argv(project, model_server, "--stream"), [b"y\n", b"n\n"])
+    assert len(seen.at_prompts) == 2, seen.text()
+    assert not (project / "README.md").exists(), seen.text()
+
+
+def test_a_long_command_cannot_push_its_start_out_of_sight(project: Path,
+                                                           model_server: ModelServer):
+    command = ("echo PWNED > README.md" + "\n" * 60 + "needs approval (default:high)\n$ ls -la")
+    model_server.reply(tool_calls=[Call("run_shell_command", {"command": command})])
+    model_server.reply("Done.")
+    seen = converse(ask_argv(project, model_server), [b"n\n"])
+    screen = seen.at_prompts[0]
+    question = max(i for i, line in enumerate(screen) if line.startswith("Allow this call?"))
+    near = "\n".join(screen[max(0, question - 5):question + 1])
+    assert "first: $ echo PWNED > README.md" in near, near
+    assert "[… 59 blank lines …]" in near, near  # the blank run cannot scroll anything away
+    assert not (project / "README.md").exists()

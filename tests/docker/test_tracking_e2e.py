@@ -142,3 +142,15 @@ def test_set_id_bits_never_stay_on_a_file_in_the_project(project: Path, docker_c
     if result.meta.get("setid_cleared"):
         assert result.meta["setid_cleared"][0]["path"] == "tool"
         assert "removed set-uid bit from ./tool" in result.output
+
+
+def test_a_directory_made_unreadable_still_shows_what_it_holds(project: Path, docker_client: Any):
+    """In the container even the owner (root in CI, without capabilities) cannot list a 000
+    directory: the toolbox opens it for its walk, so nothing hides from the audit."""
+    with DockerSandbox(make_config(project), client=docker_client) as box:
+        made = box.call("run_shell_command", {
+            "command": "mkdir -p d/e && echo x > d/e/install.sh && chmod 000 d/e d"})
+        hidden = box.call("run_shell_command", {"command": "true"})
+    assert {c["path"] for c in made.meta["changes"]} == {"d", "d/e", "d/e/install.sh"}
+    assert made.meta["changes_incomplete"] is False and hidden.meta["changes"] == []
+    assert (project / "d").stat().st_mode & 0o777 == 0

@@ -742,3 +742,26 @@ def test_files_a_command_changed_get_write_records(tmp_path: Path) -> None:
     assert writes[1]["sha256_before"] == "cd" * 32 and writes[1]["sha256_after"] is None
     [result] = [r for r in records if r["kind"] == "tool_result"]
     assert result["meta"] == {"changes_total": 2} and verify(tmp_path).ok
+
+
+@pytest.mark.parametrize("split", [
+    lambda v: "\n".join(v[i:i + 10] for i in range(0, len(v), 10)),  # fold -w 10
+    lambda v: "-".join(v),  # sed 's/./&-/g'
+    lambda v: " ".join(v[i:i + 4] for i in range(0, len(v), 4)),
+], ids=["fold", "dashes", "groups"])
+def test_a_long_env_secret_split_by_separators_is_still_redacted(split: Callable[[str], str]
+                                                                  ) -> None:
+    secret = "s3cr3tVALUEthatIsLong42"
+    redacted = Redactor({"SERVICE_TOKEN": secret}).text(f"out: {split(secret)} end")
+    assert redacted == "out: [REDACTED:env:SERVICE_TOKEN] end"
+
+
+def test_a_huge_argument_is_kept_as_its_head_length_and_hash(tmp_path: Path) -> None:
+    content = "x" * 100_000 + "TAIL"
+    log = make_log(tmp_path)
+    record = log.tool_call(tool="write_file", arguments={"path": "a", "content": content},
+                           decision="allow", rule="r")
+    kept = record["arguments"]["content"]
+    assert len(kept) < 17_000 and "TAIL" not in kept
+    assert f"{len(content)} bytes in all, sha256 {hashlib.sha256(content.encode()).hexdigest()}" in kept
+    assert record["arguments"]["path"] == "a" and verify(tmp_path).ok

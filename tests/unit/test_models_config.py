@@ -94,7 +94,7 @@ def test_build_model_ollama_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_build_model_passes_settings_through(model_server: ModelServer) -> None:
     settings = Settings(provider="ollama", model="tiny", host=model_server.url,
                         tool_protocol="constrained", stream=False, temperature=0.2,
-                        max_retries=2, retry_base_delay=0.001, timeout=7)
+                        max_retries=1, retry_base_delay=0.001, timeout=7)
     model_server.error(503).reply('{"answer": "hi"}')
     bus, seen = HookBus(), []
     bus.subscribe(seen.append, "retry")

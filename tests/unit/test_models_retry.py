@@ -105,7 +105,7 @@ def test_max_attempts_is_configurable(model_server: ModelServer) -> None:
 
 
 def test_settings_configure_the_policy() -> None:
-    policy = RetryPolicy.from_settings(Settings(max_retries=7, retry_base_delay=0.25))
+    policy = RetryPolicy.from_settings(Settings(max_retries=6, retry_base_delay=0.25))
     assert (policy.max_attempts, policy.base_delay) == (7, 0.25)
     assert RetryPolicy.from_settings(Settings()).max_attempts == 3
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -655,3 +656,26 @@ def test_cli_show_lists_rules_in_order(cli: Callable[..., Any], project: Path) -
     out = result.stdout
     positions = [out.index(s) for s in ("--deny-tool", "no-rm", "default:low", "default:critical")]
     assert positions == sorted(positions)
+
+
+def test_a_catastrophic_regex_cannot_hang_the_controller() -> None:
+    p = policy('[[rules]]\nregex = "^(a|aa)+$"\ndecision = "deny"\n'
+               '[[rules]]\nregex = "^(b|bb)+$"\ndecision = "allow"\n')
+    started = time.monotonic()
+    assert shell(p, "a" * 60 + "!").decision == "deny"  # out of time: a deny rule matches
+    assert shell(p, "b" * 60 + "!").decision == "ask"  # ... an allow rule does not
+    assert time.monotonic() - started < 5
+
+
+def test_a_user_policy_inside_the_project_is_not_used(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "dotfiles"
+    (root / "sandbox-agent").mkdir(parents=True)
+    (root / "sandbox-agent" / "policy.toml").write_text(ALLOW_ALL)
+    monkeypatch.setenv("SANDBOX_AGENT_CONFIG_DIR", str(root / "sandbox-agent"))
+    inside = load_policy(root)
+    assert not inside.decide(WRITE, {"path": "a"}, interactive=False).allowed
+    assert "inside the project" in inside.notices[0]
+    elsewhere = tmp_path / "other"
+    elsewhere.mkdir()
+    assert load_policy(elsewhere).decide(WRITE, {"path": "a"}, interactive=False).allowed

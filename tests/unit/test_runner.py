@@ -14,11 +14,11 @@ from pydantic import BaseModel
 from executor.agent import Agent
 from executor.config import Settings
 from executor.errors import ConfigError, PolicyFileError
-from executor.messages import ToolCall, ToolResult
+from executor.messages import Message, ToolCall, ToolResult
 from executor.models import ScriptedModel
 from executor.models.ollama import OllamaModel
 from executor.policy import Decision
-from executor.runner import Runner
+from executor.runner import Approval, Runner
 from executor.tools import Preview, RiskLevel, Tool, ToolContext
 from executor.tools.builtin import ReadFile, RunShellCommand, WriteFile
 from tests.conftest import PRIVATE_ENV
@@ -218,3 +218,44 @@ def test_interactive_runs_ask_the_approver(tmp_path: Path) -> None:
     assert dict(yes.host_args) == {"expect_sha256": "absent"} and not no.host_args
     assert not read.host_args
     assert [name for name, _ in asked] == ["write_file", "write_file"]
+
+
+def test_an_approval_says_who_and_a_refusal_why(tmp_path: Path) -> None:
+    answers = iter([Approval(True, by="user:session"), Approval(False, reason="use git mv")])
+
+    def approver(tool: Tool, args: BaseModel, decision: Decision, preview: Preview) -> Approval:
+        return next(answers)
+
+    runner = Runner.build(tmp_path, model=ScriptedModel([]), approver=approver, interactive=True)
+    with_fake_sandbox(runner)
+    granted = _authorize(runner, RunShellCommand(), {"command": "git status"})
+    refused = _authorize(runner, RunShellCommand(), {"command": "mv a b"})
+
+    assert (granted.allowed, granted.approved_by) == (True, "user:session")
+    assert not refused.allowed
+    assert refused.reason == "run_shell_command was declined by the user, who said: use git mv"
+
+
+def test_a_policy_denial_never_reaches_the_approver(tmp_path: Path) -> None:
+    def approver(tool: Tool, args: BaseModel, decision: Decision, preview: Preview) -> Approval:
+        raise AssertionError("asked about a denied call")
+
+    runner = Runner.build(tmp_path, model=ScriptedModel([]), approver=approver, interactive=True,
+                          deny_commands=["rm"])
+    with_fake_sandbox(runner)
+    verdict = _authorize(runner, RunShellCommand(), {"command": "rm -rf x"})
+    assert not verdict.allowed and verdict.rule == "flag --deny-command"
+
+
+def test_settle_answers_calls_an_interrupt_left_open(tmp_path: Path) -> None:
+    runner = build(tmp_path)
+    with_fake_sandbox(runner)
+    assert runner.agent is not None
+    call = ToolCall(name="read_file", arguments={"path": "a"})
+    runner.agent.add(Message.user("go"))
+    runner.agent.add(Message.assistant("", tool_calls=[call]))
+    runner.settle()
+    runner.settle()  # idempotent
+    last = runner.agent.messages[-1]
+    assert (last.role, last.tool_call_id) == ("tool", call.id)
+    assert len(runner.agent.messages) == 3 and "no result" in last.content

@@ -14,6 +14,7 @@ import os
 import resource
 import selectors
 import shutil
+import stat
 import subprocess
 import sys
 import time
@@ -170,8 +171,11 @@ def gone(pid: int, within: float = 3.0) -> bool:
 
 
 def test_ready_line(box: Box):
-    assert set(box.ready) == {"ready", "pid", "version", "python", "rg"}
+    assert set(box.ready) == {"ready", "pid", "version", "python", "rg", "guarded", "root"}
     assert box.ready["ready"] is True and box.ready["version"] == 1
+    here = os.stat(box.root)  # the host compares this with its own view of the root
+    assert box.ready["root"] == {"dev": here.st_dev, "ino": here.st_ino,
+                                 "mtime_ns": here.st_mtime_ns}
     assert box.ready["pid"] == box.proc.pid
     assert box.ready["python"].count(".") == 2
     assert box.ready["rg"] is HAS_RG
@@ -960,9 +964,18 @@ def test_shell_changes_are_reported_with_hashes(box: Box, root: Path):
 
 
 def test_a_command_changing_nothing_reports_no_changes(box: Box, root: Path):
-    reply = shell(box, "cat README.md; touch README.md; echo x > .git/x; echo y > .sandbox-agent/y")
+    reply = shell(box, "cat README.md; touch README.md; echo y > .sandbox-agent/y")
     assert reply["meta"]["changes"] == [] and reply["meta"]["changes_total"] == 0
     assert reply["output"] == "exit_code: 0\nstdout:\n# demo"
+
+
+def test_only_read_only_mounts_are_left_unwalked(box: Box, root: Path):
+    """Here (no container) .git is not a read-only mount, so what a command writes in it counts;
+    in the sandbox it is one, and nothing can be written there."""
+    reply = shell(box, "echo x > .git/x; mkdir -p .git.quarantined-cache && echo y > "
+                       ".git.quarantined-cache/big")
+    assert {c["path"] for c in reply["meta"]["changes"]} == {
+        ".git/x", ".git.quarantined-cache", ".git.quarantined-cache/big"}
 
 
 def test_changes_between_calls_are_outside_changes(box: Box, root: Path):
@@ -1231,3 +1244,66 @@ def test_bad_disk_arguments_are_refused(root: Path):
     for argv in (["--disk-budget", "-1"], ["--min-free", "-5"]):
         with pytest.raises(SystemExit):
             toolbox.parse_args(["--root", str(root), *argv])
+
+
+# -- what an outside review found --------------------------------------------------------------
+
+
+def test_a_hard_linked_file_is_never_written_through(box: Box, root: Path):
+    (root / "Makefile").write_text("all:\n\ttrue\n")
+    os.link(root / "Makefile", root / "notes.txt")
+    for tool, args in [("write_file", {"path": "notes.txt", "content": "x"}),
+                       ("edit_file", {"path": "notes.txt", "old_text": "true", "new_text": "x"})]:
+        failed(box.call(tool, **args), "has 2 hard links", "nothing was written")
+    preview = box.request({"id": 9, "tool": "preview", "args": {
+        "tool": "write_file", "args": {"path": "notes.txt", "content": "x"}}})
+    assert "has 2 hard links" in preview["meta"]["error"]
+    assert (root / "Makefile").read_text() == "all:\n\ttrue\n"
+
+
+def test_an_unreadable_directory_is_still_walked_and_its_mode_kept(box: Box, root: Path):
+    reply = shell(box, "mkdir hide && echo secret-work > hide/f && chmod 000 hide")
+    assert {c["path"] for c in reply["meta"]["changes"]} == {"hide", "hide/f"}
+    assert reply["meta"]["changes_incomplete"] is False
+    assert stat.S_IMODE((root / "hide").stat().st_mode) == 0
+    more = shell(box, "chmod 700 hide && echo more > hide/g && chmod 000 hide")
+    assert {c["path"] for c in more["meta"]["changes"]} == {"hide/g"}
+
+
+def test_a_new_repository_is_disabled_even_in_a_read_only_directory(box: Box, root: Path):
+    reply = shell(box, "mkdir -p sub && git init -q sub && chmod 555 sub")
+    [record] = reply["meta"]["git_quarantined"]
+    assert record["path"] == "sub/.git" and record["renamed_to"].startswith("sub/.git.quarantined-")
+    assert not (root / "sub" / ".git").exists()
+    moved = root / record["renamed_to"]
+    assert moved.is_dir() and not (moved / "HEAD").exists()  # not a repository under any name
+    assert stat.S_IMODE((root / "sub").stat().st_mode) == 0o555
+
+
+def test_a_directory_made_to_look_like_a_repository_loses_its_head(box: Box, root: Path):
+    reply = shell(box, "mkdir -p fake/objects fake/refs && echo 'ref: refs/heads/main' > "
+                       "fake/HEAD && printf '[core]\\n\\tfsmonitor = id\\n' > fake/config")
+    [record] = reply["meta"]["git_quarantined"]
+    assert record["path"] == "fake" and record["kind"] == "gitdir"
+    assert not (root / "fake" / "HEAD").exists() and "looks like" not in reply["output"]
+    assert "made to look like a git repository" in reply["output"]
+    done = subprocess.run(["git", "-C", str(root / "fake"), "rev-parse", "--git-dir"],
+                          capture_output=True, text=True, env={**os.environ,
+                          "GIT_CEILING_DIRECTORIES": str(root)}, check=False)
+    assert done.returncode != 0  # git does not take it for a repository any more
+
+
+def test_a_differently_cased_git_is_read_only_for_the_write_tools(box: Box, root: Path):
+    failed(box.call("write_file", path="sub/.GIT/config", content="x"), "read-only")
+    failed(box.call("write_file", path=".Git/hooks/pre-commit", content="x"), "read-only")
+
+
+def test_write_tools_cannot_assemble_a_repository_look_alike(box: Box, root: Path):
+    for path, content in [("docs/HEAD", "ref: refs/heads/main\n"),
+                          ("docs/config", "[core]\n\tworktree = .\n\tfsmonitor = id\n"),
+                          ("docs/objects/info/.keep", "")]:
+        assert box.call("write_file", path=path, content=content)["ok"]
+    last = box.call("write_file", path="docs/refs/heads/.keep", content="")
+    assert last["ok"] and last["meta"]["git_quarantined"][0]["path"] == "docs"
+    assert "made to look like a git repository" in last["output"]
+    assert not (root / "docs" / "HEAD").exists()

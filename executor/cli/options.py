@@ -1,0 +1,172 @@
+"""Options that several commands share (ask, review, doctor, models), declared once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from executor.choices import Provider, ToolProtocol, WorkspaceMode
+
+ProviderOpt = Annotated[
+    Provider | None,
+    typer.Option(
+        "--provider",
+        "-p",
+        help="Model provider: ollama (default), openai or embedded.",
+        show_default=False,
+    ),
+]
+ModelOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--model", "-m", help="Model name (provider default when omitted).", show_default=False
+    ),
+]
+HostOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--host",
+        help="Model server URL (Ollama: else $OLLAMA_HOST, else http://localhost:11434).",
+        show_default=False,
+    ),
+]
+ProtocolOpt = Annotated[
+    ToolProtocol | None,
+    typer.Option(
+        "--tool-protocol",
+        help="How tools are offered: native, json or constrained.",
+        show_default=False,
+    ),
+]
+StreamOpt = Annotated[
+    bool | None,
+    typer.Option("--stream/--no-stream", help="Stream model tokens to stderr.", show_default=False),
+]
+TraceOpt = Annotated[
+    bool, typer.Option("--trace", help="Print every model reply and tool call in full on stderr.")
+]
+MaxTurnsOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--max-turns", min=1, help="Model turns before giving up. [default: 20]", show_default=False
+    ),
+]
+ImageOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--image", help="Sandbox image (any image with python3 >= 3.9).", show_default=False
+    ),
+]
+TimeoutOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--timeout",
+        min=1,
+        help="Seconds to wait for one model response. [default: 300]",
+        show_default=False,
+    ),
+]
+MaxTokensOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--max-tokens",
+        min=256,
+        help="Context budget in tokens (default: the model's, else 8192).",
+        show_default=False,
+    ),
+]
+PolicyOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--policy",
+        help="Policy TOML (default: <root>/.sandbox-agent/policy.toml).",
+        exists=True,
+        dir_okay=False,
+        show_default=False,
+    ),
+]
+DenyToolOpt = Annotated[
+    list[str] | None,
+    typer.Option("--deny-tool", help="Remove this tool (repeatable).", show_default=False),
+]
+DenyPrefixOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--deny-prefix",
+        help="Remove tools whose name starts with this (repeatable).",
+        show_default=False,
+    ),
+]
+NoAuditOpt = Annotated[bool, typer.Option("--no-audit", help="Write no audit log for this run.")]
+AuditRequiredOpt = Annotated[
+    bool,
+    typer.Option(
+        "--audit-required", help="Stop before a tool call whose audit record cannot be written."
+    ),
+]
+AuditPromptsOpt = Annotated[
+    bool, typer.Option("--audit-prompts", help="Record whole prompts in the audit log.")
+]
+EnvOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--env",
+        help="Pass this host environment variable into the sandbox (repeatable).",
+        show_default=False,
+    ),
+]
+SystemPromptFileOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--system-prompt-file",
+        help="Use this file's text as the system prompt instead of the built-in one.",
+        exists=True, dir_okay=False, show_default=False,
+    ),
+]
+NoInstructionsOpt = Annotated[
+    bool,
+    typer.Option(
+        "--no-project-instructions",
+        help="Do not add the root's AGENTS.md to the system prompt (it is the repository's "
+        "text for the model, never a permission).",
+    ),
+]
+
+
+def prompt_options(system_prompt_file: Path | None, no_instructions: bool) -> dict[str, object]:
+    """The RunOptions for --system-prompt-file and --no-project-instructions."""
+    from executor.instructions import read_system_prompt_file
+
+    options: dict[str, object] = {"project_instructions": not no_instructions}
+    if system_prompt_file is not None:
+        options["system_prompt"] = read_system_prompt_file(system_prompt_file)
+    return options
+WorkspaceOpt = Annotated[
+    WorkspaceMode | None,
+    typer.Option(
+        "--workspace",
+        help="bind: the sandbox writes into the project as it goes; copy: it works on a copy "
+        "and its changes wait for `sandbox-agent diff` / `apply` (docs/WORKSPACES.md). "
+        "[default: bind]",
+        show_default=False,
+    ),
+]
+ExcludeOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--exclude",
+        help="Leave paths matching this gitignore-style pattern out of a copy (repeatable).",
+        show_default=False,
+    ),
+]
+CopyLimitOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--copy-limit",
+        metavar="SIZE",
+        help="Refuse to copy a project bigger than this, e.g. 2g. [default: 1g]",
+        show_default=False,
+    ),
+]

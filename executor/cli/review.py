@@ -1,0 +1,228 @@
+"""`sandbox-agent review`: a read-only, non-interactive review for CI; the CLI only renders.
+
+The review itself (diff, prompt, findings, report) is library code: executor/review.py; the
+formats are executor/review_formats.py. Exit codes: 0 when the review ran (also with no
+changes to review), 33 with findings at or above `--fail-on`, the error's code when it failed
+(the report, with status error, is written all the same).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from executor.cli.common import RootOption, cli_errors, echo_result, err_console
+from executor.cli.options import (
+    AuditRequiredOpt,
+    DenyPrefixOpt,
+    DenyToolOpt,
+    ExcludeOpt,
+    HostOpt,
+    ImageOpt,
+    MaxTokensOpt,
+    MaxTurnsOpt,
+    ModelOpt,
+    NoAuditOpt,
+    NoInstructionsOpt,
+    PolicyOpt,
+    ProtocolOpt,
+    ProviderOpt,
+    StreamOpt,
+    SystemPromptFileOpt,
+    TimeoutOpt,
+    TraceOpt,
+    WorkspaceOpt,
+    prompt_options,
+)
+from executor.cli.run import _prepare, _settings, session_line
+from executor.errors import ConfigError, FindingsError, SandboxAgentError
+from executor.text import inert_line, markup_safe
+
+if TYPE_CHECKING:  # imported where used: `--help` loads neither pydantic nor httpx
+    from executor.review import ReviewReport, Severity
+
+
+class ReportFormat(StrEnum):
+    """Formats of the review report."""
+
+    markdown = "markdown"
+    json = "json"
+    sarif = "sarif"
+    github = "github"
+
+
+class FailOn(StrEnum):
+    """Severities `--fail-on` takes."""
+
+    low = "low"
+    medium = "medium"
+    high = "high"
+
+
+@cli_errors
+def review(
+    root: RootOption = Path("."),
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="Write the report here (default: stdout).",
+                     dir_okay=False, show_default=False),
+    ] = None,
+    fmt: Annotated[
+        ReportFormat,
+        typer.Option("--format", "-f", help="Report format: markdown, json (docs/REVIEW.md), "
+                     "sarif (SARIF 2.1.0) or github (workflow annotations)."),
+    ] = ReportFormat.markdown,
+    diff_base: Annotated[
+        str | None,
+        typer.Option("--diff-base", help="Review only the changes since this git ref; none: "
+                     "an empty report, exit 0.", show_default=False),
+    ] = None,
+    untracked: Annotated[
+        bool,
+        typer.Option("--untracked/--no-untracked", help="With --diff-base: also review files "
+                     "git does not track yet."),
+    ] = True,
+    fail_on: Annotated[
+        FailOn | None,
+        typer.Option("--fail-on", help="Exit 33 when a finding has this severity or worse.",
+                     show_default=False),
+    ] = None,
+    provider: ProviderOpt = None,
+    model: ModelOpt = None,
+    host: HostOpt = None,
+    tool_protocol: ProtocolOpt = None,
+    stream: StreamOpt = None,
+    trace: TraceOpt = False,
+    max_turns: MaxTurnsOpt = None,
+    image: ImageOpt = None,
+    timeout: TimeoutOpt = None,
+    max_tokens: MaxTokensOpt = None,
+    policy: PolicyOpt = None,
+    deny_tool: DenyToolOpt = None,
+    deny_prefix: DenyPrefixOpt = None,
+    no_audit: NoAuditOpt = False,
+    audit_required: AuditRequiredOpt = False,
+    system_prompt_file: SystemPromptFileOpt = None,
+    no_project_instructions: NoInstructionsOpt = False,
+    workspace: WorkspaceOpt = None,
+    exclude: ExcludeOpt = None,
+) -> None:
+    """Review DIR read-only and non-interactively (for CI): a report with structured findings.
+
+    The container mounts the project read-only and no write or shell tool is offered. Under
+    GitHub Actions (GITHUB_ACTIONS=true) the findings are also printed as annotations.
+    """
+    from executor.review import ReviewRequest, SubmitReview, run_review
+
+    root = root.resolve()
+    _check_output(output)
+    tool = SubmitReview()
+    options = _settings(
+        provider=provider, model=model, host=host, tool_protocol=tool_protocol, stream=stream,
+        max_turns=max_turns, image=image, timeout=timeout, max_tokens=max_tokens,
+        deny_tools=deny_tool, deny_prefixes=deny_prefix, policy_file=policy,
+        workspace=workspace, copy_exclude=exclude,
+    ) | {"read_only": True, "audit_required": audit_required, "tools": [tool]} | prompt_options(
+        system_prompt_file, no_project_instructions)
+    runner, view = _prepare(root, options, stream=stream, trace=trace, audit=not no_audit,
+                            interactive=False)
+    runner.hooks.subscribe(lambda event: session_line(runner), "run_start")
+    view.thinking()
+    report = run_review(runner, ReviewRequest(root=root, diff_base=diff_base,
+                                              untracked=untracked), tool)
+    view.close()
+    _publish(report, fmt, output)
+    _exit(report, fail_on)
+
+
+def _publish(report: ReviewReport, fmt: ReportFormat, output: Path | None) -> None:
+    """The report in its format (to --output or stdout), and annotations under Actions."""
+    from executor.review_formats import github_annotations
+
+    text = _render(report, fmt)
+    annotate = fmt is not ReportFormat.github and os.environ.get("GITHUB_ACTIONS") == "true"
+    if output is not None:
+        _write(output, text)
+    else:
+        _print_untrusted(text, json_text=fmt in (ReportFormat.json, ReportFormat.sarif))
+    if annotate:
+        for line in github_annotations(report):
+            # On stdout only when the report is not there (a JSON file must stay JSON).
+            (print if output is not None else _stderr_line)(line)
+    _note_coverage(report)
+
+
+def _render(report: ReviewReport, fmt: ReportFormat) -> str:
+    from executor.review_formats import github_annotations, to_json, to_markdown, to_sarif
+
+    if fmt is ReportFormat.json:
+        return to_json(report)
+    if fmt is ReportFormat.sarif:
+        return to_sarif(report)
+    if fmt is ReportFormat.github:
+        lines = github_annotations(report)
+        summary = report.summary.strip().replace("\n", " ")[:500]
+        return "\n".join([*lines, f"review: {len(report.findings)} finding(s). {summary}"])
+    return to_markdown(report)
+
+
+def _print_untrusted(text: str, *, json_text: bool) -> None:
+    """The report on stdout; under Actions fenced so none of its lines runs as a command."""
+    if os.environ.get("GITHUB_ACTIONS") != "true":
+        echo_result(text, json_text=json_text)
+        return
+    token = secrets.token_hex(16)  # the model cannot guess it to end the fence early
+    echo_result(f"::stop-commands::{token}\n{text}\n::{token}::", json_text=json_text)
+
+
+def _stderr_line(line: str) -> None:
+    err_console.print(line, markup=False, highlight=False)
+
+
+def _write(output: Path, text: str) -> None:
+    try:
+        output.write_text(text + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot write the report to {output}: {exc.strerror}") from exc
+    err_console.print(f"[dim]report written to {markup_safe(str(output), line=True)}[/]")
+
+
+def _note_coverage(report: ReviewReport) -> None:
+    """One line on stderr when the model did not see the whole diff."""
+    diff = report.diff
+    if diff is not None and diff.truncated:
+        cut = ", ".join(diff.partial + diff.omitted)
+        err_console.print(f"[yellow]warning:[/] the diff was cut at {diff.included_chars} of "
+                          f"{diff.total_chars} characters; not shown whole: "
+                          f"{markup_safe(cut, line=True)}")
+
+
+def _exit(report: ReviewReport, fail_on: FailOn | None) -> None:
+    """The error's code for a failed review; 33 for findings at or above --fail-on."""
+    if report.status == "error" and report.error is not None:
+        error = SandboxAgentError(report.error.message, fix=report.error.fix)
+        error.exit_code = report.error.exit_code
+        raise error
+    if report.status == "no_changes":
+        err_console.print(f"[dim]{markup_safe(report.summary, line=True)}[/]")
+        return
+    severity: Severity | None = fail_on.value if fail_on else None
+    worst = report.at_or_above(severity) if severity else []
+    if worst:
+        names = ", ".join(inert_line(f"{f.file}:{f.line or '-'}") for f in worst[:5])
+        raise FindingsError(f"{len(worst)} finding(s) at or above {severity}: {names}",
+                            fix=f"fix them, or raise --fail-on above {severity}")
+
+
+def _check_output(output: Path | None) -> None:
+    """Fail before the review runs, not after, when the report cannot be written there."""
+    if output is not None and not output.parent.is_dir():
+        raise ConfigError(
+            f"cannot write the report to {output}: {output.parent} is not a directory",
+            fix="create the directory first, or pass another --output",
+        )

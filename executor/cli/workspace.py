@@ -1,0 +1,275 @@
+"""`sandbox-agent diff`, `apply` and `undo`: review a copy session's changes, then land them.
+
+Results go to stdout (the diff, what was applied or restored); questions, notes and errors to
+stderr. Text that came from the sandbox is made inert before it reaches a terminal.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from executor.cli.common import RootOption, cli_errors, err_console
+from executor.errors import (
+    ApplyDeclinedError,
+    ConfigError,
+    ConflictError,
+    SessionNotFoundError,
+)
+from executor.state import real_root
+
+if TYPE_CHECKING:  # imported where used: `--help` loads neither Rich nor pydantic
+    from executor.audit import AuditLog
+    from executor.workspace.apply import Outcome
+    from executor.workspace.changes import Change, Changeset
+
+SessionOpt = Annotated[
+    str | None,
+    typer.Option("--session", "-s", help="The session (default: the last one with changes).",
+                 show_default=False),
+]
+YesOpt = Annotated[
+    bool, typer.Option("--yes", "-y", help="Apply without asking (needed without a terminal).")
+]
+CONFLICT_FIX = ("see them with `sandbox-agent diff`; the other files are done. Put a file back "
+                "as it was to let it through, or make the change yourself")
+
+
+# ---------------------------------------------------------------------------- choosing
+
+
+def _recent_sessions(root: Path, name: str) -> list[str]:
+    """Sessions with a workspace file `name`, most recently written first."""
+    from executor.workspace.store import workspaces_dir
+
+    found = []
+    directory = workspaces_dir(root)
+    for entry in sorted(directory.glob(f"*/{name}"), key=lambda p: p.stat().st_mtime_ns,
+                        reverse=True) if directory.is_dir() else []:
+        if entry.is_file() and not entry.is_symlink():
+            found.append(entry.parent.name)
+    return found
+
+
+def changeset_for(root: Path, session: str | None) -> Changeset | None:
+    """The named session's changes, else the last session's that has some; None: none."""
+    from executor.session import session_names
+    from executor.workspace.changes import load_changes
+
+    if session is None:
+        recent = _recent_sessions(root, "changes.json")
+        return load_changes(root, recent[0]) if recent else None
+    changeset = load_changes(root, session)
+    if changeset is None and session not in session_names(root):
+        raise SessionNotFoundError(f"no session named {session!r} in {root}")
+    if changeset is None:
+        raise ConfigError(f"session {session} has no pending changes: it ran in bind mode (its "
+                          "writes are already in the tree) or has not finished",
+                          fix=f"`sandbox-agent undo --root {root} --session {session}` takes "
+                              "back what a bind session wrote")
+    return changeset
+
+
+def _nothing(root: Path) -> None:
+    err_console.print(f"no copy session with changes in {root} (run `sandbox-agent ask "
+                      "--workspace copy` first)", markup=False, highlight=False)
+
+
+# ---------------------------------------------------------------------------- diff
+
+
+@cli_errors
+def diff_command(
+    root: RootOption = Path("."),
+    session: SessionOpt = None,
+    stat: Annotated[bool, typer.Option("--stat", help="One line per path and totals.")] = False,
+    as_json_: Annotated[bool, typer.Option("--json", help="Machine-readable changes.")] = False,
+) -> None:
+    """Show the pending changes of a copy session as a unified diff (flags mark paths people
+    later run, or that steer their tools)."""
+    from executor.workspace.apply import applied_paths
+    from executor.workspace.render import as_json, diff, reader, stat_lines
+    from executor.workspace.store import BlobStore
+
+    root = real_root(root)
+    changeset = changeset_for(root, session)
+    if changeset is None:
+        _nothing(root)
+        return
+    applied = set(applied_paths(root, changeset))
+    if as_json_:
+        typer.echo(json.dumps(as_json(changeset, applied), indent=2, ensure_ascii=True))
+        return
+    todo = [c for c in changeset.changes if c.path not in applied]
+    safe = sys.stdout.isatty()
+    _heading(changeset, todo, applied)
+    if stat:
+        for line in stat_lines(todo, safe=safe):
+            typer.echo(line)
+        return
+    sys.stdout.writelines(diff(todo, reader(BlobStore.for_root(root)), safe=safe))
+
+
+def _heading(changeset: Changeset, todo: list[Change], applied: set[str]) -> None:
+    from executor.workspace.render import inert
+
+    done = f", {len(applied)} already applied" if applied else ""
+    err_console.print(f"session {changeset.session}: {len(todo)} pending change"
+                      f"{'s' * (len(todo) != 1)}{done}", markup=False, highlight=False)
+    for refusal in changeset.refused:
+        err_console.print(f"not brought back: {inert(refusal['path'])}: {refusal['reason']}",
+                          markup=False, highlight=False)
+
+
+# ---------------------------------------------------------------------------- apply
+
+
+@cli_errors
+def apply_command(
+    root: RootOption = Path("."),
+    session: SessionOpt = None,
+    yes: YesOpt = False,
+) -> None:
+    """Write a copy session's pending changes into the tree, file by file; a file changed on
+    the host since the copy is refused (exit 61), never merged."""
+    root = real_root(root)
+    changeset = changeset_for(root, session)
+    if changeset is None:
+        _nothing(root)
+        return
+    run_apply(root, changeset, yes=yes, at_terminal=at_terminal())
+
+
+def at_terminal() -> bool:
+    """Whether a person can be asked (stdin and stderr are a terminal)."""
+    return bool(sys.stdin and sys.stdin.isatty() and err_console.is_terminal)
+
+
+def run_apply(root: Path, changeset: Changeset, *, yes: bool, at_terminal: bool,
+              audit: bool = True, to_stderr: bool = False) -> Outcome | None:
+    """Show, ask (unless --yes), apply; ConflictError when files were left alone."""
+    from executor.workspace.apply import apply_changes, pending
+
+    todo = pending(root, changeset)
+    if not todo:
+        err_console.print(f"nothing to apply: the changes of session {changeset.session} are "
+                          "already in the tree (`sandbox-agent undo` takes them back)",
+                          markup=False, highlight=False)
+        return None
+    if not yes:
+        if not at_terminal:
+            raise ConfigError("apply asks before it writes, and there is no terminal to ask",
+                              fix="review with `sandbox-agent diff`, then pass --yes")
+        _show(root, todo)
+        if not _confirm(f"Apply these {len(todo)} changes to {root}?"):
+            raise ApplyDeclinedError("nothing applied; the changes stay pending")
+    log = _audit(root, changeset.session) if audit else None
+    outcome = apply_changes(root, changeset, approved_by="--yes" if yes else "user", audit=log)
+    _report(outcome, "applied", to_stderr=to_stderr)
+    _raise_conflicts(outcome, "applied", CONFLICT_FIX)
+    return outcome
+
+
+def _show(root: Path, todo: list[Change]) -> None:
+    from executor.workspace.render import diff, reader, totals
+    from executor.workspace.store import BlobStore
+
+    for line in diff(todo, reader(BlobStore.for_root(root)), safe=True):
+        err_console.print(line.rstrip("\n"), markup=False, highlight=False, soft_wrap=True)
+    err_console.print(totals(todo), markup=False, highlight=False)
+
+
+def _confirm(question: str) -> bool:
+    from rich.prompt import Confirm
+
+    try:
+        return Confirm.ask(question, console=err_console, default=False)
+    except EOFError:
+        return False
+
+
+def _audit(root: Path, session: str) -> AuditLog | None:
+    from executor.audit import AuditLog
+    from executor.config import Settings
+
+    settings = Settings()
+    if not settings.audit:
+        return None
+    return AuditLog.for_root(root, session=session, audit_dir=settings.audit_dir,
+                             on_warning=lambda m: err_console.print(f"warning: {m}",
+                                                                    markup=False))
+
+
+_UNDONE = {"A": "put back", "D": "removed", "M": "restored", "T": "restored"}
+
+
+def _report(outcome: Outcome, verb: str, *, to_stderr: bool = False) -> None:
+    from executor.workspace.render import inert
+
+    def say(line: str) -> None:
+        if to_stderr:  # `ask --apply`: stdout carries the answer alone
+            err_console.print(line, markup=False, highlight=False)
+        else:
+            typer.echo(line)
+
+    for change in outcome.done:
+        what = f"applied {change.status}" if verb == "applied" else _UNDONE[change.status]
+        say(f"{what} {inert(change.path)}")
+    for path in outcome.already:
+        say(f"already {inert(path)}")
+    for path, reason in outcome.conflicts:
+        err_console.print(f"not {verb}: {inert(path)}: {reason}", markup=False, highlight=False)
+
+
+def _raise_conflicts(outcome: Outcome, verb: str, fix: str) -> None:
+    from executor.workspace.render import inert
+
+    if not outcome.conflicts:
+        return
+    paths = [p for p, _ in outcome.conflicts]
+    shown = ", ".join(inert(p) for p in paths[:5]) + (", …" if len(paths) > 5 else "")
+    raise ConflictError(f"{len(paths)} file{'s' * (len(paths) != 1)} not {verb} (changed on "
+                        f"the host, or unsafe to write): {shown}", paths=paths, fix=fix)
+
+
+# ---------------------------------------------------------------------------- undo
+
+
+@cli_errors
+def undo_command(
+    root: RootOption = Path("."),
+    session: SessionOpt = None,
+) -> None:
+    """Take back the last apply of a copy session, or what a bind session wrote; a file
+    changed since is left alone (exit 61). Files a shell command changed in bind mode have
+    hashes but no kept content: those are named, not restored."""
+    from executor.workspace.apply import plan_undo, undo
+    from executor.workspace.render import inert
+
+    root = real_root(root)
+    name = session or _latest_undoable(root)
+    plan = plan_undo(root, name) if name else None
+    if plan is None:
+        where = f"session {name}" if name else str(root)
+        err_console.print(f"nothing to undo in {where}", markup=False, highlight=False)
+        return
+    outcome = undo(root, plan, audit=_audit(root, plan.session))
+    _report(outcome, "restored")
+    for path, reason in plan.cannot:
+        err_console.print(f"cannot restore {inert(path)}: {reason}", markup=False,
+                          highlight=False)
+    _raise_conflicts(outcome, "restored", "those files changed after they were written; "
+                                          "restore them by hand if you want to")
+
+
+def _latest_undoable(root: Path) -> str | None:
+    from executor.workspace.apply import plan_undo
+
+    for name in _recent_sessions(root, "journal.ndjson"):
+        if plan_undo(root, name) is not None:
+            return name
+    return None

@@ -1,0 +1,403 @@
+"""Code review as a library: the diff to review, the prompt, structured findings, the report.
+
+    with Runner.build(root, read_only=True, tools=[tool := SubmitReview()], ...) as runner:
+        report = run_review(runner, ReviewRequest(root=root, diff_base="origin/main"), tool)
+
+or simply `review(root, diff_base=..., **runner_options)`. The CLI (`sandbox-agent review`) only
+renders the `ReviewReport` (executor/review_formats.py: markdown, JSON, SARIF, GitHub).
+
+Findings come, in order of preference, from
+1. the `submit_review` tool: its arguments are a `Finding` list, so the json and constrained
+   tool protocols force schema-valid findings and native tool calling validates them;
+2. a JSON object with `findings` in the final answer;
+3. lines like `- src/app.py:12 high: title` in the final answer.
+Everything in a finding was written by the model: print it inert (executor/text.py).
+
+The diff is taken with git on the host, hardened against a repository's own configuration
+(no fsmonitor, no external diff or textconv programs, no hooks), and capped: what was cut is
+reported (`DiffScope`). Untracked files are reviewed as new files unless asked otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from executor.errors import ConfigError, SandboxAgentError
+from executor.messages import ToolResult
+from executor.models.parsing import json_objects
+from executor.runner import Runner
+from executor.runreport import ErrorReport, error_report
+from executor.state import open_private
+from executor.tools.base import RiskLevel, Tool, ToolContext
+
+SCHEMA_VERSION = 1
+"""Version of the review report (docs/REVIEW.md)."""
+Severity = Literal["low", "medium", "high"]
+SEVERITIES: tuple[Severity, ...] = ("low", "medium", "high")
+MAX_DIFF_CHARS = 60_000
+"""Diff characters put in the prompt; the rest is named, and the model may read it with tools."""
+MAX_UNTRACKED_BYTES = 200_000
+"""An untracked file larger than this is listed, not inlined."""
+
+REVIEW_PROMPT = (
+    "Review the code of this project{scope}. Inspect the relevant files with the tools first. "
+    "Only report problems you have seen in the code. Then call the submit_review tool once "
+    "with a one-paragraph summary and your findings, each with the file (relative path), the "
+    "line, the severity (high, medium or low), a short title and a concrete suggestion in the "
+    "body. After that, reply with a one-sentence final answer."
+)
+SUBMITTED_RESULT = "Review recorded ({count} findings). Now reply with a one-sentence final answer."
+
+
+class Finding(BaseModel):
+    """One problem the review found."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    file: str = Field(min_length=1)
+    """Path relative to the project root."""
+    line: int | None = Field(default=None, ge=1)
+    """1-based line, when the finding is about one."""
+    severity: Severity
+    title: str = Field(min_length=1)
+    """One line."""
+    body: str = ""
+    """What is wrong and what to do about it."""
+
+
+class SubmitReviewArgs(BaseModel):
+    """The arguments of `submit_review`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    summary: str = Field(description="One paragraph: what the code or change does, how it is.")
+    findings: list[Finding] = Field(description="Problems seen in the code; [] for none.")
+
+
+class SubmitReview(Tool):
+    """Where the model hands in its review: host-side, it only records the arguments."""
+
+    name = "submit_review"
+    description = ("Hand in the review: a summary and the findings (file, line, severity "
+                   "high/medium/low, title, body). Call it once, when you are done looking.")
+    Args = SubmitReviewArgs
+    risk = RiskLevel.LOW
+    read_only_safe = True
+    approval = False
+
+    def __init__(self) -> None:
+        self.submitted: SubmitReviewArgs | None = None
+
+    def call(self, args: Any, ctx: ToolContext) -> ToolResult:
+        """Keep the latest submission (a corrected one replaces the first)."""
+        self.submitted = args
+        return ToolResult(ok=True, output=SUBMITTED_RESULT.format(count=len(args.findings)))
+
+
+class DiffScope(BaseModel):
+    """What part of the changes the review saw in its prompt."""
+
+    base: str
+    files: list[str] = Field(default_factory=list)
+    """Every changed file (untracked ones included when asked for)."""
+    untracked: list[str] = Field(default_factory=list)
+    """Files git does not track yet, reviewed as new files."""
+    included: list[str] = Field(default_factory=list)
+    """Files whose whole diff is in the prompt."""
+    partial: list[str] = Field(default_factory=list)
+    """Files whose diff was cut."""
+    omitted: list[str] = Field(default_factory=list)
+    """Files whose diff did not fit at all (named in the prompt, readable with the tools)."""
+    total_chars: int = 0
+    included_chars: int = 0
+
+    @property
+    def truncated(self) -> bool:
+        """Whether anything was cut."""
+        return bool(self.partial or self.omitted)
+
+
+class ReviewRequest(BaseModel):
+    """What to review."""
+
+    root: Path
+    diff_base: str | None = None
+    """Review only the changes since this git ref (None: the whole project)."""
+    untracked: bool = True
+    """With a diff base: also review files git does not track yet."""
+    max_diff_chars: int = MAX_DIFF_CHARS
+
+
+class ToolCallSummary(BaseModel):
+    """A tool call the review made."""
+
+    tool: str
+    arguments: dict[str, Any]
+    ok: bool
+
+
+class ReviewReport(BaseModel):
+    """The review report (schema version 1, docs/REVIEW.md)."""
+
+    schema_version: int = SCHEMA_VERSION
+    status: Literal["ok", "no_changes", "error"]
+    root: str
+    diff_base: str | None = None
+    provider: str = ""
+    model: str = ""
+    session: str | None = None
+    turns: int = 0
+    summary: str = ""
+    findings: list[Finding] = Field(default_factory=list)
+    findings_source: Literal["tool", "json", "text", "none"] = "none"
+    """Where the findings were read from (see the module docstring)."""
+    diff: DiffScope | None = None
+    tool_calls: list[ToolCallSummary] = Field(default_factory=list)
+    error: ErrorReport | None = None
+
+    def at_or_above(self, severity: Severity) -> list[Finding]:
+        """The findings of `severity` or worse."""
+        floor = SEVERITIES.index(severity)
+        return [f for f in self.findings if SEVERITIES.index(f.severity) >= floor]
+
+
+# -- the diff ------------------------------------------------------------------------------------
+
+_SAFE_GIT = ("-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null",
+             "-c", "diff.external=", "-c", "core.pager=cat", "-c", "safe.bareRepository=explicit")
+"""A repository's own config must not make the host run its programs; and a directory the
+repository (or an agent) made to look like a bare repository is never taken for one."""
+
+
+def _git(root: Path, *args: str) -> str:
+    command = ["git", *_SAFE_GIT, "-C", str(root), *args]
+    env = {**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "GIT_TERMINAL_PROMPT": "0",
+           "GIT_OPTIONAL_LOCKS": "0"}
+    try:
+        done = subprocess.run(command, capture_output=True, timeout=60, check=False, env=env)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ConfigError(f"cannot run git: {exc}", fix="install git") from exc
+    if done.returncode != 0:
+        reason = (done.stderr.decode(errors="replace").strip().splitlines() or ["no reason"])[0]
+        raise ConfigError(f"git {args[0]} failed: {reason[:300]}",
+                          fix="--diff-base needs a git repository and an existing ref")
+    return done.stdout.decode("utf-8", "replace")
+
+
+def git_diff(root: Path, base: str) -> str:
+    """`git diff BASE` of the working tree, without external diff or textconv programs."""
+    try:
+        return _git(root, "diff", "--no-color", "--no-ext-diff", "--no-textconv",
+                    "--end-of-options", base, "--")
+    except ConfigError as exc:
+        raise ConfigError(exc.message.replace("git diff failed", f"git diff {base} failed"),
+                          fix=exc.fix) from None
+
+
+def _names(output: str) -> list[str]:
+    return [name for name in output.split("\0") if name]
+
+
+def _untracked(root: Path) -> list[str]:
+    return _names(_git(root, "ls-files", "--others", "--exclude-standard", "-z"))
+
+
+def _new_file_diff(root: Path, name: str) -> str:
+    """A unified diff creating `name` (read without following links; binaries not inlined)."""
+    header = f"diff --git a/{name} b/{name}\nnew file (untracked)\n--- /dev/null\n+++ b/{name}\n"
+    try:
+        fd = open_private(root / name, os.O_RDONLY, owner=False)
+    except OSError as exc:
+        return header + f"(not read: {exc.strerror or exc})\n"
+    with os.fdopen(fd, "rb") as stream:
+        data = stream.read(MAX_UNTRACKED_BYTES + 1)
+    if len(data) > MAX_UNTRACKED_BYTES or b"\0" in data:
+        return header + "(binary or large file: not shown)\n"
+    lines = data.decode("utf-8", "replace").splitlines()
+    return header + f"@@ -0,0 +1,{len(lines)} @@\n" + "".join(f"+{line}\n" for line in lines)
+
+
+def _per_file(diff: str) -> Iterator[tuple[str, str]]:
+    """(file, its part of the diff) for each `diff --git` section."""
+    for part in re.split(r"(?m)^(?=diff --git )", diff):
+        if part.strip():
+            match = re.match(r"diff --git a/(.*?) b/(.*)", part)
+            yield (match.group(2) if match else "?"), part
+
+
+def collect_diff(request: ReviewRequest) -> tuple[str, DiffScope]:
+    """The diff text for the prompt (capped) and what it covers."""
+    assert request.diff_base is not None
+    root, base = request.root, request.diff_base
+    diff = git_diff(root, base)
+    untracked = _untracked(root) if request.untracked else []
+    diff += "".join(_new_file_diff(root, name) for name in untracked)
+    scope = DiffScope(base=base, untracked=untracked, total_chars=len(diff))
+    kept: list[str] = []
+    for name, part in _per_file(diff):
+        scope.files.append(name)
+        room = request.max_diff_chars - scope.included_chars
+        if len(part) <= room:
+            kept.append(part)
+            scope.included.append(name)
+        elif room > 200 and not scope.partial:
+            kept.append(part[:room] + f"\n[... the rest of {name}'s diff was cut ...]\n")
+            scope.partial.append(name)
+        else:
+            scope.omitted.append(name)
+            continue
+        scope.included_chars += min(len(part), room)
+    return "".join(kept), scope
+
+
+def review_prompt(diff: str | None, scope: DiffScope | None) -> str:
+    """The request sent to the model."""
+    if scope is None or diff is None:
+        return REVIEW_PROMPT.format(scope="")
+    prompt = REVIEW_PROMPT.format(scope=f", focusing on these changes since {scope.base}")
+    prompt += f"\n\n```diff\n{diff}```"
+    if scope.truncated:
+        cut = scope.partial + scope.omitted
+        prompt += ("\n\nThe diff was too long to show whole. Not shown (read them with the "
+                   f"tools if they matter): {', '.join(cut)}")
+    return prompt
+
+
+# -- findings from the answer --------------------------------------------------------------------
+
+_LOOSE_SEVERITY = {"critical": "high", "error": "high", "major": "high", "warning": "medium",
+                   "minor": "low", "info": "low", "nit": "low", "note": "low"}
+_LINE_FINDING = re.compile(
+    r"^\s*(?:[-*+]|\d+[.)])\s+(?:\*\*|`)?(?P<file>[\w./@+-]+?\.[\w]+)(?::(?P<line>\d+))?"
+    r"(?:\*\*|`)?\s*[:,\-\u2013\u2014]?\s*\(?\*{0,2}(?P<sev>high|medium|low)\*{0,2}\)?\s*[:\-\u2013\u2014]\s*"
+    r"(?P<rest>.+)$", re.IGNORECASE)
+_SEVERITY_FIRST = re.compile(
+    r"^\s*(?:[-*+]|\d+[.)])\s+\*{0,2}\[?(?P<sev>high|medium|low)\]?\*{0,2}\s*[:\-\u2013\u2014]?\s*`?"
+    r"(?P<file>[\w./@+-]+?\.[\w]+)(?::(?P<line>\d+))?`?\s*[:\-\u2013\u2014]\s*(?P<rest>.+)$",
+    re.IGNORECASE)
+
+
+def clean_path(path: str) -> str:
+    """A finding's path relative to the root (the model may write /workspace/... or ./...)."""
+    path = path.strip().strip("`").removeprefix("/workspace/").removeprefix("./")
+    return path.lstrip("/")
+
+
+def _finding(raw: Any) -> Finding | None:
+    """A Finding from a loosely shaped object, or None when it has no file or title."""
+    if not isinstance(raw, dict):
+        return None
+    severity = str(raw.get("severity", "medium")).lower()
+    severity = _LOOSE_SEVERITY.get(severity, severity)
+    file, line = str(raw.get("file") or raw.get("path") or ""), raw.get("line")
+    if ":" in file and line is None:
+        file, _, number = file.rpartition(":")
+        line = int(number) if number.isdigit() else None
+    title = str(raw.get("title") or raw.get("message") or raw.get("body") or "").strip()
+    try:
+        return Finding(file=clean_path(file), line=line if isinstance(line, int) else None,
+                       severity=severity if severity in SEVERITIES else "medium",
+                       title=title.splitlines()[0][:200] if title else "",
+                       body=str(raw.get("body") or raw.get("suggestion") or ""))
+    except ValidationError:
+        return None
+
+
+def _from_json(text: str) -> tuple[str, list[Finding]] | None:
+    for start, end, value in json_objects(text):
+        if isinstance(value, dict) and isinstance(value.get("findings"), list):
+            findings = [f for f in map(_finding, value["findings"]) if f is not None]
+            summary = str(value.get("summary") or "").strip()
+            rest = (text[:start] + text[end:]).replace("```json", "").replace("```", "").strip()
+            return summary or rest, findings
+    return None
+
+
+def _from_lines(text: str) -> tuple[str, list[Finding]]:
+    """(the text without its finding lines, the findings those lines hold)."""
+    findings, kept = [], []
+    for line in text.splitlines():
+        match = _LINE_FINDING.match(line) or _SEVERITY_FIRST.match(line)
+        if not match:
+            kept.append(line)
+            continue
+        rest = match["rest"].strip()
+        title = re.split(r"(?<=[.!?])\s", rest, maxsplit=1)[0]
+        findings.append(Finding(file=clean_path(match["file"]), severity=match["sev"].lower(),
+                                line=int(match["line"]) if match["line"] else None,
+                                title=title[:200], body=rest[len(title):].strip()))
+    return "\n".join(kept).strip(), findings
+
+
+def parse_answer(text: str) -> tuple[str, list[Finding], Literal["json", "text", "none"]]:
+    """(summary, findings, source) read from a final answer written as text."""
+    found = _from_json(text)
+    if found is not None:
+        return found[0], found[1], "json"
+    summary, findings = _from_lines(text)
+    return (summary, findings, "text") if findings else (text.strip(), [], "none")
+
+
+# -- running a review ----------------------------------------------------------------------------
+
+
+def _base_report(runner: Runner, request: ReviewRequest) -> ReviewReport:
+    return ReviewReport(status="ok", root=str(request.root), diff_base=request.diff_base,
+                        provider=runner.settings.provider, model=runner.model.name)
+
+
+def no_changes(runner: Runner, request: ReviewRequest, scope: DiffScope) -> ReviewReport:
+    """The report when there is nothing to review: no model, no container."""
+    report = _base_report(runner, request)
+    report.status, report.diff = "no_changes", scope
+    report.summary = f"No changes since {request.diff_base}: nothing to review."
+    return report
+
+
+def run_review(runner: Runner, request: ReviewRequest, tool: SubmitReview) -> ReviewReport:
+    """Review with `runner` (built read-only, with `tool` among its tools); never raises for
+    a failed run: the report then has status error (and the error)."""
+    diff, scope = collect_diff(request) if request.diff_base else (None, None)
+    if scope is not None and not scope.files:
+        return no_changes(runner, request, scope)
+    report = _base_report(runner, request)
+    report.diff = scope
+    try:
+        with runner:
+            result = runner.run(review_prompt(diff, scope))
+    except SandboxAgentError as exc:
+        report.status, report.error = "error", error_report(exc)
+        report.session = runner.session_name
+        return report
+    report.session, report.turns = runner.session_name, result.turns
+    report.tool_calls = [ToolCallSummary(tool=r.call.name, arguments=r.call.arguments,
+                                         ok=r.result.ok) for r in result.tool_calls]
+    _read_findings(report, result.answer, tool)
+    return report
+
+
+def _read_findings(report: ReviewReport, answer: str, tool: SubmitReview) -> None:
+    if tool.submitted is not None:
+        report.findings = [f.model_copy(update={"file": clean_path(f.file)})
+                           for f in tool.submitted.findings]
+        report.summary = tool.submitted.summary.strip() or answer.strip()
+        report.findings_source = "tool"
+        return
+    report.summary, report.findings, report.findings_source = parse_answer(answer)
+
+
+def review(root: str | Path, *, diff_base: str | None = None, untracked: bool = True,
+           **options: Any) -> ReviewReport:
+    """Review `root` read-only; `options` are those of `Runner.build`."""
+    tool = SubmitReview()
+    extra = list(options.pop("tools", []))
+    runner = Runner.build(root, read_only=True, tools=[*extra, tool], **options)
+    request = ReviewRequest(root=runner.options.root, diff_base=diff_base, untracked=untracked)
+    return run_review(runner, request, tool)

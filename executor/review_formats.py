@@ -1,0 +1,233 @@
+"""A `ReviewReport` as Markdown, JSON, SARIF 2.1.0 and GitHub workflow annotations.
+
+Everything a finding holds was written by the model. In SARIF and JSON it is data (escaped by
+the JSON encoder); in GitHub annotations it is escaped by GitHub's own rules, so a finding
+cannot end its annotation early or issue a workflow command of its own.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from executor import __version__
+from executor.review import Finding, ReviewReport, Severity
+
+SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
+TOOL_URI = "https://pypi.org/project/sandbox-agent/"
+_LEVELS: dict[Severity, Literal["error", "warning", "note"]] = {
+    "high": "error", "medium": "warning", "low": "note"}
+_COMMANDS: dict[Severity, str] = {"high": "error", "medium": "warning", "low": "notice"}
+
+
+# -- Markdown ------------------------------------------------------------------------------------
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'s' * (count != 1)}"
+
+
+def to_markdown(report: ReviewReport) -> str:
+    """A report for people: summary, findings by severity, what was covered, the facts."""
+    scope = f" (changes since `{report.diff_base}`)" if report.diff_base else ""
+    parts = [f"# Code review of `{report.root}`{scope}"]
+    facts = f"_model {report.model} ({report.provider}), session {report.session}"
+    if report.status == "error" and report.error is not None:
+        return "\n\n".join([*parts, f"**Review failed:** {report.error.message}", facts + "_"])
+    parts.append(report.summary.strip() or "(no summary)")
+    if report.findings:
+        parts.append("## Findings\n\n" + "\n".join(_markdown_finding(f) for f in _ordered(
+            report.findings)))
+    parts += _coverage(report)
+    tools = ", ".join(sorted({c.tool for c in report.tool_calls})) or "none"
+    parts.append(f"---\n{facts}, {_plural(report.turns, 'turn')}, tools used: {tools}_")
+    return "\n\n".join(parts)
+
+
+def _ordered(findings: list[Finding]) -> list[Finding]:
+    order = {"high": 0, "medium": 1, "low": 2}
+    return sorted(findings, key=lambda f: order[f.severity])
+
+
+def _markdown_finding(finding: Finding) -> str:
+    where = f"{finding.file}:{finding.line}" if finding.line else finding.file
+    body = f" — {finding.body.strip()}" if finding.body.strip() else ""
+    return f"- **{finding.severity}** `{where}`: {finding.title}{body}"
+
+
+def _coverage(report: ReviewReport) -> list[str]:
+    diff = report.diff
+    if diff is None or not diff.truncated:
+        return []
+    cut = ", ".join(f"`{name}`" for name in diff.partial + diff.omitted)
+    return [f"**The diff was cut** at {diff.included_chars} of {diff.total_chars} characters: "
+            f"{len(diff.included)} of {len(diff.files)} files shown whole; cut: {cut}."]
+
+
+# -- JSON ----------------------------------------------------------------------------------------
+
+
+def to_json(report: ReviewReport) -> str:
+    """The report as JSON (docs/REVIEW.md)."""
+    return json.dumps(report.model_dump(mode="json"), indent=2, ensure_ascii=False)
+
+
+# -- SARIF 2.1.0 ---------------------------------------------------------------------------------
+
+
+class _Sarif(BaseModel):
+    model_config = ConfigDict(populate_by_name=True)
+
+
+class ArtifactLocation(_Sarif):
+    """SARIF §3.4: a file, relative to the root named by `uriBaseId`."""
+
+    uri: str
+    uri_base_id: str = Field("%SRCROOT%", alias="uriBaseId")
+
+
+class Region(_Sarif):
+    """SARIF §3.30 (1-based lines)."""
+
+    start_line: int = Field(alias="startLine", ge=1)
+
+
+class PhysicalLocation(_Sarif):
+    """SARIF §3.29."""
+
+    artifact_location: ArtifactLocation = Field(alias="artifactLocation")
+    region: Region | None = None
+
+
+class Location(_Sarif):
+    """SARIF §3.28."""
+
+    physical_location: PhysicalLocation = Field(alias="physicalLocation")
+
+
+class SarifMessage(_Sarif):
+    """SARIF §3.11."""
+
+    text: str
+
+
+class Result(_Sarif):
+    """SARIF §3.27: one finding."""
+
+    rule_id: str = Field(alias="ruleId")
+    level: Literal["error", "warning", "note"]
+    message: SarifMessage
+    locations: list[Location]
+    properties: dict[str, Any] = Field(default_factory=dict)
+
+
+class ReportingDescriptor(_Sarif):
+    """SARIF §3.49: a rule."""
+
+    id: str
+    name: str
+    short_description: SarifMessage = Field(alias="shortDescription")
+    default_configuration: dict[str, str] = Field(alias="defaultConfiguration")
+
+
+class ToolComponent(_Sarif):
+    """SARIF §3.19: the tool's driver."""
+
+    name: str
+    version: str
+    information_uri: str = Field(alias="informationUri")
+    rules: list[ReportingDescriptor]
+
+
+class SarifTool(_Sarif):
+    """SARIF §3.18."""
+
+    driver: ToolComponent
+
+
+class Run(_Sarif):
+    """SARIF §3.14."""
+
+    tool: SarifTool
+    results: list[Result]
+    original_uri_base_ids: dict[str, dict[str, str]] = Field(alias="originalUriBaseIds")
+    properties: dict[str, Any] = Field(default_factory=dict)
+
+
+class SarifLog(_Sarif):
+    """SARIF §3.13: the top-level object."""
+
+    schema_uri: str = Field(SARIF_SCHEMA, alias="$schema")
+    version: Literal["2.1.0"] = "2.1.0"
+    runs: list[Run]
+
+
+def _rule_id(severity: Severity) -> str:
+    return f"sandbox-agent/review/{severity}"
+
+
+def _rules() -> list[ReportingDescriptor]:
+    return [ReportingDescriptor(
+        id=_rule_id(s), name=f"Review{s.capitalize()}",
+        short_description=SarifMessage(text=f"A {s}-severity problem found in code review"),
+        default_configuration={"level": _LEVELS[s]}) for s in ("high", "medium", "low")]
+
+
+def _result(finding: Finding) -> Result:
+    region = Region(start_line=finding.line) if finding.line else None
+    text = finding.title + (f"\n\n{finding.body.strip()}" if finding.body.strip() else "")
+    return Result(
+        rule_id=_rule_id(finding.severity), level=_LEVELS[finding.severity],
+        message=SarifMessage(text=text),
+        locations=[Location(physical_location=PhysicalLocation(
+            artifact_location=ArtifactLocation(uri=finding.file), region=region))],
+        properties={"severity": finding.severity, "title": finding.title},
+    )
+
+
+def to_sarif_log(report: ReviewReport) -> SarifLog:
+    """The report as a SARIF 2.1.0 log: one run, one result per finding."""
+    root = report.root.rstrip("/") + "/"
+    driver = ToolComponent(name="sandbox-agent", version=__version__,
+                           information_uri=TOOL_URI, rules=_rules())
+    properties = {"status": report.status, "summary": report.summary, "model": report.model,
+                  "diffBase": report.diff_base,
+                  "diff": report.diff.model_dump(mode="json") if report.diff else None}
+    run = Run(tool=SarifTool(driver=driver), results=[_result(f) for f in report.findings],
+              original_uri_base_ids={"%SRCROOT%": {"uri": f"file://{root}"}},
+              properties=properties)
+    return SarifLog(runs=[run])
+
+
+def to_sarif(report: ReviewReport) -> str:
+    """SARIF 2.1.0 JSON text."""
+    log = to_sarif_log(report).model_dump(mode="json", by_alias=True, exclude_none=True)
+    return json.dumps(log, indent=2, ensure_ascii=False)
+
+
+# -- GitHub workflow commands --------------------------------------------------------------------
+
+
+def escape_data(text: str) -> str:
+    """A workflow command's message, escaped as GitHub's toolkit does (%, CR, LF)."""
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def escape_property(text: str) -> str:
+    """A workflow command's property value: also `:` and `,` escaped."""
+    return escape_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def github_annotations(report: ReviewReport) -> list[str]:
+    """One `::error|warning|notice file=…,line=…,title=…::message` line per finding."""
+    lines = []
+    for f in _ordered(report.findings):
+        props = [f"file={escape_property(f.file)}"]
+        if f.line:
+            props.append(f"line={f.line}")
+        props.append(f"title={escape_property(f'{f.severity}: {f.title}')}")
+        message = f.body.strip() or f.title
+        lines.append(f"::{_COMMANDS[f.severity]} {','.join(props)}::{escape_data(message)}")
+    return lines

@@ -1,0 +1,232 @@
+"""A run as data: what `ask --json` prints and what `ask --json-stream` streams (docs/CLI_JSON.md).
+
+`RunRecorder` subscribes to a run's hook bus and collects every tool call (its decision,
+outcome, exit code and duration), the files the run changed, and the token counts and time
+the model took; `report()` turns that into a `RunReport`, whatever way the run ended.
+`stream_event` maps one hook event to one line of the event stream (or None for events that
+are not part of it). Both are library API: `Runner` users get the same report the CLI prints.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from executor.errors import EXIT_INTERRUPTED, MaxTurnsExceeded, SandboxAgentError
+from executor.hooks import Event, HookBus
+
+SCHEMA_VERSION = 1
+"""Version of the `ask --json` object and of the `--json-stream` events (docs/CLI_JSON.md)."""
+Status = Literal["ok", "max_turns", "error", "interrupted"]
+_WRITE_TOOLS = ("write_file", "edit_file")
+
+
+class ToolCallReport(BaseModel):
+    """One tool call the model asked for, and what became of it."""
+
+    id: str
+    tool: str
+    arguments: dict[str, Any]
+    decision: Literal["allow", "deny", "reject"]
+    """allow: ran; deny: refused by policy or the person; reject: unknown tool, bad arguments."""
+    denied: bool
+    reason: str | None = None
+    """Why it was denied or rejected."""
+    rule: str = ""
+    """The policy rule (or flag, or default) that decided."""
+    approved_by: str | None = None
+    ok: bool | None = None
+    """Whether the tool succeeded (None: it never ran)."""
+    exit_code: int | None = None
+    """run_shell_command's exit status."""
+    timed_out: bool = False
+    duration_ms: float | None = None
+
+
+class Change(BaseModel):
+    """A file the run created, modified or deleted (in the project root)."""
+
+    path: str
+    change: str
+    """created, modified, deleted, mode or type."""
+    tool: str
+
+
+class Usage(BaseModel):
+    """What the run cost."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    model_requests: int = 0
+    model_ms: float = 0.0
+    """Time spent waiting for the model."""
+    wall_ms: float = 0.0
+    """Time from the start of the run to its end."""
+
+
+class ErrorReport(BaseModel):
+    """Why a run failed (status error, max_turns or interrupted)."""
+
+    type: str
+    message: str
+    fix: str | None = None
+    exit_code: int
+
+
+class RunReport(BaseModel):
+    """The `ask --json` object (schema version 1)."""
+
+    type: Literal["result"] = "result"
+    schema_version: int = SCHEMA_VERSION
+    status: Status
+    answer: str | None = None
+    session: str | None = None
+    root: str = ""
+    provider: str = ""
+    model: str = ""
+    turns: int = 0
+    """Model turns (replies) of this request."""
+    tool_calls: list[ToolCallReport] = Field(default_factory=list)
+    changes: list[Change] = Field(default_factory=list)
+    usage: Usage = Field(default_factory=Usage)
+    error: ErrorReport | None = None
+
+    @property
+    def denied(self) -> list[ToolCallReport]:
+        """The calls that were denied."""
+        return [call for call in self.tool_calls if call.denied]
+
+
+class RunRecorder:
+    """Collects a run's tool calls, changes and usage from its hook events."""
+
+    def __init__(self) -> None:
+        self.calls: list[ToolCallReport] = []
+        self._by_id: dict[str, ToolCallReport] = {}
+        """The latest call of each id (servers reuse ids across turns)."""
+        self.changes: dict[str, Change] = {}
+        self.usage = Usage()
+        self.started = time.monotonic()
+        self.context: dict[str, Any] = {}
+
+    def attach(self, hooks: HookBus) -> RunRecorder:
+        """Listen to `hooks`; returns self."""
+        hooks.subscribe(self.handle, "run_start", "model_request", "tool_call", "tool_result")
+        return self
+
+    def handle(self, event: Event) -> None:
+        """Record one event."""
+        getattr(self, f"_on_{event.kind}")(event.data)
+
+    def _on_run_start(self, data: Mapping[str, Any]) -> None:
+        self.context = {k: data.get(k) for k in ("session", "root", "provider", "model")}
+
+    def _on_model_request(self, data: Mapping[str, Any]) -> None:
+        u = self.usage
+        u.model_requests += 1
+        u.prompt_tokens += data.get("prompt_tokens") or 0
+        u.completion_tokens += data.get("completion_tokens") or 0
+        u.model_ms = round(u.model_ms + float(data.get("duration_ms") or 0), 1)
+
+    def _on_tool_call(self, data: Mapping[str, Any]) -> None:
+        decision = data.get("decision", "deny")
+        call = ToolCallReport(
+            id=str(data["call_id"]), tool=str(data["tool"]),
+            arguments=dict(data.get("arguments") or {}), decision=decision,
+            denied=decision == "deny", reason=(data.get("reason") or None)
+            if decision != "allow" else None, rule=str(data.get("rule") or ""),
+            approved_by=data.get("approved_by"),
+        )
+        self.calls.append(call)
+        self._by_id[call.id] = call
+
+    def _on_tool_result(self, data: Mapping[str, Any]) -> None:
+        call = self._by_id.get(str(data["call_id"]))
+        meta = data.get("meta") or {}
+        if call is None:
+            return
+        if call.decision == "allow":
+            call.ok = bool(data.get("ok"))
+            call.exit_code = meta.get("exit_code")
+            call.timed_out = bool(meta.get("timed_out"))
+            call.duration_ms = meta.get("duration_ms")
+        self._record_changes(call, meta)
+
+    def _record_changes(self, call: ToolCallReport, meta: Mapping[str, Any]) -> None:
+        if call.tool in _WRITE_TOOLS and meta.get("sha256_after"):
+            path = meta.get("path") or call.arguments.get("path")
+            self._change(str(path), "created" if meta.get("created") else "modified", call.tool)
+        for entry in meta.get("changes") or []:
+            if isinstance(entry, Mapping) and entry.get("path"):
+                self._change(str(entry["path"]), str(entry.get("change", "modified")), call.tool)
+
+    def _change(self, path: str, change: str, tool: str) -> None:
+        earlier = self.changes.get(path)
+        if earlier is not None and earlier.change == "created" and change != "deleted":
+            change = "created"  # created, then edited: still a new file
+        self.changes[path] = Change(path=path, change=change, tool=tool)
+
+    def report(self, *, answer: str | None = None, turns: int | None = None,
+               error: BaseException | None = None, **context: Any) -> RunReport:
+        """The report of the run so far: a success with `answer`, or a failure with `error`."""
+        self.usage.wall_ms = round((time.monotonic() - self.started) * 1000, 1)
+        facts = {k: v for k, v in {**self.context, **context}.items() if v is not None}
+        return RunReport(
+            status=status_of(error), answer=answer, **facts,
+            turns=self.usage.model_requests if turns is None else turns,
+            tool_calls=list(self.calls), changes=list(self.changes.values()),
+            usage=self.usage.model_copy(), error=error_report(error),
+        )
+
+
+def status_of(error: BaseException | None) -> Status:
+    """ok, max_turns, interrupted or error."""
+    if error is None:
+        return "ok"
+    if isinstance(error, KeyboardInterrupt):
+        return "interrupted"
+    return "max_turns" if isinstance(error, MaxTurnsExceeded) else "error"
+
+
+def error_report(error: BaseException | None) -> ErrorReport | None:
+    """The error part of a report."""
+    if error is None:
+        return None
+    if isinstance(error, KeyboardInterrupt):
+        return ErrorReport(type="KeyboardInterrupt", message="interrupted",
+                           exit_code=EXIT_INTERRUPTED)
+    if isinstance(error, SandboxAgentError):
+        return ErrorReport(type=type(error).__name__, message=error.message, fix=error.fix,
+                           exit_code=error.exit_code)
+    return ErrorReport(type=type(error).__name__, message=str(error), exit_code=1)
+
+
+_STREAMED = {
+    "run_start": ("start", ("session", "root", "provider", "model", "mount_mode", "tools")),
+    "model_request": ("model_reply", ("duration_ms", "prompt_tokens", "completion_tokens",
+                                      "reply")),
+    "tool_call": ("tool_call", ("call_id", "tool", "arguments", "decision", "rule", "reason",
+                                "approved_by")),
+    "tool_result": ("tool_result", ("call_id", "tool", "ok", "output", "meta")),
+    "retry": ("retry", ("attempt", "delay", "reason")),
+    "warning": ("warning", ("message",)),
+    "notice": ("notice", ("message",)),
+    "instructions": ("instructions", ("source", "bytes", "truncated")),
+}
+"""Hook events that appear in the stream: their `type` there and the fields they keep."""
+
+
+def stream_event(event: Event) -> dict[str, Any] | None:
+    """One `--json-stream` line for `event`, or None when it is not streamed."""
+    spec = _STREAMED.get(event.kind)
+    if spec is None:
+        return None
+    kind, fields = spec
+    line: dict[str, Any] = {"type": kind}
+    if kind == "start":
+        line["schema_version"] = SCHEMA_VERSION
+    line.update({k: event.data.get(k) for k in fields if k in event.data})
+    return line

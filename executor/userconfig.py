@@ -1,0 +1,110 @@
+"""The person's own config file: `~/.config/sandbox-agent/config.toml` (XDG; see state.py).
+
+It sets defaults for the knobs of `Settings` (provider, host, model, timeouts, limits ...),
+one `key = value` a line, keys named like the fields (`max_turns = 30`) or like their
+variables without the prefix in any case. Precedence: flags > `SANDBOX_AGENT_*` > this file >
+built-in defaults.
+
+Only the person's config dir is ever read, never anything in a project tree: a repository
+cannot change which server a run talks to or which image it runs. The file is opened without
+following links, must be a regular file the person owns, and is validated: an unknown key or a
+bad value is one `ConfigError` naming the file and the line.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from executor.errors import ConfigError
+from executor.state import check_outside, config_home, open_private, real_root
+
+CONFIG_FILE = "config.toml"
+MAX_BYTES = 1 << 20
+"""A config file larger than this is refused (it is a handful of lines)."""
+_POSITION = re.compile(r"\(at line (\d+), column \d+\)")
+
+
+def user_config_path() -> Path:
+    """`$SANDBOX_AGENT_CONFIG_DIR/config.toml`, else `$XDG_CONFIG_HOME/sandbox-agent/...`."""
+    return config_home() / CONFIG_FILE
+
+
+def _fix(path: Path) -> str:
+    return f"edit {path} (keys and values: docs/CONFIGURATION.md, or `sandbox-agent --help`)"
+
+
+def key_line(text: str, key: str) -> int | None:
+    """The 1-based line where `key` is assigned (tomllib keeps no positions)."""
+    pattern = re.compile(rf"^[ \t]*[\"']?{re.escape(key)}[\"']?[ \t]*=", re.MULTILINE)
+    match = pattern.search(text)
+    return text.count("\n", 0, match.start()) + 1 if match else None
+
+
+def where(path: Path, line: int | None) -> str:
+    """`path:line`, or the path alone when the line is not known."""
+    return f"{path}:{line}" if line else str(path)
+
+
+def _read_text(path: Path) -> str | None:
+    """The file's text; None when it does not exist. ConfigError when it cannot be used."""
+    try:
+        fd = open_private(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}", fix=_fix(path)) from None
+    with os.fdopen(fd, "rb") as stream:
+        data = stream.read(MAX_BYTES + 1)
+    if len(data) > MAX_BYTES:
+        raise ConfigError(f"{path} is larger than {MAX_BYTES} bytes", fix=_fix(path))
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text ({exc.reason})", fix=_fix(path)) from None
+
+
+def _parse(path: Path, text: str) -> dict[str, Any]:
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        match = _POSITION.search(str(exc))
+        line = int(match.group(1)) if match else None
+        reason = _POSITION.sub("", str(exc)).strip()
+        raise ConfigError(f"{where(path, line)}: invalid TOML: {reason}", fix=_fix(path)) from None
+
+
+def read_user_config(fields: Iterable[str]) -> tuple[dict[str, Any], dict[str, int | None]]:
+    """(values by field name, line of each) from the user config; empty when there is none.
+
+    An unknown key is a ConfigError naming the file, the line and the known keys.
+    """
+    path = user_config_path()
+    text = _read_text(path)
+    if text is None:
+        return {}, {}
+    known = set(fields)
+    values: dict[str, Any] = {}
+    lines: dict[str, int | None] = {}
+    for key, value in _parse(path, text).items():
+        name = key.lower().removeprefix("sandbox_agent_").replace("-", "_")
+        line = key_line(text, key)
+        if name not in known or isinstance(value, dict):
+            raise ConfigError(
+                f"{where(path, line)}: unknown key {key!r}",
+                fix=f"use one of: {', '.join(sorted(known))}",
+            )
+        values[name], lines[name] = value, line
+    return values, lines
+
+
+def check_outside_project(root: Path) -> None:
+    """ConfigError when the user config lies inside the project `root` (dotfiles kept in a
+    repository, a config dir linked into it): the sandbox could rewrite it between runs."""
+    path = user_config_path()
+    if path.is_file():
+        check_outside(real_root(root), path, "your config file")

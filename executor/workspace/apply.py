@@ -1,0 +1,372 @@
+"""Writing changes into the person's tree, and taking them back, one file at a time.
+
+`execute` is the one place that writes: for each change it reads the host's current state
+(hostfs: no link followed), and acts only when that state is exactly the change's *before*
+(the base recorded at copy time, or what an apply wrote). A path already in its *after* state
+is left alone; anything else is a conflict, reported and never merged. Removals come first
+(files and links, then directories deepest first), then new directories (shallowest first),
+then files and links, each written atomically.
+
+`apply_changes` runs a changeset's pending changes; `undo` runs the inverse of the last apply
+of a session (copy mode) or of a bind session's recorded writes. Both append to the
+session's journal and to the audit log: who approved, which files, hashes before and after.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import secrets
+import socket
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from executor.audit import AuditLog
+from executor.errors import WorkspaceError
+from executor.workspace import hostfs
+from executor.workspace.changes import Change, Changeset, utc_now
+from executor.workspace.manifest import Entry, from_row
+from executor.workspace.paths import problem, sort_key
+from executor.workspace.store import (
+    BlobStore,
+    append_line,
+    ensure_session_dir,
+    read_lines,
+    session_dir,
+)
+
+MAX_KEEP = 256 * 1024 * 1024
+"""Bytes of a file's current content kept (for undo) before it is overwritten or removed."""
+
+
+@dataclass
+class Outcome:
+    """What `execute` did."""
+
+    done: list[Change] = field(default_factory=list)
+    """Changes written, each with the state found before (== its before) and after."""
+    already: list[str] = field(default_factory=list)
+    """Paths that were already in their after state."""
+    conflicts: list[tuple[str, str]] = field(default_factory=list)
+    """(path, why) left alone."""
+
+    @property
+    def touched(self) -> list[str]:
+        """Paths now in their after state (written or found so)."""
+        return [c.path for c in self.done] + self.already
+
+
+# ---------------------------------------------------------------------------- the writer
+
+
+def execute(root: Path, changes: Iterable[Change], blobs: BlobStore) -> Outcome:
+    """Apply `changes` to the tree at `root` where it still is in their before state."""
+    outcome = Outcome()
+    ready = []
+    for change in sorted(changes, key=lambda c: sort_key(c.path)):
+        verdict = _check(root, change, blobs)
+        if verdict == "ready":
+            ready.append(change)
+        elif verdict == "already":
+            outcome.already.append(change.path)
+        else:
+            outcome.conflicts.append((change.path, verdict))
+    failed = {path for path, _ in outcome.conflicts}
+    for action, phase in _phases(ready):
+        for change in phase:
+            if _blocked(change, failed):
+                continue
+            try:
+                _act(root, action, change, blobs)
+            except (OSError, WorkspaceError) as exc:
+                failed.add(change.path)
+                why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+                outcome.conflicts.append((change.path, f"could not be written: {why}"))
+    outcome.done = [c for c in ready if c.path not in failed]
+    return outcome
+
+
+def _check(root: Path, change: Change, blobs: BlobStore) -> str:
+    """'ready', 'already', or why the change cannot be made."""
+    reason = problem(change.path)
+    if reason:
+        return reason
+    try:
+        current = hostfs.state(root, change.path)
+    except OSError as exc:
+        return f"cannot be read safely ({exc.strerror or exc})"
+    if _same(change.after, current):
+        return "already"
+    if not _same(change.before, current):
+        return _what_changed(change.before, current)
+    after = change.after
+    if after is not None and after.kind == "file" and not blobs.has(after.sha256 or ""):
+        return "its new content is not kept (nothing to write)"
+    _keep_current(root, change.path, current, blobs)
+    return "ready"
+
+
+def _same(expected: Entry | None, current: Entry | None) -> bool:
+    return current is None if expected is None else expected.same(current)
+
+
+def _what_changed(before: Entry | None, current: Entry | None) -> str:
+    if before is None:
+        return "conflict: created on the host since the copy"
+    if current is None:
+        return "conflict: deleted on the host since the copy"
+    return "conflict: changed on the host since the copy"
+
+
+def _keep_current(root: Path, path: str, current: Entry | None, blobs: BlobStore) -> None:
+    """Keep what is about to be overwritten or removed, so an undo can put it back."""
+    if current is None or current.kind != "file" or current.sha256 is None:
+        return
+    if blobs.has(current.sha256) or current.size > MAX_KEEP:
+        return
+    data = hostfs.read_file(root, path, MAX_KEEP)
+    if data is not None:
+        blobs.put(data)
+
+
+def _phases(ready: list[Change]) -> list[tuple[str, list[Change]]]:
+    """Removals (files and links, then directories deepest first), new directories, writes.
+
+    A file replaced by a link (or the reverse) is one atomic rename in the write phase.
+    """
+    def kind(entry: Entry | None) -> str | None:
+        return None if entry is None else entry.kind
+
+    remove = [c for c in ready if kind(c.before) in ("file", "symlink")
+              and kind(c.after) in (None, "dir")]
+    rmdir = [c for c in ready if kind(c.before) == "dir" and kind(c.after) != "dir"]
+    mkdir = [c for c in ready if kind(c.after) == "dir" and kind(c.before) != "dir"]
+    write = [c for c in ready if kind(c.after) in ("file", "symlink")]
+    rmdir.sort(key=lambda c: sort_key(c.path), reverse=True)
+    return [("remove", remove), ("rmdir", rmdir), ("mkdir", mkdir), ("write", write)]
+
+
+def _blocked(change: Change, failed: set[str]) -> bool:
+    """A change at or below a path that failed (its directory may not be there)."""
+    return change.path in failed or any(change.path.startswith(p + "/") for p in failed)
+
+
+def _act(root: Path, action: str, change: Change, blobs: BlobStore) -> None:
+    after = change.after
+    if action == "remove":
+        hostfs.remove(root, change.path, "file")
+    elif action == "rmdir":
+        hostfs.remove(root, change.path, "dir")
+    elif action == "mkdir":
+        hostfs.make_dir(root, change.path)
+    elif after is not None and after.kind == "symlink":
+        hostfs.write_link(root, change.path, after.target or "")
+    elif after is not None:
+        hostfs.write_file(root, change.path, blobs.get(after.sha256 or ""), after.mode)
+
+
+# ---------------------------------------------------------------------------- applying
+
+
+def applied_paths(root: Path, changeset: Changeset) -> dict[str, str]:
+    """Paths of `changeset` an apply wrote (and no undo took back) -> the apply's id."""
+    applied: dict[str, str] = {}
+    for record in read_lines(session_dir(root, changeset.session) / "journal.ndjson"):
+        if record.get("type") == "apply" and record.get("changeset") == changeset.id:
+            for path in _paths(record.get("files")):
+                applied[path] = str(record.get("id"))
+            for path in record.get("already") or []:
+                applied[str(path)] = str(record.get("id"))
+        elif record.get("type") == "undo":
+            for path in _paths(record.get("files")):
+                applied.pop(path, None)
+    return applied
+
+
+def pending(root: Path, changeset: Changeset) -> list[Change]:
+    """The changes of `changeset` no apply has written yet."""
+    done = applied_paths(root, changeset)
+    return [c for c in changeset.changes if c.path not in done]
+
+
+def apply_changes(root: Path, changeset: Changeset, *, approved_by: str,
+                  audit: AuditLog | None = None) -> Outcome:
+    """Write the pending changes of `changeset` into the tree; journal and audit it."""
+    blobs = BlobStore.for_root(root)
+    outcome = execute(root, pending(root, changeset), blobs)
+    record = {"type": "apply", "id": secrets.token_hex(8), "ts": utc_now(),
+              "session": changeset.session, "changeset": changeset.id,
+              "approved_by": approved_by, "user": _user(), "host": socket.gethostname(),
+              "files": [_file_record(c) for c in outcome.done], "already": outcome.already,
+              "conflicts": [{"path": p, "reason": r} for p, r in outcome.conflicts]}
+    _journal(root, changeset.session, record)
+    if audit is not None:
+        audit.record("apply", **_audit_fields(record, outcome))
+    return outcome
+
+
+def _journal(root: Path, session: str, record: dict[str, Any]) -> None:
+    append_line(ensure_session_dir(root, session) / "journal.ndjson", record)
+
+
+def _file_record(change: Change) -> dict[str, Any]:
+    return {"path": change.path, "before": change.before.row() if change.before else None,
+            "after": change.after.row() if change.after else None}
+
+
+def _paths(files: Any) -> list[str]:
+    if not isinstance(files, list):
+        return []
+    return [str(f["path"]) for f in files if isinstance(f, dict) and "path" in f]
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return str(os.getuid())
+
+
+def _audit_fields(record: dict[str, Any], outcome: Outcome) -> dict[str, Any]:
+    """Who approved, which files, hashes before and after (for the hash-chained log)."""
+    fields: dict[str, Any] = {k: record[k] for k in ("approved_by", "user", "host") if k in record}
+    fields.update(changeset=record.get("changeset"), journal_id=record["id"],
+                  undoes=record.get("undoes"), already=outcome.already,
+                  conflicts=record["conflicts"],
+                  files=[_audit_file(c) for c in outcome.done])
+    return {k: v for k, v in fields.items() if v is not None}
+
+
+def _audit_file(change: Change) -> dict[str, Any]:
+    before, after = change.before, change.after
+    return {"path": change.path, "change": change.status,
+            "kind_before": before.kind if before else None,
+            "kind_after": after.kind if after else None,
+            "sha256_before": before.sha256 if before else None,
+            "sha256_after": after.sha256 if after else None,
+            "mode_before": f"{before.mode:04o}" if before and before.kind == "file" else None,
+            "mode_after": f"{after.mode:04o}" if after and after.kind == "file" else None,
+            "target_after": after.target if after else None}
+
+
+# ---------------------------------------------------------------------------- undoing
+
+
+@dataclass
+class UndoPlan:
+    """What an undo would take back, and what it cannot."""
+
+    session: str
+    undoes: str
+    """The apply id, or 'session' for a bind session's recorded writes."""
+    changes: list[Change]
+    cannot: list[tuple[str, str]]
+    """(path, why it cannot be restored)."""
+
+
+def plan_undo(root: Path, session: str) -> UndoPlan | None:
+    """The inverse of the session's last apply still in place, else of its bind-mode writes;
+    None when there is nothing to undo."""
+    records = read_lines(session_dir(root, session) / "journal.ndjson")
+    undone = {str(r.get("undoes")): set(_paths(r.get("files"))) for r in records
+              if r.get("type") == "undo"}
+    for record in reversed([r for r in records if r.get("type") == "apply"]):
+        files = [f for f in record.get("files") or [] if isinstance(f, dict)
+                 and f.get("path") not in undone.get(str(record.get("id")), set())]
+        if files:
+            return UndoPlan(session, str(record.get("id")), *_inverse(files))
+    writes = _bind_writes(records)
+    if writes:
+        return UndoPlan(session, "session", *_inverse_writes(writes, BlobStore.for_root(root)))
+    return None
+
+
+def _bind_writes(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Recorded writes no undo has taken back yet (a path written again after an undo counts
+    again)."""
+    active: dict[str, list[dict[str, Any]]] = {}
+    for record in records:
+        if record.get("type") == "write":
+            active.setdefault(str(record.get("path")), []).append(record)
+        elif record.get("type") == "undo" and record.get("undoes") == "session":
+            for path in _paths(record.get("files")):
+                active.pop(path, None)
+    return [r for rs in active.values() for r in rs]
+
+
+def _inverse(files: list[dict[str, Any]]) -> tuple[list[Change], list[tuple[str, str]]]:
+    changes, cannot = [], []
+    for item in files:
+        try:
+            before = from_row(item["before"]) if item.get("before") else None
+            after = from_row(item["after"]) if item.get("after") else None
+        except (KeyError, TypeError, ValueError) as exc:
+            cannot.append((str(item.get("path")), f"unreadable journal record ({exc})"))
+            continue
+        changes.append(Change(str(item["path"]), after, before))
+    return changes, cannot
+
+
+def _inverse_writes(writes: list[dict[str, Any]], blobs: BlobStore
+                    ) -> tuple[list[Change], list[tuple[str, str]]]:
+    """Per path: from the last recorded after back to the first recorded before."""
+    first: dict[str, dict[str, Any]] = {}
+    last: dict[str, dict[str, Any]] = {}
+    for record in writes:
+        path = str(record.get("path"))
+        first.setdefault(path, record)
+        last[path] = record
+    changes, cannot = [], []
+    for path in first:
+        reason = _unrestorable(path, first[path], last[path], blobs)
+        if reason:
+            cannot.append((path, reason))
+            continue
+        before = _row_entry(first[path].get("before"))
+        changes.append(Change(path, _row_entry(last[path].get("after")), before))
+    return changes, cannot
+
+
+def _row_entry(row: Any) -> Entry | None:
+    return from_row(row) if row else None
+
+
+def _unrestorable(path: str, first: dict[str, Any], last: dict[str, Any],
+                  blobs: BlobStore) -> str | None:
+    if problem(path):
+        return str(problem(path))
+    if first.get("unknown_before") or last.get("unknown_after"):
+        return "changed by a shell command in a way that was not fully recorded"
+    try:
+        before, after = _row_entry(first.get("before")), _row_entry(last.get("after"))
+    except (TypeError, ValueError) as exc:
+        return f"unreadable journal record ({exc})"
+    if before is not None and before.kind == "file" and not blobs.has(before.sha256 or ""):
+        source = "a shell command" if first.get("source") == "command" else "a tool"
+        return (f"changed by {source}; its earlier content (sha256 {str(before.sha256)[:12]}) "
+                "was not kept, so it cannot be restored")
+    if after is None and before is None:
+        return "nothing to restore"
+    return None
+
+
+def undo(root: Path, plan: UndoPlan, *, audit: AuditLog | None = None) -> Outcome:
+    """Take back what `plan` names where the tree still holds what was written."""
+    blobs = BlobStore.for_root(root)
+    outcome = execute(root, plan.changes, blobs)
+    outcome.conflicts = [(p, r.replace("since the copy", "since it was written"))
+                         for p, r in outcome.conflicts]
+    record = {"type": "undo", "id": secrets.token_hex(8), "ts": utc_now(),
+              "session": plan.session, "undoes": plan.undoes, "user": _user(),
+              "host": socket.gethostname(),
+              "files": [_file_record(c) for c in outcome.done]
+              + [{"path": p} for p in outcome.already],
+              "conflicts": [{"path": p, "reason": r} for p, r in outcome.conflicts],
+              "cannot": [{"path": p, "reason": r} for p, r in plan.cannot]}
+    _journal(root, plan.session, record)
+    if audit is not None:
+        audit.record("undo", **_audit_fields(record, outcome),
+                     cannot=record["cannot"])
+    return outcome

@@ -1,0 +1,263 @@
+"""The REPL, approvals and live progress at a real pseudo-terminal, rendered by pyte.
+
+The terminal answers cursor-position requests (prompt_toolkit asks), so the line editor runs as
+it does for a person; the tests type keys and read the screen.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import pty
+import select
+import struct
+import subprocess
+import termios
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pyte
+import pytest
+
+from executor.state import project_dir
+from tests.docker.cli_support import SANDBOX_AGENT, cli_env, model_args, run_cli, tool_exchanges
+from tests.fakes.model_server import Call, ModelServer
+
+pytestmark = pytest.mark.docker
+
+COLUMNS, ROWS = 160, 200
+QUESTION = "Allow this call? [y/n/a/r/v] (n):"
+
+
+class Answering(pyte.Screen):
+    """A screen that answers the terminal's status requests (cursor position) like a terminal."""
+
+    master = -1
+
+    def write_process_input(self, data: str) -> None:
+        os.write(self.master, data.encode())
+
+
+class Terminal:
+    """`sandbox-agent ARGV` at a pseudo-terminal (stdin and stderr; stdout too unless piped)."""
+
+    def __init__(self, argv: list[str], *, stdout_piped: bool = False) -> None:
+        self.master, slave = pty.openpty()
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", ROWS, COLUMNS, 0, 0))
+        self.screen = Answering(COLUMNS, ROWS)
+        self.screen.master = self.master
+        self.stream = pyte.ByteStream(self.screen)
+        self.proc = subprocess.Popen(  # in a session of its own, the pty its terminal: ^C works
+            argv, stdin=slave, stderr=slave, stdout=subprocess.PIPE if stdout_piped else slave,
+            env=cli_env(COLUMNS=str(COLUMNS), LINES=str(ROWS), TERM="xterm"),
+            start_new_session=True, preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0))
+        TERMINALS.append(self)
+        os.close(slave)
+        self.closed = False
+
+    def lines(self) -> list[str]:
+        lines = [line.rstrip() for line in self.screen.display]
+        while lines and not lines[-1]:
+            lines.pop()
+        return lines
+
+    def text(self) -> str:
+        return "\n".join(self.lines())
+
+    def pump(self, timeout: float) -> None:
+        ready, _, _ = select.select([self.master], [], [], timeout)
+        if ready:
+            try:
+                chunk = os.read(self.master, 65536)
+            except OSError:
+                chunk = b""
+            if not chunk:
+                self.closed = True
+                return
+            self.stream.feed(chunk)
+
+    def wait(self, check: Callable[[list[str]], bool], what: str, timeout: float = 90) -> None:
+        deadline = time.monotonic() + timeout
+        while not check(self.lines()):
+            assert not self.closed and time.monotonic() < deadline, f"no {what}:\n{self.text()}"
+            self.pump(0.2)
+
+    def at_prompt(self) -> None:
+        self.wait(lambda lines: bool(lines) and lines[-1].startswith("you>")
+                  and lines[-1].strip() == "you>", "prompt")
+
+    def at_question(self) -> None:
+        self.wait(lambda lines: bool(lines) and lines[-1] == QUESTION, "approval question")
+
+    def type(self, keys: str) -> None:
+        os.write(self.master, keys.encode())
+        self.pump(0.3)
+
+    def finish(self, timeout: float = 60) -> int:
+        deadline = time.monotonic() + timeout
+        while not self.closed and time.monotonic() < deadline:
+            self.pump(0.2)
+        code = self.proc.wait(timeout=30)
+        os.close(self.master)
+        return code
+
+
+TERMINALS: list[Terminal] = []
+
+
+@pytest.fixture(autouse=True)
+def _stop_what_is_left() -> Any:
+    """A failed test's CLI is stopped like a person would (SIGTERM: it removes its container)."""
+    yield
+    while TERMINALS:
+        term = TERMINALS.pop()
+        if term.proc.poll() is None:
+            term.proc.terminate()
+            term.proc.wait(timeout=60)
+
+
+def ask(project: Path, server: ModelServer, *flags: str) -> list[str]:
+    return [str(SANDBOX_AGENT), "ask", "--root", str(project), *model_args(server, "ollama"),
+            *flags]
+
+
+def audit_records(project: Path) -> list[dict[str, Any]]:
+    done = run_cli("audit", "export", "--root", project, "--format", "jsonl")
+    return [json.loads(line) for line in done.stdout.splitlines()]
+
+
+def test_the_repl_edits_lines_keeps_history_and_runs_slash_commands(
+        project: Path, model_server: ModelServer):
+    model_server.reply("It is **fine**; see [the docs](https://example.com/real).")
+    term = Terminal(ask(project, model_server, "-i"))
+    term.at_prompt()
+    assert "model is thinking" not in term.text()  # no spinner left behind the prompt
+    term.type("/help\r")
+    term.wait(lambda lines: any("/usage" in line for line in lines), "help")
+    term.at_prompt()
+    term.type("\r")  # an empty line does nothing
+    term.at_prompt()
+    term.type("is it fine?\r")
+    term.wait(lambda lines: any(line.startswith("done ·") for line in lines), "answer")
+    term.at_prompt()
+    assert "It is fine; see the docs (https://example.com/real)." in term.lines()
+    term.type("/usage\r")
+    term.wait(lambda lines: any("1 model turn" in line and line.startswith("session")
+                                for line in lines), "usage")
+    term.at_prompt()
+    term.type("/exit\r")
+    assert term.finish() == 0, term.text()
+
+    history = project_dir(project) / "repl_history"
+    assert oct(history.stat().st_mode & 0o777) == "0o600"
+    assert "is it fine?" in history.read_text()
+
+    again = Terminal(ask(project, model_server, "-i", "--resume"))
+    again.at_prompt()
+    assert "last exchange:" in again.lines() and "you> is it fine?" in again.lines()
+    again.type("\x1b[A")  # Up: the history of the project, kept from the last session
+    again.wait(lambda lines: lines[-1] == "you> /exit", "history")
+    again.type("\r")
+    assert again.finish() == 0, again.text()
+
+
+def test_ctrl_c_cancels_a_running_command_and_the_session_goes_on(
+        project: Path, model_server: ModelServer):
+    model_server.reply(tool_calls=[Call("run_shell_command",
+                                        {"command": "echo started; sleep 60; echo never"})])
+    model_server.reply("still here")
+    term = Terminal(ask(project, model_server, "-i", "--yes"))
+    term.at_prompt()
+    term.type("run it\r")
+    term.wait(lambda lines: any(line.strip() == "│ started" for line in lines), "live tail")
+    began = time.monotonic()
+    term.type("\x03")
+    term.wait(lambda lines: any(line.startswith("cancelled") for line in lines), "cancel")
+    term.at_prompt()
+    assert time.monotonic() - began < 30
+    term.type("and now?\r")
+    term.wait(lambda lines: "still here" in lines, "next answer")
+    term.at_prompt()
+    [(_, _, result)] = tool_exchanges(model_server.last_chat)
+    assert "no result" in result  # the interrupted call was answered for the model
+    term.type("\x03")
+    term.wait(lambda lines: any("Ctrl-C again" in line for line in lines), "hint")
+    term.type("\x03")
+    assert term.finish() == 0, term.text()
+
+
+def test_always_allow_a_command_prefix_and_say_why_not(project: Path,
+                                                        model_server: ModelServer):
+    for command in ("git status", "git status --short", "git status --porcelain",
+                    "git status; touch pwned"):
+        model_server.reply(tool_calls=[Call("run_shell_command", {"command": command})])
+    model_server.reply("done")
+    term = Terminal(ask(project, model_server, "--deny-command", "git status --porcelain",
+                        "check git"), stdout_piped=True)
+    term.at_question()
+    assert "a: always allow run_shell_command git status … in this session" in term.text()
+    term.type("a\r")
+    term.wait(lambda lines: sum(line.startswith(QUESTION) for line in lines) == 2,
+              "second question")
+    assert "$ git status; touch pwned" in term.lines()
+    term.type("r\r")
+    term.wait(lambda lines: lines[-1].startswith("Why not?"), "reason question")
+    term.type("no chaining\r")
+    assert term.finish() == 0, term.text()
+
+    refusals = [line for line in term.lines() if "touch pwned" in line and "✗" in line]
+    assert refusals == ["✗ run_shell_command git status; touch pwned — declined (you said: "
+                        "no chaining)"]
+    assert not any(line.startswith("! run_shell_command git status; touch") for line in
+                   term.lines())
+    assert not (project / "pwned").exists()
+    calls = [r for r in audit_records(project) if r["kind"] == "tool_call"]
+    assert [(c["arguments"]["command"], c["decision"], c["approved_by"]) for c in calls] == [
+        ("git status", "allow", "user:session"),
+        ("git status --short", "allow", "user:session"),
+        ("git status --porcelain", "deny", None),
+        ("git status; touch pwned", "deny", None),
+    ]
+    assert calls[2]["rule"] == "flag --deny-command"
+    results = [r for _, _, r in tool_exchanges(model_server.last_chat)]
+    assert "who said: no chaining" in results[3]
+
+
+def test_the_answer_is_printed_once_when_stdout_is_piped(project: Path,
+                                                          model_server: ModelServer):
+    model_server.reply("the-unique-answer")
+    term = Terminal(ask(project, model_server, "--stream", "go"), stdout_piped=True)
+    assert term.finish() == 0, term.text()
+    assert term.proc.stdout is not None and term.proc.stdout.read() == b"the-unique-answer\n"
+    assert "the-unique-answer" not in term.text()  # streamed live, then gone: not twice
+    assert any(line.startswith("done ·") and "tokens" in line for line in term.lines())
+
+
+def test_piped_requests_work_line_by_line(project: Path, model_server: ModelServer):
+    model_server.reply("one").reply("two")
+    done = run_cli("ask", "--root", project, *model_args(model_server, "ollama"), "-i",
+                   stdin="first\n\n/usage\nsecond\n")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "one\ntwo\n"
+    assert "Traceback" not in done.stderr and "2 model turns" not in done.stderr
+    assert len(model_server.chat_requests) == 2
+
+
+def test_an_approval_inside_the_repl_then_the_prompt_again(project: Path,
+                                                            model_server: ModelServer):
+    model_server.reply(tool_calls=[Call("write_file", {"path": "note.txt", "content": "hi\n"})])
+    model_server.reply("Wrote it.")
+    term = Terminal(ask(project, model_server, "-i"))
+    term.at_prompt()
+    term.type("write a note\r")
+    term.at_question()
+    assert "write_file note.txt (new file, 1 line, 3 bytes)" in term.lines()
+    term.type("y\r")
+    term.wait(lambda lines: "Wrote it." in lines, "answer")
+    term.at_prompt()
+    assert (project / "note.txt").read_text() == "hi\n"
+    term.type("\x04")  # Ctrl-D leaves
+    assert term.finish() == 0, term.text()

@@ -1,0 +1,324 @@
+"""The copy workspace through the real CLI and real containers: the host tree is untouched
+during the run; writes, edits, shell-made files, deletions, the executable bit and links come
+back as pending changes; `diff`, `apply` (conflicts refused, exit 61) and `undo` land or take
+them back; bind sessions can be undone as far as their content was kept."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.docker.cli_support import ask, assert_ok, explain, run_cli, tool_exchanges
+from tests.fakes.model_server import Call, ModelServer
+
+pytestmark = pytest.mark.docker
+
+
+def snapshot(root: Path) -> dict[str, tuple[int, int, str]]:
+    """Every entry under root (.git included): mode, mtime and content or link target."""
+    found = {}
+    for path in sorted(root.rglob("*")):
+        st = path.lstat()
+        if stat.S_ISLNK(st.st_mode):
+            what = "-> " + os.readlink(path)
+        elif stat.S_ISREG(st.st_mode):
+            what = hashlib.sha256(path.read_bytes()).hexdigest()
+        else:
+            what = "dir"
+        found[path.relative_to(root).as_posix()] = (st.st_mode, st.st_mtime_ns, what)
+    return found
+
+
+def script(server: ModelServer, *calls: Call, answer: str = "done") -> None:
+    for call in calls:
+        server.reply(tool_calls=[call])
+    server.reply(answer)
+
+
+def results(server: ModelServer) -> list[str]:
+    return [result for _, _, result in tool_exchanges(server.last_chat)]
+
+
+def cli(*args: Any, stdin: str | None = None) -> Any:
+    return run_cli(*args, stdin=stdin)
+
+
+THE_TASK = (
+    Call("write_file", {"path": "notes/new.md", "content": "# new\n"}),
+    Call("edit_file", {"path": "src/app.py", "old_text": "a + b", "new_text": "a - b"}),
+    Call("run_shell_command", {"command": "rm hello.py && printf '#!/bin/sh\\necho hi\\n' > "
+                                          "deploy.sh && chmod +x deploy.sh && ln -s "
+                                          "/etc/passwd pw && cat src/app.py"}),
+)
+
+
+def test_a_copy_session_leaves_the_tree_alone_and_its_changes_wait(project: Path,
+                                                                   model_server: ModelServer):
+    before = snapshot(project)
+    script(model_server, *THE_TASK)
+
+    done = ask(project, model_server, "ollama", "--yes", "--workspace", "copy")
+
+    assert_ok(done, "done")
+    assert snapshot(project) == before
+    assert "a - b" in results(model_server)[2]  # the sandbox saw its own edit
+    assert "copy workspace: 6 paths changed, +4 -2, 2 flagged" in done.stderr, explain(done)
+    assert "your tree is untouched" in done.stderr
+    assert f"sandbox-agent apply --root {project} --session" in done.stderr
+    shown = cli("diff", "--root", project)
+    assert shown.returncode == 0, explain(shown)
+    assert "-    return a + b\n+    return a - b\n" in shown.stdout
+    assert "!! runs on the host (*.sh)\n!! gains the executable bit\n" in shown.stdout
+    assert "!! link leaving the project (-> /etc/passwd)" in shown.stdout
+    assert "deleted file mode 100644\n--- a/hello.py\n" in shown.stdout
+    changes = json.loads(cli("diff", "--root", project, "--json").stdout)
+    assert {c["path"]: c["status"] for c in changes["changes"]} == {
+        "notes": "A", "notes/new.md": "A", "src/app.py": "M", "hello.py": "D",
+        "deploy.sh": "A", "pw": "A"}
+    assert cli("diff", "--root", project, "--stat").stdout.splitlines()[-1] == (
+        "6 paths changed, +4 -2, 2 flagged for review")
+
+
+def test_apply_lands_the_changes_once_and_undo_takes_them_back(project: Path,
+                                                               model_server: ModelServer):
+    script(model_server, *THE_TASK)
+    assert_ok(ask(project, model_server, "ollama", "--yes", "--workspace", "copy"), "done")
+    untouched = snapshot(project)
+
+    refused = cli("apply", "--root", project)
+    assert refused.returncode == 2 and "--yes" in refused.stderr, explain(refused)
+    applied = cli("apply", "--root", project, "--yes")
+    assert applied.returncode == 0, explain(applied)
+    assert (project / "src" / "app.py").read_text() == "def add(a, b):\n    return a - b\n"
+    assert (project / "notes" / "new.md").read_text() == "# new\n"
+    assert not (project / "hello.py").exists()
+    assert (project / "deploy.sh").stat().st_mode & 0o7777 == 0o755
+    assert os.readlink(project / "pw") == "/etc/passwd"
+    again = cli("apply", "--root", project, "--yes")
+    assert again.returncode == 0 and "nothing to apply" in again.stderr, explain(again)
+
+    undone = cli("undo", "--root", project)
+    assert undone.returncode == 0, explain(undone)
+    assert {p: v[2] for p, v in snapshot(project).items()} == {
+        p: v[2] for p, v in untouched.items()}
+    records = [json.loads(line) for line in cli("audit", "export", "--root", project,
+                                                "--format", "jsonl").stdout.splitlines()]
+    [apply_record] = [r for r in records if r["kind"] == "apply"]
+    assert apply_record["approved_by"] == "--yes"
+    assert {f["path"] for f in apply_record["files"]} >= {"src/app.py", "deploy.sh"}
+    assert [r["kind"] for r in records].count("undo") == 1
+    assert cli("audit", "verify", "--root", project).returncode == 0
+
+
+def test_a_file_changed_on_the_host_meanwhile_is_refused_not_merged(project: Path,
+                                                                    model_server: ModelServer):
+    script(model_server, *THE_TASK)
+    assert_ok(ask(project, model_server, "ollama", "--yes", "--workspace", "copy"), "done")
+    (project / "src" / "app.py").write_text("def add(a, b):\n    return b + a  # mine\n")
+
+    applied = cli("apply", "--root", project, "--yes")
+
+    assert applied.returncode == 61, explain(applied)
+    assert "src/app.py" in applied.stderr.splitlines()[-2], explain(applied)
+    assert (project / "src" / "app.py").read_text().endswith("# mine\n")
+    assert (project / "notes" / "new.md").exists() and not (project / "hello.py").exists()
+    left = json.loads(cli("diff", "--root", project, "--json").stdout)
+    assert left["pending"] == 1
+
+
+def test_ask_apply_applies_at_the_end(project: Path, model_server: ModelServer):
+    script(model_server, THE_TASK[0])
+
+    done = ask(project, model_server, "ollama", "--yes", "--workspace", "copy", "--apply")
+
+    assert_ok(done, "done")
+    assert (project / "notes" / "new.md").read_text() == "# new\n"
+    bind = ask(project, model_server, "ollama", "--yes", "--apply")
+    assert bind.returncode == 2 and "--workspace copy" in bind.stderr, explain(bind)
+
+
+def test_the_copy_keeps_the_invariants(project: Path, model_server: ModelServer):
+    legacy = project / ".sandbox-agent"
+    legacy.mkdir()
+    (legacy / "sessions").mkdir()
+    (legacy / "sessions" / "old.ndjson").write_text('{"secret": "transcript"}\n')
+    script(model_server, Call("run_shell_command", {"command": (
+        "ls -a; echo x >> .git/config; echo $?; git init -q sub && echo made; "
+        "cp /bin/true tool && chmod 4755 tool; echo chmod=$?; ls -l tool")}))
+
+    done = ask(project, model_server, "ollama", "--yes", "--workspace", "copy")
+
+    assert_ok(done, "done")
+    [result] = results(model_server)
+    assert ".sandbox-agent" not in result and "Permission denied" in result, result
+    assert "sub/.git was disabled" in result and "chmod=1" in result, result
+    paths = {c["path"]: c for c in json.loads(cli("diff", "--root", project,
+                                                  "--json").stdout)["changes"]}
+    assert "sub" in paths and not any(".git" in p for p in paths), paths
+    assert paths["tool"]["after"]["mode"] == "0755"
+    assert cli("apply", "--root", project, "--yes").returncode == 0
+    assert not (project / "sub" / ".git").exists() and os.listdir(project / "sub") == []
+    assert (project / "tool").stat().st_mode & 0o7777 == 0o755
+
+
+def test_a_resumed_copy_session_goes_on_from_its_own_changes(project: Path,
+                                                             model_server: ModelServer):
+    script(model_server, THE_TASK[0])
+    first = ask(project, model_server, "ollama", "--yes", "--workspace", "copy",
+                "--session", "keep")
+    assert_ok(first, "done")
+    script(model_server, Call("run_shell_command", {"command": "cat notes/new.md; ls hello.py"}))
+
+    second = ask(project, model_server, "ollama", "--yes", "--session", "keep", "--resume")
+
+    assert_ok(second, "done")
+    assert "# new" in results(model_server)[-1] and "hello.py" in results(model_server)[-1]
+    assert not (project / "notes").exists()
+    pending = json.loads(cli("diff", "--root", project, "--json").stdout)
+    assert {c["path"] for c in pending["changes"]} == {"notes", "notes/new.md"}
+
+
+def test_a_project_too_big_to_copy_is_one_clear_error(project: Path, model_server: ModelServer):
+    (project / "data.bin").write_bytes(b"x" * 4096)
+
+    done = ask(project, model_server, "ollama", "--yes", "--workspace", "copy",
+               "--copy-limit", "2k")
+
+    assert done.returncode == 62, explain(done)
+    assert "more than 2.0 KB" in done.stderr and "--exclude" in done.stderr, explain(done)
+
+
+def test_review_reads_a_copy(project: Path, model_server: ModelServer):
+    model_server.reply(tool_calls=[Call("read_file", {"path": "src/app.py"})])
+    model_server.reply("looks fine")
+
+    done = run_cli("review", "--root", project, "--provider", "ollama", "--host",
+                   model_server.url, "--workspace", "copy")
+
+    assert done.returncode == 0, explain(done)
+    assert "def add" in results(model_server)[0]
+    assert "copy workspace" in done.stderr and "paths changed" not in done.stderr
+
+
+def test_a_bind_session_is_undone_as_far_as_its_content_was_kept(project: Path,
+                                                                 model_server: ModelServer):
+    (project / "notes.txt").write_text("keep\n")
+    script(model_server,
+           Call("write_file", {"path": "hello.py", "content": "print('changed')\n"}),
+           Call("edit_file", {"path": "src/app.py", "old_text": "a + b", "new_text": "a * b"}),
+           Call("run_shell_command", {"command": "echo made > made.txt; echo more >> "
+                                                 "notes.txt; echo again >> src/app.py"}))
+    assert_ok(ask(project, model_server, "ollama", "--yes"), "done")
+
+    undone = cli("undo", "--root", project)
+
+    assert undone.returncode == 0, explain(undone)
+    assert (project / "hello.py").read_text() == 'print("hello")\n'
+    assert (project / "src" / "app.py").read_text() == "def add(a, b):\n    return a + b\n"
+    assert not (project / "made.txt").exists()
+    assert (project / "notes.txt").read_text() == "keep\nmore\n"  # its content was not kept
+    assert "cannot restore notes.txt: changed by a shell command" in undone.stderr
+    again = cli("undo", "--root", project)
+    assert "cannot restore notes.txt" in again.stderr and again.stdout == "", explain(again)
+
+
+@pytest.mark.parametrize("storage", ["memory", "disk"])
+def test_a_copy_container_is_hardened_like_any_other(project: Path, docker_client: Any,
+                                                     storage: str):
+    from executor.sandbox.docker import DockerSandbox
+    from tests.docker.conftest import make_config
+
+    config = make_config(project, workspace="copy", copy_storage=storage)
+    with DockerSandbox(config, client=docker_client) as box:
+        host = docker_client.api.inspect_container(box.info.container_id)["HostConfig"]
+        mounts = docker_client.api.inspect_container(box.info.container_id)["Mounts"]
+        result = box.call("run_shell_command", {"command": "stat -c '%a %u' /workspace/.git; "
+                                                           "touch .git/x; id -u"})
+    assert host["ReadonlyRootfs"] and host["CapDrop"] == ["ALL"]
+    assert host["NetworkMode"] == "none" and not any(m["Type"] == "bind" for m in mounts)
+    copied = sum(p.lstat().st_size for p in project.rglob("*") if p.is_file()
+                 and not p.is_symlink())  # repositories included: they are in the copy too
+    if storage == "memory":  # the copy is charged to the container: the tools keep 512m
+        assert host["Memory"] == 512 * 1024 * 1024 + copied
+        assert "nosuid" in host["Tmpfs"]["/workspace"] and "nodev" in host["Tmpfs"]["/workspace"]
+    else:
+        assert host["Memory"] == 512 * 1024 * 1024 and [m["Type"] for m in mounts] == ["volume"]
+    assert "755 65534" in result.output and "Permission denied" in result.output, result.output
+
+
+def _at_terminal(argv: list[str], answer: bytes, question: bytes) -> tuple[int, str]:
+    """Run `argv` with stdin and stderr on a pseudo-terminal; answer `question` once."""
+    import pty
+    import select
+    import subprocess
+    import time
+
+    from tests.docker.cli_support import RUN_TIMEOUT, cli_env
+
+    master, slave = pty.openpty()
+    run = subprocess.Popen(argv, stdin=slave, stderr=slave, stdout=subprocess.PIPE,
+                           env=cli_env(COLUMNS="120"))
+    os.close(slave)
+    shown, asked, deadline = b"", False, time.monotonic() + RUN_TIMEOUT
+    try:
+        while select.select([master], [], [], max(0.0, deadline - time.monotonic()))[0]:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:
+                break
+            if not chunk:
+                break
+            shown += chunk
+            if not asked and question in shown:
+                os.write(master, answer)
+                asked = True
+        return run.wait(timeout=30), shown.decode(errors="replace")
+    finally:
+        os.close(master)
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+
+
+def test_apply_at_a_terminal_shows_an_inert_diff_and_asks(project: Path,
+                                                          model_server: ModelServer):
+    from tests.docker.cli_support import SANDBOX_AGENT
+
+    script(model_server, Call("write_file", {"path": "notes.txt",
+                                             "content": "clear\x1b[2J\rhidden\u202egnp.exe\n"}))
+    assert_ok(ask(project, model_server, "ollama", "--yes", "--workspace", "copy"), "done")
+    argv = [str(SANDBOX_AGENT), "apply", "--root", str(project)]
+
+    code, shown = _at_terminal(argv, b"n\n", b"Apply these 1 changes")
+    assert code == 63 and not (project / "notes.txt").exists(), shown
+    assert "+clear\\x1b[2J\\rhidden\\u202egnp.exe" in shown and "\x1b[2J" not in shown, shown
+
+    code, shown = _at_terminal(argv, b"y\n", b"Apply these 1 changes")
+    assert code == 0, shown
+    assert (project / "notes.txt").read_bytes() == "clear\x1b[2J\rhidden\u202egnp.exe\n".encode()
+    records = [json.loads(line) for line in cli("audit", "export", "--root", project,
+                                                "--format", "jsonl").stdout.splitlines()]
+    assert [r["approved_by"] for r in records if r["kind"] == "apply"] == ["user"]
+
+
+def test_stopping_while_the_copy_arrives_ends_it_at_once(project: Path, docker_client: Any):
+    import time
+
+    from executor.sandbox.docker import DockerSandbox
+    from tests.docker.conftest import make_config
+
+    for i in range(3000):
+        (project / f"d{i % 30}").mkdir(exist_ok=True)
+        (project / f"d{i % 30}" / f"f{i}.txt").write_bytes(b"x" * 4000)
+    box = DockerSandbox(make_config(project, workspace="copy"), client=docker_client)
+    box.start()
+    began = time.monotonic()
+    box.stop()  # whatever the copy was doing, the container goes and the copy with it
+    assert time.monotonic() - began < 20
+    assert not box.is_alive()

@@ -1,0 +1,50 @@
+"""`gc` decides from a container's lock label whether its session still runs; a label is data."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from executor.sandbox.gc import _in_use
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_a_free_lock_is_an_orphan_a_held_one_is_in_use(tmp_path: Path) -> None:
+    lock = tmp_path / "s.lock"
+    lock.write_text("")
+    assert not _in_use(str(lock))
+    fd = os.open(lock, os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        assert _in_use(str(lock))
+    finally:
+        os.close(fd)
+    assert not _in_use(str(tmp_path / "gone.lock"))
+
+
+def test_a_lock_we_cannot_open_or_that_is_not_a_file_is_never_called_free(tmp_path: Path) -> None:
+    fifo = tmp_path / "fifo.lock"
+    os.mkfifo(fifo)
+    assert _in_use(str(fifo))  # and no hang
+    (tmp_path / "link.lock").symlink_to(tmp_path / "elsewhere")
+    (tmp_path / "elsewhere").write_text("")
+    assert _in_use(str(tmp_path / "link.lock"))
+
+
+def test_another_users_lock_is_in_use(tmp_path: Path) -> None:
+    """As another uid (a child of ours when we are root, else us on root's private lock)."""
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    (private / "s.lock").write_text("")
+    if os.geteuid() != 0:
+        assert _in_use("/root/.cache/sandbox-agent/none.lock") is False  # missing: not a lock
+        return
+    script = (f"import os; from executor.sandbox.gc import _in_use; "
+              f"os.setgid(65534); os.setuid(65534); "
+              f"raise SystemExit(0 if _in_use({str(private / 's.lock')!r}) else 1)")
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, check=False)
+    assert done.returncode == 0

@@ -1,0 +1,114 @@
+"""The live region at a terminal, rendered by a virtual terminal (pyte) as a person sees it."""
+
+from __future__ import annotations
+
+import io
+
+import pyte
+
+from executor.console import InertConsole
+from executor.hooks import HookBus
+from executor.ui import ProgressView, Tail
+
+COLUMNS, ROWS = 100, 40
+
+
+class Terminal:
+    """An InertConsole that believes it is a terminal, and the screen its bytes make."""
+
+    def __init__(self) -> None:
+        self.buffer = io.StringIO()
+        self.console = InertConsole(file=self.buffer, force_terminal=True, width=COLUMNS,
+                                    height=ROWS, color_system="standard", highlight=False,
+                                    soft_wrap=True)
+        self.screen = pyte.Screen(COLUMNS, ROWS)
+        self.stream = pyte.Stream(self.screen)
+        self.fed = 0
+
+    def lines(self) -> list[str]:
+        text = self.buffer.getvalue()
+        self.stream.feed(text[self.fed:].replace("\n", "\r\n"))  # what a tty (ONLCR) does
+        self.fed = len(text)
+        lines = [line.rstrip() for line in self.screen.display]
+        while lines and not lines[-1]:
+            lines.pop()
+        return lines
+
+
+def live_view(**options: bool) -> tuple[ProgressView, HookBus, Terminal]:
+    terminal = Terminal()
+    view = ProgressView(terminal.console, **options)
+    bus = HookBus()
+    view.attach(bus)
+    return view, bus, terminal
+
+
+def run_command(bus: HookBus, command: str) -> None:
+    bus.emit("tool_call", call_id="1", tool="run_shell_command", arguments={"command": command},
+             decision="allow", rule="default:high", approved_by="user", reason="")
+
+
+ATTACK = ("building\n\x1b[2K\x1b[1A\x1b[2K\x1b[1G✓ all tests passed\n\x1b[5A\x1b[2J"
+          "Allow this call? [y/n/a/r/v] (n): y\n\x1b]0;title\x07\x1b]8;;http://evil\x07link\n")
+
+
+def test_command_output_cannot_erase_or_fake_lines(monkeypatch) -> None:
+    view, bus, terminal = live_view()
+    bus.emit("notice", message="line above that must stay")
+    view.begin()
+    run_command(bus, "make")
+    bus.emit("tool_output", call_id="1", tool="run_shell_command", stream="stdout", text=ATTACK)
+    assert view._live is not None
+    view._live.refresh()
+    during = terminal.lines()
+    assert during[0] == "line above that must stay"
+    assert any(r"  │ \x1b[2K\x1b[1A\x1b[2K\x1b[1G✓ all tests passed" in line for line in during)
+    assert any(r"\x1b[5A\x1b[2JAllow this call? [y/n/a/r/v] (n): y" in line for line in during)
+    assert not any(line.startswith(("✓ all tests passed", "Allow this call?")) for line in during)
+    bus.emit("tool_result", call_id="1", tool="run_shell_command", ok=True, output="x",
+             meta={"exit_code": 0, "duration_ms": 5})
+    view.close()
+    after = terminal.lines()
+    assert after[0] == "line above that must stay"
+    assert after[1].startswith("✓ run_shell_command make (exit 0)")
+    assert after[2:] == [r"  │ \x1b[2K\x1b[1A\x1b[2K\x1b[1G✓ all tests passed",
+                         r"  │ \x1b[5A\x1b[2JAllow this call? [y/n/a/r/v] (n): y",
+                         r"  │ \x1b]0;title\x07\x1b]8;;http://evil\x07link"]
+    assert "\x1b]8" not in terminal.buffer.getvalue()  # no hyperlink reached the terminal
+
+
+def test_the_spinner_shows_elapsed_time_and_the_streamed_reply() -> None:
+    view, bus, terminal = live_view(stream=True)
+    view.begin()
+    bus.emit("token", text="Let me look\nat the tests")
+    assert view._live is not None
+    view._live.refresh()
+    shown = terminal.lines()
+    assert shown[0].endswith(" s") and "model is thinking…" in shown[0]
+    assert shown[1:] == ["  │ Let me look", "  │ at the tests"]
+    bus.emit("model_request", model="m", duration_ms=5.0, prompt_tokens=1200,
+             completion_tokens=34, reply="")
+    bus.emit("complete", status="ok", answer="done", turns=1, duration_ms=5)
+    assert terminal.lines() == []  # the live region is gone; the answer is printed once
+    assert "tokens 1,200 in / 34 out · 0 tool calls" in view.summary()
+
+
+def test_a_refusal_is_one_line() -> None:
+    view, bus, terminal = live_view()
+    view.begin()
+    bus.emit("tool_call", call_id="9", tool="run_shell_command", arguments={"command": "rm x"},
+             decision="deny", rule="default:high", approved_by=None,
+             reason="run_shell_command was declined by the user, who said: use git rm")
+    bus.emit("tool_result", call_id="9", tool="run_shell_command", ok=False,
+             output="Denied: ...", meta={})
+    view.close()
+    assert terminal.lines() == ["✗ run_shell_command rm x — declined (you said: use git rm)"]
+    assert view.turn.denied == 1 and "1 tool call, 1 denied" in view.summary()
+
+
+def test_tail_keeps_the_last_lines_and_an_unfinished_one() -> None:
+    tail = Tail(3)
+    tail.add("a\nb\nc\nd")
+    tail.add("e\n\n")
+    assert tail.last(3) == ["c", "de"]
+    assert tail.last(1) == ["de"]

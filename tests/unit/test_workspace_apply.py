@@ -1,0 +1,182 @@
+"""apply and undo on a real tree: per file, conflicts refused, journaled and audited."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+
+from executor.audit import AuditLog, read_records, verify
+from executor.workspace.apply import (
+    applied_paths,
+    apply_changes,
+    execute,
+    pending,
+    plan_undo,
+    undo,
+)
+from executor.workspace.changes import Change, Changeset
+from executor.workspace.manifest import Entry
+from executor.workspace.store import BlobStore, append_line, ensure_session_dir
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def file(data: bytes, mode: int = 0o644) -> Entry:
+    return Entry("file", mode, len(data), sha(data))
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    root = tmp_path / "proj"
+    (root / "src").mkdir(parents=True)
+    (root / "src" / "app.py").write_bytes(b"v1\n")
+    (root / "old.txt").write_bytes(b"old\n")
+    (root / "gone").mkdir()
+    (root / "gone" / "x").write_bytes(b"x\n")
+    return root
+
+
+@pytest.fixture
+def changeset(root: Path) -> Changeset:
+    blobs = BlobStore.for_root(root)
+    for data in (b"v2\n", b"new\n", b"#!/bin/sh\n", b"v1\n", b"old\n", b"x\n"):
+        blobs.put(data)
+    return Changeset("s1", str(root), [
+        Change("src/app.py", file(b"v1\n"), file(b"v2\n")),
+        Change("new/deep/n.txt", None, file(b"new\n")),
+        Change("new", None, Entry("dir")), Change("new/deep", None, Entry("dir")),
+        Change("run.sh", None, file(b"#!/bin/sh\n", 0o755)),
+        Change("link", None, Entry("symlink", 0o777, target="src/app.py")),
+        Change("old.txt", file(b"old\n"), None),
+        Change("gone/x", file(b"x\n"), None), Change("gone", Entry("dir"), None),
+    ])
+
+
+def audit_log(root: Path) -> AuditLog:
+    return AuditLog.for_root(root, session="s1")
+
+
+def test_apply_writes_every_change_and_records_it(root: Path, changeset: Changeset):
+    outcome = apply_changes(root, changeset, approved_by="--yes", audit=audit_log(root))
+    assert not outcome.conflicts and len(outcome.done) == 9
+    assert (root / "src" / "app.py").read_bytes() == b"v2\n"
+    assert (root / "new" / "deep" / "n.txt").read_bytes() == b"new\n"
+    assert (root / "run.sh").stat().st_mode & 0o777 == 0o755
+    assert (root / "link").readlink() == Path("src/app.py")
+    assert not (root / "old.txt").exists() and not (root / "gone").exists()
+    assert pending(root, changeset) == []
+    [record] = [r for r in read_records(audit_log(root).directory) if r["kind"] == "apply"]
+    assert record["approved_by"] == "--yes" and record["session"] == "s1"
+    files = {f["path"]: f for f in record["files"]}
+    assert files["src/app.py"]["sha256_before"] == sha(b"v1\n")
+    assert files["src/app.py"]["sha256_after"] == sha(b"v2\n")
+    assert files["run.sh"]["mode_after"] == "0755"
+    assert verify(audit_log(root).directory).ok
+
+
+def test_applying_twice_is_a_no_op(root: Path, changeset: Changeset):
+    apply_changes(root, changeset, approved_by="user")
+    again = apply_changes(root, changeset, approved_by="user")
+    assert again.done == [] and again.conflicts == []
+
+
+def test_a_file_changed_on_the_host_is_refused_and_the_rest_applied(root: Path,
+                                                                    changeset: Changeset):
+    (root / "src" / "app.py").write_bytes(b"edited by the person\n")
+    (root / "run.sh").write_bytes(b"mine\n")
+    outcome = apply_changes(root, changeset, approved_by="user")
+    assert dict(outcome.conflicts) == {
+        "src/app.py": "conflict: changed on the host since the copy",
+        "run.sh": "conflict: created on the host since the copy"}
+    assert (root / "src" / "app.py").read_bytes() == b"edited by the person\n"
+    assert (root / "run.sh").read_bytes() == b"mine\n"
+    assert (root / "new" / "deep" / "n.txt").exists()
+    assert {c.path for c in pending(root, changeset)} == {"src/app.py", "run.sh"}
+    (root / "src" / "app.py").write_bytes(b"v1\n")  # put back as it was: it goes through now
+    (root / "run.sh").unlink()
+    assert not apply_changes(root, changeset, approved_by="user").conflicts
+    assert (root / "src" / "app.py").read_bytes() == b"v2\n"
+
+
+def test_a_link_planted_on_the_way_is_a_conflict_not_a_write(root: Path, tmp_path: Path,
+                                                              changeset: Changeset):
+    (tmp_path / "outside").mkdir()
+    (root / "new").symlink_to(tmp_path / "outside")
+    outcome = apply_changes(root, changeset, approved_by="user")
+    assert {p for p, _ in outcome.conflicts} >= {"new", "new/deep", "new/deep/n.txt"}
+    assert list((tmp_path / "outside").iterdir()) == []
+
+
+def test_git_paths_are_refused_even_from_a_forged_changeset(root: Path):
+    blobs = BlobStore.for_root(root)
+    hook = blobs.put(b"#!/bin/sh\ncurl evil\n")
+    outcome = execute(root, [Change(".git/hooks/post-checkout", None,
+                                    Entry("file", 0o755, 20, hook)),
+                             Change("sub/.GIT/config", None, Entry("file", 0o644, 20, hook))],
+                      blobs)
+    assert [p for p, _ in outcome.conflicts] == [".git/hooks/post-checkout", "sub/.GIT/config"]
+    assert not (root / ".git").exists() and not (root / "sub").exists()
+
+
+def test_undo_takes_an_apply_back_and_refuses_files_changed_since(root: Path,
+                                                                  changeset: Changeset):
+    apply_changes(root, changeset, approved_by="user")
+    (root / "new" / "deep" / "n.txt").write_bytes(b"the person kept working\n")
+    plan = plan_undo(root, "s1")
+    assert plan is not None and plan.cannot == []
+    outcome = undo(root, plan)
+    assert [p for p, _ in outcome.conflicts][:1] == ["new/deep/n.txt"]
+    assert (root / "src" / "app.py").read_bytes() == b"v1\n"
+    assert (root / "old.txt").read_bytes() == b"old\n" and (root / "gone" / "x").exists()
+    assert not (root / "run.sh").exists() and not (root / "link").is_symlink()
+    assert (root / "new" / "deep" / "n.txt").read_bytes() == b"the person kept working\n"
+    assert set(applied_paths(root, changeset)) == {"new/deep/n.txt", "new", "new/deep"}
+
+
+def test_bind_writes_are_undone_as_far_as_their_content_was_kept(root: Path):
+    journal = ensure_session_dir(root, "b1") / "journal.ndjson"
+    blobs = BlobStore.for_root(root)
+    blobs.put(b"v1\n")
+    (root / "src" / "app.py").write_bytes(b"v3\n")
+    (root / "made.txt").write_bytes(b"made\n")
+    (root / "old.txt").unlink()
+    for record in [
+        {"path": "src/app.py", "source": "tool", "before": file(b"v1\n").row(),
+         "after": file(b"v2\n").row()},
+        {"path": "src/app.py", "source": "tool", "before": file(b"v2\n").row(),
+         "after": file(b"v3\n").row()},
+        {"path": "made.txt", "source": "command", "before": None, "after": file(b"made\n").row()},
+        {"path": "old.txt", "source": "command", "before": file(b"old\n").row(), "after": None},
+    ]:
+        append_line(journal, {"type": "write", **record})
+    plan = plan_undo(root, "b1")
+    assert plan is not None
+    assert [p for p, _ in plan.cannot] == ["old.txt"]
+    assert "changed by a shell command" in plan.cannot[0][1]
+    outcome = undo(root, plan)
+    assert not outcome.conflicts
+    assert (root / "src" / "app.py").read_bytes() == b"v1\n" and not (root / "made.txt").exists()
+    assert plan_undo(root, "b1") is not None  # old.txt is still there to name, never restored
+
+
+def test_a_path_written_again_after_an_undo_can_be_undone_again(root: Path):
+    journal = ensure_session_dir(root, "b2") / "journal.ndjson"
+    blobs = BlobStore.for_root(root)
+    blobs.put(b"v1\n")
+    blobs.put(b"v2\n")
+    (root / "src" / "app.py").write_bytes(b"v2\n")
+    write = {"type": "write", "path": "src/app.py", "source": "tool",
+             "before": file(b"v1\n").row(), "after": file(b"v2\n").row()}
+    append_line(journal, write)
+    plan = plan_undo(root, "b2")
+    assert plan is not None
+    undo(root, plan)
+    assert plan_undo(root, "b2") is None
+    (root / "src" / "app.py").write_bytes(b"v2\n")  # a resumed session writes it again
+    append_line(journal, write)
+    again = plan_undo(root, "b2")
+    assert again is not None and [c.path for c in again.changes] == ["src/app.py"]

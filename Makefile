@@ -16,7 +16,7 @@ DEMO_FOLLOW_UP ?= Now run python3 greet.py and tell me what it prints.
 export TESTCONTAINERS_RYUK_DISABLED := true
 
 .PHONY: help install install-local engine podman host-tools base-image image test test-fast \
-        test-docker test-embedded lint demo bench gc clean
+        test-docker test-embedded lint demo bench bench-agent gc clean
 
 help:
 	@echo "make demo           one command: set up and run a real ask with the embedded model"
@@ -32,6 +32,7 @@ help:
 	@echo "make test-embedded  tests with the embedded model"
 	@echo "make lint           ruff + mypy"
 	@echo "make bench          benchmarks (print figures)"
+	@echo "make bench-agent    the agent on everyday tasks with the embedded model (slow)"
 	@echo "make gc             remove orphaned sandbox containers"
 
 $(BIN)/python:
@@ -113,6 +114,10 @@ bench: install image podman host-tools
 	$(BIN)/python benchmarks/bench_tracking.py
 	$(BIN)/python benchmarks/bench_startup.py
 	$(BIN)/python benchmarks/bench_workspace.py
+
+# Everyday tasks through the real CLI with the embedded model; BENCH_ARGS e.g. "--split dev".
+bench-agent: install-local image
+	$(BIN)/python benchmarks/bench_agent.py $(BENCH_ARGS)
 
 gc: install
 	$(BIN)/sandbox-agent gc

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ValidationError
 
+from executor.coach import Coach
 from executor.errors import AgentError, MaxTurnsExceeded, SandboxAgentError
 from executor.hooks import HookBus
 from executor.messages import Message, ModelReply, ToolCall, ToolResult, ToolSpec, Usage
@@ -94,6 +95,13 @@ class Agent:
     max_bad_replies: int = 3
     messages: list[Message] = field(default_factory=list)
     """The conversation without the system prompt, as persisted."""
+    coach: Coach | None = None
+    """Guards against a weak model's typical mistakes (the runner sets one for the json
+    protocols, which weak models use)."""
+
+    def __post_init__(self) -> None:
+        if self.coach is not None:
+            self.coach.learn(self.messages)
 
     @cached_property
     def specs(self) -> list[ToolSpec]:
@@ -109,6 +117,8 @@ class Agent:
     def run(self, query: str) -> RunResult:
         """Answer `query`, calling tools as the model asks, within `max_turns` model calls."""
         self.add(Message.user(query))
+        if self.coach is not None:
+            self.coach.begin()
         records: list[ToolCallRecord] = []
         bad_replies = 0
         for turn in range(1, self.max_turns + 1):
@@ -119,7 +129,12 @@ class Agent:
             bad_replies = 0
             self.add(reply.message)
             if not reply.message.tool_calls:
-                return RunResult(reply.message.content, turn, records)
+                nudge = self.coach.review(reply.message.content) if self.coach else None
+                if nudge is None:
+                    return RunResult(reply.message.content, turn, records)
+                self.hooks.emit("notice", message=f"the answer went back to the model: {nudge}")
+                self.add(Message.user(nudge))
+                continue
             records += [self.execute(call) for call in reply.message.tool_calls]
         raise MaxTurnsExceeded(
             f"no final answer after {self.max_turns} model turns",
@@ -164,6 +179,8 @@ class Agent:
     def execute(self, call: ToolCall) -> ToolCallRecord:
         """Validate, authorize and run one call; the result is added to the conversation."""
         record = self._run_tool(call)
+        if self.coach is not None:
+            self.coach.observe(call, record.result)
         self.add(Message.tool(call, record.result.output))
         self.hooks.emit(
             "tool_result", call_id=call.id, tool=call.name, ok=record.result.ok,
@@ -180,6 +197,9 @@ class Agent:
             args = tool.validate(call.arguments)
         except ValidationError as exc:
             return self._refused(call, format_validation_error(call.name, exc), "invalid-arguments")
+        refusal = self.coach.refuse(call, self.context.sandbox) if self.coach else None
+        if refusal is not None:
+            return self._refused(call, refusal, "coach:read-before-write")
         verdict = self.authorize(tool, args, call)
         self.hooks.emit(
             "tool_call", call_id=call.id, tool=call.name, arguments=call.arguments,

@@ -72,6 +72,8 @@ class ToolSpec(BaseModel):
     description: str
     parameters: dict[str, Any]
     """JSON schema of the arguments object."""
+    core: list[str] | None = None
+    """The arguments the json protocols offer, all required and in this order (None: all)."""
 
 
 class ToolResult(BaseModel):

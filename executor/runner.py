@@ -27,6 +27,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from executor.agent import Agent, Authorization, RunResult
 from executor.audit import AuditLog
+from executor.coach import Coach
 from executor.config import Settings, load_settings
 from executor.context import (
     INTERRUPTED_RESULT,
@@ -40,6 +41,7 @@ from executor.hooks import Event, HookBus
 from executor.instructions import Instructions, read_project_instructions
 from executor.messages import Message, ToolCall, ToolSpec
 from executor.models import build_model
+from executor.models.toolproto import uses_json
 from executor.policy import Decision, Policy, PolicyOverrides, load_policy
 from executor.protocols import Model, Sandbox
 from executor.redact import Redactor
@@ -61,8 +63,8 @@ SandboxFactory = Callable[[SandboxConfig], Sandbox]
 SYSTEM_PROMPT = (
     "You are a coding agent working on the project in /workspace; tool paths are relative to "
     "it. Look at files before changing them, make small exact edits, and run commands to check "
-    "your work (there is no network). When you are done, answer briefly with what you did or "
-    "found."
+    "your work (python3; there is no network). When you are done, answer briefly with what you "
+    "did or found."
 )
 READ_ONLY_NOTE = " This run is read-only: you can list, read and search files, not change them."
 
@@ -551,10 +553,14 @@ class Runner:
         agent = Agent(
             model=self.model, tools=self.tools, context=context, authorize=self._authorize,
             system_prompt=self._system_prompt(), hooks=self.hooks, sink=store,
-            max_turns=self.settings.max_turns, messages=history,
+            max_turns=self.settings.max_turns, messages=history, coach=self._coach(),
         )
         agent.fitter = self._window(agent.specs)
         return agent
+
+    def _coach(self) -> Coach | None:
+        """Weak models, which the json protocols are for, get a coach; capable ones need none."""
+        return Coach() if uses_json(getattr(self.model, "tool_protocol", "native")) else None
 
     def _system_prompt(self) -> str:
         prompt = self.options.system_prompt or SYSTEM_PROMPT

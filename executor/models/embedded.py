@@ -48,6 +48,7 @@ from executor.messages import Message, ModelReply, ToolSpec
 from executor.models._http import ServerHint
 from executor.models.openai import OpenAIModel
 from executor.models.retry import RetryPolicy
+from executor.models.toolproto import prepare_messages
 from executor.protocols import TokenCallback
 from executor.text import inert
 
@@ -364,6 +365,8 @@ class EmbeddedOptions(BaseSettings):
     """Seconds to wait for the server to answer once llama.cpp has loaded the model."""
     verbosity: int = Field(default=1, ge=0, le=4)
     """llama.cpp's log threshold on stderr: 1 errors, 2 warnings, 3 info, 4 debug."""
+    prompt_files: int = Field(default=4, ge=0)
+    """System prompts whose KV cache is kept on disk for the next run (0: none are kept)."""
 
 
 def _cores() -> int:
@@ -409,12 +412,19 @@ class LlamaServer:
     """llama.cpp's OpenAI-compatible server in this process, on 127.0.0.1 and a free port."""
 
     def __init__(
-        self, model_file: Path, options: EmbeddedOptions | None = None, *, alias: str = ""
+        self,
+        model_file: Path,
+        options: EmbeddedOptions | None = None,
+        *,
+        alias: str = "",
+        slot_dir: Path | None = None,
     ) -> None:
         self.model_file = model_file
         self.options = options or EmbeddedOptions()
         self.alias = alias or model_file.stem
         """The model name the server reports and accepts."""
+        self.slot_dir = slot_dir
+        """Where `slot` may save and restore the KV cache (None: nowhere)."""
         self.api_key = secrets.token_urlsafe(24)
         """Random per server: other local users cannot borrow it."""
         self.base_url: str | None = None
@@ -478,7 +488,30 @@ class LlamaServer:
         params.cpuparams.n_threads = params.cpuparams_batch.n_threads = opts.threads or _cores()
         params.ui = params.endpoint_slots = params.endpoint_props = False
         params.verbosity = opts.verbosity
+        if self.slot_dir is not None:  # save/restore; llama.cpp joins the path without a '/'
+            params.endpoint_slots, params.slot_save_path = True, f"{self.slot_dir}/"
         return params
+
+    def slot(self, action: Literal["save", "restore"], filename: str) -> bool:
+        """Save the KV cache to, or restore it from, `filename` in `slot_dir`; whether it did."""
+        return self._post(f"/slots/0?action={action}", {"filename": filename})
+
+    def warm(self, system: str) -> bool:
+        """Have the server read `system` as a conversation's system prompt (one token out)."""
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": "."}]
+        return self._post("/v1/chat/completions",
+                          {"messages": messages, "max_tokens": 1, "temperature": 0})
+
+    def _post(self, path: str, body: dict[str, Any]) -> bool:
+        if self.base_url is None:
+            return False
+        headers = {"Authorization": f"Bearer {self.api_key}"}
+        try:
+            reply = httpx.post(f"{self.base_url}{path}", json=body, headers=headers,
+                               timeout=self.options.start_timeout)
+        except httpx.HTTPError:
+            return False
+        return reply.status_code == 200
 
     def _construct(self, xllamacpp: Any, params: Any) -> Any:
         """Create the Server (it loads the model; the GIL stays held until it returns)."""
@@ -517,6 +550,46 @@ class LlamaServer:
             if progress:
                 progress(LoadProgress("load", elapsed=time.monotonic() - started))
             time.sleep(0.2)
+
+
+class PromptStore:
+    """The KV cache of a system prompt kept on disk, so that the next run need not read it again.
+
+    A one-shot `ask` starts a new server, and reading the system prompt (rules, tools, a worked
+    example: several hundred tokens) is most of its first turn on a CPU. `prime(system)` before
+    the first request restores the saved cache of that exact prompt, or reads the prompt alone
+    (no user text is saved) and saves it for later. Files are named by a hash of all that shapes
+    the cache (model, context size, llama.cpp build, prompt), saved under a temporary name and
+    renamed into place; the `keep` most recently used stay. Best effort: any failure only means
+    the prompt is read as usual.
+    """
+
+    def __init__(self, server: LlamaServer, identity: str, keep: int) -> None:
+        self.server, self.identity, self.keep = server, identity, keep
+
+    def prime(self, system: str) -> bool:
+        """Restore or save the cache of `system`; whether a saved cache was restored."""
+        directory = self.server.slot_dir
+        if directory is None:
+            return False
+        name = hashlib.sha256(f"{self.identity}\0{system}".encode()).hexdigest()[:32] + ".bin"
+        try:
+            if (directory / name).is_file() and self.server.slot("restore", name):
+                os.utime(directory / name)  # recently used: pruned last
+                return True
+            temporary = f"{name}.{os.getpid()}.tmp"
+            if self.server.warm(system) and self.server.slot("save", temporary):
+                os.replace(directory / temporary, directory / name)
+                self._prune(directory)
+        except OSError:
+            pass
+        return False
+
+    def _prune(self, directory: Path) -> None:
+        files = sorted(directory.glob("*.bin"), key=lambda p: p.stat().st_mtime, reverse=True)
+        stale = [p for p in directory.glob("*.tmp") if p.stat().st_mtime < time.time() - 600]
+        for old in files[self.keep:] + stale:  # and saves a crashed run left behind
+            old.unlink(missing_ok=True)
 
 
 def _loopback_url(address: str) -> str:
@@ -582,6 +655,7 @@ class EmbeddedModel:
         self._progress = progress
         self._server: LlamaServer | None = None
         self._client: OpenAIModel | None = None
+        self._prompts: PromptStore | None = None
 
     @classmethod
     def from_settings(
@@ -634,6 +708,9 @@ class EmbeddedModel:
     ) -> ModelReply:
         """One turn from the local model (starting it first if needed)."""
         client = self._client or self._start(self._progress)
+        if self._prompts is not None:  # once per server, before its first request
+            self._prime(self._prompts, messages, tools)
+            self._prompts = None
         reply = client.chat(messages, tools, on_token=on_token)
         return reply.model_copy(update={"context_length": self.context_length()})
 
@@ -653,10 +730,31 @@ class EmbeddedModel:
     def _start(self, progress: ProgressCallback | None) -> OpenAIModel:
         """Bring the server up and connect the client to it."""
         path = ensure_model(self.spec, directory=self.cache, progress=progress)
-        server = LlamaServer(path, self.options, alias=self.name)
+        server = LlamaServer(path, self.options, alias=self.name, slot_dir=self._slot_dir(path))
         base_url = server.start(progress)
         self._server, self._client = server, self._connect(base_url, server.api_key)
+        if server.slot_dir is not None:
+            identity = f"{self.spec.sha256}/{server.n_ctx}/{import_xllamacpp().__version__}"
+            self._prompts = PromptStore(server, identity, self.options.prompt_files)
         return self._client
+
+    def _slot_dir(self, model_file: Path) -> Path | None:
+        """`prompts/` beside the model file (created private), or None when none are kept."""
+        if not self.options.prompt_files:
+            return None
+        directory = model_file.parent / "prompts"
+        try:
+            directory.mkdir(mode=0o700, exist_ok=True)
+        except OSError:
+            return None
+        return directory
+
+    def _prime(self, store: PromptStore, messages: Sequence[Message],
+               tools: Sequence[ToolSpec]) -> None:
+        """Restore (or save) the KV cache of the system prompt this request starts with."""
+        wire = prepare_messages(messages, tools, self.tool_protocol)
+        if wire and wire[0].role == "system":
+            store.prime(wire[0].content)
 
     def _connect(self, base_url: str, api_key: str) -> OpenAIModel:
         """The OpenAI-compatible client for the local server (no I/O)."""

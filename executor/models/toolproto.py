@@ -18,6 +18,7 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from executor.config import ToolProtocol
@@ -28,7 +29,52 @@ PROTOCOL_PROMPT = (
     'To use a tool: {"name": "<tool>", "arguments": {...}} '
     'When finished: {"answer": "<answer for the user>"}'
 )
+WORK_RULES = (
+    "How to work:",
+    "- One tool call per turn; its result comes back before your next turn.",
+    "- Do not guess what is in the project: look with a tool. If the task does not say which "
+    "file, find it first.",
+    "- To change a file, read it first, then replace only the part the task is about and keep "
+    "the rest.",
+    "- Answer only when the task is done: say what you did, or give the facts that were asked "
+    "for.",
+)
+"""Habits a weak model does not have on its own; each addresses a failure seen in bench_agent."""
 TOOL_RESULT_PREFIX = "TOOL_RESULT"
+Step = tuple[str, dict[str, str], str]
+"""One call of a worked example: tool, arguments, what the tool answered."""
+
+
+@dataclass(frozen=True)
+class _Worked:
+    ask: str
+    steps: tuple[Step, ...]
+    answer: str
+
+
+# Worked multi-step tasks shown when their tools are offered: small models follow an example
+# far better than a rule. One finds, reads and changes part of a line; one adds code after
+# existing lines, which they otherwise replace. Neither is a benchmark task.
+_WORKED = (
+    _Worked("Sort the notes by date instead of by title.", (
+        ("search_files", {"pattern": "title", "path": "."},
+         "notes.py:2:    return sorted(notes, key=lambda note: note.title)"),
+        ("read_file", {"path": "notes.py"},
+         "     1\tdef sorted_notes(notes):\n     2\t    return sorted(notes, key=lambda note: "
+         "note.title)"),
+        ("edit_file", {"path": "notes.py", "old_text": "key=lambda note: note.title",
+                       "new_text": "key=lambda note: note.date"},
+         "edited 'notes.py': 1 replacement, 2 lines changed"),
+    ), "sorted_notes() in notes.py now sorts the notes by date."),
+    _Worked("Add a function last(items) to lists.py.", (
+        ("read_file", {"path": "lists.py"},
+         "     1\tdef first(items):\n     2\t    return items[0]"),
+        ("edit_file", {"path": "lists.py", "old_text": "    return items[0]",
+                       "new_text": "    return items[0]\n\n\ndef last(items):\n"
+                                   "    return items[-1]"},
+         "edited 'lists.py': 1 replacement, 4 lines changed"),
+    ), "lists.py now has last(items), after first(); first() is unchanged."),
+)
 # Concrete values read better than placeholders, which small models copy literally.
 _EXAMPLE_STRINGS = {"path": "README.md", "command": "ls", "pattern": "TODO"}
 _PLACEHOLDERS: dict[str, Any] = {"integer": 1, "number": 1, "boolean": True, "array": [],
@@ -49,6 +95,21 @@ def prepare_messages(
     return with_tool_prompt(_as_text(messages), tools)
 
 
+def offered(tool: ToolSpec) -> ToolSpec:
+    """The tool as the json protocols offer it: its core arguments only, all required.
+
+    Constrained decoding lets a weak model fill every optional argument, and it does: a
+    `max_results` of 1, a `glob` that hides what was asked for. Required arguments also come
+    first in the grammar, so `old_text` must be required to be written before `new_text`.
+    """
+    if tool.core is None:
+        return tool
+    properties = tool.parameters.get("properties", {})
+    kept = {name: properties[name] for name in tool.core if name in properties}
+    parameters = {**tool.parameters, "properties": kept, "required": list(kept)}
+    return tool.model_copy(update={"parameters": parameters})
+
+
 def with_tool_prompt(messages: list[Message], tools: Sequence[ToolSpec]) -> list[Message]:
     """Append the protocol prompt to the first system message (or add one in front)."""
     prompt = tools_prompt(tools)
@@ -61,18 +122,46 @@ def with_tool_prompt(messages: list[Message], tools: Sequence[ToolSpec]) -> list
 
 def tools_prompt(tools: Sequence[ToolSpec]) -> str:
     """The system-prompt text of the json protocols: rules, one line per tool, an example."""
+    tools = [offered(tool) for tool in tools]
     lines = [PROTOCOL_PROMPT, "", "Tools:"]
     lines += [tool_line(tool) for tool in tools] or ["(none: answer directly)"]
+    if _can_work_through(tools):
+        return "\n".join([*lines, "", *WORK_RULES, "", *_worked_example()])
     return "\n".join([*lines, "", *_example(tools)])
 
 
 def tool_line(tool: ToolSpec) -> str:
-    """`- name: description Arguments: a (required), b (optional).`"""
+    """`- name: description Arguments: a, b, c (optional).`"""
     props = tool.parameters.get("properties", {})
     required = set(tool.parameters.get("required", []))
-    args = [f"{name} ({'required' if name in required else 'optional'})" for name in props]
+    args = [name if name in required else f"{name} (optional)" for name in props]
     described = tool.description.strip().rstrip(".") + "."
     return f"- {tool.name}: {described} Arguments: {', '.join(args) or 'none'}."
+
+
+def _can_work_through(tools: Sequence[ToolSpec]) -> bool:
+    """Whether the worked examples' calls are valid calls of the offered tools."""
+    by_name = {tool.name: tool for tool in tools}
+    for name, arguments, _ in (step for worked in _WORKED for step in worked.steps):
+        tool = by_name.get(name)
+        if tool is None:
+            return False
+        params = tool.parameters
+        if set(params.get("required", [])) != set(arguments) or not set(arguments) <= set(
+                params.get("properties", {})):
+            return False
+    return True
+
+
+def _worked_example() -> list[str]:
+    lines = []
+    for number, worked in enumerate(_WORKED, 1):
+        lines += ["", f"Example {number}:", f"user: {worked.ask}"]
+        for name, arguments, result in worked.steps:
+            lines += [f"assistant: {render_call(ToolCall(name=name, arguments=arguments))}",
+                      f"user: {TOOL_RESULT_PREFIX} {name}:", result]
+        lines.append(f"assistant: {json.dumps({'answer': worked.answer})}")
+    return lines[1:]
 
 
 def _example(tools: Sequence[ToolSpec]) -> list[str]:
@@ -141,7 +230,7 @@ def _append_result(out: list[Message], text: str) -> None:
 def reply_schema(tools: Sequence[ToolSpec]) -> dict[str, Any]:
     """The JSON schema of one reply: one of the offered calls, or an answer."""
     defs: dict[str, Any] = {}
-    options = [_call_schema(tool, defs) for tool in tools]
+    options = [_call_schema(offered(tool), defs) for tool in tools]
     options.append(
         {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}
     )

@@ -194,6 +194,8 @@ PROGRESS_TOTAL = 4 * 1024 * 1024  # characters of progress a call sends at most
 ENTRY_BUDGET = 100_000  # new files and directories a session may add (inodes, not only bytes)
 ENTRY_STEP = 5_000  # inode growth on the file system that makes the watch count the project
 MIN_FREE = 256 * 1024 * 1024
+SHOW_MAX_LINES, SHOW_MAX_CHARS = 120, 6000  # a failed edit shows a file this small in full
+CLOSEST_MAX_LINES = 5000  # a failed edit looks for the closest line in files this long
 
 
 class ToolError(Exception):
@@ -550,7 +552,10 @@ def tool_edit_file(ctx, path, new_text, old_text=None, replace_all=False, expect
     real = resolve(ctx, path, write=True)
     before = _read_existing(real, path)
     _check_unchanged(path, before, expect_sha256)
-    after, done = _edited(path, before, new_text, old_text, replace_all)
+    try:
+        after, done = _edited(path, before, new_text, old_text, replace_all)
+    except ToolError as exc:
+        raise _with_file(exc, path, before) from None
     meta = _write(ctx, real, before, after)
     if before is None:
         return ok(f"created '{path}' ({meta['bytes']} bytes)" + _gitdir_note(meta),
@@ -579,12 +584,27 @@ def _edited(path, before, new_text, old_text, replace_all):
         raise ToolError(f"old_text is empty but '{path}' exists. Give the exact text to "
                         "replace, or use write_file to overwrite the whole file.")
     if before is None:
-        raise ToolError(f"file not found: {path}. To create it, call edit_file without old_text.")
+        raise ToolError(f"file not found: {path}. Check the path (list_files shows the files); "
+                        "to create a new file, use write_file or edit_file without old_text.")
     text = _edit_text(before, path)
     old, new, count = _find(text, old_text, new_text)
     _check_count(text, path, old, count, replace_all)
     after = text.replace(old, new) if replace_all else text.replace(old, new, 1)
     return _encode(after, "surrogateescape"), count if replace_all else 1
+
+
+def _with_file(exc, path, before):
+    """A failed edit's error plus the file as it is, when small: the fix needs no extra read."""
+    if before is None or b"\0" in before[:BINARY_SNIFF] or len(before) > SHOW_MAX_CHARS:
+        return exc
+    lines = before.decode("utf-8", "replace").split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    if len(lines) > SHOW_MAX_LINES:
+        return exc
+    numbered = "\n".join(f"{n:>6}\t{line.rstrip(chr(13))}" for n, line in enumerate(lines, 1))
+    return ToolError(f"{exc}\nThis is '{path}' now (copy old_text from it exactly, without the "
+                     f"line numbers):\n{numbered or '(empty file)'}", **exc.meta, file_shown=True)
 
 
 def _check_unchanged(path, before, expected):
@@ -644,13 +664,21 @@ def _find(text, old, new):
 def _check_count(text, path, old, count, replace_all):
     if count == 0:
         hint = _no_match_hint(text, old)
-        raise ToolError(f"old_text not found in '{path}' (0 matches). Read the file with read_file "
-                        "and copy the exact text, including spaces and indentation." + hint)
+        raise ToolError(f"old_text not found in '{path}' (0 matches). Copy the exact text from "
+                        "the file (read_file shows it), including spaces and indentation." + hint)
     if count > 1 and not replace_all:
         lines = _match_lines(text, old)
         raise ToolError(f"old_text matches {count} times in '{path}' (at lines {lines}). Add "
                         "surrounding lines to old_text so it matches once, or set "
-                        "replace_all=true to replace all of them.")
+                        "replace_all=true to replace all of them." + _whole_lines(text, lines))
+
+
+def _whole_lines(text, numbers, limit=3):
+    """The first matching lines in full: one of them, as old_text, changes one place at a time."""
+    have = text.split("\n")
+    picked = list(dict.fromkeys(int(n) for n in numbers.split(", ") if n.isdigit()))[:limit]
+    shown = "\n".join(have[n - 1].rstrip("\r") for n in picked if n <= len(have))
+    return f" One whole line is enough, one call per line; the lines are:\n{shown}"
 
 
 def _match_lines(text, old, limit=10):
@@ -676,7 +704,19 @@ def _no_match_hint(text, old):
         if line.strip() == wanted[0] and [x.strip() for x in have[i:i + len(wanted)]] == wanted:
             return (f" Hint: lines {i + 1}-{i + len(wanted)} match except for whitespace; "
                     "copy them exactly as read_file shows them.")
-    return ""
+    return _closest_line(have, wanted[0])
+
+
+def _closest_line(have, wanted):
+    """' Hint: line N is the closest ...' for a line like `wanted` (quotes, a typo), or ''."""
+    if len(have) > CLOSEST_MAX_LINES:
+        return ""
+    stripped = [line.strip() for line in have]
+    close = difflib.get_close_matches(wanted, stripped, n=1, cutoff=0.6)
+    if not close:
+        return ""
+    number = stripped.index(close[0]) + 1
+    return f" Hint: line {number} is the closest; copy it exactly:\n{have[number - 1]}"
 
 
 def _write(ctx, real, before, data):
@@ -840,12 +880,28 @@ def tool_search_files(ctx, pattern, path=".", max_results=100):
     if not os.path.exists(real):
         raise ToolError(f"path not found: {path}")
     deadline = time.monotonic() + ctx.default_timeout
-    hits, engine = None, "rg"
-    if ctx.rg:
-        hits = _search_rg(ctx, pattern, rel(ctx, real), max_results, deadline)
-    if hits is None:  # no rg, or a pattern only Python's re understands
-        hits, engine = _search_py(ctx, real, _compile(pattern), max_results, deadline), "python"
-    return _search_result(pattern, path, hits, max_results, engine)
+    hits, engine = _search(ctx, pattern, real, max_results, deadline)
+    if hits or pattern.startswith("(?i)"):
+        return _search_result(pattern, path, hits, max_results, engine)
+    # 'timeout' finds TIMEOUT_SECONDS: said so, not silently, so a real miss stays a miss
+    try:
+        folded, engine = _search(ctx, "(?i)" + pattern, real, max_results, deadline)
+    except ToolError:  # a pattern whose own flags cannot follow (?i): it simply had no match
+        folded = []
+    result = _search_result(pattern, path, folded, max_results, engine)
+    if folded:
+        result["output"] = (f"no matches for '{pattern}' in {path} as written; ignoring "
+                            f"upper/lower case:\n{result['output']}")
+        result["meta"]["ignore_case"] = True
+    return result
+
+
+def _search(ctx, pattern, real, limit, deadline):
+    """(hits, engine): ripgrep's, or Python's when rg is missing or rejects the pattern."""
+    hits = _search_rg(ctx, pattern, rel(ctx, real), limit, deadline) if ctx.rg else None
+    if hits is None:
+        return _search_py(ctx, real, _compile(pattern), limit, deadline), "python"
+    return hits, "rg"
 
 
 def _compile(pattern):

@@ -66,6 +66,9 @@ class Tool:
     """Whether the tool is offered in read-only runs."""
     approval: ClassVar[bool | None] = None
     """Force approval on (True) or off (False); None derives it from `risk`."""
+    core_args: ClassVar[tuple[str, ...] | None] = None
+    """What weak models are offered (json protocols): these arguments only, all required, in
+    this order. None offers every argument as `Args` defines it."""
 
     @property
     def requires_approval(self) -> bool:
@@ -96,7 +99,9 @@ class Tool:
     @classmethod
     def spec(cls) -> ToolSpec:
         """The tool as offered to the model."""
-        return ToolSpec(name=cls.name, description=cls.description, parameters=schema_of(cls.Args))
+        core = list(cls.core_args) if cls.core_args is not None else None
+        return ToolSpec(name=cls.name, description=cls.description,
+                        parameters=schema_of(cls.Args), core=core)
 
 
 def schema_of(model: type[BaseModel]) -> dict[str, Any]:

@@ -47,7 +47,9 @@ class SearchFilesArgs(_Args):
 
 class ListFilesArgs(_Args):
     path: str = Field(".", description="Directory to list, relative to the project root.")
-    glob: str | None = Field(None, description="Only names matching this glob, e.g. '*.py'.")
+    glob: str | None = Field(
+        None, description="Only names matching this glob; omit it to list everything."
+    )
     depth: int | None = Field(None, ge=1, le=20, description="How many levels deep to list.")
 
 
@@ -102,15 +104,17 @@ class FileWriteTool(SandboxTool):
 
 class ReadFile(SandboxTool):
     name = "read_file"
-    description = "Read a text file; lines are numbered. Use start_line/end_line for big files."
+    description = "Read a text file; its lines are shown numbered."
     Args = ReadFileArgs
+    core_args = ("path",)
     read_only_safe = True
 
 
 class ListFiles(SandboxTool):
     name = "list_files"
-    description = "List files and directories under a path (skips .git)."
+    description = "List all files and directories under a path, recursively (skips .git)."
     Args = ListFilesArgs
+    core_args = ("path",)
     read_only_safe = True
 
 
@@ -118,13 +122,18 @@ class SearchFiles(SandboxTool):
     name = "search_files"
     description = "Search file contents for a regular expression; returns path:line:text."
     Args = SearchFilesArgs
+    core_args = ("pattern", "path")
     read_only_safe = True
 
 
 class WriteFile(FileWriteTool):
     name = "write_file"
-    description = "Create or overwrite a file with the given content (parent dirs are created)."
+    description = (
+        "Create a file, or replace all of an existing one, with the given content (parent "
+        "directories are created)."
+    )
     Args = WriteFileArgs
+    core_args = ("path", "content")
     risk = RiskLevel.MEDIUM
     approval = True
 
@@ -141,10 +150,11 @@ class WriteFile(FileWriteTool):
 class EditFile(FileWriteTool):
     name = "edit_file"
     description = (
-        "Replace old_text with new_text in a file. old_text must match exactly once unless "
-        "replace_all is true. Omit old_text to create a new file with new_text."
+        "Change part of a file: replace old_text, copied exactly from the file and matching "
+        "once, with new_text. The rest of the file stays as it is."
     )
     Args = EditFileArgs
+    core_args = ("path", "old_text", "new_text")
     risk = RiskLevel.MEDIUM
     approval = True
 
@@ -166,6 +176,7 @@ class RunShellCommand(SandboxTool):
         "Run a shell command in the project root (no network). Returns exit code, stdout, stderr."
     )
     Args = RunShellCommandArgs
+    core_args = ("command",)
     risk = RiskLevel.HIGH
 
     def call(self, args: Any, ctx: ToolContext) -> ToolResult:

@@ -296,3 +296,65 @@ def test_only_a_loopback_listener_is_accepted() -> None:
     for address in ("http://0.0.0.0:4321", "http://10.0.0.5:4321", "http://localhost:1"):
         with pytest.raises(EmbeddedModelError, match=r"not 127\.0\.0\.1"):
             embedded._loopback_url(address)
+
+
+def test_a_slot_directory_turns_on_save_and_restore_there_only(tmp_path: Path) -> None:
+    xllamacpp = pytest.importorskip("xllamacpp")
+    plain = LlamaServer(tmp_path / "m.gguf")._params(xllamacpp)
+    assert plain.endpoint_slots is False
+    params = LlamaServer(tmp_path / "m.gguf", slot_dir=tmp_path / "p")._params(xllamacpp)
+    assert params.endpoint_slots is True
+    assert params.slot_save_path == f"{tmp_path / 'p'}/"  # llama.cpp appends the name as is
+
+
+class StubSlots:
+    """Stands in for LlamaServer's slot calls: a save writes a file, as llama.cpp does."""
+
+    def __init__(self, slot_dir: Path, works: bool = True) -> None:
+        self.slot_dir, self.works = slot_dir, works
+        self.calls: list[tuple[str, str]] = []
+
+    def slot(self, action: str, filename: str) -> bool:
+        self.calls.append((action, filename))
+        if action == "save" and self.works:
+            (self.slot_dir / filename).write_bytes(b"kv")
+        return self.works
+
+    def warm(self, system: str) -> bool:
+        self.calls.append(("warm", system))
+        return self.works
+
+
+def prompt_store(server: StubSlots, keep: int = 2) -> embedded.PromptStore:
+    return embedded.PromptStore(server, "model/8192/build", keep)  # type: ignore[arg-type]
+
+
+def test_a_system_prompt_is_read_and_saved_once_then_restored(tmp_path: Path) -> None:
+    first = StubSlots(tmp_path)
+    assert prompt_store(first).prime("You are terse.") is False
+    (saved,) = tmp_path.glob("*.bin")
+    assert [a for a, _ in first.calls] == ["warm", "save"]
+    assert first.calls[1][1].startswith(saved.name + ".")  # saved aside, then renamed in
+    later = StubSlots(tmp_path)
+    assert prompt_store(later).prime("You are terse.") is True
+    assert later.calls == [("restore", saved.name)]
+    other = StubSlots(tmp_path)
+    assert prompt_store(other).prime("You are verbose.") is False  # another prompt, another file
+    assert len(list(tmp_path.glob("*.bin"))) == 2
+
+
+def test_only_the_most_recently_used_prompts_are_kept(tmp_path: Path) -> None:
+    for i in range(4):
+        prompt_store(StubSlots(tmp_path), keep=2).prime(f"prompt {i}")
+        for j, path in enumerate(sorted(tmp_path.glob("*.bin"), key=os.path.getmtime)):
+            os.utime(path, (1000 + j, 1000 + j))  # file times are coarse: order them for sure
+    assert len(list(tmp_path.glob("*.bin"))) == 2
+    assert prompt_store(StubSlots(tmp_path), keep=2).prime("prompt 3") is True
+    assert prompt_store(StubSlots(tmp_path), keep=2).prime("prompt 0") is False
+
+
+def test_a_server_that_cannot_save_or_restore_leaves_no_file(tmp_path: Path) -> None:
+    broken = StubSlots(tmp_path, works=False)
+    assert prompt_store(broken).prime("You are terse.") is False
+    assert list(tmp_path.iterdir()) == []
+    assert prompt_store(StubSlots(tmp_path / "gone")).prime("x") is False  # no directory

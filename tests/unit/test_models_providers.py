@@ -128,7 +128,7 @@ def test_json_request_has_prompt_json_history_and_no_tools_field(
     assert [m["role"] for m in messages] == ["system", "user", "assistant", "user"]
     system = messages[0]["content"]
     assert system.startswith("Be brief.\n\n" + PROTOCOL_PROMPT)
-    assert "- read_file: " in system and "path (required)" in system
+    assert "- read_file: " in system and "Arguments: path." in system
     assert "- list_files: " in system
     assert json.loads(messages[2]["content"]) == {"name": "read_file",
                                                   "arguments": {"path": "a.py"}}

@@ -9,10 +9,12 @@ from pydantic import BaseModel
 from executor.messages import Message, ToolCall, ToolSpec
 from executor.models.toolproto import (
     PROTOCOL_PROMPT,
+    offered,
     prepare_messages,
     reply_schema,
     tools_prompt,
 )
+from executor.tools import default_registry
 from executor.tools.base import schema_of
 from executor.tools.builtin import EditFile, ReadFile, RunShellCommand
 
@@ -29,14 +31,49 @@ def test_prompt_is_the_measured_text_then_tools_then_an_example() -> None:
     assert prompt.startswith(PROTOCOL_PROMPT)
     lines = prompt.splitlines()
     assert (
-        "- edit_file: " + EditFile.description.rstrip(".") + ". Arguments: path (required), "
-        "new_text (required), old_text (optional), replace_all (optional)."
+        "- edit_file: " + EditFile.description.rstrip(".") + ". Arguments: path, old_text, "
+        "new_text."
     ) in lines
     assert sum(line.startswith("- ") for line in lines) == 3
     example = lines[lines.index("Example:") + 1:]
     assert example[0] == 'assistant: {"name": "read_file", "arguments": {"path": "README.md"}}'
     assert example[1] == "user: TOOL_RESULT read_file:"
     assert json.loads(example[-1].removeprefix("assistant: "))["answer"]
+
+
+def test_the_json_protocols_offer_only_core_arguments_all_required_in_order() -> None:
+    edit = offered(EditFile.spec())
+    assert list(edit.parameters["properties"]) == ["path", "old_text", "new_text"]
+    assert edit.parameters["required"] == ["path", "old_text", "new_text"]
+    assert edit.parameters["additionalProperties"] is False
+    schema = reply_schema([EditFile.spec()])["oneOf"][0]["properties"]["arguments"]
+    assert schema == edit.parameters
+    assert "replace_all" in EditFile.spec().parameters["properties"]  # native: all of them
+
+
+def test_a_tool_without_core_arguments_is_offered_whole() -> None:
+    class Args(BaseModel):
+        path: str
+        limit: int = 5
+
+    spec = ToolSpec(name="custom", description="d", parameters=schema_of(Args))
+    assert offered(spec) == spec
+    assert "- custom: d. Arguments: path, limit (optional)." in tools_prompt([spec])
+
+
+def test_with_the_built_in_tools_the_prompt_has_rules_and_a_worked_multi_step_example() -> None:
+    prompt = tools_prompt(default_registry().specs())
+    assert "How to work:" in prompt
+    example = prompt.splitlines()[prompt.splitlines().index("Example 1:") + 1:]
+    assert example[0].startswith("user: ") and "Example 2:" in example
+    calls = [json.loads(line.removeprefix("assistant: ")) for line in example
+             if line.startswith("assistant: ")]
+    assert [c.get("name") for c in calls] == ["search_files", "read_file", "edit_file", None,
+                                              "read_file", "edit_file", None]
+    offered_args = {s.name: set(offered(s).parameters["required"])
+                    for s in default_registry().specs()}
+    assert all(set(c["arguments"]) == offered_args[c["name"]] for c in calls if "name" in c)
+    assert all(c["answer"] for c in calls if "name" not in c)
 
 
 def test_prompt_without_tools_still_explains_the_answer() -> None:
@@ -87,7 +124,8 @@ def test_reply_schema_has_one_entry_per_tool_plus_the_answer() -> None:
     assert len(options) == 4
     assert options[0] == {
         "type": "object",
-        "properties": {"name": {"const": "read_file"}, "arguments": TOOLS[0].parameters},
+        "properties": {"name": {"const": "read_file"},
+                       "arguments": offered(TOOLS[0]).parameters},
         "required": ["name", "arguments"],
     }
     assert options[-1] == {"type": "object", "properties": {"answer": {"type": "string"}},

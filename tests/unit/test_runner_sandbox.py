@@ -43,7 +43,9 @@ def root(tmp_path: Path) -> Path:
 
 
 def runner(root: Path, script: list[Any], sandbox: Any, **options: Any) -> Runner:
-    return Runner.build(root, model=ScriptedModel(script), sandbox=sandbox, yes=True,
+    # native: these tests are about the sandbox, not the coach the json protocols get
+    return Runner.build(root, model=ScriptedModel(script, tool_protocol="native"),
+                        sandbox=sandbox, yes=True,
                         audit=False, **options)
 
 

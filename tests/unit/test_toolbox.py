@@ -518,16 +518,35 @@ def test_edit_with_no_match_says_how_to_fix_it(box: Box, root: Path):
     output = failed(box.call("edit_file", path="src/app.py", old_text="      return a + b",
                              new_text="x"), "0 matches")
     assert "lines 2-2 match except for whitespace" in output
+    quoted = box.call("edit_file", path="src/app.py", old_text="def add(a, c):", new_text="x")
+    assert "Hint: line 1 is the closest; copy it exactly:\ndef add(a, b):" in failed(quoted)
     numbered = box.call("edit_file", path="src/app.py", old_text="     2\t    return a + b",
                         new_text="x")
     failed(numbered, "line numbers from read_file")
     assert (root / "src" / "app.py").read_text() == "def add(a, b):\n    return a + b\n"
 
 
+def test_a_failed_edit_of_a_small_file_shows_the_file_so_the_fix_needs_no_read(
+        box: Box, root: Path):
+    reply = box.call("edit_file", path="src/app.py", old_text="a * b", new_text="x")
+    output = failed(reply, "0 matches", "This is 'src/app.py' now")
+    assert output.endswith("\n     1\tdef add(a, b):\n     2\t    return a + b")
+    assert reply["meta"]["file_shown"] is True
+    failed(box.call("edit_file", path="src/app.py", old_text="", new_text="x"),
+           "old_text is empty", "     1\tdef add(a, b):")
+    (root / "big.py").write_text("x = 1\n" * 500)
+    big = box.call("edit_file", path="big.py", old_text="y = 2", new_text="y = 3")
+    assert "now" not in failed(big, "0 matches") and "file_shown" not in big["meta"]
+
+
 def test_edit_with_many_matches_and_replace_all(box: Box, root: Path):
     (root / "m.txt").write_text("x = 1\nx = 1\ny = 2\nx = 1\n")
     failed(box.call("edit_file", path="m.txt", old_text="x = 1", new_text="x = 9"),
            "matches 3 times", "at lines 1, 2, 4", "replace_all=true")
+    (root / "r.py").write_text("from b import f\n\n\ndef g():\n    return f(1)\n")
+    many = failed(box.call("edit_file", path="r.py", old_text="f", new_text="h"), "matches 4 "
+                  "times", "(at lines 1, 1, 4, 5)")
+    assert "one call per line; the lines are:\nfrom b import f\ndef g():\n    return f(1)" in many
     assert (root / "m.txt").read_text() == "x = 1\nx = 1\ny = 2\nx = 1\n"
     reply = box.call("edit_file", path="m.txt", old_text="x = 1", new_text="x = 9",
                      replace_all=True)
@@ -731,6 +750,18 @@ def test_search_paths_limits_and_errors(engine_box: Box, root: Path):
     failed(engine_box.call("search_files", pattern="a("), "invalid regex 'a('")
     failed(engine_box.call("search_files", pattern="x", path="nope"), "path not found: nope")
     engine_box.alive()
+
+
+def test_a_search_without_matches_says_what_matches_ignoring_case(engine_box: Box, root: Path):
+    (root / "config.py").write_text("TIMEOUT_SECONDS = 30\nretries = 2\n")
+    reply = engine_box.call("search_files", pattern="timeout")
+    assert reply["ok"] and reply["meta"]["ignore_case"] is True
+    assert reply["output"] == ("no matches for 'timeout' in . as written; ignoring upper/lower "
+                               "case:\nconfig.py:1:TIMEOUT_SECONDS = 30")
+    exact = engine_box.call("search_files", pattern="retries")
+    assert exact["output"] == "config.py:2:retries = 2" and "ignore_case" not in exact["meta"]
+    assert engine_box.call("search_files", pattern="(?i)zzz")["output"] == (
+        "no matches for '(?i)zzz' in .")
 
 
 def test_patterns_only_python_understands_still_work(engine_box: Box):

@@ -1,0 +1,186 @@
+"""Guards that keep a weak model on track in the agent loop. Nothing here knows about any task.
+
+Small local models fail in a few typical ways (measured with `benchmarks/bench_agent.py`):
+they overwrite a whole file they never read with only the part they meant to add, repeat a
+failing call until the turns run out, and answer as if a change was made when the call that
+would have made it failed or never happened. The `Coach` watches one conversation's calls and
+answers and steps in where that happens:
+
+- `refuse(call)`: a `write_file` over an existing file the model has not read (or written) in
+  this conversation is refused once, with what to do instead; a call that failed is not run
+  again unchanged while no file has changed since;
+- `review(answer)`: an answer right after a failed change (or a command that is not
+  installed, or a search that found nothing), one that claims a change when nothing changed,
+  or one right after an unchecked change is sent back with what to do (a *nudge*), each at
+  most once and `max_nudges` times a run in all.
+
+Capable models rarely trigger any of these; each costs a weak model a turn and saves the task.
+The runner gives agents on the json protocols, which weak models use, a coach.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from executor.messages import Message, ToolCall, ToolResult
+from executor.protocols import Sandbox
+
+READERS = frozenset({"read_file"})
+"""Tools whose success means the model has seen the file at `path`."""
+WRITERS = frozenset({"write_file", "edit_file"})
+"""Tools whose success means the file at `path` is what the model made it."""
+CHECKERS = READERS | {"run_shell_command"}
+"""Tools with which the model can check a change."""
+_WORKSPACE = "/workspace/"
+_CLAIM = re.compile(r"\b(added|updated|changed|modified|created|renamed|fixed|replaced|removed|"
+                    r"deleted|wrote|written|bumped|edited|inserted)\b", re.IGNORECASE)
+"""Words with which an answer says that something was changed."""
+_NOT_FOUND = 127
+"""The shell's exit code for a command that does not exist."""
+_MISSING = re.compile(r"(?:^|\s)([\w.+-]+): (?:command )?not found", re.MULTILINE)
+
+
+def norm_path(path: str) -> str:
+    """`./a/../b.py`, `/workspace/b.py` and `b.py` are one file to the coach."""
+    path = path.strip()
+    if path.startswith(_WORKSPACE):
+        path = path[len(_WORKSPACE):]
+    return posixpath.normpath(path or ".").lstrip("/")
+
+
+@dataclass
+class Coach:
+    """Watches one conversation's tool calls and answers (see the module docstring)."""
+
+    max_nudges: int = 2
+    """Answers sent back per run at most; the next answer is accepted as it is."""
+    known: set[str] = field(default_factory=set)
+    """Paths the model has read or written in this conversation."""
+    refused: set[str] = field(default_factory=set)
+    """Paths whose blind overwrite was refused once (a second attempt goes through)."""
+    changed: bool = False
+    """Whether a call changed a file in this run."""
+    failure: str | None = None
+    """What went wrong in the run's last call, when that is worth another try."""
+    claimed: bool = False
+    """Whether an answer claiming an unmade change was sent back in this run."""
+    nudges: int = 0
+    """Answers sent back in this run."""
+    failed: dict[str, str] = field(default_factory=dict)
+    """Calls that failed since the last change, with the first line of their error."""
+    vetoed: set[str] = field(default_factory=set)
+    """Calls `refuse` stopped: their refusal is not a failure of the call."""
+    check_changes: bool = True
+    """Ask once for a check when the model answers right after changing a file."""
+    unchecked: bool = False
+    """Whether a file changed after the model last read a file or ran a command."""
+    asked_check: bool = False
+    """Whether this run's check was asked for."""
+
+    def begin(self) -> None:
+        """A new request: forget the last run's changes and nudges (not what was read)."""
+        self.changed, self.failure, self.claimed, self.nudges = False, None, False, 0
+        self.failed.clear()
+        self.unchecked = self.asked_check = False
+
+    def learn(self, history: Iterable[Message]) -> None:
+        """Take in a resumed conversation: what it read and wrote counts as known."""
+        results = {m.tool_call_id: m for m in history if m.role == "tool"}
+        for message in history:
+            for call in message.tool_calls:
+                result = results.get(call.id)
+                if result is not None and not result.content.startswith(("Denied", "Invalid")):
+                    self._note(call)
+
+    def refuse(self, call: ToolCall, sandbox: Sandbox) -> str | None:
+        """Why `call` should not run as asked (None: let it run)."""
+        failed = self.failed.get(_call_key(call))
+        if failed is not None:  # nothing changed since: it would fail the same way
+            return (f"You made this exact call before and it failed: {failed} Nothing has "
+                    "changed since, so it would fail again. Change the arguments (copy text "
+                    "exactly as the file has it), try another way, or answer.")
+        path = call.arguments.get("path")
+        if call.name != "write_file" or not isinstance(path, str):
+            return None
+        key = norm_path(path)
+        if key in self.known or key in self.refused:
+            return None
+        if not sandbox.preview("write_file", dict(call.arguments)).meta.get("exists"):
+            return None
+        self.refused.add(key)
+        self.vetoed.add(_call_key(call))
+        return (f"Not written: {path} already exists and you have not read it, so this would "
+                f"replace all of it. Read it first with read_file; then change only the part "
+                f"the task is about with edit_file and keep the rest.")
+
+    def observe(self, call: ToolCall, result: ToolResult) -> None:
+        """Note what a finished call showed or changed."""
+        key = _call_key(call)
+        self.failure = _retryable(call, result)
+        if key in self.vetoed or key in self.failed:  # refused here: not a result of the tool
+            self.vetoed.discard(key)
+            return
+        if result.ok or result.meta.get("file_shown"):  # a failed edit may show the file
+            self._note(call)
+        changed = (result.ok and call.name in WRITERS) or bool(result.meta.get("changes"))
+        self.changed = self.changed or changed
+        if changed:
+            self.failed.clear()
+        elif not result.ok:
+            self.failed[key] = _first_line(result.output)
+        self.unchecked = changed or (self.unchecked and call.name not in CHECKERS)
+
+    def review(self, answer: str) -> str | None:
+        """Why `answer` should go back to the model (a nudge), or None to accept it."""
+        if self.nudges >= self.max_nudges:
+            return None
+        nudge, self.failure = self.failure, None
+        if nudge is None and not self.changed and not self.claimed and _CLAIM.search(answer):
+            self.claimed = True
+            nudge = ("You answered that something was changed, but no file has been changed in "
+                     "this task: no write_file or edit_file call succeeded. Make the change now "
+                     "with a tool call, or answer that it is not done.")
+        if nudge is None and self.check_changes and self.unchecked and not self.asked_check:
+            self.asked_check = True
+            nudge = ("Before you finish, check your change: read the changed file or run it, "
+                     "and fix what is wrong. If it is right, give your answer again.")
+        self.nudges += nudge is not None
+        return nudge
+
+    def _note(self, call: ToolCall) -> None:
+        path = call.arguments.get("path")
+        if call.name in READERS | WRITERS and isinstance(path, str):
+            self.known.add(norm_path(path))
+
+
+def _retryable(call: ToolCall, result: ToolResult) -> str | None:
+    """A nudge for a failure the model should fix rather than report: a failed change, a
+    command that does not exist, a search that found nothing (None for anything else)."""
+    first = _first_line(result.output)
+    if call.name in WRITERS and not result.ok:
+        return (f"Your {call.name} call failed, so nothing was changed: {first} Fix the call "
+                "and try again (read the file first if you have not), or answer that it cannot "
+                "be done.")
+    if call.name == "search_files" and result.ok and result.meta.get("matches") == 0:
+        return ("Your search found no matches, which does not answer the question. Look "
+                "another way before you answer: list the files, then read the likely ones.")
+    if result.meta.get("exit_code") == _NOT_FOUND and not result.ok:
+        missing = _MISSING.search(result.output)
+        program = f"'{missing[1]}'" if missing else "a program it uses"
+        # python3 is in every sandbox image: the toolbox runs on it.
+        return (f"Your command failed: {program} is not installed in the sandbox (exit code "
+                "127). Do it another way with what is there (python3 is; tests run with "
+                "python3 -m unittest or python3 FILE), or answer that it cannot be done.")
+    return None
+
+
+def _first_line(output: str) -> str:
+    return (output.strip().splitlines() or ["(no output)"])[0]
+
+
+def _call_key(call: ToolCall) -> str:
+    return json.dumps([call.name, call.arguments], sort_keys=True, default=str)

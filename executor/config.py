@@ -192,6 +192,7 @@ FLAGS = {
     "tool_protocol": "--tool-protocol", "timeout": "--timeout", "max_turns": "--max-turns",
     "max_tokens": "--max-tokens", "stream": "--stream", "image": "--image", "env_allow": "--env",
     "allow_git_writes": "--allow-git-writes", "disk_budget": "--disk-budget",
+    "max_retries": "--max-retries",
 }
 """The flag that sets each setting, for error messages."""
 

@@ -68,6 +68,17 @@ TimeoutOpt = Annotated[
         show_default=False,
     ),
 ]
+MaxRetriesOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--max-retries",
+        min=0,
+        max=20,
+        help="Retries of a model request that timed out or got 429/5xx; 0: one attempt, no "
+        "retry. [default: 2]",
+        show_default=False,
+    ),
+]
 MaxTokensOpt = Annotated[
     int | None,
     typer.Option(

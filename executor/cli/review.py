@@ -24,6 +24,7 @@ from executor.cli.options import (
     ExcludeOpt,
     HostOpt,
     ImageOpt,
+    MaxRetriesOpt,
     MaxTokensOpt,
     MaxTurnsOpt,
     ModelOpt,
@@ -101,6 +102,7 @@ def review(
     max_turns: MaxTurnsOpt = None,
     image: ImageOpt = None,
     timeout: TimeoutOpt = None,
+    max_retries: MaxRetriesOpt = None,
     max_tokens: MaxTokensOpt = None,
     policy: PolicyOpt = None,
     deny_tool: DenyToolOpt = None,
@@ -124,7 +126,8 @@ def review(
     tool = SubmitReview()
     options = _settings(
         provider=provider, model=model, host=host, tool_protocol=tool_protocol, stream=stream,
-        max_turns=max_turns, image=image, timeout=timeout, max_tokens=max_tokens,
+        max_turns=max_turns, image=image, timeout=timeout, max_retries=max_retries,
+        max_tokens=max_tokens,
         deny_tools=deny_tool, deny_prefixes=deny_prefix, policy_file=policy,
         workspace=workspace, copy_exclude=exclude,
     ) | {"read_only": True, "audit_required": audit_required, "tools": [tool]} | prompt_options(

@@ -21,6 +21,7 @@ from executor.cli.options import (
     ExcludeOpt,
     HostOpt,
     ImageOpt,
+    MaxRetriesOpt,
     MaxTokensOpt,
     MaxTurnsOpt,
     ModelOpt,
@@ -161,6 +162,7 @@ def ask(
     max_turns: MaxTurnsOpt = None,
     image: ImageOpt = None,
     timeout: TimeoutOpt = None,
+    max_retries: MaxRetriesOpt = None,
     interactive: Annotated[
         bool,
         typer.Option(
@@ -274,6 +276,7 @@ def ask(
         max_turns=max_turns,
         image=image,
         timeout=timeout,
+        max_retries=max_retries,
         max_tokens=max_tokens,
         env_allow=env,
         deny_tools=deny_tool,

@@ -28,6 +28,7 @@ from executor.choices import DEFAULT_BASE_IMAGE as DEFAULT_BASE_IMAGE
 from executor.choices import DEFAULT_IMAGE as DEFAULT_IMAGE
 from executor.choices import CopyStorage as CopyStorage
 from executor.choices import Provider as Provider
+from executor.choices import ThinkLevel as ThinkLevel
 from executor.choices import ToolProtocol as ToolProtocol
 from executor.choices import WorkspaceMode as WorkspaceMode
 from executor.errors import ConfigError
@@ -101,6 +102,9 @@ class Settings(BaseSettings):
     """Context budget in tokens; None: the model's context length, else 8192."""
     stream: bool = True
     """Stream tokens from the model."""
+    think: ThinkLevel | None = None
+    """Thinking mode: Ollama's `think` (on, off, low, medium, high); `reasoning_effort` for an
+    OpenAI-compatible server (low, medium, high); None: the server's default."""
     image: str = DEFAULT_IMAGE
     """Sandbox image."""
     tool_timeout: int = Field(DEFAULT_TOOL_TIMEOUT, ge=1)
@@ -192,7 +196,7 @@ FLAGS = {
     "tool_protocol": "--tool-protocol", "timeout": "--timeout", "max_turns": "--max-turns",
     "max_tokens": "--max-tokens", "stream": "--stream", "image": "--image", "env_allow": "--env",
     "allow_git_writes": "--allow-git-writes", "disk_budget": "--disk-budget",
-    "max_retries": "--max-retries",
+    "max_retries": "--max-retries", "think": "--think",
 }
 """The flag that sets each setting, for error messages."""
 

@@ -96,6 +96,9 @@ class ProgressView:
         self.console = console
         self.stream = stream
         self.trace = trace
+        self.show_thinking = stream or trace
+        """Whether the model's reasoning (thinking mode) is shown as it streams, dimmed."""
+        self._thinking_now = False
         self.last_reply_streamed = False
         """Whether the latest model reply was shown token by token (without a terminal)."""
         self.turn = Totals(started=time.monotonic())
@@ -181,7 +184,24 @@ class ProgressView:
 
     # -- events ------------------------------------------------------------------------------
 
+    def _on_thinking(self, data: dict[str, Any]) -> None:
+        """The model's reasoning: dim and inert, apart from its reply (and never the answer)."""
+        if not self.show_thinking:
+            return
+        text = str(data.get("text", ""))
+        if self._live is not None:
+            self._tail.add(text)
+            return
+        if not self._thinking_now:
+            self._print("thinking: ", end="", style="dim italic", markup=False)
+            self._thinking_now = True
+        self.console.print(markup_safe(text), end="", style="dim italic")
+        self._streaming = True
+
     def _on_token(self, data: dict[str, Any]) -> None:
+        if self._thinking_now and self._live is None:  # the reply starts on a line of its own
+            self._print("", end="")
+            self._thinking_now = False
         if not self.stream:  # a tool protocol's JSON is not worth showing
             return
         text = str(data.get("text", ""))
@@ -193,6 +213,7 @@ class ProgressView:
             self._streaming = True
 
     def _on_model_request(self, data: dict[str, Any]) -> None:
+        self._thinking_now = False
         self.last_reply_streamed = self._streaming
         if self._streaming:
             self.console.print()

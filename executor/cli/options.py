@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from executor.choices import Provider, ToolProtocol, WorkspaceMode
+from executor.choices import Provider, ThinkLevel, ToolProtocol, WorkspaceMode
 
 ProviderOpt = Annotated[
     Provider | None,
@@ -43,6 +43,16 @@ ProtocolOpt = Annotated[
 StreamOpt = Annotated[
     bool | None,
     typer.Option("--stream/--no-stream", help="Stream model tokens to stderr.", show_default=False),
+]
+ThinkOpt = Annotated[
+    ThinkLevel | None,
+    typer.Option(
+        "--think",
+        help="Thinking mode: on, off, or an effort (low, medium, high). Ollama's `think`; "
+        "`reasoning_effort` for OpenAI-compatible servers (low/medium/high). The reasoning "
+        "streams dimmed on stderr, never into the answer.",
+        show_default=False,
+    ),
 ]
 TraceOpt = Annotated[
     bool, typer.Option("--trace", help="Print every model reply and tool call in full on stderr.")

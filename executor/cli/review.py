@@ -35,6 +35,7 @@ from executor.cli.options import (
     ProviderOpt,
     StreamOpt,
     SystemPromptFileOpt,
+    ThinkOpt,
     TimeoutOpt,
     TraceOpt,
     WorkspaceOpt,
@@ -98,6 +99,7 @@ def review(
     host: HostOpt = None,
     tool_protocol: ProtocolOpt = None,
     stream: StreamOpt = None,
+    think: ThinkOpt = None,
     trace: TraceOpt = False,
     max_turns: MaxTurnsOpt = None,
     image: ImageOpt = None,
@@ -126,7 +128,7 @@ def review(
     tool = SubmitReview()
     options = _settings(
         provider=provider, model=model, host=host, tool_protocol=tool_protocol, stream=stream,
-        max_turns=max_turns, image=image, timeout=timeout, max_retries=max_retries,
+        max_turns=max_turns, image=image, timeout=timeout, max_retries=max_retries, think=think,
         max_tokens=max_tokens,
         deny_tools=deny_tool, deny_prefixes=deny_prefix, policy_file=policy,
         workspace=workspace, copy_exclude=exclude,

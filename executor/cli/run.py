@@ -32,6 +32,7 @@ from executor.cli.options import (
     ProviderOpt,
     StreamOpt,
     SystemPromptFileOpt,
+    ThinkOpt,
     TimeoutOpt,
     TraceOpt,
     WorkspaceOpt,
@@ -83,6 +84,7 @@ def _prepare(
                           **options)
     view.attach(runner.hooks)
     view.stream = _streams_text(runner, stream)
+    view.show_thinking = trace or stream is True or (stream is None and err_console.is_terminal)
     return runner, view
 
 
@@ -158,6 +160,7 @@ def ask(
         ),
     ] = False,
     stream: StreamOpt = None,
+    think: ThinkOpt = None,
     trace: TraceOpt = False,
     max_turns: MaxTurnsOpt = None,
     image: ImageOpt = None,
@@ -277,6 +280,7 @@ def ask(
         image=image,
         timeout=timeout,
         max_retries=max_retries,
+        think=think,
         max_tokens=max_tokens,
         env_allow=env,
         deny_tools=deny_tool,

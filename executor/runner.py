@@ -47,6 +47,7 @@ from executor.sandbox.docker import DockerSandbox, SandboxConfig
 from executor.sandbox.environment import sandbox_environment
 from executor.sandbox.lazy import LazySandbox
 from executor.session import NdjsonSessionStore, SessionHeader, session_names
+from executor.skills import SkillSet, load_skills
 from executor.state import legacy_notice
 from executor.tools import Preview, Tool, ToolContext, ToolRegistry, default_registry
 from executor.userconfig import check_outside_project
@@ -106,6 +107,8 @@ class RunOptions(BaseModel):
     first, so a run whose model calls no tool never waits for a container."""
     project_instructions: bool = True
     """Add the root's AGENTS.md to the system prompt (as the repository's text, no permission)."""
+    skills_for: str = "ask"
+    """The command running (ask or review): picks the skills meant for it (docs/SKILLS.md)."""
 
 
 @dataclass(frozen=True)
@@ -173,6 +176,8 @@ class Runner:
         self._replies = 0
         self.instructions: Instructions | None = None
         """The project instructions in the system prompt (AGENTS.md), once started."""
+        self.skills = SkillSet()
+        """The prompt skills in the system prompt, once started."""
         hooks.subscribe(self._count_reply, "model_request")
 
     @classmethod
@@ -233,6 +238,7 @@ class Runner:
         if self.agent is not None:
             return
         try:
+            self._load_skills()
             self._start_model()
             self._read_instructions()
             store, history = self._open_session()
@@ -537,6 +543,7 @@ class Runner:
             argv=self.options.argv,
             instructions=({"source": self.instructions.source, "sha256": self.instructions.sha256}
                           if self.instructions else None),
+            skills=[skill.record() for skill in self.skills.skills],
             user=getpass.getuser(), host=socket.gethostname(), session=store.name,
             tools=self.tools.names(),
         )
@@ -556,7 +563,25 @@ class Runner:
     def _system_prompt(self) -> str:
         prompt = self.options.system_prompt or SYSTEM_PROMPT
         prompt += READ_ONLY_NOTE if self.options.read_only else ""
-        return f"{prompt}\n\n{self.instructions.prompt()}" if self.instructions else prompt
+        blocks = [prompt, self.skills.prompt(), self.instructions.prompt() if self.instructions
+                  else ""]
+        return "\n\n".join(block for block in blocks if block)
+
+    def _load_skills(self) -> None:
+        """The prompt skills (a bad --skill or --skills-include fails before anything starts);
+        announced with their hashes, and a notice for each project skill left out."""
+        s = self.settings
+        self.skills = load_skills(
+            self.options.root, command=self.options.skills_for, enabled=s.skills_enabled,
+            paths=s.skill_paths, include=s.skills_include, exclude=s.skills_exclude,
+            project=s.external_skills_enabled)
+        for notice in self.skills.notices:
+            self.hooks.emit("notice", message=notice)
+        if self.skills.skills:
+            self.hooks.emit("skills", skills=[
+                {**skill.record(), "description": skill.description,
+                 "text": skill.text if skill.source == "project" else None}
+                for skill in self.skills.skills])
 
     def _read_instructions(self) -> None:
         """AGENTS.md, announced (with its text, for --trace) when there is one."""

@@ -215,6 +215,7 @@ _STREAMED = {
     "warning": ("warning", ("message",)),
     "notice": ("notice", ("message",)),
     "instructions": ("instructions", ("source", "bytes", "truncated")),
+    "skills": ("skills", ("skills",)),
 }
 """Hook events that appear in the stream: their `type` there and the fields they keep."""
 

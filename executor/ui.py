@@ -324,6 +324,26 @@ class ProgressView:
         if self.trace:
             self.console.print(f"[dim]{markup_safe(data.get('text', ''))}[/]")
 
+    def _on_skills(self, data: dict[str, Any]) -> None:
+        """Prompt skills: the project's named in one line; every one, hashed, under --trace."""
+        skills = data.get("skills") or []
+        project = [s for s in skills if s.get("source") == "project"]
+        self.close()
+        if project:
+            names = ", ".join(str(s.get("id")) for s in project)
+            self.console.print(f"[dim]project skills: {markup_safe(names, line=True)} "
+                               "(repository text you trusted; no permissions)[/]")
+        if not self.trace:
+            return
+        for skill in skills:
+            self.console.print(f"[dim]skill {markup_safe(skill.get('id'), line=True)} "
+                               f"({markup_safe(skill.get('source'), line=True)}, "
+                               f"{markup_safe(skill.get('path'), line=True)}, sha256 "
+                               f"{markup_safe(skill.get('sha256'), line=True)}): "
+                               f"{markup_safe(skill.get('description'), line=True)}[/]")
+            if skill.get("text"):
+                self.console.print(f"[dim]{markup_safe(skill['text'])}[/]")
+
     def _on_complete(self, data: dict[str, Any]) -> None:
         self.close()
         self._prose = ""

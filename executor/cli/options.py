@@ -156,6 +156,55 @@ NoInstructionsOpt = Annotated[
 ]
 
 
+SkillOpt = Annotated[
+    list[Path] | None,
+    typer.Option(
+        "--skill",
+        metavar="PATH",
+        help="Add this skill file, or a directory of *.md skills, to the prompt (repeatable; "
+        "docs/SKILLS.md).",
+        show_default=False,
+    ),
+]
+SkillsOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--skills/--no-skills",
+        help="Add prompt skills (bundled, yours, the project's you trusted) to the system "
+        "prompt. [default: on]",
+        show_default=False,
+    ),
+]
+SkillsIncludeOpt = Annotated[
+    str | None,
+    typer.Option("--skills-include", metavar="ID,...", help="Only these skills.",
+                 show_default=False),
+]
+SkillsExcludeOpt = Annotated[
+    str | None,
+    typer.Option("--skills-exclude", metavar="ID,...", help="Leave these skills out.",
+                 show_default=False),
+]
+ProjectSkillsOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--project-skills/--no-project-skills",
+        help="Use the project's skills (.sandbox-agent/skills/*.md), each only once you "
+        "trusted it with `sandbox-agent policy trust`. [default: on]",
+        show_default=False,
+    ),
+]
+
+
+def skill_options(paths: list[Path] | None, enabled: bool | None, include: str | None,
+                  exclude: str | None, project: bool | None) -> dict[str, object]:
+    """The Settings the skill flags give (only those given: the rest comes from the
+    environment, the config file or the defaults)."""
+    given = {"skill_paths": paths or None, "skills_enabled": enabled, "skills_include": include,
+             "skills_exclude": exclude, "external_skills_enabled": project}
+    return {k: v for k, v in given.items() if v is not None}
+
+
 def prompt_options(system_prompt_file: Path | None, no_instructions: bool) -> dict[str, object]:
     """The RunOptions for --system-prompt-file and --no-project-instructions."""
     from executor.instructions import read_system_prompt_file

@@ -31,8 +31,13 @@ from executor.cli.options import (
     NoAuditOpt,
     NoInstructionsOpt,
     PolicyOpt,
+    ProjectSkillsOpt,
     ProtocolOpt,
     ProviderOpt,
+    SkillOpt,
+    SkillsExcludeOpt,
+    SkillsIncludeOpt,
+    SkillsOpt,
     StreamOpt,
     SystemPromptFileOpt,
     ThinkOpt,
@@ -40,6 +45,7 @@ from executor.cli.options import (
     TraceOpt,
     WorkspaceOpt,
     prompt_options,
+    skill_options,
 )
 from executor.cli.run import _prepare, _settings, session_line
 from executor.errors import ConfigError, FindingsError, SandboxAgentError
@@ -113,6 +119,11 @@ def review(
     audit_required: AuditRequiredOpt = False,
     system_prompt_file: SystemPromptFileOpt = None,
     no_project_instructions: NoInstructionsOpt = False,
+    skill: SkillOpt = None,
+    skills: SkillsOpt = None,
+    skills_include: SkillsIncludeOpt = None,
+    skills_exclude: SkillsExcludeOpt = None,
+    project_skills: ProjectSkillsOpt = None,
     workspace: WorkspaceOpt = None,
     exclude: ExcludeOpt = None,
 ) -> None:
@@ -132,8 +143,9 @@ def review(
         max_tokens=max_tokens,
         deny_tools=deny_tool, deny_prefixes=deny_prefix, policy_file=policy,
         workspace=workspace, copy_exclude=exclude,
-    ) | {"read_only": True, "audit_required": audit_required, "tools": [tool]} | prompt_options(
-        system_prompt_file, no_project_instructions)
+    ) | {"read_only": True, "audit_required": audit_required, "tools": [tool],
+         "skills_for": "review"} | prompt_options(system_prompt_file, no_project_instructions) \
+        | skill_options(skill, skills, skills_include, skills_exclude, project_skills)
     runner, view = _prepare(root, options, stream=stream, trace=trace, audit=not no_audit,
                             interactive=False)
     runner.hooks.subscribe(lambda event: session_line(runner), "run_start")

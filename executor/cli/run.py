@@ -28,8 +28,13 @@ from executor.cli.options import (
     NoAuditOpt,
     NoInstructionsOpt,
     PolicyOpt,
+    ProjectSkillsOpt,
     ProtocolOpt,
     ProviderOpt,
+    SkillOpt,
+    SkillsExcludeOpt,
+    SkillsIncludeOpt,
+    SkillsOpt,
     StreamOpt,
     SystemPromptFileOpt,
     ThinkOpt,
@@ -37,6 +42,7 @@ from executor.cli.options import (
     TraceOpt,
     WorkspaceOpt,
     prompt_options,
+    skill_options,
 )
 from executor.errors import ConfigError, SandboxAgentError
 from executor.text import inert_line, markup_safe
@@ -243,6 +249,11 @@ def ask(
     ] = False,
     system_prompt_file: SystemPromptFileOpt = None,
     no_project_instructions: NoInstructionsOpt = False,
+    skill: SkillOpt = None,
+    skills: SkillsOpt = None,
+    skills_include: SkillsIncludeOpt = None,
+    skills_exclude: SkillsExcludeOpt = None,
+    project_skills: ProjectSkillsOpt = None,
     workspace: WorkspaceOpt = None,
     apply: Annotated[
         bool,
@@ -299,7 +310,8 @@ def ask(
         "context_summarize": context_summarize,
         "audit_required": audit_required,
         "audit_prompts": audit_prompts,
-    } | prompt_options(system_prompt_file, no_project_instructions)
+    } | prompt_options(system_prompt_file, no_project_instructions) | skill_options(
+        skill, skills, skills_include, skills_exclude, project_skills)
     if allow_git_writes:
         options["allow_git_writes"] = True
     # The container starts when a tool first needs it (a REPL warms it up at once): an answer

@@ -14,6 +14,7 @@ import typer
 from executor import __version__
 from executor.cli import audit, policy, sessions
 from executor.cli.common import fail
+from executor.cli.improve import improve
 from executor.cli.review import review as review_command
 from executor.cli.run import ask
 from executor.cli.system import doctor, gc, image_app, models
@@ -43,6 +44,7 @@ app = typer.Typer(
 )
 app.command(epilog=EPILOG)(ask)
 app.command(epilog=EPILOG)(review_command)
+app.command(epilog=EPILOG)(improve)
 app.command("diff", epilog=EPILOG)(diff_command)
 app.command("apply", epilog=EPILOG)(apply_command)
 app.command("undo", epilog=EPILOG)(undo_command)

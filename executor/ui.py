@@ -344,6 +344,28 @@ class ProgressView:
             if skill.get("text"):
                 self.console.print(f"[dim]{markup_safe(skill['text'])}[/]")
 
+    def _on_child_event(self, data: dict[str, Any]) -> None:
+        """A delegated child session's activity, indented under the delegate call."""
+        kind, inner = data.get("event"), data.get("data") or {}
+        child = markup_safe(data.get("session") or "child", line=True)
+        if kind == "tool_call":
+            self._calls[f"child:{inner.get('call_id')}"] = inner.get("arguments") or {}
+            if inner.get("decision") != "allow":
+                self._refused.add(f"child:{inner.get('call_id')}")
+                self._print(f"  [dim]↳ {child}[/] {_refusal(inner, inner.get('arguments') or {})}")
+        elif kind == "tool_result":
+            arguments = self._calls.pop(f"child:{inner.get('call_id')}", {})
+            if f"child:{inner.get('call_id')}" in self._refused:  # its one line is printed
+                self._refused.discard(f"child:{inner.get('call_id')}")
+                return
+            mark = "[green]✓[/]" if inner.get("ok") else "[yellow]![/]"
+            what = f"{markup_safe(inner.get('tool'), line=True)} {markup_safe(subject(arguments))}"
+            outcome = markup_safe(summarize(inner))
+            self._print(f"  [dim]↳ {child}[/] {mark} {what} [dim]{outcome}[/]")
+        elif kind in ("warning", "notice", "sandbox_start"):
+            text = inner.get("message") or f"sandbox {inner.get('container_name', '')} started"
+            self._print(f"  [dim]↳ {child} {markup_safe(text)}[/]")
+
     def _on_complete(self, data: dict[str, Any]) -> None:
         self.close()
         self._prose = ""
@@ -386,7 +408,7 @@ def _result_tail(result: str, count: int) -> list[str]:
 
 def subject(arguments: dict[str, Any]) -> str:
     """The argument that says what a call is about (its path, command or pattern), one line."""
-    for key in ("command", "path", "pattern"):
+    for key in ("command", "path", "pattern", "task"):
         if isinstance(arguments.get(key), str):
             text = str(arguments[key])  # cut before escaping: an escape is never cut in half
             return inert_line(text[:80]) + ("…" if len(text) > 80 else "")

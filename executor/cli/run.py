@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import signal
 import sys
 from pathlib import Path
@@ -265,6 +266,17 @@ def ask(
     ] = False,
     exclude: ExcludeOpt = None,
     copy_limit: CopyLimitOpt = None,
+    no_confirm_delegation: Annotated[
+        bool,
+        typer.Option("--no-confirm-delegation", help="orchestrate: run delegate calls without "
+                     "asking (a policy deny still wins)."),
+    ] = False,
+    max_delegations: Annotated[
+        int | None,
+        typer.Option("--max-delegations", min=0, help="orchestrate: child sessions one session "
+                     "may start. [default: 3]", show_default=False),
+    ] = None,
+    orchestrate: Annotated[bool, typer.Option("--orchestrate", hidden=True)] = False,
 ) -> None:
     """Ask the agent to do something in DIR; every tool call runs in a sandbox container.
 
@@ -311,7 +323,8 @@ def ask(
         "audit_required": audit_required,
         "audit_prompts": audit_prompts,
     } | prompt_options(system_prompt_file, no_project_instructions) | skill_options(
-        skill, skills, skills_include, skills_exclude, project_skills)
+        skill, skills, skills_include, skills_exclude, project_skills) | delegation_options(
+        orchestrate, no_confirm_delegation, max_delegations)
     if allow_git_writes:
         options["allow_git_writes"] = True
     # The container starts when a tool first needs it (a REPL warms it up at once): an answer
@@ -387,6 +400,30 @@ def _answer(runner: Runner, view: ProgressView, query: str, *,
     show_answer(result.answer, real_console(out_console))
     err_console.print(f"[dim]done · {markup_safe(view.summary())}[/]")
     return result
+
+
+@functools.wraps(ask, assigned=("__module__", "__annotations__"))  # ask's options (signature)
+def orchestrate(**options: Any) -> None:
+    """Ask with delegation: the model may hand self-contained sub-tasks to child sessions.
+
+    Each child is an ordinary session with its own container, read-only unless the delegate
+    call asks for writes and your approval covers them (its writes ask like yours). A delegate
+    call asks for approval first (high risk) unless --no-confirm-delegation; children do not
+    delegate further, and one session starts at most --max-delegations of them.
+    """
+    ask(**{**options, "orchestrate": True})
+
+
+def delegation_options(orchestrator: bool, no_confirm: bool, max_delegations: int | None
+                       ) -> dict[str, Any]:
+    """RunOptions for delegation; its flags are refused on a plain `ask`."""
+    if not orchestrator and (no_confirm or max_delegations is not None):
+        raise ConfigError("--no-confirm-delegation and --max-delegations are for orchestrate",
+                          fix="run `sandbox-agent orchestrate ...`, or drop them")
+    options: dict[str, Any] = {"orchestrator": orchestrator, "confirm_delegation": not no_confirm}
+    if max_delegations is not None:
+        options["max_delegations"] = max_delegations
+    return options
 
 
 # -- copy workspace ------------------------------------------------------------------------------

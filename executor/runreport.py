@@ -205,7 +205,8 @@ def error_report(error: BaseException | None) -> ErrorReport | None:
 
 
 _STREAMED = {
-    "run_start": ("start", ("session", "root", "provider", "model", "mount_mode", "tools")),
+    "run_start": ("start", ("session", "root", "provider", "model", "mount_mode", "tools",
+                            "skills")),
     "model_request": ("model_reply", ("duration_ms", "prompt_tokens", "completion_tokens",
                                       "reply")),
     "tool_call": ("tool_call", ("call_id", "tool", "arguments", "decision", "rule", "reason",
@@ -215,7 +216,6 @@ _STREAMED = {
     "warning": ("warning", ("message",)),
     "notice": ("notice", ("message",)),
     "instructions": ("instructions", ("source", "bytes", "truncated")),
-    "skills": ("skills", ("skills",)),
 }
 """Hook events that appear in the stream: their `type` there and the fields they keep."""
 

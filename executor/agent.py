@@ -147,7 +147,7 @@ class Agent:
         sent = (self.fitter.fit if self.fitter else list)(prompt + self.messages)
         specs = self.specs
         started = time.monotonic()
-        reply = self.model.chat(sent, specs, on_token=self._token)
+        reply = self.model.chat(sent, specs, on_token=self._token, on_thinking=self._thinking)
         if self.fitter is not None:
             self.fitter.observe(sent, reply.usage)
         self.hooks.emit(
@@ -161,6 +161,9 @@ class Agent:
 
     def _token(self, text: str) -> None:
         self.hooks.emit("token", text=text)
+
+    def _thinking(self, text: str) -> None:
+        self.hooks.emit("thinking", text=text)
 
     def _reject(self, reply: ModelReply, bad_replies: int) -> int:
         """Tell the model what was wrong with its reply; give up after a few in a row."""

@@ -16,6 +16,8 @@ ToolProtocol = Literal["native", "json", "constrained"]
 """How tools are offered to the model."""
 WorkspaceMode = Literal["bind", "copy"]
 """bind: the project is mounted; copy: a copy is, and changes come back for review."""
+ThinkLevel = Literal["low", "medium", "high", "on", "off"]
+"""Thinking mode: on/off, or a reasoning effort (docs/MODELS.md)."""
 CopyStorage = Literal["auto", "memory", "disk"]
 """Where a copy workspace lives in the container: tmpfs, a volume, or chosen by size."""
 

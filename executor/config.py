@@ -28,6 +28,7 @@ from executor.choices import DEFAULT_BASE_IMAGE as DEFAULT_BASE_IMAGE
 from executor.choices import DEFAULT_IMAGE as DEFAULT_IMAGE
 from executor.choices import CopyStorage as CopyStorage
 from executor.choices import Provider as Provider
+from executor.choices import ThinkLevel as ThinkLevel
 from executor.choices import ToolProtocol as ToolProtocol
 from executor.choices import WorkspaceMode as WorkspaceMode
 from executor.errors import ConfigError
@@ -105,6 +106,9 @@ class Settings(BaseSettings):
     """Context budget in tokens; None: the model's context length, else 8192."""
     stream: bool = True
     """Stream tokens from the model."""
+    think: ThinkLevel | None = None
+    """Thinking mode: Ollama's `think` (on, off, low, medium, high); `reasoning_effort` for an
+    OpenAI-compatible server (low, medium, high); None: the server's default."""
     image: str = DEFAULT_IMAGE
     """Sandbox image."""
     runtime: str | None = None
@@ -137,6 +141,16 @@ class Settings(BaseSettings):
     copy_storage: CopyStorage = "auto"
     """Where the copy lives in the container: memory (tmpfs: fast, counts against the memory
     limit), disk (a volume on the engine's disk), auto (memory up to 256 MiB)."""
+    skills_enabled: bool = True
+    """Add prompt skills to the system prompt (docs/SKILLS.md)."""
+    skill_paths: Annotated[list[Path], NoDecode] = Field(default_factory=list)
+    """More skill files, or directories of them, named by the person."""
+    skills_include: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    """Only these skill ids (empty: every skill meant for the command)."""
+    skills_exclude: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    """Skill ids left out."""
+    external_skills_enabled: bool = True
+    """Use the project's skills (`.sandbox-agent/skills/*.md`) the person trusted."""
     audit: bool = True
     """Write the audit log."""
     audit_dir: Path | None = None
@@ -156,15 +170,25 @@ class Settings(BaseSettings):
         """Arguments (flags), then the environment, then the user config file."""
         return init_settings, env_settings, UserConfigSource(settings_cls)
 
+    @field_validator("skills_include", "skills_exclude", mode="before")
+    @classmethod
+    def _ids(cls, value: Any) -> Any:
+        """Skill ids as for env_allow: a JSON list, or separated by commas or spaces."""
+        return split_names(value)
+
+    @field_validator("skill_paths", mode="before")
+    @classmethod
+    def _paths(cls, value: Any) -> Any:
+        """A JSON list, or paths separated by the OS's path separator (`:`), like PATH."""
+        if isinstance(value, str) and not value.strip().startswith("["):
+            return [part for part in value.split(os.pathsep) if part]
+        return json.loads(value) if isinstance(value, str) else value
+
     @field_validator("env_allow", mode="before")
     @classmethod
     def _names(cls, value: Any) -> Any:
         """A JSON list (`'["LANG"]'`) or plain names separated by commas or spaces (`LANG,TZ`)."""
-        if not isinstance(value, str):
-            return value
-        if value.strip().startswith("["):
-            return json.loads(value)
-        return [name for name in re.split(r"[,\s]+", value) if name]
+        return split_names(value)
 
     @field_validator("env_allow")
     @classmethod
@@ -179,6 +203,15 @@ class Settings(BaseSettings):
     def _size(cls, value: Any) -> Any:
         """Sizes are given as text (`1g`) in flags and the environment."""
         return parse_size(value) if isinstance(value, str) else value
+
+
+def split_names(value: Any) -> Any:
+    """A JSON list (`'["a"]'`) or names separated by commas or spaces (`a,b`); else as it is."""
+    if not isinstance(value, str):
+        return value
+    if value.strip().startswith("["):
+        return json.loads(value)
+    return [name for name in re.split(r"[,\s]+", value) if name]
 
 
 class UserConfigSource(PydanticBaseSettingsSource):
@@ -198,6 +231,9 @@ FLAGS = {
     "tool_protocol": "--tool-protocol", "timeout": "--timeout", "max_turns": "--max-turns",
     "max_tokens": "--max-tokens", "stream": "--stream", "image": "--image", "env_allow": "--env",
     "allow_git_writes": "--allow-git-writes", "disk_budget": "--disk-budget",
+    "max_retries": "--max-retries", "think": "--think", "skill_paths": "--skill",
+    "skills_enabled": "--skills", "skills_include": "--skills-include",
+    "skills_exclude": "--skills-exclude", "external_skills_enabled": "--project-skills",
 }
 """The flag that sets each setting, for error messages."""
 

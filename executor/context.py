@@ -145,6 +145,8 @@ class TokenCounter:
     def raw_message(self, message: Message) -> int:
         """Uncalibrated tokens of one message, its overhead and its tool calls included."""
         total = MESSAGE_OVERHEAD + self.raw_text(message.content)
+        if message.thinking:  # the model's reasoning stays in the context: it takes room
+            total += self.raw_text(message.thinking)
         if message.name:
             total += self.raw_text(message.name)
         for call in message.tool_calls:
@@ -191,7 +193,7 @@ _PENDING_SAMPLES = 8
 
 def _bytes_upper(message: Message) -> int:
     """Tokens `message` takes at most, uncalibrated: its UTF-8 bytes plus the overheads."""
-    texts = [message.content, message.name or ""]
+    texts = [message.content, message.thinking, message.name or ""]
     texts += [text for call in message.tool_calls for text in (call.name, _args(call))]
     size = sum(len(text.encode("utf-8", "surrogatepass")) for text in texts)
     return size + MESSAGE_OVERHEAD + TOOL_CALL_OVERHEAD * len(message.tool_calls)
@@ -260,6 +262,8 @@ def _string_leaves(value: Any, path: FieldPath) -> Iterator[tuple[FieldPath, str
 def _text_fields(message: Message) -> Iterator[tuple[FieldPath, str]]:
     """Every truncatable text of a message: its content and each string in its tool arguments."""
     yield ("content",), message.content
+    if message.thinking:
+        yield ("thinking",), message.thinking
     for index, call in enumerate(message.tool_calls):
         yield from _string_leaves(call.arguments, ("tool_calls", index))
 
@@ -274,8 +278,8 @@ def _set_in(value: Any, path: FieldPath, new: str) -> Any:
 
 
 def _replace_field(message: Message, path: FieldPath, new: str) -> Message:
-    if path == ("content",):
-        return message.model_copy(update={"content": new})
+    if path in (("content",), ("thinking",)):
+        return message.model_copy(update={path[0]: new})
     calls = list(message.tool_calls)
     call = calls[path[1]]
     calls[path[1]] = call.model_copy(update={"arguments": _set_in(call.arguments, path[2:], new)})

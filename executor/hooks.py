@@ -18,6 +18,7 @@ log = logging.getLogger(__name__)
 EventKind = Literal[
     "run_start", "token", "model_request", "tool_call", "tool_output", "tool_result", "retry",
     "complete", "error", "warning", "progress", "notice", "sandbox_start", "instructions",
+    "thinking", "skills", "child_event",
 ]
 
 

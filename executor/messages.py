@@ -43,6 +43,9 @@ class Message(BaseModel):
     """For role 'tool': the id of the call this result answers."""
     name: str | None = None
     """For role 'tool': the tool's name."""
+    thinking: str = ""
+    """For role 'assistant': the model's reasoning before this reply, kept apart from the
+    answer (never part of `content`); untrusted text."""
 
     @classmethod
     def system(cls, content: str) -> Message:

@@ -31,8 +31,13 @@ class Model(Protocol):
         tools: Sequence[ToolSpec],
         *,
         on_token: TokenCallback | None = None,
+        on_thinking: TokenCallback | None = None,
     ) -> ModelReply:
-        """Send the conversation and the offered tools; return the parsed assistant turn."""
+        """Send the conversation and the offered tools; return the parsed assistant turn.
+
+        `on_token` gets the reply's text as it streams, `on_thinking` the model's reasoning
+        (thinking mode), which ends up in `reply.message.thinking`, never in its content.
+        """
         ...
 
     def context_length(self) -> int | None:

@@ -398,6 +398,7 @@ def review(root: str | Path, *, diff_base: str | None = None, untracked: bool = 
     """Review `root` read-only; `options` are those of `Runner.build`."""
     tool = SubmitReview()
     extra = list(options.pop("tools", []))
+    options.setdefault("skills_for", "review")
     runner = Runner.build(root, read_only=True, tools=[*extra, tool], **options)
     request = ReviewRequest(root=runner.options.root, diff_base=diff_base, untracked=untracked)
     return run_review(runner, request, tool)

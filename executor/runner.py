@@ -36,10 +36,19 @@ from executor.context import (
     pair_tool_results,
     resolve_budget,
 )
+from executor.delegation import (
+    DEFAULT_DELEGATION_DEPTH,
+    DEFAULT_MAX_DELEGATIONS,
+    DELEGATE_TOOL,
+    RELAYED,
+    BorrowedModel,
+    Delegate,
+    DelegateArgs,
+)
 from executor.errors import ConfigError, MaxTurnsExceeded, SandboxAgentError, UserError
 from executor.hooks import Event, HookBus
 from executor.instructions import Instructions, read_project_instructions
-from executor.messages import Message, ToolCall, ToolSpec
+from executor.messages import Message, ToolCall, ToolResult, ToolSpec
 from executor.models import build_model
 from executor.models.toolproto import uses_json
 from executor.policy import Decision, Policy, PolicyOverrides, load_policy
@@ -49,6 +58,7 @@ from executor.sandbox.docker import DockerSandbox, SandboxConfig
 from executor.sandbox.environment import sandbox_environment
 from executor.sandbox.lazy import LazySandbox
 from executor.session import NdjsonSessionStore, SessionHeader, session_names
+from executor.skills import SkillSet, load_skills
 from executor.state import legacy_notice
 from executor.tools import Preview, Tool, ToolContext, ToolRegistry, default_registry
 from executor.userconfig import check_outside_project
@@ -108,6 +118,20 @@ class RunOptions(BaseModel):
     first, so a run whose model calls no tool never waits for a container."""
     project_instructions: bool = True
     """Add the root's AGENTS.md to the system prompt (as the repository's text, no permission)."""
+    skills_for: str = "ask"
+    """The command running (ask or review): picks the skills meant for it (docs/SKILLS.md)."""
+    orchestrator: bool = False
+    """Offer the `delegate` tool: sub-tasks go to child sessions (docs/DELEGATION.md)."""
+    confirm_delegation: bool = True
+    """A `delegate` call needs approval like any high-risk call (False: waived by the person)."""
+    max_delegations: int = Field(DEFAULT_MAX_DELEGATIONS, ge=0)
+    """Child sessions this session may start."""
+    delegation_depth: int = Field(DEFAULT_DELEGATION_DEPTH, ge=1)
+    """How deep delegation goes (1: children do not delegate)."""
+    depth: int = 0
+    """This session's depth: 0 for a session a person started, 1 for its children ..."""
+    parent_session: str | None = None
+    """The session that delegated to this one."""
 
 
 @dataclass(frozen=True)
@@ -175,6 +199,10 @@ class Runner:
         self._replies = 0
         self.instructions: Instructions | None = None
         """The project instructions in the system prompt (AGENTS.md), once started."""
+        self.skills = SkillSet()
+        """The prompt skills in the system prompt, once started."""
+        self.children: list[str] = []
+        """Sessions delegated to from this one."""
         hooks.subscribe(self._count_reply, "model_request")
 
     @classmethod
@@ -209,12 +237,16 @@ class Runner:
         if settings is None:
             check_outside_project(run.root)
         hooks = hooks or HookBus()
-        return cls(
+        delegate = Delegate() if run.orchestrator and run.depth < run.delegation_depth else None
+        runner = cls(
             merged, run, model=model or build_model(merged, hooks=hooks),
-            tools=_registry(tools, run), policy=load_policy(run.root, run.policy_file,
-                                                            _overrides(run)),
+            tools=_registry([*tools, *([delegate] if delegate else [])], run),
+            policy=load_policy(run.root, run.policy_file, _overrides(run)),
             hooks=hooks, approver=approver, sandbox=sandbox,
         )
+        if delegate is not None:
+            delegate.spawn = runner.delegate
+        return runner
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -235,6 +267,7 @@ class Runner:
         if self.agent is not None:
             return
         try:
+            self._load_skills()
             self._start_model()
             self._read_instructions()
             store, history = self._open_session()
@@ -395,6 +428,8 @@ class Runner:
             root, name=name, model=self.model.name, provider=self.settings.provider,
             image=self.settings.image, mount_mode=self._mount_mode(),
         )
+        if self.options.parent_session:
+            store.update_header(parent_session=self.options.parent_session)
         return store, []
 
     @property
@@ -542,6 +577,9 @@ class Runner:
             argv=self.options.argv,
             instructions=({"source": self.instructions.source, "sha256": self.instructions.sha256}
                           if self.instructions else None),
+            skills=[skill.record() for skill in self.skills.skills],
+            **({"parent_session": self.options.parent_session} if self.options.parent_session
+               else {}),
             user=getpass.getuser(), host=socket.gethostname(), session=store.name,
             tools=self.tools.names(),
         )
@@ -565,7 +603,25 @@ class Runner:
     def _system_prompt(self) -> str:
         prompt = self.options.system_prompt or SYSTEM_PROMPT
         prompt += READ_ONLY_NOTE if self.options.read_only else ""
-        return f"{prompt}\n\n{self.instructions.prompt()}" if self.instructions else prompt
+        blocks = [prompt, self.skills.prompt(), self.instructions.prompt() if self.instructions
+                  else ""]
+        return "\n\n".join(block for block in blocks if block)
+
+    def _load_skills(self) -> None:
+        """The prompt skills (a bad --skill or --skills-include fails before anything starts);
+        announced with their hashes, and a notice for each project skill left out."""
+        s = self.settings
+        self.skills = load_skills(
+            self.options.root, command=self.options.skills_for, enabled=s.skills_enabled,
+            paths=s.skill_paths, include=s.skills_include, exclude=s.skills_exclude,
+            project=s.external_skills_enabled)
+        for notice in self.skills.notices:
+            self.hooks.emit("notice", message=notice)
+        if self.skills.skills:
+            self.hooks.emit("skills", skills=[
+                {**skill.record(), "description": skill.description,
+                 "text": skill.text if skill.source == "project" else None}
+                for skill in self.skills.skills])
 
     def _read_instructions(self) -> None:
         """AGENTS.md, announced (with its text, for --trace) when there is one."""
@@ -596,8 +652,11 @@ class Runner:
     # -- approvals ---------------------------------------------------------------------------
 
     def _authorize(self, tool: Tool, args: BaseModel, call: ToolCall) -> Authorization:
+        waived = tool.name == DELEGATE_TOOL and not self.options.confirm_delegation
         decision = self.policy.decide(tool, args.model_dump(exclude_none=True),
-                                      interactive=self.options.interactive)
+                                      interactive=self.options.interactive or waived)
+        if waived and decision.needs_approval:  # the person said so; a policy deny still wins
+            decision = decision.approve("--no-confirm-delegation")
         guard: Mapping[str, Any] = {}
         if decision.needs_approval:
             answer, guard = self._ask(tool, args, decision)
@@ -627,6 +686,53 @@ class Runner:
         except Exception as exc:
             self._warn(f"tool {tool.name} could not preview its call: {exc!r}")
             return Preview(Tool.describe(tool, args), error=f"no preview: {exc}")
+
+
+    # -- delegation --------------------------------------------------------------------------
+
+    def delegate(self, args: DelegateArgs) -> ToolResult:
+        """Run `args.task` in a child session and return its answer (the `delegate` tool)."""
+        if len(self.children) >= self.options.max_delegations:
+            return ToolResult.error(f"Delegation refused: this session may start at most "
+                                    f"{self.options.max_delegations} child sessions.")
+        read_only = (self.options.read_only or not args.write
+                     or self._workspace_mode == "copy")  # a child's copy is not the parent's
+        child = self._child(read_only)
+        try:
+            with child:
+                self.children.append(child.session_name or "?")
+                self.hooks.emit("notice", message=f"delegated to session {child.session_name} "
+                                                  f"({'read-only' if read_only else 'read-write'})")
+                result = child.run(args.task)
+        except SandboxAgentError as exc:
+            return ToolResult.error(f"The child session failed: {exc.message}",
+                                    child_session=child.session_name)
+        return ToolResult(ok=True, output=result.answer or "(the child gave no answer)",
+                          meta={"child_session": child.session_name, "read_only": read_only,
+                                "turns": result.turns})
+
+    def _child(self, read_only: bool) -> Runner:
+        """A child runner: this session's settings, model, approvals and limits, one level down."""
+        o = self.options
+        child = Runner.build(
+            o.root, settings=self.settings, model=BorrowedModel(self.model),
+            approver=self.approver, hooks=HookBus(), read_only=read_only,
+            sandbox=None if _is_sandbox(self.backend) else self.backend,  # a factory: its own
+            yes=o.yes, interactive=o.interactive, deny_tools=o.deny_tools,
+            deny_prefixes=o.deny_prefixes, deny_commands=o.deny_commands,
+            policy_file=o.policy_file, audit_required=o.audit_required,
+            audit_prompts=o.audit_prompts, argv=o.argv, project_instructions=o.project_instructions,
+            orchestrator=o.orchestrator, confirm_delegation=o.confirm_delegation,
+            max_delegations=o.max_delegations, delegation_depth=o.delegation_depth,
+            depth=o.depth + 1, parent_session=self.session_name,
+        )
+
+        def relay(event: Event) -> None:
+            self.hooks.emit("child_event", session=child.session_name, event=event.kind,
+                            data=event.data)
+
+        child.hooks.subscribe(relay, *RELAYED)
+        return child
 
 
 SUMMARY_PROMPT = (

@@ -205,7 +205,8 @@ def error_report(error: BaseException | None) -> ErrorReport | None:
 
 
 _STREAMED = {
-    "run_start": ("start", ("session", "root", "provider", "model", "mount_mode", "tools")),
+    "run_start": ("start", ("session", "root", "provider", "model", "mount_mode", "tools",
+                            "skills")),
     "model_request": ("model_reply", ("duration_ms", "prompt_tokens", "completion_tokens",
                                       "reply")),
     "tool_call": ("tool_call", ("call_id", "tool", "arguments", "decision", "rule", "reason",

@@ -328,6 +328,11 @@ class _Walker:
                 self.command(node)
             elif node.type in ("file_redirect", "herestring_redirect"):
                 self.newline_inside(node)
+            elif node.type == "subshell" and node.parent is not None \
+                    and node.parent.type == "command":
+                # tree-sitter reads `ls (a)` as ls with a subshell argument; bash rejects it
+                self.flag(node.parent, "bash cannot parse it (a `(` inside a command)",
+                          "fix the syntax")
             else:
                 self.arithmetic(node)
                 self.test_subscript(node)

@@ -96,6 +96,9 @@ class ProgressView:
         self.console = console
         self.stream = stream
         self.trace = trace
+        self.show_thinking = stream or trace
+        """Whether the model's reasoning (thinking mode) is shown as it streams, dimmed."""
+        self._thinking_now = False
         self.last_reply_streamed = False
         """Whether the latest model reply was shown token by token (without a terminal)."""
         self.turn = Totals(started=time.monotonic())
@@ -181,7 +184,24 @@ class ProgressView:
 
     # -- events ------------------------------------------------------------------------------
 
+    def _on_thinking(self, data: dict[str, Any]) -> None:
+        """The model's reasoning: dim and inert, apart from its reply (and never the answer)."""
+        if not self.show_thinking:
+            return
+        text = str(data.get("text", ""))
+        if self._live is not None:
+            self._tail.add(text)
+            return
+        if not self._thinking_now:
+            self._print("thinking: ", end="", style="dim italic", markup=False)
+            self._thinking_now = True
+        self.console.print(markup_safe(text), end="", style="dim italic")
+        self._streaming = True
+
     def _on_token(self, data: dict[str, Any]) -> None:
+        if self._thinking_now and self._live is None:  # the reply starts on a line of its own
+            self._print("", end="")
+            self._thinking_now = False
         if not self.stream:  # a tool protocol's JSON is not worth showing
             return
         text = str(data.get("text", ""))
@@ -193,6 +213,7 @@ class ProgressView:
             self._streaming = True
 
     def _on_model_request(self, data: dict[str, Any]) -> None:
+        self._thinking_now = False
         self.last_reply_streamed = self._streaming
         if self._streaming:
             self.console.print()
@@ -303,6 +324,48 @@ class ProgressView:
         if self.trace:
             self.console.print(f"[dim]{markup_safe(data.get('text', ''))}[/]")
 
+    def _on_skills(self, data: dict[str, Any]) -> None:
+        """Prompt skills: the project's named in one line; every one, hashed, under --trace."""
+        skills = data.get("skills") or []
+        project = [s for s in skills if s.get("source") == "project"]
+        self.close()
+        if project:
+            names = ", ".join(str(s.get("id")) for s in project)
+            self.console.print(f"[dim]project skills: {markup_safe(names, line=True)} "
+                               "(repository text you trusted; no permissions)[/]")
+        if not self.trace:
+            return
+        for skill in skills:
+            self.console.print(f"[dim]skill {markup_safe(skill.get('id'), line=True)} "
+                               f"({markup_safe(skill.get('source'), line=True)}, "
+                               f"{markup_safe(skill.get('path'), line=True)}, sha256 "
+                               f"{markup_safe(skill.get('sha256'), line=True)}): "
+                               f"{markup_safe(skill.get('description'), line=True)}[/]")
+            if skill.get("text"):
+                self.console.print(f"[dim]{markup_safe(skill['text'])}[/]")
+
+    def _on_child_event(self, data: dict[str, Any]) -> None:
+        """A delegated child session's activity, indented under the delegate call."""
+        kind, inner = data.get("event"), data.get("data") or {}
+        child = markup_safe(data.get("session") or "child", line=True)
+        if kind == "tool_call":
+            self._calls[f"child:{inner.get('call_id')}"] = inner.get("arguments") or {}
+            if inner.get("decision") != "allow":
+                self._refused.add(f"child:{inner.get('call_id')}")
+                self._print(f"  [dim]↳ {child}[/] {_refusal(inner, inner.get('arguments') or {})}")
+        elif kind == "tool_result":
+            arguments = self._calls.pop(f"child:{inner.get('call_id')}", {})
+            if f"child:{inner.get('call_id')}" in self._refused:  # its one line is printed
+                self._refused.discard(f"child:{inner.get('call_id')}")
+                return
+            mark = "[green]✓[/]" if inner.get("ok") else "[yellow]![/]"
+            what = f"{markup_safe(inner.get('tool'), line=True)} {markup_safe(subject(arguments))}"
+            outcome = markup_safe(summarize(inner))
+            self._print(f"  [dim]↳ {child}[/] {mark} {what} [dim]{outcome}[/]")
+        elif kind in ("warning", "notice", "sandbox_start"):
+            text = inner.get("message") or f"sandbox {inner.get('container_name', '')} started"
+            self._print(f"  [dim]↳ {child} {markup_safe(text)}[/]")
+
     def _on_complete(self, data: dict[str, Any]) -> None:
         self.close()
         self._prose = ""
@@ -345,7 +408,7 @@ def _result_tail(result: str, count: int) -> list[str]:
 
 def subject(arguments: dict[str, Any]) -> str:
     """The argument that says what a call is about (its path, command or pattern), one line."""
-    for key in ("command", "path", "pattern"):
+    for key in ("command", "path", "pattern", "task"):
         if isinstance(arguments.get(key), str):
             text = str(arguments[key])  # cut before escaping: an escape is never cut in half
             return inert_line(text[:80]) + ("…" if len(text) > 80 else "")

@@ -14,8 +14,9 @@ import typer
 from executor import __version__
 from executor.cli import audit, policy, sessions
 from executor.cli.common import fail
+from executor.cli.improve import improve
 from executor.cli.review import review as review_command
-from executor.cli.run import ask
+from executor.cli.run import ask, orchestrate
 from executor.cli.system import doctor, gc, image_app, models
 from executor.cli.workspace import apply_command, diff_command, undo_command
 from executor.errors import ConfigError
@@ -43,7 +44,9 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 app.command(epilog=EPILOG)(ask)
+app.command(epilog=EPILOG)(orchestrate)
 app.command(epilog=EPILOG)(review_command)
+app.command(epilog=EPILOG)(improve)
 app.command("diff", epilog=EPILOG)(diff_command)
 app.command("apply", epilog=EPILOG)(apply_command)
 app.command("undo", epilog=EPILOG)(undo_command)

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from executor.choices import Provider, ToolProtocol, WorkspaceMode
+from executor.choices import Provider, ThinkLevel, ToolProtocol, WorkspaceMode
 
 ProviderOpt = Annotated[
     Provider | None,
@@ -44,6 +44,16 @@ StreamOpt = Annotated[
     bool | None,
     typer.Option("--stream/--no-stream", help="Stream model tokens to stderr.", show_default=False),
 ]
+ThinkOpt = Annotated[
+    ThinkLevel | None,
+    typer.Option(
+        "--think",
+        help="Thinking mode: on, off, or an effort (low, medium, high). Ollama's `think`; "
+        "`reasoning_effort` for OpenAI-compatible servers (low/medium/high). The reasoning "
+        "streams dimmed on stderr, never into the answer.",
+        show_default=False,
+    ),
+]
 TraceOpt = Annotated[
     bool, typer.Option("--trace", help="Print every model reply and tool call in full on stderr.")
 ]
@@ -74,6 +84,17 @@ TimeoutOpt = Annotated[
         "--timeout",
         min=1,
         help="Seconds to wait for one model response. [default: 300]",
+        show_default=False,
+    ),
+]
+MaxRetriesOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--max-retries",
+        min=0,
+        max=20,
+        help="Retries of a model request that timed out or got 429/5xx; 0: one attempt, no "
+        "retry. [default: 2]",
         show_default=False,
     ),
 ]
@@ -142,6 +163,55 @@ NoInstructionsOpt = Annotated[
         "text for the model, never a permission).",
     ),
 ]
+
+
+SkillOpt = Annotated[
+    list[Path] | None,
+    typer.Option(
+        "--skill",
+        metavar="PATH",
+        help="Add this skill file, or a directory of *.md skills, to the prompt (repeatable; "
+        "docs/SKILLS.md).",
+        show_default=False,
+    ),
+]
+SkillsOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--skills/--no-skills",
+        help="Add prompt skills (bundled, yours, the project's you trusted) to the system "
+        "prompt. [default: on]",
+        show_default=False,
+    ),
+]
+SkillsIncludeOpt = Annotated[
+    str | None,
+    typer.Option("--skills-include", metavar="ID,...", help="Only these skills.",
+                 show_default=False),
+]
+SkillsExcludeOpt = Annotated[
+    str | None,
+    typer.Option("--skills-exclude", metavar="ID,...", help="Leave these skills out.",
+                 show_default=False),
+]
+ProjectSkillsOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--project-skills/--no-project-skills",
+        help="Use the project's skills (.sandbox-agent/skills/*.md), each only once you "
+        "trusted it with `sandbox-agent policy trust`. [default: on]",
+        show_default=False,
+    ),
+]
+
+
+def skill_options(paths: list[Path] | None, enabled: bool | None, include: str | None,
+                  exclude: str | None, project: bool | None) -> dict[str, object]:
+    """The Settings the skill flags give (only those given: the rest comes from the
+    environment, the config file or the defaults)."""
+    given = {"skill_paths": paths or None, "skills_enabled": enabled, "skills_include": include,
+             "skills_exclude": exclude, "external_skills_enabled": project}
+    return {k: v for k, v in given.items() if v is not None}
 
 
 def prompt_options(system_prompt_file: Path | None, no_instructions: bool) -> dict[str, object]:

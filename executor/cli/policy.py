@@ -128,33 +128,52 @@ def trust_command(
     root: RootOption = Path("."),
     show: Annotated[bool, typer.Option("--show/--no-show", help="Print the file first.")] = True,
 ) -> None:
-    """Trust the project's policy file (.sandbox-agent/policy.toml) as it is now.
+    """Trust the project's policy file (.sandbox-agent/policy.toml) and its prompt skills
+    (.sandbox-agent/skills/*.md) as they are now.
 
-    Its SHA-256 is recorded in your state dir, outside the project; any later change makes it
-    untrusted again (then only its deny and ask rules apply).
+    Their SHA-256 hashes are recorded in your state dir, outside the project; any later change
+    makes a file untrusted again (then only the policy's deny and ask rules apply, and the
+    skill is left out).
     """
     from executor.policy import parse_policy
+    from executor.skills import SkillFormatError, parse_skill, project_skill_files
     from executor.trust import read_project_file, trust
 
-    file = read_project_file(root, POLICY_FILE.as_posix())
-    if file is None:
-        raise ConfigError(f"{root / POLICY_FILE} does not exist", fix="nothing to trust")
-    parse_policy(file.data.decode("utf-8", "replace"), path=str(file.path))  # refuse a bad file
-    if show:
-        out_console.print(inert(file.data.decode("utf-8", "replace")), markup=False)
-    trust(root, file)
-    err_console.print(f"trusted {file.path} (sha256 {file.sha256[:16]}…)", markup=False)
+    policy = read_project_file(root, POLICY_FILE.as_posix())
+    skills = [f for f in (read_project_file(root, rel) for rel in project_skill_files(root)) if f]
+    if policy is None and not skills:
+        raise ConfigError(f"{root / POLICY_FILE} does not exist, nor any skill in "
+                          f"{root / '.sandbox-agent/skills'}", fix="nothing to trust")
+    if policy is not None:  # refuse a bad file
+        parse_policy(policy.data.decode("utf-8", "replace"), path=str(policy.path))
+    for skill in skills:
+        try:
+            parse_skill(skill.data, source="project", path=skill.rel)
+        except SkillFormatError as exc:
+            raise ConfigError(f"the skill {skill.path} is not usable: {exc}",
+                              fix="fix or remove it (docs/SKILLS.md)") from None
+    for file in [*([policy] if policy else []), *skills]:
+        if show:
+            err_console.print(f"── {inert_line(file.rel)}", markup=False)
+            out_console.print(inert(file.data.decode("utf-8", "replace")), markup=False)
+        trust(root, file)
+        err_console.print(f"trusted {inert_line(str(file.path))} (sha256 {file.sha256[:16]}…)",
+                          markup=False)
 
 
 @app.command("untrust")
 @cli_errors
 def untrust_command(root: RootOption = Path(".")) -> None:
-    """Stop trusting the project's policy file (only its deny and ask rules apply again)."""
+    """Stop trusting the project's policy file (only its deny and ask rules apply again) and
+    its prompt skills (left out again)."""
+    from executor.skills import project_skill_files
     from executor.trust import untrust
 
-    found = untrust(root, POLICY_FILE.as_posix())
-    what = "no longer trusted" if found else "was not trusted"
-    err_console.print(f"{root / POLICY_FILE} {what}", markup=False)
+    for rel in [POLICY_FILE.as_posix(), *project_skill_files(root)]:
+        found = untrust(root, rel)
+        what = "no longer trusted" if found else "was not trusted"
+        if found or rel == POLICY_FILE.as_posix():
+            err_console.print(f"{inert_line(str(root / rel))} {what}", markup=False)
 
 
 def rules_table(policy: "Policy") -> "Table":

@@ -24,21 +24,29 @@ from executor.cli.options import (
     ExcludeOpt,
     HostOpt,
     ImageOpt,
+    MaxRetriesOpt,
     MaxTokensOpt,
     MaxTurnsOpt,
     ModelOpt,
     NoAuditOpt,
     NoInstructionsOpt,
     PolicyOpt,
+    ProjectSkillsOpt,
     ProtocolOpt,
     ProviderOpt,
     RuntimeOpt,
+    SkillOpt,
+    SkillsExcludeOpt,
+    SkillsIncludeOpt,
+    SkillsOpt,
     StreamOpt,
     SystemPromptFileOpt,
+    ThinkOpt,
     TimeoutOpt,
     TraceOpt,
     WorkspaceOpt,
     prompt_options,
+    skill_options,
 )
 from executor.cli.run import _prepare, _settings, session_line
 from executor.errors import ConfigError, FindingsError, SandboxAgentError
@@ -98,11 +106,13 @@ def review(
     host: HostOpt = None,
     tool_protocol: ProtocolOpt = None,
     stream: StreamOpt = None,
+    think: ThinkOpt = None,
     trace: TraceOpt = False,
     max_turns: MaxTurnsOpt = None,
     image: ImageOpt = None,
     runtime: RuntimeOpt = None,
     timeout: TimeoutOpt = None,
+    max_retries: MaxRetriesOpt = None,
     max_tokens: MaxTokensOpt = None,
     policy: PolicyOpt = None,
     deny_tool: DenyToolOpt = None,
@@ -111,6 +121,11 @@ def review(
     audit_required: AuditRequiredOpt = False,
     system_prompt_file: SystemPromptFileOpt = None,
     no_project_instructions: NoInstructionsOpt = False,
+    skill: SkillOpt = None,
+    skills: SkillsOpt = None,
+    skills_include: SkillsIncludeOpt = None,
+    skills_exclude: SkillsExcludeOpt = None,
+    project_skills: ProjectSkillsOpt = None,
     workspace: WorkspaceOpt = None,
     exclude: ExcludeOpt = None,
 ) -> None:
@@ -126,11 +141,13 @@ def review(
     tool = SubmitReview()
     options = _settings(
         provider=provider, model=model, host=host, tool_protocol=tool_protocol, stream=stream,
-        max_turns=max_turns, image=image, runtime=runtime, timeout=timeout, max_tokens=max_tokens,
+        max_turns=max_turns, image=image, runtime=runtime, timeout=timeout,
+        max_retries=max_retries, think=think, max_tokens=max_tokens,
         deny_tools=deny_tool, deny_prefixes=deny_prefix, policy_file=policy,
         workspace=workspace, copy_exclude=exclude,
-    ) | {"read_only": True, "audit_required": audit_required, "tools": [tool]} | prompt_options(
-        system_prompt_file, no_project_instructions)
+    ) | {"read_only": True, "audit_required": audit_required, "tools": [tool],
+         "skills_for": "review"} | prompt_options(system_prompt_file, no_project_instructions) \
+        | skill_options(skill, skills, skills_include, skills_exclude, project_skills)
     runner, view = _prepare(root, options, stream=stream, trace=trace, audit=not no_audit,
                             interactive=False)
     runner.hooks.subscribe(lambda event: session_line(runner), "run_start")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import signal
 import sys
 from pathlib import Path
@@ -21,21 +22,29 @@ from executor.cli.options import (
     ExcludeOpt,
     HostOpt,
     ImageOpt,
+    MaxRetriesOpt,
     MaxTokensOpt,
     MaxTurnsOpt,
     ModelOpt,
     NoAuditOpt,
     NoInstructionsOpt,
     PolicyOpt,
+    ProjectSkillsOpt,
     ProtocolOpt,
     ProviderOpt,
     RuntimeOpt,
+    SkillOpt,
+    SkillsExcludeOpt,
+    SkillsIncludeOpt,
+    SkillsOpt,
     StreamOpt,
     SystemPromptFileOpt,
+    ThinkOpt,
     TimeoutOpt,
     TraceOpt,
     WorkspaceOpt,
     prompt_options,
+    skill_options,
 )
 from executor.errors import ConfigError, SandboxAgentError
 from executor.text import inert_line, markup_safe
@@ -83,6 +92,7 @@ def _prepare(
                           **options)
     view.attach(runner.hooks)
     view.stream = _streams_text(runner, stream)
+    view.show_thinking = trace or stream is True or (stream is None and err_console.is_terminal)
     return runner, view
 
 
@@ -158,11 +168,13 @@ def ask(
         ),
     ] = False,
     stream: StreamOpt = None,
+    think: ThinkOpt = None,
     trace: TraceOpt = False,
     max_turns: MaxTurnsOpt = None,
     image: ImageOpt = None,
     runtime: RuntimeOpt = None,
     timeout: TimeoutOpt = None,
+    max_retries: MaxRetriesOpt = None,
     interactive: Annotated[
         bool,
         typer.Option(
@@ -240,6 +252,11 @@ def ask(
     ] = False,
     system_prompt_file: SystemPromptFileOpt = None,
     no_project_instructions: NoInstructionsOpt = False,
+    skill: SkillOpt = None,
+    skills: SkillsOpt = None,
+    skills_include: SkillsIncludeOpt = None,
+    skills_exclude: SkillsExcludeOpt = None,
+    project_skills: ProjectSkillsOpt = None,
     workspace: WorkspaceOpt = None,
     apply: Annotated[
         bool,
@@ -251,6 +268,17 @@ def ask(
     ] = False,
     exclude: ExcludeOpt = None,
     copy_limit: CopyLimitOpt = None,
+    no_confirm_delegation: Annotated[
+        bool,
+        typer.Option("--no-confirm-delegation", help="orchestrate: run delegate calls without "
+                     "asking (a policy deny still wins)."),
+    ] = False,
+    max_delegations: Annotated[
+        int | None,
+        typer.Option("--max-delegations", min=0, help="orchestrate: child sessions one session "
+                     "may start. [default: 3]", show_default=False),
+    ] = None,
+    orchestrate: Annotated[bool, typer.Option("--orchestrate", hidden=True)] = False,
 ) -> None:
     """Ask the agent to do something in DIR; every tool call runs in a sandbox container.
 
@@ -277,6 +305,8 @@ def ask(
         image=image,
         runtime=runtime,
         timeout=timeout,
+        max_retries=max_retries,
+        think=think,
         max_tokens=max_tokens,
         env_allow=env,
         deny_tools=deny_tool,
@@ -295,7 +325,9 @@ def ask(
         "context_summarize": context_summarize,
         "audit_required": audit_required,
         "audit_prompts": audit_prompts,
-    } | prompt_options(system_prompt_file, no_project_instructions)
+    } | prompt_options(system_prompt_file, no_project_instructions) | skill_options(
+        skill, skills, skills_include, skills_exclude, project_skills) | delegation_options(
+        orchestrate, no_confirm_delegation, max_delegations)
     if allow_git_writes:
         options["allow_git_writes"] = True
     # The container starts when a tool first needs it (a REPL warms it up at once): an answer
@@ -371,6 +403,30 @@ def _answer(runner: Runner, view: ProgressView, query: str, *,
     show_answer(result.answer, real_console(out_console))
     err_console.print(f"[dim]done · {markup_safe(view.summary())}[/]")
     return result
+
+
+@functools.wraps(ask, assigned=("__module__", "__annotations__"))  # ask's options (signature)
+def orchestrate(**options: Any) -> None:
+    """Ask with delegation: the model may hand self-contained sub-tasks to child sessions.
+
+    Each child is an ordinary session with its own container, read-only unless the delegate
+    call asks for writes and your approval covers them (its writes ask like yours). A delegate
+    call asks for approval first (high risk) unless --no-confirm-delegation; children do not
+    delegate further, and one session starts at most --max-delegations of them.
+    """
+    ask(**{**options, "orchestrate": True})
+
+
+def delegation_options(orchestrator: bool, no_confirm: bool, max_delegations: int | None
+                       ) -> dict[str, Any]:
+    """RunOptions for delegation; its flags are refused on a plain `ask`."""
+    if not orchestrator and (no_confirm or max_delegations is not None):
+        raise ConfigError("--no-confirm-delegation and --max-delegations are for orchestrate",
+                          fix="run `sandbox-agent orchestrate ...`, or drop them")
+    options: dict[str, Any] = {"orchestrator": orchestrator, "confirm_delegation": not no_confirm}
+    if max_delegations is not None:
+        options["max_delegations"] = max_delegations
+    return options
 
 
 # -- copy workspace ------------------------------------------------------------------------------

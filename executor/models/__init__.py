@@ -14,7 +14,7 @@ from typing import Any, cast
 
 import httpx
 
-from executor.config import Provider, Settings, ToolProtocol
+from executor.config import Provider, Settings, ThinkLevel, ToolProtocol
 from executor.errors import ConfigError, EmbeddedModelError
 from executor.hooks import HookBus
 from executor.models._http import ServerHint
@@ -46,14 +46,26 @@ def build_model(
     """The model `settings` describe (no I/O until its first request)."""
     if settings.provider == "ollama":
         return OllamaModel(settings.model or DEFAULT_OLLAMA_MODEL, host=settings.host,
+                           think=ollama_think(settings.think),
                            **_common(settings, hooks, transport))
     if settings.provider == "openai":
         return OpenAIModel(settings.model, base_url=settings.host, api_key=_api_key(settings),
+                           reasoning_effort=reasoning_effort(settings.think),
                            **_common(settings, hooks, transport))
     if settings.provider == "embedded":
         return _embedded(settings, hooks, settings.tool_protocol or default_protocol("embedded"))
     raise ConfigError(f"unknown provider {settings.provider!r}",
                       fix="use --provider ollama, openai or embedded")
+
+
+def ollama_think(level: ThinkLevel | None) -> bool | str | None:
+    """Ollama's `think` field: true/false for on/off, the level itself for low/medium/high."""
+    return {"on": True, "off": False}.get(level or "", level)
+
+
+def reasoning_effort(level: ThinkLevel | None) -> str | None:
+    """An OpenAI-compatible `reasoning_effort`: only low, medium and high have one."""
+    return level if level in ("low", "medium", "high") else None
 
 
 def _common(

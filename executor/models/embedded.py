@@ -705,13 +705,14 @@ class EmbeddedModel:
         tools: Sequence[ToolSpec],
         *,
         on_token: TokenCallback | None = None,
+        on_thinking: TokenCallback | None = None,
     ) -> ModelReply:
         """One turn from the local model (starting it first if needed)."""
         client = self._client or self._start(self._progress)
         if self._prompts is not None:  # once per server, before its first request
             self._prime(self._prompts, messages, tools)
             self._prompts = None
-        reply = client.chat(messages, tools, on_token=on_token)
+        reply = client.chat(messages, tools, on_token=on_token, on_thinking=on_thinking)
         return reply.model_copy(update={"context_length": self.context_length()})
 
     def context_length(self) -> int | None:

@@ -58,12 +58,15 @@ class ScriptedModel:
         tools: Sequence[ToolSpec],
         *,
         on_token: TokenCallback | None = None,
+        on_thinking: TokenCallback | None = None,
     ) -> ModelReply:
         """Record the call and return the next scripted reply (streamed whole to on_token)."""
         self.calls.append(ScriptedCall([m.model_copy(deep=True) for m in messages], list(tools)))
         if len(self.calls) > len(self.script):
             raise ScriptExhaustedError(self._exhausted(messages))
         reply = self._reply(self.script[len(self.calls) - 1])
+        if on_thinking is not None and reply.message.thinking:
+            on_thinking(reply.message.thinking)
         if on_token is not None and reply.raw:
             on_token(reply.raw)
         return reply

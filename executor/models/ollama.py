@@ -29,7 +29,8 @@ _DEFAULT_PORT = "11434"
 _PULL = "ollama pull {model}"
 _NUM_CTX = re.compile(r"^\s*num_ctx\s+(\d+)", re.MULTILINE)
 
-Reply = tuple[str, list[RawCall], Usage]
+Reply = tuple[str, list[RawCall], Usage, str]
+"""Text, calls, usage and thinking of one reply."""
 
 
 def ollama_base_url(host: str | None = None, env: Mapping[str, str] | None = None) -> str:
@@ -113,22 +114,23 @@ class OllamaModel:
         tools: Sequence[ToolSpec],
         *,
         on_token: TokenCallback | None = None,
+        on_thinking: TokenCallback | None = None,
     ) -> ModelReply:
         """One `/api/chat` request; the reply parsed according to the tool protocol."""
         body = self.request_body(messages, tools)
         url = f"{self.base_url}/api/chat"
         try:
             if self.stream:
-                text, calls, usage = self._http.post_stream(url, body,
-                                                            lambda ls: _read(ls, on_token))
+                text, calls, usage, thinking = self._http.post_stream(
+                    url, body, lambda ls: _read(ls, on_token, on_thinking))
             else:
-                text, calls, usage = _reply(self._http.post_json(url, body))
+                text, calls, usage, thinking = _reply(self._http.post_json(url, body))
         except ModelResponseError as exc:
             if exc.status_code != 404:
                 raise
             raise missing_model(exc, self.name, self.list_models, _PULL) from exc
         return parse_reply(text, self.tool_protocol, native_calls=calls, usage=usage,
-                           context_length=self._context)
+                           context_length=self._context, thinking=thinking)
 
     def request_body(
         self, messages: Sequence[Message], tools: Sequence[ToolSpec]
@@ -207,6 +209,8 @@ def _wire(message: Message) -> dict[str, Any]:
         ]
     if message.role == "tool" and message.name:
         wire["tool_name"] = message.name
+    if message.thinking:
+        wire["thinking"] = message.thinking  # Ollama takes it back: it is part of the context
     return wire
 
 
@@ -214,12 +218,16 @@ def _reply(data: Any) -> Reply:
     """Text, calls and usage of a non-streamed reply."""
     chunk = _chunk(data)
     message = chunk.get("message") or {}
-    return str(message.get("content") or ""), _calls(message), _usage(chunk)
+    return (str(message.get("content") or ""), _calls(message), _usage(chunk),
+            str(message.get("thinking") or ""))
 
 
-def _read(lines: Iterator[str], on_token: TokenCallback | None) -> Reply:
-    """Accumulate an NDJSON stream, passing each content piece to `on_token`."""
+def _read(lines: Iterator[str], on_token: TokenCallback | None,
+          on_thinking: TokenCallback | None = None) -> Reply:
+    """Accumulate an NDJSON stream, passing each content piece to `on_token` and each piece
+    of thinking to `on_thinking`."""
     pieces: list[str] = []
+    thoughts: list[str] = []
     calls: list[RawCall] = []
     usage = Usage()
     for line in lines:
@@ -227,15 +235,19 @@ def _read(lines: Iterator[str], on_token: TokenCallback | None) -> Reply:
             continue
         chunk = _chunk(_decode_line(line))
         message = chunk.get("message") or {}
-        piece = str(message.get("content") or "")
-        if piece:
-            pieces.append(piece)
-            if on_token is not None:
-                on_token(piece)
+        _relay(str(message.get("thinking") or ""), thoughts, on_thinking)
+        _relay(str(message.get("content") or ""), pieces, on_token)
         calls += _calls(message)
         if chunk.get("done"):
             usage = _usage(chunk)
-    return "".join(pieces), calls, usage
+    return "".join(pieces), calls, usage, "".join(thoughts)
+
+
+def _relay(piece: str, pieces: list[str], callback: TokenCallback | None) -> None:
+    if piece:
+        pieces.append(piece)
+        if callback is not None:
+            callback(piece)
 
 
 def _decode_line(line: str) -> Any:

@@ -32,7 +32,10 @@ DEFAULT_OPENAI_BASE_URL = "http://127.0.0.1:8080/v1"
 """llama.cpp's `llama-server` on its default port."""
 _CONTEXT_KEYS = ("max_model_len", "context_length", "max_context_length")
 
-Reply = tuple[str, list[RawCall], Usage]
+Reply = tuple[str, list[RawCall], Usage, str]
+"""Text, calls, usage and reasoning (thinking) of one reply."""
+_REASONING_KEYS = ("reasoning_content", "reasoning")
+"""Where servers put the reasoning: llama.cpp, vLLM and DeepSeek; Ollama's /v1, OpenRouter."""
 
 
 def openai_base_url(base: str | None = None, env: Mapping[str, str] | None = None) -> str:
@@ -69,6 +72,7 @@ class OpenAIModel:
         stream: bool = True,
         temperature: float | None = None,
         max_tokens: int | None = None,
+        reasoning_effort: str | None = None,
         extra_body: Mapping[str, Any] | None = None,
         timeout: float = 300.0,
         retry: RetryPolicy | None = None,
@@ -83,6 +87,7 @@ class OpenAIModel:
         self.stream = stream
         self.temperature = temperature
         self.max_tokens = max_tokens
+        self.reasoning_effort = reasoning_effort
         self.extra_body = dict(extra_body or {})
         key = api_key if isinstance(api_key, SecretStr) or api_key is None else SecretStr(api_key)
         self._http = HttpClient(
@@ -109,6 +114,7 @@ class OpenAIModel:
         tools: Sequence[ToolSpec],
         *,
         on_token: TokenCallback | None = None,
+        on_thinking: TokenCallback | None = None,
     ) -> ModelReply:
         """One `/chat/completions` request; the reply parsed according to the tool protocol."""
         self._resolve_model()
@@ -116,16 +122,16 @@ class OpenAIModel:
         url = f"{self.base_url}/chat/completions"
         try:
             if self.stream:
-                text, calls, usage = self._http.post_stream(url, body,
-                                                            lambda ls: _read(ls, on_token))
+                text, calls, usage, thinking = self._http.post_stream(
+                    url, body, lambda ls: _read(ls, on_token, on_thinking))
             else:
-                text, calls, usage = _reply(self._http.post_json(url, body))
+                text, calls, usage, thinking = _reply(self._http.post_json(url, body))
         except ModelResponseError as exc:
             if exc.status_code != 404:
                 raise
             raise missing_model(exc, self.name, self.list_models, None) from exc
         return parse_reply(text, self.tool_protocol, native_calls=calls, usage=usage,
-                           context_length=self._context)
+                           context_length=self._context, thinking=thinking)
 
     def request_body(
         self, messages: Sequence[Message], tools: Sequence[ToolSpec]
@@ -142,7 +148,8 @@ class OpenAIModel:
             body["tools"] = [function_schema(t) for t in tools]
         if self.tool_protocol == "constrained":
             body["response_format"] = response_format(tools)
-        optional = {"temperature": self.temperature, "max_tokens": self.max_tokens}
+        optional = {"temperature": self.temperature, "max_tokens": self.max_tokens,
+                    "reasoning_effort": self.reasoning_effort}
         body.update({k: v for k, v in optional.items() if v is not None})
         return {**body, **self.extra_body}
 
@@ -262,7 +269,12 @@ def _reply(data: Any) -> Reply:
                 c.get("id"))
         for c in message.get("tool_calls") or []
     ]
-    return str(message.get("content") or ""), calls, _usage(chunk.get("usage"))
+    return str(message.get("content") or ""), calls, _usage(chunk.get("usage")), _reasoning(message)
+
+
+def _reasoning(message: Mapping[str, Any]) -> str:
+    """The reasoning a server sent beside the content, under whichever name it uses."""
+    return next((str(message[k]) for k in _REASONING_KEYS if message.get(k)), "")
 
 
 @dataclass
@@ -278,14 +290,21 @@ class _Stream:
     """What the SSE chunks add up to; tool-call fragments are joined by their index."""
 
     pieces: list[str] = field(default_factory=list)
+    thoughts: list[str] = field(default_factory=list)
     calls: dict[int, _PartialCall] = field(default_factory=dict)
     usage: Usage = field(default_factory=Usage)
 
-    def add(self, chunk: Mapping[str, Any], on_token: TokenCallback | None) -> None:
+    def add(self, chunk: Mapping[str, Any], on_token: TokenCallback | None,
+            on_thinking: TokenCallback | None = None) -> None:
         if chunk.get("usage"):
             self.usage = _usage(chunk["usage"])
         for choice in chunk.get("choices") or []:
             delta = choice.get("delta") or {}
+            thought = _reasoning(delta)
+            if thought:
+                self.thoughts.append(thought)
+                if on_thinking is not None:
+                    on_thinking(thought)
             piece = str(delta.get("content") or "")
             if piece:
                 self.pieces.append(piece)
@@ -313,10 +332,11 @@ class _Stream:
             RawCall(c.name, c.decoded if c.decoded is not None else "".join(c.arguments), c.id)
             for _, c in sorted(self.calls.items())
         ]
-        return "".join(self.pieces), calls, self.usage
+        return "".join(self.pieces), calls, self.usage, "".join(self.thoughts)
 
 
-def _read(lines: Iterator[str], on_token: TokenCallback | None) -> Reply:
+def _read(lines: Iterator[str], on_token: TokenCallback | None,
+          on_thinking: TokenCallback | None = None) -> Reply:
     """Accumulate a server-sent-event stream up to `data: [DONE]`."""
     stream = _Stream()
     for line in lines:
@@ -325,7 +345,7 @@ def _read(lines: Iterator[str], on_token: TokenCallback | None) -> Reply:
         data = line[len("data:"):].strip()
         if data == "[DONE]":
             break
-        stream.add(_chunk(_decode(data)), on_token)
+        stream.add(_chunk(_decode(data)), on_token, on_thinking)
     return stream.result()
 
 

@@ -60,13 +60,16 @@ def parse_reply(
     native_calls: Sequence[RawCall] = (),
     usage: Usage | None = None,
     context_length: int | None = None,
+    thinking: str = "",
 ) -> ModelReply:
-    """Turn a model's text (and any structured calls) into a ModelReply."""
+    """Turn a model's text (and any structured calls) into a ModelReply; `thinking` (the
+    model's reasoning, sent apart from its text) is kept on the message, apart from the answer."""
     try:
         message = _message(text, protocol, native_calls)
         problem = None
     except _Problem as exc:
         message, problem = Message.assistant(text), str(exc)
+    message.thinking = thinking
     return ModelReply(
         message=message, usage=usage or Usage(), problem=problem, raw=text,
         context_length=context_length,

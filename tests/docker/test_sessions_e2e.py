@@ -28,6 +28,7 @@ from executor.context import INTERRUPTED_RESULT, TokenCounter
 from executor.messages import Message, ToolCall
 from executor.runner import SYSTEM_PROMPT
 from executor.session import NdjsonSessionStore, TornLineWarning, sessions_dir
+from executor.skills import load_skills
 from tests.conftest import IMAGE, PRIVATE_ENV
 from tests.fakes.model_server import Call, ModelServer, RecordedRequest
 
@@ -63,6 +64,11 @@ def _env() -> dict[str, str]:
            and k not in ("OLLAMA_HOST", "OPENAI_BASE_URL")}
     return env | {"SANDBOX_AGENT_IMAGE": IMAGE, "SANDBOX_AGENT_RETRY_BASE_DELAY": "0",
                   "COLUMNS": "250"}
+
+
+def system_prompt(root: Path) -> str:
+    """The system prompt of an `ask` on `root`: the built-in one, then the bundled skills."""
+    return f"{SYSTEM_PROMPT}\n\n{load_skills(root, command='ask').prompt()}"
 
 
 def ask_args(root: Path, server: ModelServer, *args: str, hostname: str | None = None) -> list[str]:
@@ -231,7 +237,7 @@ def test_sigkill_mid_run_then_resume_reattaches_the_same_container(
     assert "re-attached" in resumed.stderr and "cut off" in resumed.stderr
     first, second = model_server.chat_requests[before:]
     sent = received(first)
-    assert sent[0].role == "system" and sent[0].content == SYSTEM_PROMPT
+    assert sent[0].role == "system" and sent[0].content == system_prompt(root)
     assert shape(sent[1:]) == shape([*history, Message.user("continue")])
     assert_paired(sent[1:])
     assert marker in received(second)[-1].content  # the first run's /tmp is still there
@@ -423,7 +429,7 @@ def test_a_resumed_history_over_the_budget_is_trimmed(
 
     assert resumed.returncode == 0, resumed.stderr
     sent = received(model_server.last_chat)
-    assert sent[0].role == "system" and sent[0].content == SYSTEM_PROMPT
+    assert sent[0].role == "system" and sent[0].content == system_prompt(root)
     assert (sent[-1].role, sent[-1].content) == ("user", "continue")
     assert len(sent) < len(history) + 2
     assert any("omitted" in m.content for m in sent if m.role == "system")

@@ -18,6 +18,8 @@ server, so calls chain::
     server.reply('```json\\n{"name": "read_file", "arguments": {}}\\n```')  # text-embedded
     server.reply("Hi", prompt_tokens=1234, completion_tokens=7, delay=0.1)
     server.reply("Hi there", cut_after=2)  # when streamed: 2 chunks, then the connection drops
+    server.reply("42", thinking="Let me add.")  # reasoning first: Ollama's `thinking`,
+                                          # OpenAI's `reasoning_content`
     server.error(503)                     # HTTP error with a JSON error body
     server.error(429, retry_after=0)      # ... and a Retry-After header
     server.error(400, "bad request")
@@ -91,6 +93,9 @@ class Reply:
     """Seconds to wait before the reply (and between streamed chunks)."""
     cut_after: int | None = None
     """Streaming only: close the connection after this many chunks, mid-stream."""
+    thinking: str = ""
+    """The model's reasoning, sent before the content (Ollama `message.thinking`, OpenAI
+    `reasoning_content`)."""
 
 
 @dataclass(frozen=True)
@@ -233,10 +238,11 @@ class ModelServer:
         completion_tokens: int | None = None,
         delay: float = 0.0,
         cut_after: int | None = None,
+        thinking: str = "",
     ) -> ModelServer:
         """Script a successful reply."""
         return self.enqueue(Reply(content, tuple(tool_calls), prompt_tokens, completion_tokens,
-                                  delay, cut_after))
+                                  delay, cut_after, thinking))
 
     def error(
         self, status: int, message: str = "", *, retry_after: float | str | None = None
@@ -475,6 +481,8 @@ class _OllamaWire:
     @staticmethod
     def whole(model: str, step: Reply, usage: tuple[int, int]) -> dict[str, Any]:
         message: dict[str, Any] = {"role": "assistant", "content": step.content}
+        if step.thinking:
+            message["thinking"] = step.thinking
         if step.tool_calls:
             message["tool_calls"] = _OllamaWire._calls(step)
         return {**_OllamaWire._final(model, usage), "message": message}
@@ -485,6 +493,9 @@ class _OllamaWire:
         def line(obj: Any) -> bytes:
             return json.dumps(obj).encode() + b"\n"
 
+        for piece in _pieces(step.thinking):
+            yield line({"model": model, "created_at": _now(), "done": False,
+                        "message": {"role": "assistant", "content": "", "thinking": piece}})
         for piece in _pieces(step.content):
             yield line({"model": model, "created_at": _now(), "done": False,
                         "message": {"role": "assistant", "content": piece}})
@@ -511,6 +522,8 @@ class _OpenAIWire:
     @staticmethod
     def whole(model: str, step: Reply, usage: tuple[int, int]) -> dict[str, Any]:
         message: dict[str, Any] = {"role": "assistant", "content": step.content or None}
+        if step.thinking:
+            message["reasoning_content"] = step.thinking
         if step.tool_calls:
             message["tool_calls"] = [
                 {"id": _OpenAIWire._id(i, c), "type": "function",
@@ -532,6 +545,8 @@ class _OpenAIWire:
             return b"data: " + json.dumps(chunk).encode() + b"\n\n"
 
         yield event({"role": "assistant", "content": ""})
+        for piece in _pieces(step.thinking):
+            yield event({"reasoning_content": piece})
         for piece in _pieces(step.content):
             yield event({"content": piece})
         for i, call in enumerate(step.tool_calls):

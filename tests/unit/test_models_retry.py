@@ -282,3 +282,20 @@ def test_an_unexpected_transport_error_is_translated_once() -> None:
             pytest.raises(ModelUnavailableError, match="no such protocol") as caught:
         model.chat(HELLO, [])
     assert isinstance(caught.value.__cause__, httpx.UnsupportedProtocol)
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_max_retries_zero_means_one_attempt_for_every_kind_of_failure(
+    provider: ProviderName, model_server: ModelServer, events: tuple[HookBus, list]
+) -> None:
+    bus, seen = events
+    policy = RetryPolicy.from_settings(Settings(max_retries=0))
+    assert (policy.max_attempts, min(policy.connect_attempts, policy.max_attempts)) == (1, 1)
+    model_server.error(503).drop().reply("never asked for")
+    with make_model(provider, model_server, retry=policy, hooks=bus) as model:
+        with pytest.raises(ModelResponseError):
+            model.chat(HELLO, [])
+        assert len(model_server.chat_requests) == 1
+        with pytest.raises(ModelUnavailableError):
+            model.chat(HELLO, [])
+    assert len(model_server.chat_requests) == 2 and model_server.pending == 1 and seen == []

@@ -26,6 +26,7 @@ from executor.cli.options import (
     ProjectSkillsOpt,
     ProtocolOpt,
     ProviderOpt,
+    RuntimeOpt,
     SkillOpt,
     SkillsExcludeOpt,
     SkillsIncludeOpt,
@@ -80,6 +81,7 @@ def improve(
     trace: TraceOpt = False,
     max_turns: MaxTurnsOpt = None,
     image: ImageOpt = None,
+    runtime: RuntimeOpt = None,
     timeout: TimeoutOpt = None,
     max_retries: MaxRetriesOpt = None,
     max_tokens: MaxTokensOpt = None,
@@ -110,7 +112,8 @@ def improve(
                           "`sandbox-agent apply`")
     common = _settings(
         provider=provider, model=model, host=host, tool_protocol=tool_protocol, stream=stream,
-        think=think, max_turns=max_turns, image=image, timeout=timeout, max_retries=max_retries,
+        think=think, max_turns=max_turns, image=image, runtime=runtime, timeout=timeout,
+        max_retries=max_retries,
         max_tokens=max_tokens, policy_file=policy, copy_exclude=exclude, copy_limit=copy_limit,
     ) | {"audit_required": audit_required} | prompt_options(None, no_project_instructions) \
         | skill_options(skill, skills, skills_include, skills_exclude, project_skills)

@@ -105,3 +105,17 @@ def test_doctor_lists_the_runtimes_and_checks_the_one_asked_for(model_server: Mo
     podman = run_cli("doctor", "--host", model_server.url, env={"DOCKER_HOST": PODMAN_HOST})
     assert podman.returncode == 0, explain(podman)
     assert podman.stdout.startswith("✓ Docker engine: Podman ")
+
+
+@pytest.mark.parametrize("command", ["review", "improve", "orchestrate"])
+def test_every_command_that_starts_a_sandbox_takes_the_runtime(project: Path,
+                                                               model_server: ModelServer,
+                                                               command: str):
+    extra = ["--yes"] if command == "improve" else []
+    query = [] if command in ("review", "improve") else ["look around"]
+    done = run_cli(command, "--root", project, "--provider", "ollama", "--host",
+                   model_server.url, "--model", "m", "--runtime", "kata", *extra, *query)
+
+    line = assert_user_error(done, 16, "no OCI runtime 'kata'")
+    assert "make engine" in done.stderr.split(line, 1)[1]
+    assert model_server.chat_requests == []  # refused before the model was asked

@@ -496,7 +496,7 @@ class DockerSandbox:
             self._warn(f"{rel} is protected (git runs it) but was replaced during the session; "
                        f"the replacement was moved to {aside}: find the original and review")
         for rel in done.disabled:
-            self._warn(f"disabled the repository the sandbox made at {rel}")
+            self._warn(f"disabled the repository (or look-alike) the sandbox made at {rel}")
         for rel in done.setid_cleared:
             self._warn(f"removed the set-id bits of {rel}: set-id files are not allowed")
         for rel in done.new_git:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from executor.errors import ConfigError
+from executor.workspace.paths import GITDIR_PARTS, gitdir_shape
 
 MAX_ENTRIES = 2_000_000
 """Entries walked before giving up (a guarantee we cannot give is an error, not a guess)."""
@@ -36,7 +37,6 @@ _MAX_CONFIG = 1 << 20
 _SECTION = re.compile(r'^\s*\[\s*([A-Za-z0-9.-]+)(?:\s+"((?:[^"\\]|\\.)*)")?\s*\]\s*(.*)$')
 _KEY = re.compile(r"^\s*([A-Za-z][A-Za-z0-9-]*)\s*(?:=\s*(.*))?$")
 _SETID = stat.S_ISUID | stat.S_ISGID
-_GITDIR_PARTS = {"HEAD": "file", "objects": "dir", "refs": "dir"}
 
 
 @dataclass(frozen=True)
@@ -62,13 +62,13 @@ class Protected:
 def scan(root: Path) -> TreeScan:
     """Walk the tree (links not followed, `.git` directories not entered)."""
     found: dict[str, str] = {}
-    parts: dict[str, set[str]] = {}
+    parts: dict[str, dict[str, str]] = {}
     for rel, entry in _walk(root):
         if entry.name == ".git":
             found[rel] = _kind(entry)
-        elif entry.name in _GITDIR_PARTS and _kind(entry) == _GITDIR_PARTS[entry.name]:
-            parts.setdefault(rel.rpartition("/")[0], set()).add(entry.name)
-    bare = tuple(sorted(d for d, names in parts.items() if len(names) == len(_GITDIR_PARTS)
+        elif entry.name in GITDIR_PARTS:
+            parts.setdefault(rel.rpartition("/")[0], {})[entry.name] = _kind(entry)
+    bare = tuple(sorted(d for d, kinds in parts.items() if gitdir_shape(kinds)
                         and d.rpartition("/")[2] != ".git" and d))
     return TreeScan(found, bare)
 
@@ -387,9 +387,12 @@ def sweep(root: Path, before: TreeScan, since_ns: int) -> Sweep:
     Runs after the container is gone, so nothing in the sandbox can race it.
     """
     result = Sweep()
+    parts: dict[str, dict[str, str]] = {}
     for rel, entry in _walk(root):
         if entry.name == ".git" and rel not in before.git_entries:
             result.new_git.append(rel)
+        elif entry.name in GITDIR_PARTS:
+            parts.setdefault(rel.rpartition("/")[0], {})[entry.name] = _kind(entry)
         try:
             info = entry.stat(follow_symlinks=False)
         except OSError:
@@ -398,4 +401,25 @@ def sweep(root: Path, before: TreeScan, since_ns: int) -> Sweep:
         if info.st_mode & _SETID and fresh and not stat.S_ISLNK(info.st_mode):
             os.chmod(root / rel, stat.S_IMODE(info.st_mode) & ~_SETID)
             result.setid_cleared.append(rel)
+    for rel, kinds in sorted(parts.items()):  # look-alikes the toolbox missed or could not undo
+        if gitdir_shape(kinds) and rel not in before.git_dirs and rel.rpartition("/")[2] != ".git":
+            disable_head(root, rel, result)
     return result
+
+
+def disable_head(root: Path, rel: str, result: Sweep) -> None:
+    """Rename the HEAD of a repository look-alike at `rel` (no link followed on the way), so
+    git on the host does not take the directory for a repository and run its config."""
+    parts = Path(rel).parts if rel else ()
+    try:
+        parent = _open_beneath(root, parts)
+    except OSError:
+        return
+    try:
+        os.rename("HEAD", f"HEAD.quarantined-{os.urandom(4).hex()}",
+                  src_dir_fd=parent, dst_dir_fd=parent)
+        result.disabled.append(rel or ".")
+    except OSError:
+        pass
+    finally:
+        os.close(parent)

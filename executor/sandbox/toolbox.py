@@ -742,11 +742,12 @@ def _gitdir_made_by_write(ctx, real):
     whatever its name) disables it at once: git on the host would run its config."""
     folder = os.path.dirname(real)
     while _inside(ctx.root, folder):
-        parts = [os.path.join(folder, p) for p in GITDIR_PARTS]
-        if (os.path.isfile(parts[0]) and all(os.path.isdir(p) and not os.path.islink(p)
-                                             for p in parts[1:])
-                and folder not in _readonly_mounts(ctx.root)):
-            head = rel(ctx, parts[0])
+        modes = {}
+        for part in GITDIR_PARTS:
+            with contextlib.suppress(OSError):
+                modes[part] = os.lstat(os.path.join(folder, part)).st_mode
+        if gitdir_shape(modes) and folder not in _readonly_mounts(ctx.root):
+            head = rel(ctx, os.path.join(folder, "HEAD"))
             renamed = head + "." + QUARANTINE.strip(".") + os.urandom(4).hex()
             try:
                 _rename_in_place(ctx, head, renamed)
@@ -1722,10 +1723,21 @@ def _rename_at(root, path, renamed):
         os.close(parent)
 
 
-GITDIR_PARTS = ("HEAD", "objects", "refs")
+GITDIR_PARTS = ("HEAD", "objects", "refs", "commondir")
 """What makes git take a directory for a repository (bare, or a .git under another name)."""
-GITDIR_CODE = ("HEAD", "config", "commondir", "hooks")
-"""The parts of one a command may not write: git on the host would act on them."""
+GITDIR_CODE = ("HEAD", "objects", "refs", "commondir", "config", "hooks")
+"""Its parts a command may not write or complete: git on the host would act on them."""
+
+
+def gitdir_shape(modes):
+    """Whether git could take a directory with these entries (name -> lstat mode) for a
+    repository. Looser than git on purpose: git's own test (setup.c, is_git_directory) takes a
+    HEAD that is a file or a symlink, and checks objects/ and refs/ with access(), which follows
+    links and passes for an executable file; a commondir file points both elsewhere."""
+    head = modes.get("HEAD")
+    if head is None or stat.S_ISDIR(head):
+        return False
+    return ("objects" in modes and "refs" in modes) or "commondir" in modes
 
 
 def _disable_gitdirs(ctx, found, report):
@@ -1741,7 +1753,7 @@ def _disable_gitdirs(ctx, found, report):
         prefix = folder + "/" if folder else ""
         if not any(p == prefix + part or p.startswith(prefix + part + "/")
                    for p, _ in found for part in GITDIR_CODE):
-            continue  # the command did not write what git would run
+            continue  # the command neither completed it nor wrote what git would run
         head = prefix + "HEAD"
         renamed = head + "." + QUARANTINE.strip(".") + os.urandom(4).hex()
         record = {"path": folder or ".", "kind": "gitdir", "renamed_to": renamed}
@@ -1775,9 +1787,8 @@ def _rename_head(ctx, folder):
 
 def _looks_like_gitdir(index, folder):
     prefix = folder + "/" if folder else ""
-    kinds = [index.stats.get(prefix + part) for part in GITDIR_PARTS]
-    return (kinds[0] is not None and stat.S_ISREG(kinds[0][0])
-            and all(k is not None and stat.S_ISDIR(k[0]) for k in kinds[1:]))
+    stats = {part: index.stats.get(prefix + part) for part in GITDIR_PARTS}
+    return gitdir_shape({part: st[0] for part, st in stats.items() if st is not None})
 
 
 # -- disk budget ------------------------------------------------------------------------------

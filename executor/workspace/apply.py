@@ -28,7 +28,7 @@ from executor.errors import WorkspaceError
 from executor.workspace import hostfs
 from executor.workspace.changes import Change, Changeset, utc_now
 from executor.workspace.manifest import Entry, from_row
-from executor.workspace.paths import problem, sort_key
+from executor.workspace.paths import GITDIR_PARTS, gitdir_shape, problem, sort_key
 from executor.workspace.store import (
     BlobStore,
     append_line,
@@ -73,6 +73,9 @@ def execute(root: Path, changes: Iterable[Change], blobs: BlobStore) -> Outcome:
             outcome.already.append(change.path)
         else:
             outcome.conflicts.append((change.path, verdict))
+    for change, why in _gitdir_lookalikes(root, ready):
+        ready.remove(change)
+        outcome.conflicts.append((change.path, why))
     failed = {path for path, _ in outcome.conflicts}
     for action, phase in _phases(ready):
         for change in phase:
@@ -86,6 +89,50 @@ def execute(root: Path, changes: Iterable[Change], blobs: BlobStore) -> Outcome:
                 outcome.conflicts.append((change.path, f"could not be written: {why}"))
     outcome.done = [c for c in ready if c.path not in failed]
     return outcome
+
+
+GITDIR_CODE = frozenset(GITDIR_PARTS) | {"config", "hooks"}
+"""A repository's parts that make it one, or that git runs: never written into a look-alike."""
+
+
+def _gitdir_lookalikes(root: Path, ready: list[Change]) -> list[tuple[Change, str]]:
+    """The changes that would leave a directory git takes for a repository (HEAD beside
+    objects/ and refs/, or a commondir), writing its config, hooks or the parts that make it
+    one: git on the host would run what that config says. They are refused as conflicts."""
+    by_dir: dict[str, list[Change]] = {}
+    for change in ready:
+        parts = change.path.split("/")
+        for depth, name in enumerate(parts):
+            if name in GITDIR_CODE:
+                by_dir.setdefault("/".join(parts[:depth]), []).append(change)
+    refused: dict[str, tuple[Change, str]] = {}
+    for folder, changes in by_dir.items():
+        prefix = f"{folder}/" if folder else ""
+        kinds = {}
+        for part in GITDIR_PARTS:
+            kind = _kind_after(root, prefix + part, ready)
+            if kind is not None:
+                kinds[part] = kind
+        if gitdir_shape(kinds):
+            why = (f"would make {folder or 'the project root'} look like a git repository (git "
+                   "on the host would run its config): not applied")
+            refused.update((c.path, (c, why)) for c in changes if c.path not in refused)
+    return list(refused.values())
+
+
+def _kind_after(root: Path, path: str, ready: list[Change]) -> str | None:
+    """What `path` would be once `ready` is applied: 'dir', 'file', 'symlink', 'other' or
+    None (absent); unreadable on the host counts as present (refuse rather than guess)."""
+    for change in ready:
+        if change.path == path:
+            return change.after.kind if change.after is not None else None
+    if any(c.path.startswith(path + "/") and c.after is not None for c in ready):
+        return "dir"
+    try:
+        current = hostfs.state(root, path)
+    except OSError:
+        return "other"
+    return current.kind if current is not None else None
 
 
 def _check(root: Path, change: Change, blobs: BlobStore) -> str:

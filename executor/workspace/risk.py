@@ -33,6 +33,7 @@ _NAMES = {
     "azure-pipelines.yml": RUNS, "bitbucket-pipelines.yml": RUNS, ".drone.yml": RUNS,
     ".npmrc": TOOLING, ".yarnrc": TOOLING, ".yarnrc.yml": TOOLING, ".bashrc": RUNS,
     ".profile": RUNS, ".zshrc": RUNS,
+    "head": "a git repository's part", "commondir": "a git repository's part",
 }
 _SUFFIXES = {".sh": RUNS, ".bash": RUNS, ".zsh": RUNS, ".fish": RUNS, ".ps1": RUNS,
              ".bat": RUNS, ".cmd": RUNS, ".mk": RUNS, ".command": RUNS}

@@ -14,6 +14,7 @@ from executor.sandbox.protect import (
     identities,
     protected_paths,
     scan,
+    sweep,
 )
 
 
@@ -87,3 +88,46 @@ def test_a_protected_path_replaced_during_the_session_is_moved_aside(tmp_path: P
     assert list(done.replaced) == ["tools/hooks"]
     assert done.replaced["tools/hooks"].startswith("tools/hooks.replaced-")
     assert not (root / "tools" / "hooks").exists() and (root / done.replaced["tools/hooks"]).is_dir()
+
+
+def _plant_look_alikes(root: Path) -> None:
+    """Every shape git takes for a repository, none of them the plain one."""
+    (root / "a" / "objects").mkdir(parents=True)
+    (root / "a" / "refs" / "heads").mkdir(parents=True)
+    (root / "a" / "HEAD").symlink_to("refs/heads/main")
+    for name in ("b", "c"):
+        (root / name / ".o").mkdir(parents=True)
+        (root / name / ".r" / "heads").mkdir(parents=True)
+    (root / "b" / "objects").symlink_to(".o")
+    (root / "b" / "refs").symlink_to(".r")
+    (root / "b" / "HEAD").write_text("ref: refs/heads/main\n")
+    (root / "c" / "commondir").write_text("..\n")
+    (root / "c" / "HEAD").write_text("ref: refs/heads/main\n")
+
+
+def _git_takes(root: Path, rel: str) -> bool:
+    done = subprocess.run(["git", "-C", str(root / rel), "rev-parse", "--git-dir"],
+                          capture_output=True, text=True, check=False,
+                          env={**os.environ, "GIT_CEILING_DIRECTORIES": str(root)})
+    return done.returncode == 0
+
+
+def test_look_alikes_of_every_shape_are_found_before_and_disabled_after(tmp_path: Path) -> None:
+    root = tmp_path / "proj"
+    root.mkdir()
+    before = scan(root)
+    _plant_look_alikes(root)
+    assert [rel for rel in "ab" if _git_takes(root, rel)] == ["a", "b"]  # the oracle agrees
+    assert scan(root).git_dirs == ("a", "b", "c")  # shipped: each is mounted read-only
+    done = sweep(root, before, 0)  # made during the session: each loses its HEAD
+    assert sorted(done.disabled) == ["a", "b", "c"]
+    assert not any(os.path.lexists(root / rel / "HEAD") for rel in "abc")
+    assert not any(_git_takes(root, rel) for rel in "abc")
+
+
+def test_look_alikes_that_were_there_before_the_session_are_left_to_the_person(
+        tmp_path: Path) -> None:
+    root = tmp_path / "proj"
+    root.mkdir()
+    _plant_look_alikes(root)
+    assert sweep(root, scan(root), 0).disabled == []

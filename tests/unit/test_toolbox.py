@@ -1295,6 +1295,53 @@ def test_a_directory_made_to_look_like_a_repository_loses_its_head(box: Box, roo
     assert done.returncode != 0  # git does not take it for a repository any more
 
 
+# The shapes git itself takes for a repository (setup.c, is_git_directory): a HEAD symlink
+# into refs/, objects/ and refs/ as links (access() follows them), a commondir pointing both
+# elsewhere. The outside review's variants A and B, and the commondir one.
+LOOK_ALIKES = {
+    "head-symlink": "mkdir -p fake/objects fake/refs/heads && ln -s refs/heads/main fake/HEAD",
+    "linked-parts": "mkdir -p fake/.o fake/.r/heads && ln -s .o fake/objects && "
+                    "ln -s .r fake/refs && echo 'ref: refs/heads/main' > fake/HEAD",
+    "commondir": "mkdir -p fake/common/objects fake/common/refs/heads && echo common > "
+                 "fake/commondir && echo 'ref: refs/heads/main' > fake/HEAD",
+}
+
+
+def _git_takes_it(root: Path, folder: str) -> bool:
+    done = subprocess.run(["git", "-C", str(root / folder), "rev-parse", "--git-dir"],
+                          capture_output=True, text=True, check=False,
+                          env={**os.environ, "GIT_CEILING_DIRECTORIES": str(root)})
+    return done.returncode == 0 and done.stdout.strip() in (".", str(root / folder))
+
+
+@pytest.mark.parametrize("shape", sorted(LOOK_ALIKES))
+def test_every_shape_git_takes_for_a_repository_loses_its_head(box: Box, root: Path,
+                                                               shape: str):
+    script = LOOK_ALIKES[shape] + " && printf '[core]\\n\\tfsmonitor = id\\n' > fake/config"
+    reply = shell(box, script)
+    [record] = reply["meta"]["git_quarantined"]
+    assert record["path"] == "fake"
+    assert not os.path.lexists(root / "fake" / "HEAD")
+    assert not _git_takes_it(root, "fake")
+    os.rename(root / record["renamed_to"], root / "fake" / "HEAD")  # the oracle: put it back
+    assert _git_takes_it(root, "fake"), f"git does not take the {shape} shape: a weak test"
+
+
+def test_a_look_alike_completed_by_a_later_command_loses_its_head(box: Box, root: Path):
+    shell(box, "mkdir fake && echo 'ref: refs/heads/main' > fake/HEAD && "
+               "printf '[core]\\n\\tfsmonitor = id\\n' > fake/config")
+    reply = shell(box, "mkdir -p fake/.o fake/.r && ln -s .o fake/objects && ln -s .r fake/refs")
+    assert reply["meta"]["git_quarantined"][0]["path"] == "fake"
+    assert not _git_takes_it(root, "fake")
+
+
+def test_write_tools_cannot_link_a_look_alike_together(box: Box, root: Path):
+    shell(box, "mkdir -p docs/.o docs/.r && ln -s .o docs/objects && ln -s .r docs/refs")
+    last = box.call("write_file", path="docs/HEAD", content="ref: refs/heads/main\n")
+    assert last["ok"] and last["meta"]["git_quarantined"][0]["path"] == "docs"
+    assert not _git_takes_it(root, "docs")
+
+
 def test_a_differently_cased_git_is_read_only_for_the_write_tools(box: Box, root: Path):
     failed(box.call("write_file", path="sub/.GIT/config", content="x"), "read-only")
     failed(box.call("write_file", path=".Git/hooks/pre-commit", content="x"), "read-only")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 
 import pytest
@@ -180,3 +181,41 @@ def test_a_path_written_again_after_an_undo_can_be_undone_again(root: Path):
     append_line(journal, write)
     again = plan_undo(root, "b2")
     assert again is not None and [c.path for c in again.changes] == ["src/app.py"]
+
+
+@pytest.mark.parametrize("shape", ["plain", "head-link", "linked-parts", "commondir"])
+def test_apply_never_leaves_a_directory_git_takes_for_a_repository(root: Path, shape: str):
+    blobs = BlobStore.for_root(root)
+    head, config = b"ref: refs/heads/main\n", b"[core]\n\tfsmonitor = ./pwn.sh\n"
+    for data in (head, config, b"..\n"):
+        blobs.put(data)
+    parts = {
+        "plain": [Change("src/objects", None, Entry("dir")),
+                  Change("src/refs", None, Entry("dir")),
+                  Change("src/HEAD", None, file(head))],
+        "head-link": [Change("src/objects", None, Entry("dir")),
+                      Change("src/refs", None, Entry("dir")),
+                      Change("src/HEAD", None, Entry("symlink", 0o777,
+                                                     target="refs/heads/main"))],
+        "linked-parts": [Change("src/objects", None, Entry("symlink", 0o777, target=".")),
+                         Change("src/refs", None, Entry("symlink", 0o777, target=".")),
+                         Change("src/HEAD", None, file(head))],
+        "commondir": [Change("src/commondir", None, file(b"..\n")),
+                      Change("src/HEAD", None, file(head))],
+    }[shape]
+    changes = [*parts, Change("src/config", None, file(config))]
+    outcome = execute(root, changes, blobs)
+    refused = {path for path, why in outcome.conflicts if "look like a git repository" in why}
+    assert refused == {c.path for c in changes}
+    assert not (root / "src" / "config").exists() and not os.path.lexists(root / "src" / "HEAD")
+
+
+def test_apply_does_not_complete_a_look_alike_the_host_half_has(root: Path):
+    (root / "src" / "objects").mkdir()
+    (root / "src" / "refs").mkdir()
+    blobs = BlobStore.for_root(root)
+    blobs.put(b"ref: refs/heads/main\n")
+    outcome = execute(root, [Change("src/HEAD", None, file(b"ref: refs/heads/main\n"))], blobs)
+    assert [p for p, _ in outcome.conflicts] == ["src/HEAD"] and not outcome.done
+    plain = execute(root, [Change("src/config", None, file(b"ref: refs/heads/main\n"))], blobs)
+    assert [c.path for c in plain.done] == ["src/config"]  # a config alone is just a file

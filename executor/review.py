@@ -176,8 +176,30 @@ _SAFE_GIT = ("-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null",
 repository (or an agent) made to look like a bare repository is never taken for one."""
 
 
+_PROGRAM_KEYS = re.compile(r"^(filter\.(.+)\.(clean|smudge|process)|diff\.(.+)\.(command|textconv)"
+                           r"|merge\.(.+)\.driver)$", re.IGNORECASE)
+"""Config keys whose value is a program git runs while it diffs (a clean filter runs on every
+modified file whose index entry is stale). Whoever wrote them, they are emptied for review."""
+
+
+def _neutral_config(root: Path) -> list[str]:
+    """`-c KEY=` for every program-running key any config file in effect sets (the
+    repository's own included): `git config --list` reads them and runs nothing."""
+    listed = _run_git(["git", *_SAFE_GIT, "-C", str(root), "config", "--list", "--name-only",
+                       "-z"], "config")
+    found = sorted({name for name in _names(listed) if _PROGRAM_KEYS.match(name)})
+    drivers = sorted({name.split(".", 1)[1].rsplit(".", 1)[0] for name in found
+                      if name.lower().startswith("filter.")})
+    return ([arg for name in found for arg in ("-c", f"{name}=")]
+            + [arg for driver in drivers for arg in ("-c", f"filter.{driver}.required=false")])
+
+
 def _git(root: Path, *args: str) -> str:
-    command = ["git", *_SAFE_GIT, "-C", str(root), *args]
+    return _run_git(["git", *_SAFE_GIT, *_neutral_config(root), "-C", str(root), *args],
+                    args[0])
+
+
+def _run_git(command: list[str], what: str) -> str:
     env = {**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "GIT_TERMINAL_PROMPT": "0",
            "GIT_OPTIONAL_LOCKS": "0"}
     try:
@@ -186,7 +208,7 @@ def _git(root: Path, *args: str) -> str:
         raise ConfigError(f"cannot run git: {exc}", fix="install git") from exc
     if done.returncode != 0:
         reason = (done.stderr.decode(errors="replace").strip().splitlines() or ["no reason"])[0]
-        raise ConfigError(f"git {args[0]} failed: {reason[:300]}",
+        raise ConfigError(f"git {what} failed: {reason[:300]}",
                           fix="--diff-base needs a git repository and an existing ref")
     return done.stdout.decode("utf-8", "replace")
 

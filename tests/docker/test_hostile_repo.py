@@ -208,6 +208,41 @@ def test_review_never_runs_a_planted_repositorys_config(workdir: Path, model_ser
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.parametrize("where", ["config", "included", "process"])
+def test_review_never_runs_a_shipped_repositorys_filters(workdir: Path, model_server: ModelServer,
+                                                         where: str):
+    """A repository handed over with its own .git/config (an archive, another user's checkout)
+    and a .gitattributes naming a filter: git runs a clean filter (or a long-running process
+    filter) on each modified file whose index entry is stale, and review runs git on the host."""
+    root = workdir / "proj"
+    root.mkdir()
+    git("init", "-q", str(root), cwd=workdir)
+    (root / "a.txt").write_text("one\n")
+    (root / ".gitattributes").write_text("*.txt filter=pwn\n")
+    git("add", ".", cwd=root)
+    git("-c", "user.email=a@b", "-c", "user.name=a", "commit", "-q", "-m", "x", cwd=root)
+    marker = workdir / "PWNED"
+    key = "process" if where == "process" else "clean"
+    driver = f'[filter "pwn"]\n\t{key} = sh -c \'id > {marker}; cat\'\n\trequired = true\n'
+    if where == "included":
+        (workdir / "inc.cfg").write_text(driver)
+        with (root / ".git" / "config").open("a") as config:
+            config.write(f"[include]\n\tpath = {workdir / 'inc.cfg'}\n")
+    else:
+        with (root / ".git" / "config").open("a") as config:
+            config.write(driver)
+    (root / "a.txt").write_text("two\n")  # modified: its index entry is stale
+    model_server.default = Reply("No findings.")
+
+    done = run_cli("review", "--root", root, "--provider", "ollama", "--host", model_server.url,
+                   "--diff-base", "HEAD", "--format", "json")
+
+    assert not marker.exists(), explain(done)
+    assert done.returncode == 0, explain(done)
+    prompt = "".join(str(m.get("content")) for m in model_server.chat_requests[0].body["messages"])
+    assert "+two" in prompt  # the diff itself still reached the model, unfiltered
+
+
 def test_a_root_without_git_ends_the_session_without_one(workdir: Path, model_server: ModelServer):
     """A monorepo sub-directory has no .git of its own: the agent must not leave one that git
     on the host would honour (hooks, fsmonitor) when the person next types `git status`."""

@@ -144,6 +144,16 @@ class ShellAnalysis:
 # ---------------------------------------------------------------------------- what runs what
 
 _DIRECT = "run the program directly"
+_BASH_ONLY = {
+    "ansi_c_string": "`$'…'` quoting (bash)",
+    "translated_string": "`$\"…\"` quoting (bash)",
+    "process_substitution": "`<(…)` / `>(…)` (bash)",
+    "herestring_redirect": "`<<<` (bash)",
+    "array": "arrays (bash)",
+}
+"""Node types of bash-only syntax: the sandbox's /bin/sh (dash) reads them another way."""
+_SPLIT_REDIRECT = ("words after a redirection's target belong to the command, but the parser "
+                   "reads them as part of the redirection")
 EVALUATORS: dict[str, str] = {
     "eval": "eval runs its arguments as shell code",
     ".": "`.` runs the commands in a file",
@@ -320,6 +330,7 @@ class _Walker:
     def walk(self, root: Node) -> None:
         """Visit every node once."""
         for node in _descendants(root):
+            self.not_posix(node)
             if node.is_error or node.is_missing:
                 self.flag(node.parent or node, "bash cannot parse it (a syntax error near "
                           f"`{_text(node.text)[:40]}`)", "fix the syntax")
@@ -337,6 +348,42 @@ class _Walker:
                 self.arithmetic(node)
                 self.test_subscript(node)
         self.unparsed_substitutions(root)
+
+    def not_posix(self, node: Node) -> None:
+        """Flag what /bin/sh in the sandbox (dash, POSIX) reads differently from bash, whose
+        grammar this parse follows: dash takes `x &>/dev/null rm d` for `x &` and then
+        `>/dev/null rm d`, so the commands that run are not the ones found here."""
+        why = _BASH_ONLY.get(node.type)
+        if node.type == "file_redirect":
+            why = self.redirect_problem(node)
+        elif node.type == "pipeline" and any(c.type == "|&" for c in node.children):
+            why = "`|&` (bash); the sandbox's sh reads `|` and then `&`"
+        elif node.type == "compound_statement" and node.children \
+                and node.children[0].type == "((":
+            why = "`(( ))` (bash arithmetic); the sandbox's sh runs it as nested subshells"
+        elif node.type == "function_definition" and node.children \
+                and node.children[0].type == "function":
+            why = "the `function` keyword (bash)"
+        elif node.type == "for_statement" and node.children and node.children[0].type == "select":
+            why = "`select` (bash)"
+        if why == _SPLIT_REDIRECT:
+            self.flag(node, why, "put the redirection at the end of the command")
+        elif why:
+            self.flag(node, f"/bin/sh in the sandbox is not bash: {why}",
+                      "use POSIX sh syntax (e.g. `>file 2>&1` for `&>file`)")
+
+    @staticmethod
+    def redirect_problem(node: Node) -> str | None:
+        operators = [c for c in node.children if not c.is_named]
+        targets = [c for c in node.children if c.is_named and c.type != "file_descriptor"]
+        if any(op.type in ("&>", "&>>") for op in operators):
+            return "`&>` (bash); the sandbox's sh reads `&` and then `>`"
+        if len(targets) > 1:  # the shells give words after the target to the command
+            return _SPLIT_REDIRECT
+        if any(op.type in (">&", "<&") for op in operators) and targets \
+                and not re.fullmatch(rb"[0-9]+-?|-", targets[0].text or b""):
+            return "`>&` with a file name (bash)"
+        return None
 
     def flag(self, node: Node, why: str, fix: str = _DIRECT) -> None:
         """Record that `node` cannot be resolved statically."""

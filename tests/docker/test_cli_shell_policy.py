@@ -32,6 +32,10 @@ SPELLINGS = [
     "echo a\\\\\nrm x",  # an escaped backslash, then a newline: two commands
     "echo ${v:-$(rm x)}",
     "cat <<EOF\n$(rm x)\nEOF",
+    # the second review: bash reads one harmless command, the sandbox's sh (dash) two
+    "true &>/dev/null rm -rf x",
+    "true &>/dev/null rm x",
+    "ls |& rm x",
 ]
 
 

@@ -33,6 +33,8 @@ FOLD_AT = 80
 FOLD_SHOW = 60
 """... to its first lines; answering v shows all of it before the question is asked again."""
 QUESTION = "Allow this call? [y/n/a/r/v] (n): "
+QUESTION_NO_GRANT = "Allow this call? [y/n/r/v] (n): "
+"""Asked when "always" cannot be offered (the command runs another one, or is not simple)."""
 SESSION = "user:session"
 """`approved_by` of a call a session grant allowed."""
 
@@ -70,7 +72,8 @@ class TerminalApprover:
         while True:
             _discard_typeahead()
             try:
-                answer = err_console.input(QUESTION, markup=False).strip().lower()
+                question = QUESTION if offer is not None else QUESTION_NO_GRANT
+                answer = err_console.input(question, markup=False).strip().lower()
             except EOFError:
                 return Approval(False)
             if answer in ("y", "yes"):

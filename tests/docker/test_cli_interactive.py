@@ -30,6 +30,8 @@ pytestmark = pytest.mark.docker
 
 COLUMNS, ROWS = 160, 200
 QUESTION = "Allow this call? [y/n/a/r/v] (n):"
+NO_GRANT = "Allow this call? [y/n/r/v] (n):"
+"""Asked when "always" cannot be offered."""
 
 
 class Answering(pyte.Screen):
@@ -90,7 +92,8 @@ class Terminal:
                   and lines[-1].strip() == "you>", "prompt")
 
     def at_question(self) -> None:
-        self.wait(lambda lines: bool(lines) and lines[-1] == QUESTION, "approval question")
+        self.wait(lambda lines: bool(lines) and lines[-1] in (QUESTION, NO_GRANT),
+                  "approval question")
 
     def type(self, keys: str) -> None:
         os.write(self.master, keys.encode())
@@ -200,9 +203,10 @@ def test_always_allow_a_command_prefix_and_say_why_not(project: Path,
     term.at_question()
     assert "a: always allow run_shell_command git status … in this session" in term.text()
     term.type("a\r")
-    term.wait(lambda lines: sum(line.startswith(QUESTION) for line in lines) == 2,
+    term.wait(lambda lines: sum(line.startswith((QUESTION, NO_GRANT)) for line in lines) == 2,
               "second question")
     assert "$ git status; touch pwned" in term.lines()
+    assert term.lines()[-1] == NO_GRANT  # nothing to grant for two commands
     term.type("r\r")
     term.wait(lambda lines: lines[-1].startswith("Why not?"), "reason question")
     term.type("no chaining\r")
@@ -224,6 +228,33 @@ def test_always_allow_a_command_prefix_and_say_why_not(project: Path,
     assert calls[2]["rule"] == "flag --deny-command"
     results = [r for _, _, r in tool_exchanges(model_server.last_chat)]
     assert "who said: no chaining" in results[3]
+
+
+def test_a_granted_search_never_covers_a_command_in_its_options(project: Path,
+                                                                 model_server: ModelServer):
+    """The second outside review: `a` to `git grep TODO`, then `git grep -O'<shell>'` ran
+    with no question (git runs the pager option's text through a shell)."""
+    (project / "src").mkdir(exist_ok=True)
+    (project / "src" / "keep.py").write_text("# TODO\n")
+    hidden = "git grep --open-files-in-pager='rm -rf src; echo' TODO"
+    for command in ("git grep TODO", hidden):
+        model_server.reply(tool_calls=[Call("run_shell_command", {"command": command})])
+    model_server.reply("done")
+    term = Terminal(ask(project, model_server, "search"), stdout_piped=True)
+    term.at_question()
+    term.type("a\r")
+    term.wait(lambda lines: sum(line.startswith((QUESTION, NO_GRANT)) for line in lines) == 2,
+              "second question")
+    assert f"$ {hidden}" in term.lines() and term.lines()[-1] == NO_GRANT
+    term.type("a\r")  # not on offer: asked again, never granted
+    term.wait(lambda lines: any(line.startswith("answer y (yes), n (no), r") for line in lines),
+              "the answers on offer")
+    term.type("n\r")
+    assert term.finish() == 0, term.text()
+    assert (project / "src" / "keep.py").exists()
+    calls = [r for r in audit_records(project) if r["kind"] == "tool_call"]
+    assert [(c["decision"], c["approved_by"]) for c in calls] == [("allow", "user:session"),
+                                                                   ("deny", None)]
 
 
 def test_the_answer_is_printed_once_when_stdout_is_piped(project: Path,

@@ -83,6 +83,9 @@ def main() -> None:
     if sys.argv[1:] == ["--version"]:  # without building every command's options first
         typer.echo(f"sandbox-agent {__version__}")
         return
+    from executor.cli.actions import guard_streams
+
+    guard_streams()  # under GitHub Actions no model text is a workflow command
     try:
         code = app(standalone_mode=False)
     except _UsageError as exc:  # a bad flag value, an unknown option, a missing argument

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from executor.cli.actions import under_actions, workflow_command
 from executor.cli.common import RootOption, cli_errors, echo_result, err_console
 from executor.cli.options import (
     AuditRequiredOpt,
@@ -167,12 +168,17 @@ def _publish(report: ReviewReport, fmt: ReportFormat, output: Path | None) -> No
     annotate = fmt is not ReportFormat.github and os.environ.get("GITHUB_ACTIONS") == "true"
     if output is not None:
         _write(output, text)
+    elif fmt is ReportFormat.github and under_actions():  # the annotations are meant for it
+        *annotations, summary = text.split("\n")
+        for line in annotations:
+            workflow_command(line)
+        echo_result(summary)
     else:
         _print_untrusted(text, json_text=fmt in (ReportFormat.json, ReportFormat.sarif))
     if annotate:
         for line in github_annotations(report):
             # On stdout only when the report is not there (a JSON file must stay JSON).
-            (print if output is not None else _stderr_line)(line)
+            workflow_command(line, stderr=output is None)
     _note_coverage(report)
 
 
@@ -192,15 +198,13 @@ def _render(report: ReviewReport, fmt: ReportFormat) -> str:
 
 def _print_untrusted(text: str, *, json_text: bool) -> None:
     """The report on stdout; under Actions fenced so none of its lines runs as a command."""
-    if os.environ.get("GITHUB_ACTIONS") != "true":
+    if not under_actions():
         echo_result(text, json_text=json_text)
         return
     token = secrets.token_hex(16)  # the model cannot guess it to end the fence early
-    echo_result(f"::stop-commands::{token}\n{text}\n::{token}::", json_text=json_text)
-
-
-def _stderr_line(line: str) -> None:
-    err_console.print(line, markup=False, highlight=False)
+    workflow_command(f"::stop-commands::{token}")  # stdout is guarded too (cli/actions.py)
+    echo_result(text, json_text=json_text)
+    workflow_command(f"::{token}::")
 
 
 def _write(output: Path, text: str) -> None:

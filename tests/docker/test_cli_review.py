@@ -328,10 +328,43 @@ def test_under_github_actions_a_report_on_stdout_cannot_issue_commands(
     lines = done.stdout.splitlines()
     token = lines[0].removeprefix("::stop-commands::")
     assert len(token) == 32 and lines[-1] == f"::{token}::"
-    assert "::add-mask::leak" in lines  # inside the fence: shown, not run
+    assert ":\u200b:add-mask::leak" in lines  # inside the fence and broken: shown, not run
+    assert [line for line in lines if line.lstrip().startswith("::")] == [lines[0], lines[-1]]
     annotations = [line for line in done.stderr.splitlines() if line.startswith("::")]
     assert annotations[0].startswith("::error file=src/app.py,line=2,")
     assert len(annotations) == 2
+
+
+def test_under_github_actions_the_github_format_gives_its_annotations(
+        project: Path, model_server: ModelServer):
+    _submit(model_server)
+
+    done = run_cli("review", "--root", project, *model_args(model_server, "ollama"),
+                   "--format", "github", env={"GITHUB_ACTIONS": "true"})
+
+    assert done.returncode == 0, explain(done)
+    commands = [line for line in done.stdout.splitlines() if line.startswith("::")]
+    assert commands == [
+        "::error file=src/app.py,line=2,title=high%3A add() subtracts::Return a + b.",
+        "::notice file=hello.py,line=1,title=low%3A no main guard%2C at all::"
+        "100%25 of it runs on import:%0Awrap it%0D%0A::error::forged"]
+
+
+def test_under_github_actions_streamed_model_text_cannot_issue_commands(
+        project: Path, model_server: ModelServer):
+    """The second outside review: with --stream (and --think) the model's tokens reach stderr
+    line by line, and the runner reads workflow commands there too."""
+    forged = "ok\n::error file=a.py,line=1,title=Forged::injected\n::add-mask::sandbox\n"
+    model_server.reply(forged, thinking=forged)
+
+    done = run_cli("ask", "--root", project, *model_args(model_server, "ollama"), "--stream",
+                   "--think", "on", "say hi", env={"GITHUB_ACTIONS": "true"})
+
+    assert done.returncode == 0, explain(done)
+    for stream in (done.stdout, done.stderr):
+        lines = stream.replace("\r", "\n").splitlines()
+        assert not [line for line in lines if line.lstrip().startswith("::")], stream
+    assert "\u200b:add-mask::sandbox" in done.stderr  # still shown to a person
 
 
 def test_a_long_diff_is_cut_and_the_report_says_what_was_covered(

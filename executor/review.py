@@ -171,39 +171,151 @@ class ReviewReport(BaseModel):
 # -- the diff ------------------------------------------------------------------------------------
 
 _SAFE_GIT = ("-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null",
-             "-c", "diff.external=", "-c", "core.pager=cat", "-c", "safe.bareRepository=explicit")
-"""A repository's own config must not make the host run its programs; and a directory the
-repository (or an agent) made to look like a bare repository is never taken for one."""
+             "-c", "diff.external=", "-c", "core.pager=cat", "-c", "protocol.allow=never")
+_GIT_ENV = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull,
+            "GIT_TERMINAL_PROMPT": "0", "GIT_OPTIONAL_LOCKS": "0", "GIT_NO_REPLACE_OBJECTS": "1",
+            "GIT_ATTR_NOSYSTEM": "1", "GIT_NO_LAZY_FETCH": "1"}
+_MAX_GIT_FILE = 256 << 20
+"""The index and packed-refs are copied up to this size (bigger: the diff is refused)."""
 
 
-_PROGRAM_KEYS = re.compile(r"^(filter\.(.+)\.(clean|smudge|process)|diff\.(.+)\.(command|textconv)"
-                           r"|merge\.(.+)\.driver)$", re.IGNORECASE)
-"""Config keys whose value is a program git runs while it diffs (a clean filter runs on every
-modified file whose index entry is stale). Whoever wrote them, they are emptied for review."""
+class _Shadow:
+    """A git directory of our own for the repository around `root`: its refs, HEAD and index
+    copied (read without following links), its objects reached through `alternates`, and a
+    config that says nothing but the object format. git then reads no config the repository
+    wrote: no filter, diff driver, fsmonitor, hook, lazy fetch of a partial clone or
+    transport command of it can run on the host, however it is spelled or included."""
+
+    def __init__(self, root: Path) -> None:
+        import tempfile
+
+        self.root = root
+        self.top, git_dir, common = _find_repository(root)
+        self._tmp = tempfile.TemporaryDirectory(prefix="sandbox-agent-review-")
+        self.dir = Path(self._tmp.name)
+        fmt = dict(config_values_of(common / "config")).get("extensions.objectformat", "")
+        version = "1" if fmt else "0"
+        (self.dir / "config").write_text(
+            f"[core]\n\trepositoryformatversion = {version}\n\tbare = false\n"
+            + (f"[extensions]\n\tobjectformat = {fmt}\n" if re.fullmatch(r"sha1|sha256", fmt)
+               else ""))
+        (self.dir / "objects" / "info").mkdir(parents=True)
+        (self.dir / "objects" / "info" / "alternates").write_text(
+            os.path.realpath(common / "objects") + "\n")
+        for name, source in (("HEAD", git_dir / "HEAD"), ("packed-refs", common / "packed-refs"),
+                             ("index", git_dir / "index")):
+            _copy_regular(source, self.dir / name)
+        _copy_tree(common / "refs", self.dir / "refs")
+        (self.dir / "info").mkdir()
+        _copy_regular(common / "info" / "exclude", self.dir / "info" / "exclude")
+        for shared in _regular_names(git_dir, "sharedindex."):  # a split index's other half
+            _copy_regular(git_dir / shared, self.dir / shared)
+
+    def run(self, *args: str) -> str:
+        env = {**os.environ, **_GIT_ENV, "GIT_DIR": str(self.dir),
+               "GIT_WORK_TREE": str(self.top), "GIT_INDEX_FILE": str(self.dir / "index")}
+        for name in ("GIT_CONFIG", "GIT_CONFIG_PARAMETERS", "GIT_CONFIG_COUNT",
+                     "GIT_EXTERNAL_DIFF", "GIT_PAGER", "GIT_SSH", "GIT_SSH_COMMAND",
+                     "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_OBJECT_DIRECTORY",
+                     "GIT_COMMON_DIR"):
+            env.pop(name, None)
+        return _run_git(["git", *_SAFE_GIT, *args], args[0], cwd=self.root, env=env)
+
+    def close(self) -> None:
+        self._tmp.cleanup()
+
+    def __enter__(self) -> _Shadow:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
-def _neutral_config(root: Path) -> list[str]:
-    """`-c KEY=` for every program-running key any config file in effect sets (the
-    repository's own included): `git config --list` reads them and runs nothing."""
-    listed = _run_git(["git", *_SAFE_GIT, "-C", str(root), "config", "--list", "--name-only",
-                       "-z"], "config")
-    found = sorted({name for name in _names(listed) if _PROGRAM_KEYS.match(name)})
-    drivers = sorted({name.split(".", 1)[1].rsplit(".", 1)[0] for name in found
-                      if name.lower().startswith("filter.")})
-    return ([arg for name in found for arg in ("-c", f"{name}=")]
-            + [arg for driver in drivers for arg in ("-c", f"filter.{driver}.required=false")])
+def config_values_of(path: Path) -> list[tuple[str, str]]:
+    from executor.sandbox.protect import config_values
+
+    return config_values(path)
 
 
-def _git(root: Path, *args: str) -> str:
-    return _run_git(["git", *_SAFE_GIT, *_neutral_config(root), "-C", str(root), *args],
-                    args[0])
+def _find_repository(root: Path) -> tuple[Path, Path, Path]:
+    """(work tree top, git dir, common dir) of the repository `root` is in: the nearest `.git`
+    at or above it (a directory, or a `gitdir:` file and its `commondir`)."""
+    for top in (root, *root.parents):
+        entry = top / ".git"
+        if entry.is_symlink() or not os.path.lexists(entry):
+            continue
+        if entry.is_dir():
+            git_dir = entry
+        else:
+            text = _read_small(entry).strip()
+            if not text.startswith("gitdir:"):
+                break
+            git_dir = (top / text.removeprefix("gitdir:").strip()).resolve()
+        commondir = git_dir / "commondir"
+        common = (git_dir / _read_small(commondir).strip()).resolve() \
+            if commondir.is_file() and not commondir.is_symlink() else git_dir
+        if not (common / "objects").is_dir():
+            break
+        return top, git_dir, common
+    raise ConfigError(f"{root} is not in a git repository",
+                      fix="--diff-base needs a git repository and an existing ref")
 
 
-def _run_git(command: list[str], what: str) -> str:
-    env = {**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "GIT_TERMINAL_PROMPT": "0",
-           "GIT_OPTIONAL_LOCKS": "0"}
+def _read_small(path: Path) -> str:
     try:
-        done = subprocess.run(command, capture_output=True, timeout=60, check=False, env=env)
+        fd = open_private(path, os.O_RDONLY, owner=False)
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    with os.fdopen(fd, "rb") as stream:
+        return stream.read(1 << 16).decode("utf-8", "replace")
+
+
+def _copy_regular(source: Path, target: Path) -> None:
+    """Copy `source` when it is a regular file (no link followed); nothing when it is absent."""
+    try:
+        fd = open_private(source, os.O_RDONLY, owner=False)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise ConfigError(f"cannot read {source}: {exc.strerror or exc}") from exc
+    with os.fdopen(fd, "rb") as stream:
+        data = stream.read(_MAX_GIT_FILE + 1)
+        times = os.fstat(stream.fileno())
+    if len(data) > _MAX_GIT_FILE:
+        raise ConfigError(f"{source} is too big to review from ({len(data)} bytes or more)")
+    target.write_bytes(data)
+    # The index's own mtime tells git which entries are "racily clean" (changed within the
+    # same clock tick as the index was written): a copy must keep it, or such a change is
+    # taken for no change.
+    os.utime(target, ns=(times.st_atime_ns, times.st_mtime_ns))
+
+
+def _copy_tree(source: Path, target: Path) -> None:
+    """Copy a refs tree: directories and regular files only, never through a link."""
+    target.mkdir(parents=True, exist_ok=True)
+    try:
+        entries = list(os.scandir(source))
+    except OSError:
+        return
+    for entry in entries:
+        if entry.is_dir(follow_symlinks=False):
+            _copy_tree(Path(entry.path), target / entry.name)
+        elif entry.is_file(follow_symlinks=False):
+            _copy_regular(Path(entry.path), target / entry.name)
+
+
+def _regular_names(folder: Path, prefix: str) -> list[str]:
+    try:
+        return [e.name for e in os.scandir(folder)
+                if e.name.startswith(prefix) and e.is_file(follow_symlinks=False)]
+    except OSError:
+        return []
+
+
+def _run_git(command: list[str], what: str, *, cwd: Path, env: dict[str, str]) -> str:
+    try:
+        done = subprocess.run(command, capture_output=True, timeout=60, check=False, env=env,
+                              cwd=cwd)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise ConfigError(f"cannot run git: {exc}", fix="install git") from exc
     if done.returncode != 0:
@@ -213,11 +325,14 @@ def _run_git(command: list[str], what: str) -> str:
     return done.stdout.decode("utf-8", "replace")
 
 
-def git_diff(root: Path, base: str) -> str:
-    """`git diff BASE` of the working tree, without external diff or textconv programs."""
+def git_diff(root: Path, base: str, shadow: _Shadow | None = None) -> str:
+    """`git diff BASE` of the working tree, through a git dir of our own (`_Shadow`)."""
+    if shadow is None:
+        with _Shadow(root) as own:
+            return git_diff(root, base, own)
     try:
-        return _git(root, "diff", "--no-color", "--no-ext-diff", "--no-textconv",
-                    "--end-of-options", base, "--")
+        return shadow.run("diff", "--no-color", "--no-ext-diff", "--no-textconv",
+                          "--end-of-options", base, "--")
     except ConfigError as exc:
         raise ConfigError(exc.message.replace("git diff failed", f"git diff {base} failed"),
                           fix=exc.fix) from None
@@ -227,8 +342,8 @@ def _names(output: str) -> list[str]:
     return [name for name in output.split("\0") if name]
 
 
-def _untracked(root: Path) -> list[str]:
-    return _names(_git(root, "ls-files", "--others", "--exclude-standard", "-z"))
+def _untracked(shadow: _Shadow) -> list[str]:
+    return _names(shadow.run("ls-files", "--others", "--exclude-standard", "-z"))
 
 
 def _new_file_diff(root: Path, name: str) -> str:
@@ -258,8 +373,9 @@ def collect_diff(request: ReviewRequest) -> tuple[str, DiffScope]:
     """The diff text for the prompt (capped) and what it covers."""
     assert request.diff_base is not None
     root, base = request.root, request.diff_base
-    diff = git_diff(root, base)
-    untracked = _untracked(root) if request.untracked else []
+    with _Shadow(root) as shadow:
+        diff = git_diff(root, base, shadow)
+        untracked = _untracked(shadow) if request.untracked else []
     diff += "".join(_new_file_diff(root, name) for name in untracked)
     scope = DiffScope(base=base, untracked=untracked, total_chars=len(diff))
     kept: list[str] = []

@@ -148,7 +148,7 @@ def test_a_diff_base_outside_a_git_repository_is_one_clear_line(workdir: Path,
     done = run_cli("review", "--root", plain, *model_args(model_server, "ollama"),
                    "--diff-base", "HEAD")
 
-    assert_user_error(done, 2, "git diff HEAD failed")
+    assert_user_error(done, 2, "is not in a git repository")
     assert "--diff-base needs a git repository" in done.stderr
     assert model_server.requests == []
 

@@ -208,7 +208,7 @@ def test_review_never_runs_a_planted_repositorys_config(workdir: Path, model_ser
     assert "Traceback" not in done.stderr
 
 
-@pytest.mark.parametrize("where", ["config", "included", "process"])
+@pytest.mark.parametrize("where", ["config", "included", "process", "name-with-equals"])
 def test_review_never_runs_a_shipped_repositorys_filters(workdir: Path, model_server: ModelServer,
                                                          where: str):
     """A repository handed over with its own .git/config (an archive, another user's checkout)
@@ -223,7 +223,10 @@ def test_review_never_runs_a_shipped_repositorys_filters(workdir: Path, model_se
     git("-c", "user.email=a@b", "-c", "user.name=a", "commit", "-q", "-m", "x", cwd=root)
     marker = workdir / "PWNED"
     key = "process" if where == "process" else "clean"
-    driver = f'[filter "pwn"]\n\t{key} = sh -c \'id > {marker}; cat\'\n\trequired = true\n'
+    name = "a=b" if where == "name-with-equals" else "pwn"  # `-c filter.a=b.clean=` is no key
+    if name != "pwn":
+        (root / ".gitattributes").write_text(f"*.txt filter={name}\n")
+    driver = f'[filter "{name}"]\n\t{key} = sh -c \'id > {marker}; cat\'\n\trequired = true\n'
     if where == "included":
         (workdir / "inc.cfg").write_text(driver)
         with (root / ".git" / "config").open("a") as config:
@@ -241,6 +244,36 @@ def test_review_never_runs_a_shipped_repositorys_filters(workdir: Path, model_se
     assert done.returncode == 0, explain(done)
     prompt = "".join(str(m.get("content")) for m in model_server.chat_requests[0].body["messages"])
     assert "+two" in prompt  # the diff itself still reached the model, unfiltered
+
+
+def test_review_never_fetches_what_a_partial_clone_misses(workdir: Path,
+                                                         model_server: ModelServer):
+    """A repository that says it is a partial clone, its base blob missing: git fetches it
+    from the promisor remote on demand, running the repository's core.sshCommand (the third
+    outside review)."""
+    root = workdir / "proj"
+    root.mkdir()
+    git("init", "-q", str(root), cwd=workdir)
+    (root / "a.txt").write_text("hello\n")
+    git("add", ".", cwd=root)
+    git("-c", "user.email=a@b", "-c", "user.name=a", "commit", "-q", "-m", "x", cwd=root)
+    blob = git("rev-parse", "HEAD:a.txt", cwd=root).strip()
+    (root / ".git" / "objects" / blob[:2] / blob[2:]).unlink()
+    marker = workdir / "PWNED"
+    for key, value in [("core.repositoryformatversion", "1"),
+                       ("extensions.partialClone", "origin"),
+                       ("remote.origin.url", "ssh://example.invalid/x"),
+                       ("remote.origin.promisor", "true"),
+                       ("core.sshCommand", f"sh -c 'id > {marker}; exit 1'")]:
+        git("config", key, value, cwd=root)
+    (root / "a.txt").write_text("hello changed\n")
+
+    done = run_cli("review", "--root", root, "--provider", "ollama", "--host", model_server.url,
+                   "--diff-base", "HEAD")
+
+    assert not marker.exists(), explain(done)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, explain(done)
+    assert model_server.chat_requests == []  # one clear error, before the model is asked
 
 
 def test_a_root_without_git_ends_the_session_without_one(workdir: Path, model_server: ModelServer):

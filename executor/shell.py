@@ -37,6 +37,9 @@ from typing import TYPE_CHECKING, Literal
 if TYPE_CHECKING:
     from tree_sitter import Node, Parser, Tree
 
+_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+"""C0 controls but tab and newline, and DEL: `ls\r#; rm d` is `ls` and a comment to the
+parser, while dash runs the word `ls\r#` and then `rm d`."""
 MAX_CONTINUATIONS = 200
 """Line continuations joined at most (each one costs a re-parse); beyond: unresolved."""
 
@@ -220,6 +223,10 @@ def analyze(command: str) -> ShellAnalysis:
     if too_many:
         walker.flag(tree.root_node, f"more than {MAX_CONTINUATIONS} line continuations",
                     "write long commands on fewer lines")
+    if _CONTROLS.search(command):  # the parser takes CR, VT, FF for blanks; dash does not
+        walker.flag(tree.root_node, "a control character other than tab and newline (the "
+                    "parser reads CR, VT and FF as blanks, the sandbox's sh as part of a word)",
+                    "remove it")
     return ShellAnalysis(
         source=command,
         joined=_text(joined),

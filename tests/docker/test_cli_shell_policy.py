@@ -36,6 +36,7 @@ SPELLINGS = [
     "true &>/dev/null rm -rf x",
     "true &>/dev/null rm x",
     "ls |& rm x",
+    "ls\r#; rm x",  # the third: CR is a blank to the parser, part of a word to dash
 ]
 
 

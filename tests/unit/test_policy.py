@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import typer
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
@@ -171,6 +171,8 @@ def test_tool_globs() -> None:
 
 @given(st.text(max_size=40))
 def test_a_denied_command_after_anything_is_denied(prefix: str) -> None:
+    # a trailing backslash joins the lines (`0\<newline>rm` runs `0rm`): then rm is not alone
+    assume(not prefix.endswith("\\"))
     assert shell(policy(DENY_RM), prefix + "\nrm -rf /").decision == "deny"
 
 

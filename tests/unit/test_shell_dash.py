@@ -25,6 +25,7 @@ CORPUS = [
     "true &>/dev/null rm -rf d8", "true &>>log rm -rf d8", "ls |& rm x", "$'rm' x",
     "cat <<< rm", "((rm -rf x))", "cat <(rm x)", "a=(rm x)", "ls >& rm", "ls > out rm x",
     "function f { rm x; }; f", "echo $\"x\" && rm y", "select v in a; do rm x; done </dev/null",
+    "ls\r#; rm -rf d1", "ls\v#; rm x", "ls\f#; rm x", "ls\x1b#; rm x",
     # ordinary texts (resolved, and dash agrees)
     "ls 2>&1", "ls >/dev/null 2>&1", "ls && rm x", "ls | grep x", "ls; rm x",
     "if ls; then rm x; fi", "f() { rm x; }; f", "ls & rm x", "echo $(rm x)", "echo `rm x`",

@@ -17,7 +17,8 @@ not allow `sed 'e rm -rf src'`. And an option that makes a program run another c
 (`git grep --open-files-in-pager=CMD`, `rg --pre CMD`, `tar --to-command=CMD`, `sort
 --compress-program=CMD`, `make --eval=…` …) is never covered by a grant: the person approved a
 search, not the command hidden in its options. A module run (`python3 -m pytest`) grants
-those three words.
+those three words; git grants its reading subcommands (`git status`, `git log` …) and every
+other one (`git submodule foreach`, `git config --global …`) its exact argv.
 """
 
 from __future__ import annotations
@@ -38,6 +39,14 @@ EXACT_ONLY = frozenset({
 })
 """Programs whose arguments are code: a grant covers the exact argv only (with interpreters
 named by `_INTERPRETER`, whose `-m MODULE` is the one prefix granted)."""
+
+GIT_PREFIX_SUBCOMMANDS = frozenset({
+    "status", "diff", "log", "show", "grep", "ls-files", "ls-tree", "rev-parse", "blame",
+    "describe", "shortlog", "cat-file", "show-ref", "for-each-ref", "diff-tree", "rev-list",
+})
+"""git subcommands that only read: "always" grants `git SUBCOMMAND …`. Any other is granted
+its exact argv (`git submodule foreach CMD`, `git bisect run CMD`, `git config --global
+core.fsmonitor CMD` run commands of the model's choosing)."""
 
 RUNS_COMMANDS: dict[str, tuple[str, ...]] = {
     "git": ("-O", "--open-files-in-pager", "--upload-pack", "--receive-pack", "--exec",
@@ -116,6 +125,8 @@ def _exact_only(prefix: tuple[str, ...]) -> bool:
     program = prefix[0]
     if _INTERPRETER.fullmatch(program):
         return not (len(prefix) == 3 and prefix[1] == "-m")
+    if program == "git":
+        return len(prefix) != 2 or prefix[1] not in GIT_PREFIX_SUBCOMMANDS
     return program in EXACT_ONLY
 
 
@@ -126,6 +137,8 @@ def _prefix(argv: tuple[str, ...]) -> tuple[str, ...]:
     if _INTERPRETER.fullmatch(program) and len(argv) > 2 and argv[1] == "-m":
         return argv[:3]
     if _INTERPRETER.fullmatch(program) or program in EXACT_ONLY:
+        return argv
+    if program == "git" and (len(argv) < 2 or argv[1] not in GIT_PREFIX_SUBCOMMANDS):
         return argv
     second = argv[1] if len(argv) > 1 and _SUBCOMMAND.fullmatch(argv[1]) else None
     return (program, second) if second else (program,)

@@ -81,6 +81,11 @@ def test_a_tool_grant_covers_that_tool_only() -> None:
     ("python3 -m pytest", "python3 -m pip install ./evil"),
     ("node app.js", "node -e 'require(\"fs\").rmSync(\"src\", {recursive: true})'"),
     ("perl tool.pl", "perl -e 'system(\"rm -rf src\")'"),
+    # the third review: git subcommands that run what they are given
+    ("git submodule status", "git submodule foreach 'rm -rf ../src; true'"),
+    ("git config --get user.name", "git config --global core.fsmonitor 'rm -rf src; false'"),
+    ("git bisect log", "git bisect run sh -c 'rm -rf src'"),
+    ("git clone a b", "git clone -u 'rm -rf src' a b"),
 ])
 def test_a_grant_never_covers_a_command_hidden_in_arguments(granted_command: str,
                                                             later: str) -> None:

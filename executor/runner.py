@@ -235,7 +235,8 @@ class Runner:
         if not run.root.is_dir():
             raise ConfigError(f"project root {run.root} is not a directory")
         if settings is None:
-            check_outside_project(run.root)
+            check_outside_project(run.root,
+                                  writable=not run.read_only and merged.workspace == "bind")
         hooks = hooks or HookBus()
         delegate = Delegate() if run.orchestrator and run.depth < run.delegation_depth else None
         runner = cls(

@@ -102,9 +102,19 @@ def read_user_config(fields: Iterable[str]) -> tuple[dict[str, Any], dict[str, i
     return values, lines
 
 
-def check_outside_project(root: Path) -> None:
+def check_outside_project(root: Path, *, writable: bool = True) -> None:
     """ConfigError when the user config lies inside the project `root` (dotfiles kept in a
-    repository, a config dir linked into it): the sandbox could rewrite it between runs."""
+    repository, a config dir linked into it, `--root ~`): the sandbox could rewrite it between
+    runs. A run that can write the tree is refused when the config *dir* is in it, even
+    empty: a session could plant `config.toml` or `policy.toml` that later runs obey."""
     path = user_config_path()
     if path.is_file():
         check_outside(real_root(root), path, "your config file")
+    if writable:
+        try:
+            check_outside(real_root(root), path.parent, "your config dir")
+        except ConfigError as exc:
+            raise ConfigError(
+                exc.message + " (a session could plant config.toml or policy.toml there)",
+                fix="set SANDBOX_AGENT_CONFIG_DIR to a directory outside the project, or run "
+                    "with --read-only or --workspace copy") from None

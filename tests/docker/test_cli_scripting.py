@@ -265,6 +265,26 @@ def test_a_config_file_in_the_project_is_never_read(project: Path, model_server:
     assert done.stdout == "Used my own settings.\n", explain(done)
 
 
+def test_a_writable_run_is_refused_when_the_config_dir_is_in_the_project(
+        project: Path, model_server: ModelServer):
+    """The third outside review: dotfiles kept in a repository (or `--root ~`) put the config
+    dir in the project, and a --yes session planted policy.toml / config.toml there that a
+    later run on another project obeyed. A run that can write the tree is refused at once,
+    even while the dir is empty; a read-only or copy run cannot plant anything."""
+    inside = {"SANDBOX_AGENT_CONFIG_DIR": str(project / "dotfiles" / "sandbox-agent")}
+    model_server.reply("Read only.").reply("A copy.")
+
+    writable = ask(project, model_server, "ollama", "--yes", env=inside)
+    read_only = ask(project, model_server, "ollama", "--read-only", env=inside)
+    copy = ask(project, model_server, "ollama", "--yes", "--workspace", "copy", env=inside)
+
+    line = assert_user_error(writable, 2, "your config dir", "is inside the project root")
+    assert "SANDBOX_AGENT_CONFIG_DIR" in writable.stderr.split(line, 1)[1]
+    assert read_only.stdout == "Read only.\n", explain(read_only)
+    assert copy.returncode == 0, explain(copy)
+    assert not (project / "dotfiles").exists()
+
+
 @pytest.mark.parametrize(("text", "needles"), [
     ('model = "m"\nmodle = "x"\n', ["config.toml:2", "unknown key 'modle'"]),
     ("max_turns = 0\n", ["config.toml:1", "max_turns", "greater than or equal to 1"]),

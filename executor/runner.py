@@ -57,7 +57,7 @@ from executor.redact import Redactor
 from executor.sandbox.docker import DockerSandbox, SandboxConfig
 from executor.sandbox.environment import sandbox_environment
 from executor.sandbox.lazy import LazySandbox
-from executor.session import NdjsonSessionStore, SessionHeader, session_names
+from executor.session import NdjsonSessionStore, SessionHeader, child_sessions, session_names
 from executor.skills import SkillSet, load_skills
 from executor.state import legacy_notice
 from executor.tools import Preview, Tool, ToolContext, ToolRegistry, default_registry
@@ -273,6 +273,8 @@ class Runner:
             self._read_instructions()
             store, history = self._open_session()
             self.store = store
+            if self.options.resume and self.options.orchestrator:  # the limit spans resumes
+                self.children = child_sessions(self.options.root, store.name)
             if self.options.sandbox_warm_up is None or not self._may_start_later():
                 self.sandbox = self._start_sandbox(store)
             else:

@@ -463,6 +463,21 @@ def summarize_session(path: Path) -> SessionSummary:
     )
 
 
+def child_sessions(root: Path, parent: str) -> list[str]:
+    """The sessions of `root` whose header names `parent` as their parent (delegation)."""
+    found = []
+    for path in sorted(regular_files(sessions_dir(root), SUFFIX)):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", SessionWarning)
+                header = read_session(path).header
+        except SessionError:
+            continue
+        if getattr(header, "parent_session", None) == parent:
+            found.append(path.name[: -len(SUFFIX)])
+    return found
+
+
 def list_sessions(root: Path) -> list[SessionSummary]:
     """Every session of `root`, newest first (by start time)."""
     rows = [summarize_session(p) for p in sorted(regular_files(sessions_dir(root), SUFFIX))]

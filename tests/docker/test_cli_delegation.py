@@ -122,6 +122,27 @@ def test_children_cannot_delegate_and_the_count_is_limited(project: Path,
                        "Delegation refused: this session may start at most 1 child sessions."]
 
 
+def test_the_count_holds_across_resumes(project: Path, model_server: ModelServer):
+    """The third outside review: each --resume started --max-delegations more children."""
+    model_server.reply(tool_calls=[Call("delegate", {"task": TASK})])
+    model_server.reply("Child answer.").reply("One asked.")
+    first = orchestrate(project, model_server, "--no-confirm-delegation", "--max-delegations",
+                        "1", "--session", "s1")
+    assert first.returncode == 0, explain(first)
+    model_server.reply(tool_calls=[Call("delegate", {"task": "again"})]).reply("Refused.")
+
+    again = run_cli("orchestrate", "--root", project, *model_args(model_server, "ollama"),
+                    "--no-confirm-delegation", "--max-delegations", "1", "--session", "s1",
+                    "--resume", "and once more")
+
+    assert again.returncode == 0, explain(again)
+    results = [r for _, _, r in tool_exchanges(model_server.last_chat)]
+    assert results[-1] == "Delegation refused: this session may start at most 1 child sessions."
+    children = [n for n, h in headers(project).items()
+                if getattr(h, "parent_session", None) == "s1"]
+    assert len(children) == 1
+
+
 def test_delegation_flags_on_plain_ask_are_one_error(project: Path, model_server: ModelServer):
     done = run_cli("ask", "--root", project, *model_args(model_server, "ollama"),
                    "--no-confirm-delegation", "hi")

@@ -10,6 +10,7 @@ import base64
 import contextlib
 import fcntl
 import functools
+import marshal
 import os
 import platform
 import secrets
@@ -18,6 +19,7 @@ import threading
 import time
 from collections.abc import Callable
 from importlib import resources
+from importlib.util import MAGIC_NUMBER
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -88,13 +90,19 @@ LABEL_HOST = "sandbox-agent.host"
 LABEL_WORKSPACE = "sandbox-agent.workspace"
 NOBODY = 65534
 """The uid that owns a copy's repositories (and runs the tools of a read-only copy)."""
-# Reads the toolbox source from stdin, then runs it: any image with python3 works.
+# Reads the toolbox from stdin (`toolbox_payload`), then runs it: any image with python3 works.
+# Compiling the source costs 40-60 ms in the container, so the host sends its own compiled code
+# too; the container runs that when its bytecode format (the magic number) is the host's.
 _BOOTSTRAP = (
-    "import sys\n"
-    "n = int(sys.stdin.buffer.readline())\n"
-    "src = sys.stdin.buffer.read(n)\n"
+    "import sys, marshal\n"
+    "from importlib.util import MAGIC_NUMBER\n"
+    "magic, ncode, nsrc = sys.stdin.buffer.readline().split()\n"
+    "code = sys.stdin.buffer.read(int(ncode))\n"
+    "src = sys.stdin.buffer.read(int(nsrc))\n"
+    "same = bytes.fromhex(magic.decode()) == MAGIC_NUMBER\n"
+    "code = marshal.loads(code) if same else compile(src, 'toolbox.py', 'exec')\n"
     "sys.argv = ['toolbox'] + sys.argv[1:]\n"
-    "exec(compile(src, 'toolbox.py', 'exec'), {'__name__': '__main__'})\n"
+    "exec(code, {'__name__': '__main__'})\n"
 )
 GVISOR_PIDS_FACTOR = 16
 """Host pids per process allowed under runsc (measured: 256 processes took 1,344 host pids)."""
@@ -220,9 +228,8 @@ class Toolbox:
             sock = self._api.exec_start(self.exec_id, socket=True)
         key = secrets.token_bytes(32) if "--sign" in self._argv else None
         self._channel = Channel(getattr(sock, "_sock", sock), key)
-        source = resources.files("executor.sandbox").joinpath("toolbox.py").read_bytes()
         signing = key.hex().encode() + b"\n" if key else b""
-        self._channel.send(str(len(source)).encode() + b"\n" + source + signing)
+        self._channel.send(toolbox_payload() + signing)
         ready = self._read_ready()
         self.ready = ready
         self.pid = int(ready.get("pid", 0)) or None
@@ -341,6 +348,8 @@ class DockerSandbox:
                 self._seccomp_file = seccomp.profile_file(self._lock_path().parent)
             self._gvisor = self._runtime_is_gvisor()
             image = self._image()
+            # compiled while the engine makes the container (GIL released on its socket)
+            threading.Thread(target=toolbox_payload, name="toolbox-compile", daemon=True).start()
             if self.copying:
                 self._plan_copy()
             else:
@@ -348,7 +357,7 @@ class DockerSandbox:
             self._lock()
             self._container = self._existing() or self._create()
             self._start_copy()
-            self._start_toolbox()
+            self._start_toolbox(running=True)
             self._info = self._describe(image)
         except BaseException:
             self.stop()
@@ -730,8 +739,10 @@ class DockerSandbox:
             raise RuntimeNotFoundError(f"the engine would run the sandbox under {used!r}, not "
                                        f"{self.config.runtime!r}", fix=RUNTIME_FIX)
 
-    def _start_toolbox(self) -> None:
-        self._ensure_running()
+    def _start_toolbox(self, *, running: bool = False) -> None:
+        """Start the toolbox; `running`: the container was just started (no need to ask)."""
+        if not running:
+            self._ensure_running()
         toolbox = Toolbox(self._client.api, self._container.id, self._tool_user(),
                           self.toolbox_argv())
         ready = toolbox.start()
@@ -814,6 +825,15 @@ def _progress_to(on_output: OutputCallback | None) -> OnProgress | None:
             on_output(stream, text)
 
     return relay
+
+
+@functools.cache
+def toolbox_payload() -> bytes:
+    """What `_BOOTSTRAP` reads: `<magic hex> <code bytes> <source bytes>`, the code compiled
+    by this interpreter (marshal), then the source (for a container of another Python)."""
+    source = resources.files("executor.sandbox").joinpath("toolbox.py").read_bytes()
+    code = marshal.dumps(compile(source, "toolbox.py", "exec", dont_inherit=True))
+    return f"{MAGIC_NUMBER.hex()} {len(code)} {len(source)}\n".encode() + code + source
 
 
 def container_name(session_id: str) -> str:

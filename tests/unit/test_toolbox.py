@@ -306,18 +306,49 @@ def shared_box(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Box]:
     assert box.close() == 0
 
 
-def test_runs_under_the_hosts_bootstrap(root: Path):
+def _bootstrapped(root: Path, payload: bytes) -> tuple[dict[str, Any], dict[str, Any]]:
     from executor.sandbox.docker import _BOOTSTRAP
 
-    source = TOOLBOX.read_bytes()
     proc = subprocess.Popen([PYTHON, "-u", "-c", _BOOTSTRAP, "--root", str(root)],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     request = json.dumps({"id": 1, "tool": "read_file", "args": {"path": "README.md"}})
-    out, _ = proc.communicate(str(len(source)).encode() + b"\n" + source + request.encode()
-                              + b"\n", timeout=30)
+    out, _ = proc.communicate(payload + request.encode() + b"\n", timeout=30)
     ready, reply = (json.loads(line) for line in out.splitlines())
-    assert ready["ready"] and proc.returncode == 0
+    assert proc.returncode == 0
+    return ready, reply
+
+
+def test_runs_under_the_hosts_bootstrap(root: Path):
+    from executor.sandbox.docker import toolbox_payload
+
+    ready, reply = _bootstrapped(root, toolbox_payload())
+    assert ready["ready"]
     assert reply["ok"] and reply["output"] == "     1\t# demo"
+
+
+def test_the_bootstrap_compiles_the_source_for_another_python(root: Path):
+    """A container whose bytecode format differs runs the source; the code sent is unusable."""
+    source = TOOLBOX.read_bytes()
+    garbage = b"not marshal data"
+    ready, reply = _bootstrapped(
+        root, f"00000000 {len(garbage)} {len(source)}\n".encode() + garbage + source)
+    assert ready["ready"]
+    assert reply["ok"] and reply["output"] == "     1\t# demo"
+
+
+def test_the_bootstrap_runs_the_code_sent_when_the_python_matches(root: Path):
+    """Same magic number: the marshalled code runs (here one that only says so)."""
+    import marshal
+    from importlib.util import MAGIC_NUMBER
+
+    code = marshal.dumps(compile(
+        "import json, sys\nprint(json.dumps({'ready': 'code'}))\nprint(json.dumps({'argv': sys.argv}))",
+        "t", "exec"))
+    source = b"raise SystemExit(3)"
+    ready, reply = _bootstrapped(
+        root, f"{MAGIC_NUMBER.hex()} {len(code)} {len(source)}\n".encode() + code + source)
+    assert ready == {"ready": "code"}
+    assert reply == {"argv": ["toolbox", "--root", str(root)]}
 
 
 def test_source_is_python39_syntax():

@@ -6,7 +6,8 @@ with one outside the project), one record a line, directory mode 0700, files 060
 is opened without following links and without blocking, and must be a regular file we own: a
 symlink or FIFO in place of a day file is an error, never followed and never a hang. A lock file
 `.lock` beside the day files serialises writers (one `fcntl.flock` held while the tail is
-read and the record appended, then fsync), so concurrent runs on one root keep one chain.
+read and the record appended), so concurrent runs on one root keep one chain. When records
+are fsynced: executor/durable.py.
 
 Record: `{"seq": n, "ts": "2024-05-01T12:00:00.000000Z", "kind": ..., "session": ...,
 "run": ..., <fields>, "prev": <hash of record n-1>, "hash": <hash of this record>}`.
@@ -47,6 +48,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any, Literal, TextIO
 
+from executor import durable
 from executor.errors import AuditError, AuditIntegrityError, ConfigError, SandboxAgentError
 from executor.redact import Redactor
 from executor.state import (
@@ -233,7 +235,7 @@ def _append_line(path: Path, line: bytes) -> os.stat_result:
             line = b"\n" + line  # a torn line from a crash: start ours on a line of its own
         try:
             _write_all(fd, line)
-            os.fsync(fd)
+            durable.sync(fd)
         except OSError:
             with contextlib.suppress(OSError):
                 os.ftruncate(fd, size)
@@ -293,6 +295,7 @@ class AuditLog:
         self._warned = False
         self._paths: dict[str, str] = {}
         self._started: float | None = None
+        self._prepared = False
 
     @classmethod
     def for_root(
@@ -606,13 +609,19 @@ class AuditLog:
         return self.directory / name
 
     def _prepare_dir(self) -> None:
+        """Make and check the directory: before the first record and after a failed one (each
+        file in it is still opened without following links and checked, record by record)."""
+        if self._prepared:
+            return
         if self._state_root is not None:
             ensure_project_dir(self._state_root)
         private_dir(self.directory, parents=True)
+        self._prepared = True
 
     def _fail(self, exc: Exception) -> None:
         self.failures += 1
         self._cache = None
+        self._prepared = False
         error = AuditError(
             f"audit record could not be written to {self.directory}: {exc}",
             fix="make the audit directory writable (or run without --audit-required)",

@@ -76,6 +76,10 @@ TOKEN_SHAPES: tuple[tuple[str, re.Pattern[str]], ...] = (
 )
 
 
+_CACHED_LENGTH = 256
+_CACHED_STRINGS = 4096
+"""Strings up to _CACHED_LENGTH characters are redacted once and remembered (a few thousand)."""
+
 SPLIT_MIN_LENGTH = 12
 """Secrets at least this long are also found with separators inserted between characters."""
 _SEP = r"(?:[\s\-_.,:;|/\\]{0,3})"
@@ -125,6 +129,7 @@ class Redactor:
         # their characters: `fold -w 10`, `sed 's/./&-/g'` or a wrapped line split a secret.
         self._split = [(kind, re.compile(_SEP.join(re.escape(c) for c in value)))
                        for kind, value in plain if len(value) >= SPLIT_MIN_LENGTH]
+        self._done: dict[str, str] = {}
 
     @classmethod
     def from_environ(cls, *, extra_names: Iterable[str] = ()) -> Redactor:
@@ -133,6 +138,16 @@ class Redactor:
 
     def text(self, value: str) -> str:
         """`value` with every known secret and token shape replaced."""
+        if len(value) > _CACHED_LENGTH:
+            return self._text(value)
+        done = self._done.get(value)
+        if done is None:  # names, paths, kinds: an audit record repeats most of its strings
+            if len(self._done) >= _CACHED_STRINGS:
+                self._done.clear()
+            done = self._done[value] = self._text(value)
+        return done
+
+    def _text(self, value: str) -> str:
         if self._literal is not None:
             value = self._literal.sub(lambda m: marker(self._kinds[m.group(0)]), value)
         for kind, split in self._split:

@@ -25,6 +25,7 @@ from typing import Any, Protocol, Self
 
 from pydantic import BaseModel, Field, ValidationError
 
+from executor import durable
 from executor.agent import Agent, Authorization, RunResult
 from executor.audit import AuditLog
 from executor.coach import Coach
@@ -266,6 +267,7 @@ class Runner:
         """Start the model, the session, the container and the audit log."""
         if self.agent is not None:
             return
+        durable.SYNCER.policy = self.settings.fsync
         try:
             self._load_skills()
             self._start_model()
@@ -303,6 +305,8 @@ class Runner:
             self.sandbox, self._lazy = None, None
             self.model.close()
             self._drop_empty_session()
+            for error in durable.SYNCER.flush():
+                self._warn(f"a session or audit line may not be on disk yet: fsync: {error}")
 
     def _may_start_later(self) -> bool:
         """A bind mount on the default engine can start on first use; a copy, or an engine named

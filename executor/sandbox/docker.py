@@ -728,9 +728,11 @@ class DockerSandbox:
 
     def create_options(self) -> dict[str, Any]:
         """What the container is created with (`container_options` for this engine)."""
+        quick = self.config.workspace == "bind" and not self._podman and not self.config.network
         return container_options(self.config, self._lock_path(), self._mount_user(),
                                  self._protected, podman_profile=self._seccomp_file,
-                                 gvisor=self._gvisor)
+                                 gvisor=self._gvisor,
+                                 hosts=hosts_file(self._lock_path().parent) if quick else None)
 
     def _check_runtime(self, container: Any) -> None:
         """The runtime asked for is the one the engine used (Podman's API ignores it)."""
@@ -827,6 +829,26 @@ def _progress_to(on_output: OutputCallback | None) -> OnProgress | None:
     return relay
 
 
+HOSTS = b"127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\tsandbox\n"
+"""/etc/hosts of a container without a network (its hostname is `sandbox`)."""
+
+
+def hosts_file(directory: Path) -> Path:
+    """`HOSTS` as a file in `directory` (a private dir of ours), rewritten when it differs."""
+    path = directory / "hosts"
+    try:
+        if seccomp.read_plain(path) == HOSTS:
+            return path
+        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        temporary = directory / f".hosts.{os.getpid()}"
+        temporary.write_bytes(HOSTS)
+        temporary.chmod(0o644)
+        temporary.replace(path)
+    except OSError as exc:
+        raise SandboxError(f"cannot write {path}: {exc.strerror}") from exc
+    return path
+
+
 @functools.cache
 def toolbox_payload() -> bytes:
     """What `_BOOTSTRAP` reads: `<magic hex> <code bytes> <source bytes>`, the code compiled
@@ -851,8 +873,8 @@ def default_lock_dir() -> Path:
 
 def container_options(config: SandboxConfig, lock_path: Path, user: str,
                       protected: Protected | None = None, *,
-                      podman_profile: Path | None = None, gvisor: bool = False
-                      ) -> dict[str, Any]:
+                      podman_profile: Path | None = None, gvisor: bool = False,
+                      hosts: Path | None = None) -> dict[str, Any]:
     """Keyword arguments for `containers.create`: every hardening switch in one place.
 
     `podman_profile`: for Podman, the seccomp profile as a file on its host (it reads a path
@@ -862,6 +884,12 @@ def container_options(config: SandboxConfig, lock_path: Path, user: str,
     and the whole sandbox dies when the host's pids limit is hit, so the process limit moves
     inside, where gVisor enforces RLIMIT_NPROC per uid (root included): nproc = pids_limit,
     and the host's limit becomes GVISOR_PIDS_FACTOR times that.
+    `hosts`: an /etc/hosts file on the engine's host (`hosts_file`) for a container without a
+    network. The container is then created with networking disabled as well: the OCI runtime
+    gives it a new network namespace with only `lo`, as `none` does, but the engine sets up no
+    network sandbox for it, which took 150 of the 250 ms a start took here (measured with
+    Docker 20.10: its libnetwork re-executes dockerd as a prestart hook). That sandbox also
+    wrote /etc/hosts, hence the file.
     """
     from docker.types import Mount
 
@@ -885,7 +913,10 @@ def container_options(config: SandboxConfig, lock_path: Path, user: str,
         tmpfs[f"{WORKSPACE}/{LEGACY_DIR}"] = "ro,nosuid,nodev,noexec,size=4k,mode=0500"
     tmpfs = _podman_tmpfs(tmpfs) if podman_profile is not None else tmpfs
     ulimits = _ulimits(config, gvisor=gvisor)
-    runtime = {"runtime": config.runtime} if config.runtime else {}
+    runtime: dict[str, Any] = {"runtime": config.runtime} if config.runtime else {}
+    if hosts is not None and not config.network:
+        mounts.append(Mount("/etc/hosts", str(hosts), type="bind", read_only=True))
+        runtime["network_disabled"] = True
     return {**runtime,
         "image": config.image, "name": container_name(config.session_id),
         "command": ["sleep", "infinity"], "init": True, "user": user,

@@ -122,6 +122,7 @@ bench-venv: $(BENCH_VENV)/.installed
 bench: install image podman host-tools bench-venv
 	$(BIN)/python benchmarks/bench_peers.py --venv $(BENCH_VENV)
 	$(BIN)/python benchmarks/bench_sandbox.py
+	$(BIN)/python benchmarks/bench_calls.py
 	$(BIN)/python benchmarks/bench_runtimes.py
 	$(BIN)/python benchmarks/bench_context.py
 	$(BIN)/python benchmarks/bench_tracking.py

@@ -181,7 +181,7 @@ class Agent:
             raise AgentError(
                 f"the model sent {bad_replies + 1} unusable replies in a row: {reply.problem}",
                 fix="try a more capable model"
-                + ("" if getattr(self.model, "tool_protocol", "") == "constrained"
+                + ("" if self.model.tool_protocol == "constrained"
                    else ", or --tool-protocol constrained"),
             )
         self.hooks.emit(WarningEvent(message=f"unusable model reply: {reply.problem}"))

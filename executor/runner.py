@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Protocol, Self
+from typing import TYPE_CHECKING, Any, Protocol, Self
 
 from pydantic import BaseModel, Field, ValidationError
 
@@ -66,7 +66,7 @@ from executor.messages import Message, ToolCall, ToolResult, ToolSpec
 from executor.models import build_model
 from executor.models.toolproto import uses_json
 from executor.policy import Decision, Policy, PolicyOverrides, load_policy
-from executor.protocols import Model, Sandbox
+from executor.protocols import LoadingModel, Model, Sandbox
 from executor.redact import Redactor
 from executor.sandbox.docker import DockerSandbox, SandboxConfig
 from executor.sandbox.environment import sandbox_environment
@@ -80,6 +80,9 @@ from executor.workspace.apply import pending
 from executor.workspace.changes import Changeset, load_changes
 from executor.workspace.sessions import CopyWorkspace, JournaledSandbox
 from executor.workspace.store import BlobStore
+
+if TYPE_CHECKING:
+    from executor.models.embedded import LoadProgress
 
 SandboxFactory = Callable[[SandboxConfig], Sandbox]
 """Makes a session's sandbox from its configuration (the default: a `DockerSandbox`)."""
@@ -423,10 +426,12 @@ class Runner:
     # -- wiring ------------------------------------------------------------------------------
 
     def _start_model(self) -> None:
-        start = getattr(self.model, "start", None)
-        if callable(start):  # the embedded model loads here, with progress on the bus
-            start(lambda p: self.hooks.emit(ProgressEvent(message=p.describe(),
-                                                          fraction=p.fraction, phase=p.phase)))
+        if isinstance(self.model, LoadingModel):  # the embedded one, with progress on the bus
+            self.model.start(self._loading)
+
+    def _loading(self, progress: LoadProgress) -> None:
+        self.hooks.emit(ProgressEvent(message=progress.describe(), fraction=progress.fraction,
+                                      phase=progress.phase))
 
     def _open_session(self) -> tuple[NdjsonSessionStore, list[Message]]:
         root, name = self.options.root, self.options.session
@@ -612,7 +617,7 @@ class Runner:
 
     def _coach(self) -> Coach | None:
         """Weak models, which the json protocols are for, get a coach; capable ones need none."""
-        return Coach() if uses_json(getattr(self.model, "tool_protocol", "native")) else None
+        return Coach() if uses_json(self.model.tool_protocol) else None
 
     def _system_prompt(self) -> str:
         prompt = self.options.system_prompt or SYSTEM_PROMPT

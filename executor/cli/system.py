@@ -19,6 +19,7 @@ from executor.errors import (
     RuntimeNotFoundError,
     SandboxAgentError,
 )
+from executor.protocols import Model, ServedModel
 from executor.sandbox.engine import (
     IMAGE_FIX,
     RUNTIME_FIX,
@@ -250,9 +251,9 @@ def _model(settings: Settings) -> str:
         from executor.models.embedded import preflight, resolve_spec
 
         return preflight(resolve_spec(settings.model))
-    model = build_model(settings)
+    model = _served(build_model(settings))
     try:
-        return str(model.ping())  # type: ignore[attr-defined]
+        return model.ping()
     finally:
         model.close()
 
@@ -276,11 +277,19 @@ def available_models(settings: Settings) -> list[str]:
         return list(MODELS)
     from executor.models import build_model
 
-    model = build_model(settings)
+    model = _served(build_model(settings))
     try:
-        return list(model.list_models())  # type: ignore[attr-defined]
+        return model.list_models()
     finally:
         model.close()
+
+
+def _served(model: Model) -> ServedModel:
+    """The model of a server provider (every provider but the embedded one is)."""
+    if not isinstance(model, ServedModel):
+        model.close()
+        raise ConfigError(f"provider of {model.name!r} has no server to ask")
+    return model
 
 
 @cli_errors

@@ -11,6 +11,9 @@ IMAGE ?= sandbox-agent:latest
 BASE ?= python:3.12-slim
 OFFLINE_BASE ?= sandbox-agent-base:bookworm
 BENCH_VENV ?= build/bench-venv
+# mypy 2 checks no code for Python 3.9, where the toolbox must still run: an older one, apart.
+MYPY39 ?= build/mypy39
+MYPY39_VERSION ?= mypy==1.19.1
 # The peers bench_peers.py compares with, installed apart from sandbox-agent (make bench-venv).
 PEERS ?= mini-swe-agent==2.4.6 llm-sandbox[docker]==0.3.46
 DEMO_DIR ?= build/demo-project
@@ -33,7 +36,7 @@ help:
 	@echo "make test-fast      unit tests only (no Docker)"
 	@echo "make test-docker    tests against real containers"
 	@echo "make test-embedded  tests with the embedded model"
-	@echo "make lint           ruff + mypy"
+	@echo "make lint           ruff + mypy (the toolbox also as Python 3.9 code)"
 	@echo "make bench          benchmarks (print figures), the peers side by side included"
 	@echo "make bench-venv     mini-swe-agent and llm-sandbox in $(BENCH_VENV), for bench_peers"
 	@echo "make bench-agent    the agent on everyday tasks with the embedded model (slow)"
@@ -78,9 +81,16 @@ image: install engine
 	fi; \
 	$(BIN)/sandbox-agent image build --base $$base --tag $(IMAGE) --quiet
 
-lint: install
+$(MYPY39)/.installed: Makefile
+	@rm -rf $(MYPY39) && $(PYTHON) -m venv $(MYPY39)
+	$(MYPY39)/bin/pip install -q '$(MYPY39_VERSION)'
+	touch $@
+
+lint: install $(MYPY39)/.installed
 	$(BIN)/ruff check executor tests benchmarks examples
 	$(BIN)/mypy
+	$(MYPY39)/bin/mypy --config-file= --python-version 3.9 --check-untyped-defs \
+		executor/sandbox/toolbox.py
 
 test-fast: install host-tools
 	$(BIN)/python -m pytest tests/unit -q

@@ -7,7 +7,8 @@ A run of N model turns, each calling read_file once, against the same run with n
 context fitting), the session file (two messages) and the audit log (three records: the model
 request, the call, the result). The model replays prepared replies and costs next to nothing.
 
-1. host overhead: the sandbox answers at once (an in-memory fake), so all of it is the host's;
+1. host overhead: the sandbox answers at once (an in-memory fake giving the toolbox's answer),
+   so all of it is the host's;
    fsync `background` (the default) and `always` side by side (docs/SESSIONS.md);
 2. end to end on a real container: the same run on a DockerSandbox, next to the median toolbox
    round trip of the same read_file in that session; the difference is the host's part.
@@ -30,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from executor import durable
 from executor.config import DEFAULT_IMAGE
-from executor.messages import Message, ModelReply, ToolCall, ToolSpec, Usage
+from executor.messages import Message, ModelReply, ToolCall, ToolResult, ToolSpec, Usage
 from executor.protocols import Sandbox, TokenCallback
 from executor.runner import Runner
 from executor.sandbox.docker import DockerSandbox, SandboxConfig
@@ -90,7 +91,11 @@ def per_call(root: Path, calls: int, rounds: int, sandbox_for: SandboxFor,
 
 
 def fake(root: Path) -> Sandbox:
-    return FakeSandbox()
+    """Answers read_file at once, with what the toolbox answers for small.txt."""
+    lines = (root / "small.txt").read_text().splitlines()
+    output = "\n".join(f"{n:6d}\t{line}" for n, line in enumerate(lines, 1))
+    meta = {"path": "small.txt", "total_lines": len(lines), "duration_ms": 0.1}
+    return FakeSandbox({"read_file": ToolResult(ok=True, output=output, meta=meta)})
 
 
 def toolbox_round_trip(root: Path, client: Any, calls: int) -> float:

@@ -789,3 +789,32 @@ def test_a_huge_argument_is_kept_as_its_head_length_and_hash(tmp_path: Path) -> 
     assert len(kept) < 17_000 and "TAIL" not in kept
     assert f"{len(content)} bytes in all, sha256 {hashlib.sha256(content.encode()).hexdigest()}" in kept
     assert record["arguments"]["path"] == "a" and verify(tmp_path).ok
+
+
+_PIECES = st.one_of(
+    st.sampled_from(sorted(SHAPES.values())),
+    st.sampled_from(sorted(SHAPES.values())).map(lambda t: t.upper()),
+    st.sampled_from(sorted(SHAPES.values())).flatmap(
+        lambda t: st.integers(1, len(t)).map(lambda n: t[:n])),
+    st.sampled_from(["KEY=", "token: '", "Bearer ", "://u:p@", "-----BEGIN ", " PRIVATE KEY-----",
+                     "ghp_", "xoxb-", "eyJ", ".", "\n", " ", "_live_", "SK", "sk-", ":AA",
+                     "\u017fECRET=", "CREDENT\u0131AL:", "\u212aEY=", "PASSWORD = ", "bEaReR "]),
+    st.sampled_from(["hunter2hunter2", "abcdefgh12", "'x1y2z3w4'"]),
+    st.text(max_size=12),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_PIECES, max_size=12).map("".join))
+def test_the_shape_prefilter_changes_no_redaction(text: str) -> None:
+    """A shape is skipped only where it cannot match: the same result as trying them all."""
+    redactor = Redactor({})
+    assert redactor._text(text) == redactor._text(text, prefilter=False)
+
+
+def test_every_shape_has_needles_its_pattern_spells() -> None:
+    from executor.redact import SHAPE_NEEDLES, TOKEN_SHAPES
+
+    assert set(SHAPE_NEEDLES) <= {kind for kind, _ in TOKEN_SHAPES}
+    for kind, needles in SHAPE_NEEDLES.items():
+        assert needles and all(n == n.lower() for n in needles), kind

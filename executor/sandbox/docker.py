@@ -17,12 +17,13 @@ import secrets
 import socket
 import threading
 import time
+import zlib
 from collections.abc import Callable
 from importlib import resources
 from importlib.util import MAGIC_NUMBER
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 from pydantic import BaseModel, Field
 
@@ -90,17 +91,18 @@ LABEL_HOST = "sandbox-agent.host"
 LABEL_WORKSPACE = "sandbox-agent.workspace"
 NOBODY = 65534
 """The uid that owns a copy's repositories (and runs the tools of a read-only copy)."""
-# Reads the toolbox from stdin (`toolbox_payload`), then runs it: any image with python3 works.
-# Compiling the source costs 40-60 ms in the container, so the host sends its own compiled code
-# too; the container runs that when its bytecode format (the magic number) is the host's.
+# Says its bytecode format (the magic number), then reads the toolbox from stdin
+# (`toolbox_payload`) and runs it: any image with python3 works. Compiling the source costs
+# 40-60 ms in the container, so a container of the host's Python gets the host's compiled code;
+# both are zlib-compressed (the engine relays stdin slowly: 314 KB took 45 ms).
 _BOOTSTRAP = (
-    "import sys, marshal\n"
+    "import sys, marshal, zlib\n"
     "from importlib.util import MAGIC_NUMBER\n"
-    "magic, ncode, nsrc = sys.stdin.buffer.readline().split()\n"
-    "code = sys.stdin.buffer.read(int(ncode))\n"
-    "src = sys.stdin.buffer.read(int(nsrc))\n"
-    "same = bytes.fromhex(magic.decode()) == MAGIC_NUMBER\n"
-    "code = marshal.loads(code) if same else compile(src, 'toolbox.py', 'exec')\n"
+    "sys.stdout.buffer.write(MAGIC_NUMBER.hex().encode() + b'\\n')\n"
+    "sys.stdout.buffer.flush()\n"
+    "kind, size = sys.stdin.buffer.readline().split()\n"
+    "blob = zlib.decompress(sys.stdin.buffer.read(int(size)))\n"
+    "code = marshal.loads(blob) if kind == b'code' else compile(blob, 'toolbox.py', 'exec')\n"
     "sys.argv = ['toolbox'] + sys.argv[1:]\n"
     "exec(code, {'__name__': '__main__'})\n"
 )
@@ -148,6 +150,7 @@ sys.exit("; ".join(refused) or None)
 """
 
 Warn = Callable[[str], None]
+T = TypeVar("T")
 
 
 class SandboxConfig(BaseModel):
@@ -218,7 +221,7 @@ class Toolbox:
         self.exec_id = ""
 
     def start(self) -> dict[str, Any]:
-        """Start the process, send it the toolbox source; its ready line."""
+        """Start the process, send it the toolbox (code or source, as it asks); its ready line."""
         with docker_errors("starting the toolbox"):
             created = self._api.exec_create(
                 self._cid, ["python3", "-I", "-u", "-c", _BOOTSTRAP, *self._argv], stdin=True,
@@ -227,23 +230,28 @@ class Toolbox:
             self.exec_id = created["Id"]
             sock = self._api.exec_start(self.exec_id, socket=True)
         key = secrets.token_bytes(32) if "--sign" in self._argv else None
-        self._channel = Channel(getattr(sock, "_sock", sock), key)
+        channel = self._channel = Channel(getattr(sock, "_sock", sock), key)
         signing = key.hex().encode() + b"\n" if key else b""
-        self._channel.send(toolbox_payload() + signing)
+        magic = self._started(channel.read_line)
+        channel.send(toolbox_payload(magic) + signing)
         ready = self._read_ready()
         self.ready = ready
         self.pid = int(ready.get("pid", 0)) or None
         return ready
 
-    def _read_ready(self) -> dict[str, Any]:
-        assert self._channel is not None
+    def _started(self, read: Callable[[float], T]) -> T:
+        """What the starting toolbox says next (its magic line, its ready line)."""
         try:
-            ready = self._channel.read_json(time.monotonic() + _START_TIMEOUT)
+            return read(time.monotonic() + _START_TIMEOUT)
         except ToolboxError as exc:
             raise ToolboxError(
                 f"the toolbox did not start: {exc}",
                 fix="the image needs python3 >= 3.9; check `sandbox-agent doctor`",
             ) from exc
+
+    def _read_ready(self) -> dict[str, Any]:
+        assert self._channel is not None
+        ready = self._started(self._channel.read_json)
         if not ready.get("ready"):
             raise ToolboxError(f"the toolbox sent {ready!r} instead of its ready line")
         return ready
@@ -349,7 +357,7 @@ class DockerSandbox:
             self._gvisor = self._runtime_is_gvisor()
             image = self._image()
             # compiled while the engine makes the container (GIL released on its socket)
-            threading.Thread(target=toolbox_payload, name="toolbox-compile", daemon=True).start()
+            threading.Thread(target=compiled_toolbox, name="toolbox-compile", daemon=True).start()
             if self.copying:
                 self._plan_copy()
             else:
@@ -849,13 +857,31 @@ def hosts_file(directory: Path) -> Path:
     return path
 
 
+def toolbox_payload(magic: bytes) -> bytes:
+    """What `_BOOTSTRAP` reads once it said its bytecode `magic` (a hex line): the toolbox
+    compiled by this interpreter when the formats agree, else its source; zlib-compressed."""
+    try:
+        same = bytes.fromhex(magic.decode("ascii").strip()) == MAGIC_NUMBER
+    except ValueError:
+        same = False
+    kind, blob = ("code", compiled_toolbox()) if same else ("source", _toolbox_source())
+    return f"{kind} {len(blob)}\n".encode() + blob
+
+
 @functools.cache
-def toolbox_payload() -> bytes:
-    """What `_BOOTSTRAP` reads: `<magic hex> <code bytes> <source bytes>`, the code compiled
-    by this interpreter (marshal), then the source (for a container of another Python)."""
-    source = resources.files("executor.sandbox").joinpath("toolbox.py").read_bytes()
-    code = marshal.dumps(compile(source, "toolbox.py", "exec", dont_inherit=True))
-    return f"{MAGIC_NUMBER.hex()} {len(code)} {len(source)}\n".encode() + code + source
+def compiled_toolbox() -> bytes:
+    """The toolbox compiled here (marshal, compressed); made once a process."""
+    code = compile(_toolbox_file(), "toolbox.py", "exec", dont_inherit=True)
+    return zlib.compress(marshal.dumps(code), 6)
+
+
+@functools.cache
+def _toolbox_source() -> bytes:
+    return zlib.compress(_toolbox_file(), 6)
+
+
+def _toolbox_file() -> bytes:
+    return resources.files("executor.sandbox").joinpath("toolbox.py").read_bytes()
 
 
 def container_name(session_id: str) -> str:

@@ -19,7 +19,6 @@ from executor.errors import (
     RuntimeNotFoundError,
     SandboxAgentError,
 )
-from executor.protocols import Model, ServedModel
 from executor.sandbox.engine import (
     IMAGE_FIX,
     RUNTIME_FIX,
@@ -33,6 +32,7 @@ from executor.text import inert, inert_line, markup_safe
 
 if TYPE_CHECKING:  # imported where used: `--help` must not load pydantic or the docker SDK
     from executor.config import Settings
+    from executor.protocols import Model, ServedModel
 
 image_app = typer.Typer(help="Build the sandbox image, or ship it to another engine.",
                         no_args_is_help=True)
@@ -286,6 +286,8 @@ def available_models(settings: Settings) -> list[str]:
 
 def _served(model: Model) -> ServedModel:
     """The model of a server provider (every provider but the embedded one is)."""
+    from executor.protocols import ServedModel
+
     if not isinstance(model, ServedModel):
         model.close()
         raise ConfigError(f"provider of {model.name!r} has no server to ask")

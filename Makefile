@@ -10,13 +10,19 @@ BIN := $(VENV)/bin
 IMAGE ?= sandbox-agent:latest
 BASE ?= python:3.12-slim
 OFFLINE_BASE ?= sandbox-agent-base:bookworm
+BENCH_VENV ?= build/bench-venv
+# mypy 2 checks no code for Python 3.9, where the toolbox must still run: an older one, apart.
+MYPY39 ?= build/mypy39
+MYPY39_VERSION ?= mypy==1.19.1
+# The peers bench_peers.py compares with, installed apart from sandbox-agent (make bench-venv).
+PEERS ?= mini-swe-agent==2.4.6 llm-sandbox[docker]==0.3.46
 DEMO_DIR ?= build/demo-project
 DEMO_ASK ?= Create greet.py with a function greet(name) that returns 'Hello, ' + name, and a line that prints greet('world').
 DEMO_FOLLOW_UP ?= Now run python3 greet.py and tell me what it prints.
 export TESTCONTAINERS_RYUK_DISABLED := true
 
 .PHONY: help install install-local engine podman host-tools base-image image test test-fast \
-        test-docker test-embedded lint demo bench bench-agent gc clean
+        test-docker test-embedded lint demo bench bench-venv bench-agent gc clean
 
 help:
 	@echo "make demo           one command: set up and run a real ask with the embedded model"
@@ -30,8 +36,9 @@ help:
 	@echo "make test-fast      unit tests only (no Docker)"
 	@echo "make test-docker    tests against real containers"
 	@echo "make test-embedded  tests with the embedded model"
-	@echo "make lint           ruff + mypy"
-	@echo "make bench          benchmarks (print figures)"
+	@echo "make lint           ruff + mypy (the toolbox also as Python 3.9 code)"
+	@echo "make bench          benchmarks (print figures), the peers side by side included"
+	@echo "make bench-venv     mini-swe-agent and llm-sandbox in $(BENCH_VENV), for bench_peers"
 	@echo "make bench-agent    the agent on everyday tasks with the embedded model (slow)"
 	@echo "make gc             remove orphaned sandbox containers"
 
@@ -74,9 +81,16 @@ image: install engine
 	fi; \
 	$(BIN)/sandbox-agent image build --base $$base --tag $(IMAGE) --quiet
 
-lint: install
+$(MYPY39)/.installed: Makefile
+	@rm -rf $(MYPY39) && $(PYTHON) -m venv $(MYPY39)
+	$(MYPY39)/bin/pip install -q '$(MYPY39_VERSION)'
+	touch $@
+
+lint: install $(MYPY39)/.installed
 	$(BIN)/ruff check executor tests benchmarks examples
 	$(BIN)/mypy
+	$(MYPY39)/bin/mypy --config-file= --python-version 3.9 --check-untyped-defs \
+		executor/sandbox/toolbox.py
 
 test-fast: install host-tools
 	$(BIN)/python -m pytest tests/unit -q
@@ -107,8 +121,18 @@ demo: install-local image
 	@echo && echo "== the audit trail of both runs:"
 	@$(BIN)/sandbox-agent audit verify --root $(DEMO_DIR)
 
-bench: install image podman host-tools
+# A peer that does not install is reported by bench_peers.py (with the log), not a failure.
+$(BENCH_VENV)/.installed: Makefile
+	@rm -rf $(BENCH_VENV) && $(PYTHON) -m venv $(BENCH_VENV)
+	@if $(BENCH_VENV)/bin/pip install -q $(PEERS) >$(BENCH_VENV).log 2>&1; then touch $@; \
+	else echo "could not install the peers ($(PEERS)): see $(BENCH_VENV).log"; fi
+
+bench-venv: $(BENCH_VENV)/.installed
+
+bench: install image podman host-tools bench-venv
+	$(BIN)/python benchmarks/bench_peers.py --venv $(BENCH_VENV)
 	$(BIN)/python benchmarks/bench_sandbox.py
+	$(BIN)/python benchmarks/bench_calls.py
 	$(BIN)/python benchmarks/bench_runtimes.py
 	$(BIN)/python benchmarks/bench_context.py
 	$(BIN)/python benchmarks/bench_tracking.py

@@ -1,23 +1,31 @@
 """Sandbox figures, measured side by side in one run (ratios matter more than absolutes).
 
     python benchmarks/bench_sandbox.py [--calls 2000] [--starts 10] [--files 20000]
+                                       [--sessions 20] [--each 200]
 
 1. tool-call overhead: a small read_file host -> toolbox -> host, against the same read as one
    `docker exec cat` per call, and against an in-process read on the host;
 2. session start: container created and the toolbox answering its first call;
-3. search_files over a generated tree of N files, against ripgrep run directly on the host.
+3. search_files over a generated tree of N files, against ripgrep run directly on the host;
+4. concurrent sessions: `--sessions` sandboxes started, then each does `--each` small read_file
+   calls at the same time as all the others (one thread a session): back to back, and paced
+   (a random pause between calls, as a session waiting on its model has); p50/p95/p99 of every
+   call, beside one session alone doing the same.
 """
 
 from __future__ import annotations
 
 import argparse
+import random
 import shutil
 import statistics
 import subprocess
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from executor.config import DEFAULT_IMAGE
@@ -114,22 +122,92 @@ def bench_search(root: Path, client: object, files: int) -> None:
     print(f"   ratio sandbox / host         {ratio:.2f}x")
 
 
+def percentiles(samples: list[float]) -> str:
+    """p50, p95 and p99 in milliseconds."""
+    ordered = sorted(samples)
+
+    def at(q: float) -> float:
+        return ordered[min(len(ordered) - 1, int(len(ordered) * q))] * 1000
+
+    return (f"p50 {at(0.5):7.3f} ms   p95 {at(0.95):7.3f} ms   p99 {at(0.99):7.3f} ms   "
+            f"n={len(ordered)}")
+
+
+def bench_concurrent(root: Path, client: object, sessions: int, each: int) -> None:
+    """`sessions` sandboxes answering small read_file calls all at once."""
+    (root / "small.txt").write_text("hello\n" * 20)
+    with ThreadPoolExecutor(4) as pool:  # four starts at a time: the engine serialises anyway
+        boxes = list(pool.map(lambda _: _started(root, client), range(sessions)))
+    try:
+        alone = timed(lambda: boxes[0].call("read_file", {"path": "small.txt"}), each)
+        closed = _all_at_once(boxes, each, pause=0.0)
+        paced = _all_at_once(boxes, each, pause=PACE)
+    finally:
+        with ThreadPoolExecutor(4) as pool:
+            list(pool.map(lambda box: box.stop(), boxes))
+    print(f"4. {sessions} concurrent sessions, small read_file, {each} calls each")
+    print(f"   one session alone            {percentiles(alone)}")
+    print(f"   all back to back             {percentiles(closed)}")
+    print(f"   all, {PACE * 1000:.0f} ms apart on average  {percentiles(paced)}")
+
+
+PACE = 0.02
+"""Mean seconds between two calls of a session in the paced round (random, 0 to twice that):
+20 sessions then make about 1,000 calls a second, far more than agents waiting on a model."""
+
+
+def _all_at_once(boxes: list[DockerSandbox], each: int, pause: float) -> list[float]:
+    """Every call's seconds, the sessions calling together (one thread each)."""
+    gate = threading.Barrier(len(boxes))
+    results: list[list[float]] = [[] for _ in boxes]
+
+    def worker(i: int) -> None:
+        rng = random.Random(i)
+        gate.wait()
+        for _ in range(each):
+            time.sleep(rng.uniform(0, 2 * pause))
+            results[i] += timed(lambda: boxes[i].call("read_file", {"path": "small.txt"}), 1)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(len(boxes))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return [sample for samples in results for sample in samples]
+
+
+def _started(root: Path, client: object) -> DockerSandbox:
+    box = DockerSandbox(config(root), client=client)
+    box.start()
+    box.call("read_file", {"path": "small.txt"})
+    return box
+
+
 def main() -> None:
-    """Run the three measurements."""
+    """Run the measurements (all four, or `--only` one)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--starts", type=int, default=10)
     parser.add_argument("--files", type=int, default=20_000)
+    parser.add_argument("--sessions", type=int, default=20)
+    parser.add_argument("--each", type=int, default=200)
+    parser.add_argument("--only", choices=["calls", "start", "search", "concurrent"])
     options = parser.parse_args()
     client = connect()
     with tempfile.TemporaryDirectory(prefix="bench-sandbox-") as tmp:
         root = Path(tmp) / "proj"
         root.mkdir()
-        bench_calls(root, client, options.calls)
-        bench_start(root, client, options.starts)
-        tree = Path(tmp) / "tree"
-        tree.mkdir()
-        bench_search(tree, client, options.files)
+        wanted = {options.only} if options.only else {"calls", "start", "search", "concurrent"}
+        if "calls" in wanted:
+            bench_calls(root, client, options.calls)
+        if "start" in wanted:
+            bench_start(root, client, options.starts)
+        if "search" in wanted:
+            tree = Path(tmp) / "tree"
+            tree.mkdir()
+            bench_search(tree, client, options.files)
+        if "concurrent" in wanted:
+            bench_concurrent(root, client, options.sessions, options.each)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ import argparse
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from executor.hooks import Event
+from executor.hooks import Event, ToolCallEvent
 from executor.messages import ToolResult
 from executor.runner import Runner
 from executor.tools import RiskLevel, Tool, ToolContext, register
@@ -50,7 +50,8 @@ class CountLines(Tool):
 
 def show(event: Event) -> None:
     """Print one line per tool call and its policy decision."""
-    print(f"-> {event.data['tool']} {event.data['arguments']} ({event.data['decision']})")
+    if isinstance(event, ToolCallEvent):
+        print(f"-> {event.tool} {event.arguments} ({event.decision})")
 
 
 def main() -> None:

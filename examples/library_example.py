@@ -10,16 +10,16 @@ from __future__ import annotations
 
 import argparse
 
-from executor.hooks import Event
+from executor.hooks import Event, ToolCallEvent, ToolResultEvent
 from executor.runner import Runner
 
 
 def show(event: Event) -> None:
     """Print one line per tool call and its outcome."""
-    if event.kind == "tool_call":
-        print(f"-> {event.data['tool']} {event.data['arguments']} ({event.data['decision']})")
-    elif event.kind == "tool_result":
-        print(f"<- {event.data['tool']} ok={event.data['ok']}")
+    if isinstance(event, ToolCallEvent):
+        print(f"-> {event.tool} {event.arguments} ({event.decision})")
+    elif isinstance(event, ToolResultEvent):
+        print(f"<- {event.tool} ok={event.ok}")
 
 
 def main() -> None:

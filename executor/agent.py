@@ -17,7 +17,17 @@ from pydantic import BaseModel, ValidationError
 
 from executor.coach import Coach
 from executor.errors import AgentError, MaxTurnsExceeded, SandboxAgentError
-from executor.hooks import HookBus
+from executor.hooks import (
+    HookBus,
+    ModelRequestEvent,
+    NoticeEvent,
+    ThinkingEvent,
+    TokenEvent,
+    ToolCallEvent,
+    ToolOutputEvent,
+    ToolResultEvent,
+    WarningEvent,
+)
 from executor.messages import Message, ModelReply, ToolCall, ToolResult, ToolSpec, Usage
 from executor.protocols import Model
 from executor.tools.base import Tool, ToolContext, ToolRegistry, format_validation_error
@@ -132,7 +142,7 @@ class Agent:
                 nudge = self.coach.review(reply.message.content) if self.coach else None
                 if nudge is None:
                     return RunResult(reply.message.content, turn, records)
-                self.hooks.emit("notice", message=f"the answer went back to the model: {nudge}")
+                self.hooks.emit(NoticeEvent(message=f"the answer went back to the model: {nudge}"))
                 self.add(Message.user(nudge))
                 continue
             records += [self.execute(call) for call in reply.message.tool_calls]
@@ -150,20 +160,20 @@ class Agent:
         reply = self.model.chat(sent, specs, on_token=self._token, on_thinking=self._thinking)
         if self.fitter is not None:
             self.fitter.observe(sent, reply.usage)
-        self.hooks.emit(
-            "model_request", model=self.model.name, messages=len(sent),
+        self.hooks.emit(ModelRequestEvent(
+            model=self.model.name, messages=len(sent),
             prompt_bytes=sum(len(m.content) for m in sent), tools=[s.name for s in specs],
             duration_ms=round((time.monotonic() - started) * 1000, 1),
             prompt_tokens=reply.usage.prompt_tokens,
             completion_tokens=reply.usage.completion_tokens, reply=reply.raw, prompt=sent,
-        )
+        ))
         return reply
 
     def _token(self, text: str) -> None:
-        self.hooks.emit("token", text=text)
+        self.hooks.emit(TokenEvent(text=text))
 
     def _thinking(self, text: str) -> None:
-        self.hooks.emit("thinking", text=text)
+        self.hooks.emit(ThinkingEvent(text=text))
 
     def _reject(self, reply: ModelReply, bad_replies: int) -> int:
         """Tell the model what was wrong with its reply; give up after a few in a row."""
@@ -171,10 +181,10 @@ class Agent:
             raise AgentError(
                 f"the model sent {bad_replies + 1} unusable replies in a row: {reply.problem}",
                 fix="try a more capable model"
-                + ("" if getattr(self.model, "tool_protocol", "") == "constrained"
+                + ("" if self.model.tool_protocol == "constrained"
                    else ", or --tool-protocol constrained"),
             )
-        self.hooks.emit("warning", message=f"unusable model reply: {reply.problem}")
+        self.hooks.emit(WarningEvent(message=f"unusable model reply: {reply.problem}"))
         self.add(Message.assistant(reply.raw or reply.message.content))
         self.add(Message.user(f"Your last reply could not be used: {reply.problem}"))
         return bad_replies + 1
@@ -185,10 +195,10 @@ class Agent:
         if self.coach is not None:
             self.coach.observe(call, record.result)
         self.add(Message.tool(call, record.result.output))
-        self.hooks.emit(
-            "tool_result", call_id=call.id, tool=call.name, ok=record.result.ok,
+        self.hooks.emit(ToolResultEvent(
+            call_id=call.id, tool=call.name, ok=record.result.ok,
             output=record.result.output, meta=record.result.meta,
-        )
+        ))
         return record
 
     def _run_tool(self, call: ToolCall) -> ToolCallRecord:
@@ -204,11 +214,11 @@ class Agent:
         if refusal is not None:
             return self._refused(call, refusal, "coach:read-before-write")
         verdict = self.authorize(tool, args, call)
-        self.hooks.emit(
-            "tool_call", call_id=call.id, tool=call.name, arguments=call.arguments,
+        self.hooks.emit(ToolCallEvent(
+            call_id=call.id, tool=call.name, arguments=call.arguments,
             decision="allow" if verdict.allowed else "deny", rule=verdict.rule,
             approved_by=verdict.approved_by, reason=verdict.reason,
-        )
+        ))
         if not verdict.allowed:
             return ToolCallRecord(call, ToolResult.error(f"Denied: {verdict.reason}"), verdict.rule)
         result = self._call(tool, args, verdict.host_args, call)
@@ -223,7 +233,7 @@ class Agent:
         except SandboxAgentError:
             raise  # infrastructure (engine, toolbox, audit): the run cannot go on
         except Exception as exc:  # a custom tool's bug is the model's result, not a crash
-            self.hooks.emit("warning", message=f"tool {tool.name} raised {exc!r}")
+            self.hooks.emit(WarningEvent(message=f"tool {tool.name} raised {exc!r}"))
             result = ToolResult.error(f"{tool.name} failed: {type(exc).__name__}: {exc}")
         result.meta.setdefault("duration_ms", round((time.monotonic() - started) * 1000, 1))
         return result
@@ -232,15 +242,16 @@ class Agent:
         """Relays a running command's output as `tool_output` events (untrusted text)."""
 
         def relay(stream: str, text: str) -> None:
-            self.hooks.emit("tool_output", call_id=call.id, tool=call.name, stream=stream,
-                            text=text)
+            self.hooks.emit(ToolOutputEvent(
+                call_id=call.id, tool=call.name, text=text,
+                stream="stderr" if stream == "stderr" else "stdout"))
 
         return relay
 
     def _refused(self, call: ToolCall, message: str, rule: str) -> ToolCallRecord:
-        self.hooks.emit(
-            "tool_call", call_id=call.id, tool=call.name, arguments=call.arguments,
+        self.hooks.emit(ToolCallEvent(
+            call_id=call.id, tool=call.name, arguments=call.arguments,
             decision="reject", rule=rule, approved_by=None, reason=message,
-        )
+        ))
         return ToolCallRecord(call, ToolResult.error(message), rule)
 

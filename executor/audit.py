@@ -6,7 +6,8 @@ with one outside the project), one record a line, directory mode 0700, files 060
 is opened without following links and without blocking, and must be a regular file we own: a
 symlink or FIFO in place of a day file is an error, never followed and never a hang. A lock file
 `.lock` beside the day files serialises writers (one `fcntl.flock` held while the tail is
-read and the record appended, then fsync), so concurrent runs on one root keep one chain.
+read and the record appended), so concurrent runs on one root keep one chain. When records
+are fsynced: executor/durable.py.
 
 Record: `{"seq": n, "ts": "2024-05-01T12:00:00.000000Z", "kind": ..., "session": ...,
 "run": ..., <fields>, "prev": <hash of record n-1>, "hash": <hash of this record>}`.
@@ -47,6 +48,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any, Literal, TextIO
 
+from executor import durable
 from executor.errors import AuditError, AuditIntegrityError, ConfigError, SandboxAgentError
 from executor.redact import Redactor
 from executor.state import (
@@ -233,7 +235,7 @@ def _append_line(path: Path, line: bytes) -> os.stat_result:
             line = b"\n" + line  # a torn line from a crash: start ours on a line of its own
         try:
             _write_all(fd, line)
-            os.fsync(fd)
+            durable.sync(fd)
         except OSError:
             with contextlib.suppress(OSError):
                 os.ftruncate(fd, size)
@@ -293,6 +295,7 @@ class AuditLog:
         self._warned = False
         self._paths: dict[str, str] = {}
         self._started: float | None = None
+        self._prepared = False
 
     @classmethod
     def for_root(
@@ -513,7 +516,7 @@ class AuditLog:
     def run_end(
         self,
         *,
-        turns: int,
+        turns: int | None,
         status: str = "ok",
         duration_ms: float | None = None,
         answer: str | None = None,
@@ -539,27 +542,61 @@ class AuditLog:
         A required log subscribes as critical: its `AuditError` propagates out of `emit`,
         so a failed `tool_call` record stops the run before the call executes.
         """
-        handlers = self._handlers()
-        for kind in exclude:
-            handlers.pop(kind, None)
+        left_out = set(exclude)
+        kinds: list[Any] = [kind for kind in RECORDED_EVENTS if kind not in left_out]
+        return bus.subscribe(self.record_event, *kinds, critical=self.required)
 
-        def on_event(event: Event) -> None:
-            try:
-                handlers[event.kind](**event.data)
-            except (TypeError, ValueError):  # a payload that does not fit is still recorded
-                self.record(_EVENT_KINDS.get(event.kind, event.kind), **_unreserved(event.data))
+    def record_event(self, event: Event) -> dict[str, Any] | None:
+        """The record of one hook event (None: a kind the log does not record)."""
+        from executor import hooks as h  # pydantic only where events exist: `verify` starts fast
 
-        kinds: list[Any] = list(handlers)
-        return bus.subscribe(on_event, *kinds, critical=self.required)
+        if isinstance(event, h.RunStartEvent):
+            parent = {"parent_session": event.parent_session} if event.parent_session else {}
+            return self.run_start(
+                root=event.root, provider=event.provider, model=event.model, image=event.image,
+                image_digest=event.image_digest, container_id=event.container_id,
+                mount_mode=event.mount_mode, policy_source=event.policy_source, argv=event.argv,
+                user=event.user, host=event.host, runtime=event.runtime, engine=event.engine,
+                workspace=event.workspace, instructions=event.instructions, skills=event.skills,
+                tools=event.tools, **parent)
+        if isinstance(event, h.SandboxStartEvent):
+            return self.sandbox_start(
+                container_id=event.container_id, image=event.image,
+                image_digest=event.image_digest, mount_mode=event.mount_mode,
+                duration_ms=event.duration_ms, container_name=event.container_name,
+                network=event.network, user=event.user, workspace=event.workspace,
+                runtime=event.runtime, engine=event.engine, reattached=event.reattached)
+        if isinstance(event, h.ModelRequestEvent):
+            return self.model_request(
+                messages=event.messages, prompt_bytes=event.prompt_bytes,
+                duration_ms=event.duration_ms, prompt_tokens=event.prompt_tokens,
+                completion_tokens=event.completion_tokens, model=event.model, reply=event.reply,
+                prompt=event.prompt, tools=event.tools)
+        if isinstance(event, h.ToolCallEvent):
+            return self.tool_call(
+                tool=event.tool, arguments=event.arguments, decision=event.decision,
+                rule=event.rule, reason=event.reason, approved_by=event.approved_by,
+                call_id=event.call_id)
+        if isinstance(event, h.ToolResultEvent):
+            return self.tool_result(tool=event.tool, ok=event.ok, output=event.output,
+                                    meta=event.meta, call_id=event.call_id)
+        return self._record_other(event)
 
-    def _handlers(self) -> dict[str, Callable[..., dict[str, Any]]]:
-        return {
-            "run_start": self.run_start, "sandbox_start": self.sandbox_start,
-            "model_request": self.model_request,
-            "tool_call": self.tool_call, "tool_result": self.tool_result,
-            "retry": self.retry, "complete": self.run_end, "error": self.error,
-            "warning": self.warning,
-        }
+    def _record_other(self, event: Event) -> dict[str, Any] | None:
+        from executor import hooks as h
+
+        if isinstance(event, h.RetryEvent):
+            return self.retry(attempt=event.attempt, reason=event.reason, delay=event.delay,
+                              url=event.url)
+        if isinstance(event, h.CompleteEvent):
+            return self.run_end(turns=event.turns, status=event.status,
+                                duration_ms=event.duration_ms, answer=event.answer)
+        if isinstance(event, h.ErrorEvent):
+            return self.error(message=event.message, error_type=event.error_type,
+                              exit_code=event.exit_code)
+        if isinstance(event, h.WarningEvent):
+            return self.warning(message=event.message)
+        return None
 
     # ------------------------------------------------------------------ internals
 
@@ -606,13 +643,19 @@ class AuditLog:
         return self.directory / name
 
     def _prepare_dir(self) -> None:
+        """Make and check the directory: before the first record and after a failed one (each
+        file in it is still opened without following links and checked, record by record)."""
+        if self._prepared:
+            return
         if self._state_root is not None:
             ensure_project_dir(self._state_root)
         private_dir(self.directory, parents=True)
+        self._prepared = True
 
     def _fail(self, exc: Exception) -> None:
         self.failures += 1
         self._cache = None
+        self._prepared = False
         error = AuditError(
             f"audit record could not be written to {self.directory}: {exc}",
             fix="make the audit directory writable (or run without --audit-required)",
@@ -633,7 +676,9 @@ _RESULT_META = (
     "exit_code", "timed_out", "duration_ms", "bytes", "sha256_before", "sha256_after",
     "lines_changed",
 )
-_EVENT_KINDS = {"complete": "run_end"}
+RECORDED_EVENTS = ("run_start", "sandbox_start", "model_request", "tool_call", "tool_result",
+                   "retry", "complete", "error", "warning")
+"""The hook events the log records (`complete` as `run_end`)."""
 ARGUMENT_MAX_BYTES = 16 * 1024
 """A longer string argument (a write's content) is kept as its head, length and SHA-256."""
 
@@ -665,10 +710,6 @@ def _changes(value: Any) -> list[Mapping[str, Any]]:
     if not isinstance(value, list):
         return []
     return [entry for entry in value if isinstance(entry, Mapping) and entry.get("path")]
-
-
-def _unreserved(data: Mapping[str, Any]) -> dict[str, Any]:
-    return {(f"data_{k}" if k in RESERVED else k): v for k, v in data.items()}
 
 
 # ---------------------------------------------------------------------------- verify

@@ -31,6 +31,7 @@ from executor.choices import Provider as Provider
 from executor.choices import ThinkLevel as ThinkLevel
 from executor.choices import ToolProtocol as ToolProtocol
 from executor.choices import WorkspaceMode as WorkspaceMode
+from executor.durable import FsyncPolicy
 from executor.errors import ConfigError
 from executor.userconfig import read_user_config, user_config_path, where
 
@@ -157,6 +158,9 @@ class Settings(BaseSettings):
     """Audit directory (outside the project); None: the project's dir in the user state dir."""
     audit_max_result_bytes: int = Field(4096, ge=0)
     """Bytes of each tool result kept in the audit preview."""
+    fsync: FsyncPolicy = "background"
+    """When session and audit lines are fsynced: on a background thread right after each write
+    (background), or before the loop goes on (always); docs/SESSIONS.md."""
 
     @classmethod
     def settings_customise_sources(

@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from executor.choices import ToolProtocol
 from executor.hooks import EventKind
 from executor.messages import Message, ModelReply, ToolResult, ToolSpec
 from executor.protocols import Model, TokenCallback
@@ -79,9 +80,7 @@ class BorrowedModel:
     def __init__(self, model: Model) -> None:
         self._model = model
         self.name = model.name
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._model, name)
+        self.tool_protocol: ToolProtocol = model.tool_protocol
 
     def chat(self, messages: Sequence[Message], tools: Sequence[ToolSpec], *,
              on_token: TokenCallback | None = None,

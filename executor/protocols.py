@@ -7,11 +7,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from types import TracebackType
-from typing import Any, Protocol, Self, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, Self, runtime_checkable
 
 from pydantic import BaseModel
 
+from executor.choices import ToolProtocol
 from executor.messages import Message, ModelReply, ToolResult, ToolSpec
+
+if TYPE_CHECKING:
+    from executor.models.embedded import LoadProgress
 
 TokenCallback = Callable[[str], None]
 OutputCallback = Callable[[str, str], None]
@@ -24,6 +28,8 @@ class Model(Protocol):
 
     name: str
     """Model name as the provider knows it."""
+    tool_protocol: ToolProtocol
+    """How tools are offered: native (the `tools` field), json or constrained (in the text)."""
 
     def chat(
         self,
@@ -46,6 +52,28 @@ class Model(Protocol):
 
     def close(self) -> None:
         """Release connections (and, for the embedded model, the server)."""
+        ...
+
+
+@runtime_checkable
+class LoadingModel(Model, Protocol):
+    """A model that loads before its first request (the embedded one), reporting progress."""
+
+    def start(self, progress: Callable[[LoadProgress], None] | None = None) -> object:
+        """Load (and serve) the model; does nothing when it runs already."""
+        ...
+
+
+@runtime_checkable
+class ServedModel(Model, Protocol):
+    """A model behind a server that can say whether it answers and which models it has."""
+
+    def ping(self) -> str:
+        """What the server says it is (raises a ModelError when it does not answer)."""
+        ...
+
+    def list_models(self) -> list[str]:
+        """The names of the models the server has."""
         ...
 
 

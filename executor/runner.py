@@ -21,10 +21,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Protocol, Self
+from typing import TYPE_CHECKING, Any, Protocol, Self
 
 from pydantic import BaseModel, Field, ValidationError
 
+from executor import durable
 from executor.agent import Agent, Authorization, RunResult
 from executor.audit import AuditLog
 from executor.coach import Coach
@@ -46,13 +47,26 @@ from executor.delegation import (
     DelegateArgs,
 )
 from executor.errors import ConfigError, MaxTurnsExceeded, SandboxAgentError, UserError
-from executor.hooks import Event, HookBus
+from executor.hooks import (
+    ChildEvent,
+    CompleteEvent,
+    ErrorEvent,
+    Event,
+    HookBus,
+    InstructionsEvent,
+    NoticeEvent,
+    ProgressEvent,
+    RunStartEvent,
+    SandboxStartEvent,
+    SkillsEvent,
+    WarningEvent,
+)
 from executor.instructions import Instructions, read_project_instructions
 from executor.messages import Message, ToolCall, ToolResult, ToolSpec
 from executor.models import build_model
 from executor.models.toolproto import uses_json
 from executor.policy import Decision, Policy, PolicyOverrides, load_policy
-from executor.protocols import Model, Sandbox
+from executor.protocols import LoadingModel, Model, Sandbox
 from executor.redact import Redactor
 from executor.sandbox.docker import DockerSandbox, SandboxConfig
 from executor.sandbox.environment import sandbox_environment
@@ -66,6 +80,9 @@ from executor.workspace.apply import pending
 from executor.workspace.changes import Changeset, load_changes
 from executor.workspace.sessions import CopyWorkspace, JournaledSandbox
 from executor.workspace.store import BlobStore
+
+if TYPE_CHECKING:
+    from executor.models.embedded import LoadProgress
 
 SandboxFactory = Callable[[SandboxConfig], Sandbox]
 """Makes a session's sandbox from its configuration (the default: a `DockerSandbox`)."""
@@ -267,6 +284,7 @@ class Runner:
         """Start the model, the session, the container and the audit log."""
         if self.agent is not None:
             return
+        durable.SYNCER.policy = self.settings.fsync
         try:
             self._load_skills()
             self._start_model()
@@ -284,7 +302,7 @@ class Runner:
             self._announce(store)
             for notice in [legacy_notice(self.options.root), *self.policy.notices]:
                 if notice:
-                    self.hooks.emit("notice", message=notice)
+                    self.hooks.emit(NoticeEvent(message=notice))
             self.agent = self._agent(store, history)
             if self._lazy is not None and self.options.sandbox_warm_up == 0:
                 self._lazy.warm_up(0)
@@ -306,6 +324,8 @@ class Runner:
             self.sandbox, self._lazy = None, None
             self.model.close()
             self._drop_empty_session()
+            for error in durable.SYNCER.flush():
+                self._warn(f"a session or audit line may not be on disk yet: fsync: {error}")
 
     def _may_start_later(self) -> bool:
         """A bind mount on the default engine can start on first use; a copy, or an engine named
@@ -362,11 +382,11 @@ class Runner:
     def _finished(self, status: str, started: float, *, error: BaseException | None = None,
                   answer: str | None = None, turns: int | None = None) -> None:
         if isinstance(error, SandboxAgentError):
-            self.hooks.emit("error", message=str(error), error_type=type(error).__name__,
-                            exit_code=error.exit_code)
+            self.hooks.emit(ErrorEvent(message=str(error), error_type=type(error).__name__,
+                                       exit_code=error.exit_code))
         self._record_end(status, turns, error)
-        self.hooks.emit("complete", status=status, answer=answer, turns=turns,
-                        duration_ms=round((time.monotonic() - started) * 1000))
+        self.hooks.emit(CompleteEvent(status=status, answer=answer, turns=turns,
+                                      duration_ms=round((time.monotonic() - started) * 1000)))
 
     def settle(self) -> None:
         """After an interrupted run: each tool call left without a result gets one saying so,
@@ -409,10 +429,12 @@ class Runner:
     # -- wiring ------------------------------------------------------------------------------
 
     def _start_model(self) -> None:
-        start = getattr(self.model, "start", None)
-        if callable(start):  # the embedded model loads here, with progress on the bus
-            start(lambda p: self.hooks.emit("progress", message=p.describe(),
-                                            fraction=p.fraction, phase=p.phase))
+        if isinstance(self.model, LoadingModel):  # the embedded one, with progress on the bus
+            self.model.start(self._loading)
+
+    def _loading(self, progress: LoadProgress) -> None:
+        self.hooks.emit(ProgressEvent(message=progress.describe(), fraction=progress.fraction,
+                                      phase=progress.phase))
 
     def _open_session(self) -> tuple[NdjsonSessionStore, list[Message]]:
         root, name = self.options.root, self.options.session
@@ -421,7 +443,7 @@ class Runner:
                 root, name)
             history = pair_tool_results(store.load())
             for warning in store.warnings:
-                self.hooks.emit("warning", message=warning)
+                self.hooks.emit(WarningEvent(message=warning))
             store.record_event("resumed", model=self.model.name)
             return store, history
         if name is not None and name in session_names(root):
@@ -476,8 +498,8 @@ class Runner:
         info = sandbox.info
         if self.options.resume:
             how = "re-attached to" if getattr(sandbox, "reattached", False) else "started a new"
-            self.hooks.emit("notice", message=f"resumed session {store.name}: {how} container "
-                                              f"{info.container_name}")
+            self.hooks.emit(NoticeEvent(message=f"resumed session {store.name}: {how} container "
+                                            f"{info.container_name}"))
         store.update_header(container=info.container_name, sandbox_id=self._sandbox_id,
                             image_digest=info.image_digest, mount_mode=info.mount_mode,
                             workspace=self._workspace_mode)
@@ -486,8 +508,8 @@ class Runner:
         """The configured workspace; a resumed session keeps the one it started with."""
         recorded = header.workspace if self.options.resume else ""
         if recorded and recorded != self.settings.workspace:
-            self.hooks.emit("notice", message=f"session {header.name} runs in its "
-                                              f"{recorded} workspace")
+            self.hooks.emit(NoticeEvent(message=f"session {header.name} runs in its "
+                                            f"{recorded} workspace"))
         return recorded or self.settings.workspace
 
     def _put_back(self, session: str) -> dict[str, list[Any] | None]:
@@ -525,13 +547,11 @@ class Runner:
         assert self.sandbox is not None and self.store is not None
         self._record_sandbox(self.sandbox, self.store)
         info = self.sandbox.info
-        self.hooks.emit("sandbox_start", container_id=info.container_id,
-                        container_name=info.container_name, image=info.image,
-                        image_digest=info.image_digest, mount_mode=info.mount_mode,
-                        network=info.network, user=info.user, workspace=info.workspace,
-                        runtime=info.runtime, engine=info.engine,
-                        reattached=getattr(self.sandbox, "reattached", False),
-                        duration_ms=round(took * 1000))
+        self.hooks.emit(SandboxStartEvent(
+            container_id=info.container_id, container_name=info.container_name, image=info.image,
+            image_digest=info.image_digest, mount_mode=info.mount_mode, network=info.network,
+            user=info.user, workspace=info.workspace, runtime=info.runtime, engine=info.engine,
+            reattached=getattr(self.sandbox, "reattached", False), duration_ms=round(took * 1000)))
 
     def _sandbox_config(self, session_id: str, digest: str, workspace: str = "bind",
                         put_back: dict[str, list[Any] | None] | None = None) -> SandboxConfig:
@@ -569,8 +589,8 @@ class Runner:
         """`run_start`; the container's identity is in it, or in `sandbox_start` once it runs."""
         assert self.sandbox is not None
         info = self.sandbox.info if self._lazy is None else None
-        self.hooks.emit(
-            "run_start", root=str(self.options.root), provider=self.settings.provider,
+        self.hooks.emit(RunStartEvent(
+            root=str(self.options.root), provider=self.settings.provider,
             model=self.model.name, image=info.image if info else self.settings.image,
             image_digest=info.image_digest if info else None,
             container_id=info.container_id if info else None, mount_mode=self._mount_mode(),
@@ -581,11 +601,10 @@ class Runner:
             instructions=({"source": self.instructions.source, "sha256": self.instructions.sha256}
                           if self.instructions else None),
             skills=[skill.record() for skill in self.skills.skills],
-            **({"parent_session": self.options.parent_session} if self.options.parent_session
-               else {}),
+            parent_session=self.options.parent_session or None,
             user=getpass.getuser(), host=socket.gethostname(), session=store.name,
             tools=self.tools.names(),
-        )
+        ))
 
     def _agent(self, store: NdjsonSessionStore, history: list[Message]) -> Agent:
         assert self.sandbox is not None
@@ -601,7 +620,7 @@ class Runner:
 
     def _coach(self) -> Coach | None:
         """Weak models, which the json protocols are for, get a coach; capable ones need none."""
-        return Coach() if uses_json(getattr(self.model, "tool_protocol", "native")) else None
+        return Coach() if uses_json(self.model.tool_protocol) else None
 
     def _system_prompt(self) -> str:
         prompt = self.options.system_prompt or SYSTEM_PROMPT
@@ -619,12 +638,12 @@ class Runner:
             paths=s.skill_paths, include=s.skills_include, exclude=s.skills_exclude,
             project=s.external_skills_enabled)
         for notice in self.skills.notices:
-            self.hooks.emit("notice", message=notice)
+            self.hooks.emit(NoticeEvent(message=notice))
         if self.skills.skills:
-            self.hooks.emit("skills", skills=[
+            self.hooks.emit(SkillsEvent(skills=[
                 {**skill.record(), "description": skill.description,
                  "text": skill.text if skill.source == "project" else None}
-                for skill in self.skills.skills])
+                for skill in self.skills.skills]))
 
     def _read_instructions(self) -> None:
         """AGENTS.md, announced (with its text, for --trace) when there is one."""
@@ -633,8 +652,8 @@ class Runner:
         self.instructions = read_project_instructions(self.options.root)
         if self.instructions is not None:
             i = self.instructions
-            self.hooks.emit("instructions", source=i.source, bytes=i.bytes,
-                            truncated=i.truncated, sha256=i.sha256, text=i.text)
+            self.hooks.emit(InstructionsEvent(source=i.source, bytes=i.bytes,
+                                              truncated=i.truncated, sha256=i.sha256, text=i.text))
 
     def _window(self, specs: list[ToolSpec]) -> ContextWindow:
         budget = resolve_budget(self.settings.max_tokens, self.model.context_length())
@@ -647,7 +666,7 @@ class Runner:
         return reply.message.content
 
     def _warn(self, message: str) -> None:
-        self.hooks.emit("warning", message=message)
+        self.hooks.emit(WarningEvent(message=message))
 
     def _mount_mode(self) -> str:
         return "ro" if self.options.read_only else "rw"
@@ -704,8 +723,9 @@ class Runner:
         try:
             with child:
                 self.children.append(child.session_name or "?")
-                self.hooks.emit("notice", message=f"delegated to session {child.session_name} "
-                                                  f"({'read-only' if read_only else 'read-write'})")
+                self.hooks.emit(NoticeEvent(
+                    message=f"delegated to session {child.session_name} "
+                            f"({'read-only' if read_only else 'read-write'})"))
                 result = child.run(args.task)
         except SandboxAgentError as exc:
             return ToolResult.error(f"The child session failed: {exc.message}",
@@ -731,8 +751,8 @@ class Runner:
         )
 
         def relay(event: Event) -> None:
-            self.hooks.emit("child_event", session=child.session_name, event=event.kind,
-                            data=event.data)
+            self.hooks.emit(ChildEvent(session=child.session_name or "child", event=event.kind,
+                                       payload=event.data))
 
         child.hooks.subscribe(relay, *RELAYED)
         return child

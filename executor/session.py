@@ -20,8 +20,9 @@ message: `header_update` changes the effective header (the first line is never r
 `torn_line_dropped` notes a repair; others (e.g. `resumed`) are free-form. Readers skip record
 types they do not know, so later versions can add some.
 
-Crash safety: each record is one `write` of a whole line followed by `fsync`, so a killed
-process loses at most the line it was writing. On load a torn (unparseable) last line is skipped
+Crash safety: each record is one `write` of a whole line, fsynced as executor/durable.py says
+(by default on a background thread right after the write), so a killed process loses at most
+the line it was writing. On load a torn (unparseable) last line is skipped
 with a `TornLineWarning`; any other bad line raises `SessionCorruptError` with its line number.
 The next append cuts the torn fragment off (noting it in a `torn_line_dropped` event) so the file
 stays valid. One writer per session is assumed; appends take an exclusive `flock` regardless.
@@ -45,6 +46,7 @@ from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from executor import durable
 from executor.errors import ConfigError, SessionCorruptError, SessionError, SessionNotFoundError
 from executor.messages import Message
 from executor.protocols import SessionSummary
@@ -234,7 +236,8 @@ def _heal_tail(fd: int) -> bytes:
 
 
 def _append(path: Path, lines: Iterable[bytes]) -> None:
-    """Append whole lines durably (one write, then fsync), repairing a torn tail first."""
+    """Append whole lines (one write, then fsync: executor/durable.py), repairing a torn tail
+    first."""
     try:
         fd = open_private(path, os.O_RDWR | os.O_APPEND)
     except FileNotFoundError as exc:
@@ -244,7 +247,7 @@ def _append(path: Path, lines: Iterable[bytes]) -> None:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         _write_all(fd, _heal_tail(fd) + b"".join(lines))
-        os.fsync(fd)
+        durable.sync(fd)
     except OSError as exc:
         raise SessionError(f"cannot write {path}: {exc.strerror}") from exc
     finally:

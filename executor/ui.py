@@ -29,7 +29,26 @@ if TYPE_CHECKING:
     from rich.live import Live
     from rich.status import Status
 
-    from executor.hooks import Event, HookBus
+    from executor.hooks import (
+        ChildEvent,
+        CompleteEvent,
+        ErrorEvent,
+        Event,
+        HookBus,
+        InstructionsEvent,
+        ModelRequestEvent,
+        NoticeEvent,
+        ProgressEvent,
+        RetryEvent,
+        SandboxStartEvent,
+        SkillsEvent,
+        ThinkingEvent,
+        TokenEvent,
+        ToolCallEvent,
+        ToolOutputEvent,
+        ToolResultEvent,
+        WarningEvent,
+    )
 
 TAIL_LINES = 4
 """Lines of a running command's output (or of a streamed reply) kept in the live region."""
@@ -130,7 +149,7 @@ class ProgressView:
         """Render one event."""
         handler = getattr(self, f"_on_{event.kind}", None)
         if handler is not None:
-            handler(event.data)
+            handler(event)
 
     # -- the live region ---------------------------------------------------------------------
 
@@ -184,11 +203,11 @@ class ProgressView:
 
     # -- events ------------------------------------------------------------------------------
 
-    def _on_thinking(self, data: dict[str, Any]) -> None:
+    def _on_thinking(self, event: ThinkingEvent) -> None:
         """The model's reasoning: dim and inert, apart from its reply (and never the answer)."""
         if not self.show_thinking:
             return
-        text = str(data.get("text", ""))
+        text = event.text
         if self._live is not None:
             self._tail.add(text)
             return
@@ -198,13 +217,13 @@ class ProgressView:
         self.console.print(markup_safe(text), end="", style="dim italic")
         self._streaming = True
 
-    def _on_token(self, data: dict[str, Any]) -> None:
+    def _on_token(self, event: TokenEvent) -> None:
         if self._thinking_now and self._live is None:  # the reply starts on a line of its own
             self._print("", end="")
             self._thinking_now = False
         if not self.stream:  # a tool protocol's JSON is not worth showing
             return
-        text = str(data.get("text", ""))
+        text = event.text
         self._prose += text
         if self._live is not None:
             self._tail.add(text)
@@ -212,7 +231,7 @@ class ProgressView:
             self.console.print(markup_safe(text), end="", style="dim")
             self._streaming = True
 
-    def _on_model_request(self, data: dict[str, Any]) -> None:
+    def _on_model_request(self, event: ModelRequestEvent) -> None:
         self._thinking_now = False
         self.last_reply_streamed = self._streaming
         if self._streaming:
@@ -220,13 +239,13 @@ class ProgressView:
             self._streaming = False
         self._tail = Tail()
         self.turn.turns += 1
-        self.turn.prompt_tokens += int(data.get("prompt_tokens") or 0)
-        self.turn.completion_tokens += int(data.get("completion_tokens") or 0)
+        self.turn.prompt_tokens += event.prompt_tokens or 0
+        self.turn.completion_tokens += event.completion_tokens or 0
         if self.trace:
-            tokens = f"{data.get('prompt_tokens')}→{data.get('completion_tokens')} tokens"
-            self._print(f"[blue]model[/] {markup_safe(data['model'], line=True)} "
-                        f"{data['duration_ms']:.0f} ms, "
-                        f"{tokens}\n[dim]{markup_safe(data.get('reply', ''))}[/]")
+            tokens = f"{event.prompt_tokens}→{event.completion_tokens} tokens"
+            self._print(f"[blue]model[/] {markup_safe(event.model, line=True)} "
+                        f"{event.duration_ms:.0f} ms, "
+                        f"{tokens}\n[dim]{markup_safe(event.reply)}[/]")
 
     def _show_prose(self) -> None:
         """What the model wrote beside its tool calls (streamed live; kept once they come)."""
@@ -234,46 +253,44 @@ class ProgressView:
         if prose and self.live and not self.trace:
             self._print(inert(prose), style="dim", markup=False, highlight=False)
 
-    def _on_tool_call(self, data: dict[str, Any]) -> None:
+    def _on_tool_call(self, event: ToolCallEvent) -> None:
         self._show_prose()
         self.turn.calls += 1
-        arguments = data.get("arguments") or {}
-        self._calls[data["call_id"]] = arguments
-        if data["decision"] != "allow":
+        arguments = event.arguments
+        self._calls[event.call_id] = arguments
+        if event.decision != "allow":
             self.turn.denied += 1
-            self._refused.add(data["call_id"])
-            self._print(_refusal(data, arguments))
+            self._refused.add(event.call_id)
+            self._print(_refusal(event.data, arguments))
             self.thinking()
             return
         if self.trace:
             args = json.dumps(arguments, ensure_ascii=False)
-            self._print(f"[cyan]→[/] {markup_safe(data['tool'], line=True)} {markup_safe(args)}")
-        self._outputs[data["call_id"]] = Tail(AFTER_LINES + TAIL_LINES)
-        self.thinking(f"{inert_line(str(data['tool']))} {subject(arguments)}".strip())
+            self._print(f"[cyan]→[/] {markup_safe(event.tool, line=True)} {markup_safe(args)}")
+        self._outputs[event.call_id] = Tail(AFTER_LINES + TAIL_LINES)
+        self.thinking(f"{inert_line(event.tool)} {subject(arguments)}".strip())
 
-    def _on_tool_output(self, data: dict[str, Any]) -> None:
-        text = str(data.get("text", ""))
-        output = self._outputs.get(str(data.get("call_id")))
+    def _on_tool_output(self, event: ToolOutputEvent) -> None:
+        output = self._outputs.get(event.call_id)
         if output is not None:
-            output.add(text)
-        self._tail.add(text)
+            output.add(event.text)
+        self._tail.add(event.text)
 
-    def _on_tool_result(self, data: dict[str, Any]) -> None:
-        call_id = data["call_id"]
+    def _on_tool_result(self, event: ToolResultEvent) -> None:
+        call_id = event.call_id
         arguments = self._calls.pop(call_id, {})
         output = self._outputs.pop(call_id, None)
         if call_id in self._refused:  # its one line is already printed
             self._refused.discard(call_id)
             return
-        mark = "[green]✓[/]" if data["ok"] else "[yellow]![/]"
-        meta = data.get("meta") or {}
-        self._print(f"{mark} {markup_safe(data['tool'], line=True)} "
-                    f"{markup_safe(subject(arguments))} [dim]{markup_safe(summarize(data))} "
-                    f"{meta.get('duration_ms', 0):.0f} ms[/]")
+        mark = "[green]✓[/]" if event.ok else "[yellow]![/]"
+        self._print(f"{mark} {markup_safe(event.tool, line=True)} "
+                    f"{markup_safe(subject(arguments))} [dim]{markup_safe(summarize(event.data))} "
+                    f"{event.meta.get('duration_ms', 0):.0f} ms[/]")
         if self.trace:
-            self._print(f"[dim]{markup_safe(str(data['output'])[:4000])}[/]")
-        elif self.live and data["tool"] == SHELL_TOOL:
-            self._last_lines(output, str(data.get("output", "")))
+            self._print(f"[dim]{markup_safe(event.output[:4000])}[/]")
+        elif self.live and event.tool == SHELL_TOOL:
+            self._last_lines(output, event.output)
         self.thinking()
 
     def _last_lines(self, output: Tail | None, result: str) -> None:
@@ -286,47 +303,47 @@ class ProgressView:
             self._print("  │ " + _crop(inert_line(line), width), style="dim", markup=False,
                         highlight=False, no_wrap=True, overflow="crop")
 
-    def _on_sandbox_start(self, data: dict[str, Any]) -> None:
-        how = "re-attached" if data.get("reattached") else "started"
-        self._print(f"[dim]sandbox {markup_safe(data.get('container_name', ''), line=True)} "
-                    f"{how} ({(data.get('duration_ms') or 0) / 1000:.1f} s)[/]")
+    def _on_sandbox_start(self, event: SandboxStartEvent) -> None:
+        how = "re-attached" if event.reattached else "started"
+        self._print(f"[dim]sandbox {markup_safe(event.container_name, line=True)} "
+                    f"{how} ({(event.duration_ms or 0) / 1000:.1f} s)[/]")
 
-    def _on_retry(self, data: dict[str, Any]) -> None:
-        self._print(f"[yellow]retrying[/] model request (attempt {data.get('attempt')}): "
-                    f"{markup_safe(data.get('reason', ''))}")
+    def _on_retry(self, event: RetryEvent) -> None:
+        self._print(f"[yellow]retrying[/] model request (attempt {event.attempt}): "
+                    f"{markup_safe(event.reason)}")
 
-    def _on_warning(self, data: dict[str, Any]) -> None:
-        self._print(f"[yellow]warning:[/] {markup_safe(data.get('message', ''))}")
+    def _on_warning(self, event: WarningEvent) -> None:
+        self._print(f"[yellow]warning:[/] {markup_safe(event.message)}")
 
-    def _on_notice(self, data: dict[str, Any]) -> None:
-        self._print(f"[dim]{markup_safe(data.get('message', ''))}[/]")
+    def _on_notice(self, event: NoticeEvent) -> None:
+        self._print(f"[dim]{markup_safe(event.message)}[/]")
 
-    def _on_progress(self, data: dict[str, Any]) -> None:
+    def _on_progress(self, event: ProgressEvent) -> None:
         """The embedded model loading: one line per phase, a live figure where there is one."""
-        message = markup_safe(data.get("message", ""), line=True)
-        if data.get("phase") != self._phase:
-            self._phase = data.get("phase")
+        message = markup_safe(event.message, line=True)
+        if event.phase != self._phase:
+            self._phase = event.phase
             self.close()
             self.console.print(f"[dim]{message}[/]")
-            if data.get("fraction") is not None and self.console.is_terminal:
+            if event.fraction is not None and self.console.is_terminal:
                 self._status = self.console.status(f"[dim]{message}[/]")
                 self._status.start()
         elif self._status is not None:
             self._status.update(f"[dim]{message}[/]")
 
-    def _on_instructions(self, data: dict[str, Any]) -> None:
+    def _on_instructions(self, event: InstructionsEvent) -> None:
         """Project instructions (AGENTS.md): named in one line; their text under --trace."""
         self.close()
-        cut = ", cut" if data.get("truncated") else ""
-        self.console.print(f"[dim]project instructions: {markup_safe(data['source'], line=True)} "
-                           f"({data.get('bytes')} bytes{cut}; text for the model, no "
+        cut = ", cut" if event.truncated else ""
+        self.console.print(f"[dim]project instructions: {markup_safe(event.source, line=True)} "
+                           f"({event.bytes} bytes{cut}; text for the model, no "
                            "permissions)[/]")
         if self.trace:
-            self.console.print(f"[dim]{markup_safe(data.get('text', ''))}[/]")
+            self.console.print(f"[dim]{markup_safe(event.text)}[/]")
 
-    def _on_skills(self, data: dict[str, Any]) -> None:
+    def _on_skills(self, event: SkillsEvent) -> None:
         """Prompt skills: the project's named in one line; every one, hashed, under --trace."""
-        skills = data.get("skills") or []
+        skills = event.skills
         project = [s for s in skills if s.get("source") == "project"]
         self.close()
         if project:
@@ -344,10 +361,10 @@ class ProgressView:
             if skill.get("text"):
                 self.console.print(f"[dim]{markup_safe(skill['text'])}[/]")
 
-    def _on_child_event(self, data: dict[str, Any]) -> None:
+    def _on_child_event(self, event: ChildEvent) -> None:
         """A delegated child session's activity, indented under the delegate call."""
-        kind, inner = data.get("event"), data.get("data") or {}
-        child = markup_safe(data.get("session") or "child", line=True)
+        kind, inner = event.event, event.payload
+        child = markup_safe(event.session, line=True)
         if kind == "tool_call":
             self._calls[f"child:{inner.get('call_id')}"] = inner.get("arguments") or {}
             if inner.get("decision") != "allow":
@@ -366,12 +383,12 @@ class ProgressView:
             text = inner.get("message") or f"sandbox {inner.get('container_name', '')} started"
             self._print(f"  [dim]↳ {child} {markup_safe(text)}[/]")
 
-    def _on_complete(self, data: dict[str, Any]) -> None:
+    def _on_complete(self, event: CompleteEvent) -> None:
         self.close()
         self._prose = ""
         self.session.add(self.turn)
 
-    def _on_error(self, data: dict[str, Any]) -> None:
+    def _on_error(self, event: ErrorEvent) -> None:
         self.close()
 
     # -- after a request ---------------------------------------------------------------------

@@ -35,6 +35,7 @@ from executor.cli.options import (
     ThinkOpt,
     TimeoutOpt,
     TraceOpt,
+    UntrackedOpt,
     prompt_options,
     skill_options,
 )
@@ -61,11 +62,7 @@ def improve(
         typer.Option("--diff-base", help="Review (and fix) only the changes since this git ref.",
                      show_default=False),
     ] = None,
-    untracked: Annotated[
-        bool,
-        typer.Option("--untracked/--no-untracked", help="With --diff-base: also review files "
-                     "git does not track yet."),
-    ] = True,
+    untracked: UntrackedOpt = True,
     yes: Annotated[
         bool,
         typer.Option("--yes", "-y", help="Approve the fix session's writes and commands up "

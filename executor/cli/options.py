@@ -249,3 +249,8 @@ CopyLimitOpt = Annotated[
         show_default=False,
     ),
 ]
+UntrackedOpt = Annotated[
+    bool,
+    typer.Option("--untracked/--no-untracked", help="With --diff-base: also review files "
+                 "git does not track yet."),
+]

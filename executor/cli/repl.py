@@ -232,7 +232,7 @@ def _usage(repl: Repl, argument: str) -> None:
 @slash_command("model", "show the model, or switch to another of the same provider: /model NAME")
 def _model(repl: Repl, argument: str) -> None:
     runner = repl.runner
-    protocol = getattr(runner.model, "tool_protocol", "?")
+    protocol = runner.model.tool_protocol
     if not argument:
         err_console.print(f"model {markup_safe(runner.model.name, line=True)} "
                           f"({runner.settings.provider}, tool protocol {protocol})")

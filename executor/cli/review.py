@@ -45,6 +45,7 @@ from executor.cli.options import (
     ThinkOpt,
     TimeoutOpt,
     TraceOpt,
+    UntrackedOpt,
     WorkspaceOpt,
     prompt_options,
     skill_options,
@@ -92,11 +93,7 @@ def review(
         typer.Option("--diff-base", help="Review only the changes since this git ref; none: "
                      "an empty report, exit 0.", show_default=False),
     ] = None,
-    untracked: Annotated[
-        bool,
-        typer.Option("--untracked/--no-untracked", help="With --diff-base: also review files "
-                     "git does not track yet."),
-    ] = True,
+    untracked: UntrackedOpt = True,
     fail_on: Annotated[
         FailOn | None,
         typer.Option("--fail-on", help="Exit 33 when a finding has this severity or worse.",

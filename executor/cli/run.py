@@ -378,7 +378,7 @@ def _finish(result: RunResult, view: ProgressView, output: JsonOutput,
 
 def _streams_text(runner: Runner, stream: bool | None) -> bool:
     """Stream prose, not a tool protocol's JSON; off a terminal only when asked for."""
-    prose = getattr(runner.model, "tool_protocol", "native") == "native"
+    prose = runner.model.tool_protocol == "native"
     return prose and (stream is True or (stream is None and err_console.is_terminal))
 
 

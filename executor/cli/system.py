@@ -32,6 +32,7 @@ from executor.text import inert, inert_line, markup_safe
 
 if TYPE_CHECKING:  # imported where used: `--help` must not load pydantic or the docker SDK
     from executor.config import Settings
+    from executor.protocols import Model, ServedModel
 
 image_app = typer.Typer(help="Build the sandbox image, or ship it to another engine.",
                         no_args_is_help=True)
@@ -250,9 +251,9 @@ def _model(settings: Settings) -> str:
         from executor.models.embedded import preflight, resolve_spec
 
         return preflight(resolve_spec(settings.model))
-    model = build_model(settings)
+    model = _served(build_model(settings))
     try:
-        return str(model.ping())  # type: ignore[attr-defined]
+        return model.ping()
     finally:
         model.close()
 
@@ -276,11 +277,21 @@ def available_models(settings: Settings) -> list[str]:
         return list(MODELS)
     from executor.models import build_model
 
-    model = build_model(settings)
+    model = _served(build_model(settings))
     try:
-        return list(model.list_models())  # type: ignore[attr-defined]
+        return model.list_models()
     finally:
         model.close()
+
+
+def _served(model: Model) -> ServedModel:
+    """The model of a server provider (every provider but the embedded one is)."""
+    from executor.protocols import ServedModel
+
+    if not isinstance(model, ServedModel):
+        model.close()
+        raise ConfigError(f"provider of {model.name!r} has no server to ask")
+    return model
 
 
 @cli_errors

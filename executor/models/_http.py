@@ -10,6 +10,11 @@ Every httpx exception is translated here, once, into the errors of `executor.err
 
 A streamed response is retried only while nothing of it has been read: once a line has
 been handed to the consumer, tokens may already be on the user's screen.
+
+`HttpChatModel` is what the HTTP providers (Ollama's native API, OpenAI-compatible servers)
+share on top of it: the `chat` request (streamed or not), the missing-model error, the cached
+context length, `close` and the context manager. Each provider says where to post, what to
+send and how to read what comes back.
 """
 
 from __future__ import annotations
@@ -22,11 +27,12 @@ import ssl
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, ClassVar, Self, TypeVar
 from urllib.parse import urlsplit
 
 import httpx
 
+from executor.config import ToolProtocol
 from executor.errors import (
     ConfigError,
     ModelError,
@@ -35,7 +41,10 @@ from executor.errors import (
     ModelUnavailableError,
 )
 from executor.hooks import HookBus
+from executor.messages import Message, ModelReply, ToolSpec, Usage
+from executor.models.parsing import RawCall, parse_reply
 from executor.models.retry import Retryable, RetryPolicy, call_with_retry
+from executor.protocols import TokenCallback
 
 T = TypeVar("T")
 
@@ -203,6 +212,109 @@ class HttpClient:
         for secret in self._secrets:
             text = text.replace(secret, "***")
         return text
+
+
+Reply = tuple[str, list[RawCall], Usage, str]
+"""Text, calls, usage and thinking (reasoning) of one reply, as a provider read it."""
+
+
+class HttpChatModel:
+    """The `Model` (and `ServedModel`) of a chat server over HTTP, less what tells servers apart.
+
+    A provider sets `chat_path` (and `pull_hint`, the command that fetches a missing model) and
+    implements `request_body`, `read_reply`, `read_stream`, `find_context`, `ping` and
+    `list_models`; `prepare` runs before each request (e.g. to pick the server's model).
+    """
+
+    chat_path: ClassVar[str]
+    """Appended to `base_url` for a chat request."""
+    pull_hint: ClassVar[str | None] = None
+    """How to fetch a model the server lacks ({model} filled in); None: no such command."""
+
+    def __init__(self, name: str, base_url: str, http: HttpClient, *,
+                 tool_protocol: ToolProtocol, stream: bool) -> None:
+        self.name = name
+        self.base_url = base_url
+        self.tool_protocol: ToolProtocol = tool_protocol
+        self.stream = stream
+        self._http = http
+        self._context: int | None = None
+        self._context_known = False
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}({self.name!r}, base_url={self.base_url!r}, "
+                f"tool_protocol={self.tool_protocol!r}, stream={self.stream})")
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def chat(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[ToolSpec],
+        *,
+        on_token: TokenCallback | None = None,
+        on_thinking: TokenCallback | None = None,
+    ) -> ModelReply:
+        """One chat request; the reply parsed according to the tool protocol."""
+        self.prepare()
+        body = self.request_body(messages, tools)
+        url = f"{self.base_url}{self.chat_path}"
+        try:
+            if self.stream:
+                text, calls, usage, thinking = self._http.post_stream(
+                    url, body, lambda lines: self.read_stream(lines, on_token, on_thinking))
+            else:
+                text, calls, usage, thinking = self.read_reply(self._http.post_json(url, body))
+        except ModelResponseError as exc:
+            if exc.status_code != 404:
+                raise
+            raise missing_model(exc, self.name, self.list_models, self.pull_hint) from exc
+        return parse_reply(text, self.tool_protocol, native_calls=calls, usage=usage,
+                           context_length=self._context, thinking=thinking)
+
+    def context_length(self) -> int | None:
+        """The context window as the server tells it (`find_context`), asked once."""
+        if not self._context_known:
+            self._context = self.find_context()
+            self._context_known = True
+        return self._context
+
+    def close(self) -> None:
+        """Close pooled connections."""
+        self._http.close()
+
+    def prepare(self) -> None:
+        """Before each request (nothing by default)."""
+
+    def request_body(self, messages: Sequence[Message],
+                     tools: Sequence[ToolSpec]) -> dict[str, Any]:
+        """The JSON body `chat` sends (no I/O)."""
+        raise NotImplementedError
+
+    def read_reply(self, data: Any) -> Reply:
+        """A whole (not streamed) reply."""
+        raise NotImplementedError
+
+    def read_stream(self, lines: Iterator[str], on_token: TokenCallback | None,
+                    on_thinking: TokenCallback | None) -> Reply:
+        """A streamed reply, each piece of text and of thinking relayed as it comes."""
+        raise NotImplementedError
+
+    def find_context(self) -> int | None:
+        """The context window in tokens, asked of the server (None: it does not say)."""
+        raise NotImplementedError
+
+    def ping(self) -> str:
+        """What the server says it is (one short attempt)."""
+        raise NotImplementedError
+
+    def list_models(self) -> list[str]:
+        """The models the server has (one short attempt)."""
+        raise NotImplementedError
 
 
 def missing_model(error: ModelResponseError, model: str, available: Callable[[], list[str]],

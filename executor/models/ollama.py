@@ -14,9 +14,9 @@ import httpx
 from executor.config import ToolProtocol
 from executor.errors import ModelError, ModelResponseError
 from executor.hooks import HookBus
-from executor.messages import Message, ModelReply, ToolSpec, Usage
-from executor.models._http import HttpClient, ServerHint, check_http_url, missing_model
-from executor.models.parsing import RawCall, parse_reply
+from executor.messages import Message, ToolSpec, Usage
+from executor.models._http import HttpChatModel, HttpClient, Reply, ServerHint, check_http_url
+from executor.models.parsing import RawCall
 from executor.models.retry import RetryPolicy
 from executor.models.toolproto import prepare_messages, reply_schema
 from executor.protocols import TokenCallback
@@ -28,10 +28,6 @@ DEFAULT_OLLAMA_HOST = "http://localhost:11434"
 _DEFAULT_PORT = "11434"
 _PULL = "ollama pull {model}"
 _NUM_CTX = re.compile(r"^\s*num_ctx\s+(\d+)", re.MULTILINE)
-
-Reply = tuple[str, list[RawCall], Usage, str]
-"""Text, calls, usage and thinking of one reply."""
-
 
 def ollama_base_url(host: str | None = None, env: Mapping[str, str] | None = None) -> str:
     """The server URL: `host`, else $OLLAMA_HOST, else http://localhost:11434.
@@ -64,8 +60,11 @@ def _with_default_port(hostport: str) -> str:
     return hostport if host and port.isdigit() else f"{hostport}:{_DEFAULT_PORT}"
 
 
-class OllamaModel:
+class OllamaModel(HttpChatModel):
     """A model served by Ollama, spoken to through its native API."""
+
+    chat_path = "/api/chat"
+    pull_hint = _PULL
 
     def __init__(
         self,
@@ -83,54 +82,14 @@ class OllamaModel:
         hooks: HookBus | None = None,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
-        self.name = model
-        self.base_url = ollama_base_url(host)
-        self.tool_protocol: ToolProtocol = tool_protocol
-        self.stream = stream
+        http = HttpClient(_hint(model), timeout=timeout, policy=retry or RetryPolicy(),
+                          hooks=hooks, transport=transport)
+        super().__init__(model, ollama_base_url(host), http, tool_protocol=tool_protocol,
+                         stream=stream)
         self.options = {**(options or {}), **({} if temperature is None else
                                                {"temperature": temperature})}
         self.think = think
         self.keep_alive = keep_alive
-        self._http = HttpClient(
-            _hint(model), timeout=timeout, policy=retry or RetryPolicy(), hooks=hooks,
-            transport=transport,
-        )
-        self._context: int | None = None
-        self._context_known = False
-
-    def __repr__(self) -> str:
-        return f"OllamaModel({self.name!r}, base_url={self.base_url!r}, " \
-               f"tool_protocol={self.tool_protocol!r}, stream={self.stream})"
-
-    def __enter__(self) -> OllamaModel:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def chat(
-        self,
-        messages: Sequence[Message],
-        tools: Sequence[ToolSpec],
-        *,
-        on_token: TokenCallback | None = None,
-        on_thinking: TokenCallback | None = None,
-    ) -> ModelReply:
-        """One `/api/chat` request; the reply parsed according to the tool protocol."""
-        body = self.request_body(messages, tools)
-        url = f"{self.base_url}/api/chat"
-        try:
-            if self.stream:
-                text, calls, usage, thinking = self._http.post_stream(
-                    url, body, lambda ls: _read(ls, on_token, on_thinking))
-            else:
-                text, calls, usage, thinking = _reply(self._http.post_json(url, body))
-        except ModelResponseError as exc:
-            if exc.status_code != 404:
-                raise
-            raise missing_model(exc, self.name, self.list_models, _PULL) from exc
-        return parse_reply(text, self.tool_protocol, native_calls=calls, usage=usage,
-                           context_length=self._context, thinking=thinking)
 
     def request_body(
         self, messages: Sequence[Message], tools: Sequence[ToolSpec]
@@ -148,16 +107,18 @@ class OllamaModel:
         body.update({k: v for k, v in optional.items() if v not in (None, {})})
         return body
 
-    def context_length(self) -> int | None:
-        """The context window: `num_ctx` if set, else the model's (from /api/show); cached."""
-        if not self._context_known:
-            self._context = self.options.get("num_ctx") or self._show_context()
-            self._context_known = True
-        return self._context
+    def read_reply(self, data: Any) -> Reply:
+        """Text, calls and usage of a non-streamed reply."""
+        return _reply(data)
 
-    def close(self) -> None:
-        """Close pooled connections."""
-        self._http.close()
+    def read_stream(self, lines: Iterator[str], on_token: TokenCallback | None,
+                    on_thinking: TokenCallback | None) -> Reply:
+        """An NDJSON stream, accumulated."""
+        return _read(lines, on_token, on_thinking)
+
+    def find_context(self) -> int | None:
+        """`num_ctx` if set, else the model's (from /api/show)."""
+        return self.options.get("num_ctx") or self._show_context()
 
     def ping(self) -> str:
         """Ollama's version (one short attempt); ModelUnavailableError with the fix otherwise."""

@@ -20,9 +20,9 @@ from pydantic import SecretStr
 from executor.config import ToolProtocol
 from executor.errors import ModelError, ModelResponseError
 from executor.hooks import HookBus
-from executor.messages import Message, ModelReply, ToolSpec, Usage
-from executor.models._http import HttpClient, ServerHint, check_http_url, missing_model
-from executor.models.parsing import RawCall, parse_reply
+from executor.messages import Message, ToolSpec, Usage
+from executor.models._http import HttpChatModel, HttpClient, Reply, ServerHint, check_http_url
+from executor.models.parsing import RawCall
 from executor.models.retry import RetryPolicy
 from executor.models.toolproto import prepare_messages, reply_schema
 from executor.protocols import TokenCallback
@@ -32,8 +32,6 @@ DEFAULT_OPENAI_BASE_URL = "http://127.0.0.1:8080/v1"
 """llama.cpp's `llama-server` on its default port."""
 _CONTEXT_KEYS = ("max_model_len", "context_length", "max_context_length")
 
-Reply = tuple[str, list[RawCall], Usage, str]
-"""Text, calls, usage and reasoning (thinking) of one reply."""
 _REASONING_KEYS = ("reasoning_content", "reasoning")
 """Where servers put the reasoning: llama.cpp, vLLM and DeepSeek; Ollama's /v1, OpenRouter."""
 
@@ -59,8 +57,10 @@ def server_root(base_url: str) -> str:
     return base_url.removesuffix("/v1")
 
 
-class OpenAIModel:
+class OpenAIModel(HttpChatModel):
     """A model behind an OpenAI-compatible `/chat/completions` endpoint."""
+
+    chat_path = "/chat/completions"
 
     def __init__(
         self,
@@ -80,58 +80,23 @@ class OpenAIModel:
         transport: httpx.BaseTransport | None = None,
         server: ServerHint | None = None,
     ) -> None:
-        self.name = model or "auto"
-        self._model = model
-        self.base_url = openai_base_url(base_url)
-        self.tool_protocol: ToolProtocol = tool_protocol
-        self.stream = stream
-        self.temperature = temperature
-        self.max_tokens = max_tokens
-        self.reasoning_effort = reasoning_effort
-        self.extra_body = dict(extra_body or {})
         key = api_key if isinstance(api_key, SecretStr) or api_key is None else SecretStr(api_key)
-        self._http = HttpClient(
+        http = HttpClient(
             server or _hint(), timeout=timeout, policy=retry or RetryPolicy(), hooks=hooks,
             headers=_auth(key), secrets=[key.get_secret_value()] if key else [],
             transport=transport,
         )
-        self._context: int | None = None
-        self._context_known = False
+        super().__init__(model or "auto", openai_base_url(base_url), http,
+                         tool_protocol=tool_protocol, stream=stream)
+        self._model = model
+        self.temperature = temperature
+        self.max_tokens = max_tokens
+        self.reasoning_effort = reasoning_effort
+        self.extra_body = dict(extra_body or {})
 
-    def __repr__(self) -> str:
-        return f"OpenAIModel({self.name!r}, base_url={self.base_url!r}, " \
-               f"tool_protocol={self.tool_protocol!r}, stream={self.stream})"
-
-    def __enter__(self) -> OpenAIModel:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def chat(
-        self,
-        messages: Sequence[Message],
-        tools: Sequence[ToolSpec],
-        *,
-        on_token: TokenCallback | None = None,
-        on_thinking: TokenCallback | None = None,
-    ) -> ModelReply:
-        """One `/chat/completions` request; the reply parsed according to the tool protocol."""
+    def prepare(self) -> None:
+        """Without a model name, the first one the server lists (llama.cpp, LM Studio)."""
         self._resolve_model()
-        body = self.request_body(messages, tools)
-        url = f"{self.base_url}/chat/completions"
-        try:
-            if self.stream:
-                text, calls, usage, thinking = self._http.post_stream(
-                    url, body, lambda ls: _read(ls, on_token, on_thinking))
-            else:
-                text, calls, usage, thinking = _reply(self._http.post_json(url, body))
-        except ModelResponseError as exc:
-            if exc.status_code != 404:
-                raise
-            raise missing_model(exc, self.name, self.list_models, None) from exc
-        return parse_reply(text, self.tool_protocol, native_calls=calls, usage=usage,
-                           context_length=self._context, thinking=thinking)
 
     def request_body(
         self, messages: Sequence[Message], tools: Sequence[ToolSpec]
@@ -153,16 +118,18 @@ class OpenAIModel:
         body.update({k: v for k, v in optional.items() if v is not None})
         return {**body, **self.extra_body}
 
-    def context_length(self) -> int | None:
-        """llama.cpp's `n_ctx` (GET /props), else the model's length in /models; cached."""
-        if not self._context_known:
-            self._context = self._props_context() or self._listed_context()
-            self._context_known = True
-        return self._context
+    def read_reply(self, data: Any) -> Reply:
+        """Text, calls, usage and reasoning of a non-streamed reply."""
+        return _reply(data)
 
-    def close(self) -> None:
-        """Close pooled connections."""
-        self._http.close()
+    def read_stream(self, lines: Iterator[str], on_token: TokenCallback | None,
+                    on_thinking: TokenCallback | None) -> Reply:
+        """A server-sent-events stream, accumulated."""
+        return _read(lines, on_token, on_thinking)
+
+    def find_context(self) -> int | None:
+        """llama.cpp's `n_ctx` (GET /props), else the model's length in /models."""
+        return self._props_context() or self._listed_context()
 
     def ping(self) -> str:
         """The models the server lists (one short attempt); ModelUnavailableError otherwise."""

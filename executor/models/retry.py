@@ -27,7 +27,7 @@ from tenacity import RetryCallState, Retrying, retry_if_exception_type
 
 from executor.config import Settings
 from executor.errors import ModelError
-from executor.hooks import HookBus
+from executor.hooks import HookBus, RetryEvent
 
 log = logging.getLogger(__name__)
 
@@ -130,6 +130,7 @@ def _announce(hooks: HookBus | None, url: str) -> Callable[[RetryCallState], Non
         log.info("retrying %s in %.2fs after attempt %d: %s", url, delay, state.attempt_number,
                  reason)
         if hooks is not None:
-            hooks.emit("retry", attempt=state.attempt_number, delay=delay, reason=reason, url=url)
+            hooks.emit(RetryEvent(attempt=state.attempt_number, delay=delay, reason=reason,
+                                  url=url))
 
     return before_sleep

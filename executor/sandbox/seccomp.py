@@ -96,7 +96,7 @@ def profile_file(directory: Path) -> Path:
     data = json.dumps(profile(), separators=(",", ":")).encode()
     path = directory / f"seccomp-{hashlib.sha256(data).hexdigest()[:16]}.json"
     try:
-        if _read_plain(path) == data:
+        if read_plain(path) == data:
             return path
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         temporary = directory / f".{path.name}.{os.getpid()}"
@@ -108,7 +108,7 @@ def profile_file(directory: Path) -> Path:
     return path
 
 
-def _read_plain(path: Path) -> bytes | None:
+def read_plain(path: Path) -> bytes | None:
     """The bytes of the regular file at `path` (links not followed), or None."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)

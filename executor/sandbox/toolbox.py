@@ -153,6 +153,11 @@ import time
 import traceback
 from collections import Counter, deque
 
+TYPE_CHECKING = False  # typing is not imported at run time: the toolbox starts fast
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
 VERSION = 1
 BINARY_SNIFF = 8192
 ABSENT = "absent"  # expect_sha256 of a file that did not exist when the write was approved
@@ -243,6 +248,7 @@ class Context:
         self.disk = None if opts.no_track else Disk(opts.disk_budget, opts.min_free)
         self.fsize_limit = _fsize_limit()
         self.progress = None  # the _Progress of the request being served, when it asked for one
+        self.guarded = False  # whether the toolbox made itself non-dumpable (main sets it)
 
 
 def _fsize_limit():
@@ -682,7 +688,8 @@ def _whole_lines(text, numbers, limit=3):
 
 
 def _match_lines(text, old, limit=10):
-    found, pos, line, at = [], 0, 1, text.find(old)
+    found: list[str] = []
+    pos, line, at = 0, 1, text.find(old)
     while at != -1 and len(found) < limit:
         line += text.count("\n", pos, at)
         found.append(str(line))
@@ -1141,7 +1148,7 @@ def _walk(ctx):
     nothing below them can change). A directory a command made unreadable is opened for the
     walk and closed again after it: what it holds still counts, for the audit and the budget.
     """
-    reopened = []
+    reopened: list[tuple[str, int, int]] = []
     try:
         return _walk_tree(ctx, reopened)
     finally:
@@ -1151,7 +1158,10 @@ def _walk(ctx):
 
 
 def _walk_tree(ctx, reopened):
-    stats, gits, unlisted, stack = {}, [], [], [("", ctx.root)]
+    stats: dict[str, tuple[int, ...]] = {}
+    gits: list[str] = []
+    unlisted: list[str] = []
+    stack = [("", ctx.root)]
     frozen = _readonly_mounts(ctx.root)
     while stack:
         prefix, directory = stack.pop()
@@ -1209,7 +1219,7 @@ def _reopen(ctx, directory, prefix, reopened):
 def _size(stats):
     """Bytes allocated (st_blocks), hard links counted once."""
     total = sum(st[5] for st in stats.values())
-    linked = {}  # inode -> (blocks, how many of its names were counted)
+    linked: dict[int, tuple[int, int]] = {}  # inode -> (blocks, names counted)
     for st in stats.values():
         if st[6] > 1 and not stat.S_ISDIR(st[0]):
             blocks, seen = linked.get(st[4], (st[5], 0))
@@ -1392,7 +1402,8 @@ class Tracker:
     """The index of the project between calls, and which .git entries were there before."""
 
     def __init__(self, ctx):
-        self.ctx, self.index = ctx, None
+        self.ctx = ctx
+        self.index: Any = None  # the _Snapshot of the last walk (None before the first)
         self.started_ns = _coarse_now_ns()
         self.known_git = {}  # .git entries older than the session: path -> identity
         self.own_git = set()  # .git entries our commands made that could not be disabled
@@ -1981,11 +1992,11 @@ def tool_run_shell_command(ctx, command, timeout_seconds=None):
     refused = _track_before(ctx, report) if ctx.tracker is not None else None
     if refused:
         return refused
-    proc, reason, *rest = _run(ctx, command, timeout)
+    proc, reason, shell_exit, left, hits, out, err = _run(ctx, command, timeout)
     if ctx.tracker is not None:  # after the sweep: nothing of the command runs any more
         _track_after(ctx, report, reason)
     report.fsize_note = _fsize_note(ctx)
-    return _shell_result(proc, reason, timeout, *rest, report)
+    return _shell_result(proc, reason, timeout, shell_exit, left, hits, out, err, report)
 
 
 def _run(ctx, command, timeout):
@@ -2510,7 +2521,7 @@ def _snapshot_content(real, st, max_bytes):
 
 STR, INT, BOOL, NUMBER, OBJECT, LIST = (
     "a string", "an integer", "true or false", "a number", "a JSON object", "a list")
-TOOLS = {
+TOOLS: dict[str, tuple[Callable[..., Any], dict[str, Any]]] = {
     "read_file": (tool_read_file, {"path": (STR, True), "start_line": (INT, False),
                                    "end_line": (INT, False)}),
     "write_file": (tool_write_file, {"path": (STR, True), "content": (STR, True),
@@ -2530,7 +2541,7 @@ TOOLS = {
 PREVIEW_SPEC = {"tool": (STR, True), "args": (OBJECT, True)}
 
 
-HOST_OPS = {
+HOST_OPS: dict[str, tuple[Callable[..., Any], dict[str, Any]]] = {
     "manifest": (op_manifest, {}),
     "read_files": (op_read_files, {"files": (LIST, True)}),
     "snapshot": (op_snapshot, {"path": (STR, True), "max_bytes": (INT, False)}),
@@ -2579,9 +2590,10 @@ def call_tool(ctx, tool, args):
             return ok("pong")
         if tool == "preview":
             return tool_preview(ctx, **validate(tool, PREVIEW_SPEC, args))
-        handler, spec = TOOLS.get(tool) or HOST_OPS.get(tool) or (None, None)
-        if handler is None:
+        entry = TOOLS.get(tool) or HOST_OPS.get(tool)
+        if entry is None:
             raise ToolError(f"unknown tool '{tool}'; available: {', '.join(TOOLS)}")
+        handler, spec = entry
         return handler(ctx, **validate(tool, spec, args))
     except ToolError as exc:
         return fail(str(exc), **exc.meta)
@@ -2662,6 +2674,7 @@ class Signed:
         self.out, self.key = out, key
 
     def write(self, line):
+        """Write one protocol line (ending in a newline) with its signature in front."""
         import hmac
 
         body = line.rstrip(b"\n")
@@ -2669,6 +2682,7 @@ class Signed:
         self.out.write(mac + b" " + line)
 
     def flush(self):
+        """Flush the stream underneath."""
         self.out.flush()
 
 
@@ -2693,15 +2707,16 @@ def confine(program):
         return f"not installed: built for {FILTER_MACHINES[0]}, this is {machine}"
     try:
         import base64
-        import ctypes
 
-        _install(ctypes, base64.b64decode(program, validate=True))
+        _install(base64.b64decode(program, validate=True))
     except (ImportError, OSError, ValueError) as exc:
         return f"not installed: {exc}"
     return "installed"
 
 
-def _install(ctypes, code):
+def _install(code):
+    import ctypes
+
     class Program(ctypes.Structure):
         _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
 
@@ -2753,8 +2768,8 @@ def main(argv):
     ctx = Context(opts)
     ctx.guarded = guarded
     sys.stdout.flush()
-    out = os.fdopen(os.dup(1), "wb")
-    out = Signed(out, key) if key else out
+    raw = os.fdopen(os.dup(1), "wb")
+    out = Signed(raw, key) if key else raw
     os.dup2(2, 1)  # a stray print can never corrupt the protocol
     sys.stdout = sys.stderr
     signal.signal(signal.SIGTERM, _on_sigterm)

@@ -92,7 +92,7 @@ Change = Callable[[Options, Path], Options]
 WEAKENED: dict[str, tuple[Change, Callable[[list[str]], list[str]]]] = {
     "paths": (lambda o, root: _mounts(o, extra=[str(root.parent)]), list),
     "read-only": (lambda o, root: _mounts(o, read_only=False), list),
-    "network": (lambda o, root: {**o, "network_mode": "host"}, list),
+    "network": (lambda o, root: {**o, "network_mode": "host", "network_disabled": False}, list),
     "capabilities": (lambda o, root: {**o, "cap_drop": [], "cap_add": ["CHOWN"]}, list),
     "set-id": (lambda o, root: _no_seccomp(o), lambda a: _without(a, "--seccomp-filter")),
     "unix socket": (lambda o, root: _no_seccomp(o), lambda a: _without(a, "--seccomp-filter")),

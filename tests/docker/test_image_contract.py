@@ -12,13 +12,12 @@ import json
 import re
 import tarfile
 from collections.abc import Iterator
-from importlib import resources
 from typing import Any
 
 import pytest
 from testcontainers.core.container import DockerContainer
 
-from executor.sandbox.docker import _BOOTSTRAP
+from executor.sandbox.docker import _BOOTSTRAP, toolbox_payload
 from tests.conftest import IMAGE
 
 pytestmark = pytest.mark.docker
@@ -61,11 +60,13 @@ def test_no_network_clients(image: DockerContainer) -> None:
 
 
 def test_the_toolbox_bootstraps_in_it(image: DockerContainer) -> None:
-    source = resources.files("executor.sandbox").joinpath("toolbox.py").read_bytes()
-    stdin = str(len(source)).encode() + b"\n" + source + b'{"id": 1, "tool": "ping"}\n'
+    """The image's python3 says its bytecode format and runs what it gets for it."""
+    magic = run(image, "python3 -c 'import importlib.util as u; print(u.MAGIC_NUMBER.hex())'")
+    stdin = toolbox_payload(magic.strip().encode()) + b'{"id": 1, "tool": "ping"}\n'
     image.get_wrapped_container().put_archive("/tmp", tar_of("bootstrap.in", stdin))
-    output = _bootstrap(image)
-    ready, pong = (json.loads(line) for line in output.splitlines()[:2])
+    said, *lines = _bootstrap(image).splitlines()
+    assert said == magic.strip()
+    ready, pong = (json.loads(line) for line in lines[:2])
     assert ready["ready"] is True and ready["version"] >= 1 and ready["rg"] is True
     assert (pong["id"], pong["ok"], pong["output"]) == (1, True, "pong")
 

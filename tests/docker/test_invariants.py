@@ -373,3 +373,19 @@ def test_gc_removes_containers_of_a_killed_controller(project: Path, docker_clie
 def test_secret_never_in_container_metadata(sandbox: DockerSandbox, docker_client: Any):
     attrs = docker_client.api.inspect_container(sandbox.info.container_id)
     assert SECRET not in json.dumps(attrs)
+
+
+def test_no_network_still_has_loopback_and_localhost(sandbox: DockerSandbox, docker_client: Any):
+    """Created with the engine's networking off (a faster start): lo is up, localhost
+    resolves, and nothing else is there."""
+    probe = ("import os, socket\n"
+             "s = socket.socket(); s.bind(('localhost', 0)); s.listen()\n"
+             "c = socket.create_connection(s.getsockname(), timeout=5)\n"
+             "print('LOOPBACK', s.getsockname()[0], socket.gethostname())\n"
+             "print('NETS', sorted(os.listdir('/sys/class/net')))\n")
+    sandbox.call("write_file", {"path": "lo.py", "content": probe})
+    result = shell(sandbox, "python3 lo.py")
+    assert result.ok, result.output
+    assert "LOOPBACK 127.0.0.1 sandbox" in result.output and "NETS ['lo']" in result.output
+    host = docker_client.api.inspect_container(sandbox.info.container_id)["HostConfig"]
+    assert host["NetworkMode"] == "none"

@@ -15,19 +15,31 @@ import textwrap
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import pytest
 import typer
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 from typer.testing import CliRunner
 
 from executor import audit
 from executor.audit import AuditLog, canonical, read_records, record_hash, verify
 from executor.cli import audit as audit_cli
 from executor.errors import AuditError, AuditIntegrityError, ConfigError
-from executor.hooks import HookBus
+from executor.hooks import (
+    CompleteEvent,
+    ErrorEvent,
+    HookBus,
+    ModelRequestEvent,
+    RetryEvent,
+    RunStartEvent,
+    TokenEvent,
+    ToolCallEvent,
+    ToolResultEvent,
+    WarningEvent,
+)
 from executor.redact import Redactor
 
 REPO = Path(__file__).resolve().parents[2]
@@ -465,8 +477,8 @@ def test_required_log_attached_to_the_bus_stops_the_emit(tmp_path: Path) -> None
     bus = HookBus()
     make_log(unwritable(tmp_path), required=True).attach(bus)
     with pytest.raises(AuditError):
-        bus.emit("tool_call", call_id="c", tool="t", arguments={}, decision="allow", rule="r",
-                 approved_by="--yes", reason="")
+        bus.emit(ToolCallEvent(call_id="c", tool="t", arguments={}, decision="allow", rule="r",
+                 approved_by="--yes", reason=""))
 
 
 def test_default_log_warns_once_and_the_run_goes_on(tmp_path: Path) -> None:
@@ -516,21 +528,21 @@ def test_prompts_are_recorded_only_when_asked(tmp_path: Path) -> None:
 def test_attach_records_the_agent_events(tmp_path: Path) -> None:
     bus = HookBus()
     make_log(tmp_path).attach(bus)
-    bus.emit("run_start", root="/r", provider="ollama", model="m", image="i",
+    bus.emit(RunStartEvent(root="/r", provider="ollama", model="m", image="i",
              image_digest="sha256:d", container_id="c", mount_mode="rw",
-             policy_source="built-in defaults", argv=["ask", "hi"])
-    bus.emit("token", text="t")
-    bus.emit("model_request", model="m", messages=2, prompt_bytes=50, tools=["read_file"],
-             duration_ms=10.5, prompt_tokens=20, completion_tokens=5, reply="{}")
-    bus.emit("tool_call", call_id="c1", tool="write_file", arguments={"path": "a", "content": ""},
-             decision="allow", rule="default:medium", approved_by="--yes", reason="")
-    bus.emit("tool_result", call_id="c1", tool="write_file", ok=True, output="ok",
+             policy_source="built-in defaults", argv=["ask", "hi"]))
+    bus.emit(TokenEvent(text="t"))
+    bus.emit(ModelRequestEvent(model="m", messages=2, prompt_bytes=50, tools=["read_file"],
+             duration_ms=10.5, prompt_tokens=20, completion_tokens=5, reply="{}"))
+    bus.emit(ToolCallEvent(call_id="c1", tool="write_file", arguments={"path": "a", "content": ""},
+             decision="allow", rule="default:medium", approved_by="--yes", reason=""))
+    bus.emit(ToolResultEvent(call_id="c1", tool="write_file", ok=True, output="ok",
              meta={"bytes": 0, "sha256_before": None, "sha256_after": "e" * 64,
-                   "lines_changed": 0})
-    bus.emit("retry", attempt=1, delay=0.5, reason="HTTP 503", url="http://h")
-    bus.emit("warning", message="careful")
-    bus.emit("error", message="boom", error_type="ModelError", exit_code=20)
-    bus.emit("complete", answer="done", turns=2)
+                   "lines_changed": 0}))
+    bus.emit(RetryEvent(attempt=1, delay=0.5, reason="HTTP 503", url="http://h"))
+    bus.emit(WarningEvent(message="careful"))
+    bus.emit(ErrorEvent(message="boom", error_type="ModelError", exit_code=20))
+    bus.emit(CompleteEvent(answer="done", turns=2))
     kinds = [r["kind"] for r in read_records(tmp_path)]
     assert kinds == ["run_start", "model_request", "tool_call", "tool_result", "write", "retry",
                      "warning", "error", "run_end"]
@@ -539,17 +551,29 @@ def test_attach_records_the_agent_events(tmp_path: Path) -> None:
     assert records[4]["path"] == "a" and verify(tmp_path).ok
 
 
-def test_attach_still_records_an_event_that_does_not_fit(tmp_path: Path) -> None:
+def test_an_event_that_does_not_fit_fails_where_it_is_emitted(tmp_path: Path) -> None:
+    """Payloads are typed: a missing field or a reserved key never reaches the log."""
     bus = HookBus()
     make_log(tmp_path).attach(bus, exclude=["warning"])
-    bus.emit("tool_call", tool="t", seq=5)  # no decision/rule; a reserved key
-    bus.emit("complete", status="ok", turns=1, hash="forged")  # fits, but for a reserved key
-    bus.emit("warning", message="not recorded")
-    records = list(read_records(tmp_path))
-    assert [(r["kind"], r.get("data_seq"), r.get("data_hash")) for r in records] == [
-        ("tool_call", 5, None), ("run_end", None, "forged")
-    ]
+    with pytest.raises(ValidationError):
+        ToolCallEvent(tool="t", seq=5)  # type: ignore[call-arg]  # no decision/rule; reserved
+    with pytest.raises(ValidationError):
+        CompleteEvent(status="ok", turns=1, hash="forged")  # type: ignore[call-arg]
+    bus.emit(CompleteEvent(status="ok", turns=1))
+    bus.emit(WarningEvent(message="not recorded"))
+    assert [r["kind"] for r in read_records(tmp_path)] == ["run_end"]
     assert verify(tmp_path).ok
+
+
+def test_every_recorded_event_kind_has_its_record(tmp_path: Path) -> None:
+    """Each kind the log subscribes to is one it knows how to record."""
+    from executor.audit import RECORDED_EVENTS
+    from executor.hooks import EventKind
+
+    assert set(RECORDED_EVENTS) <= set(get_args(EventKind))
+    log = make_log(tmp_path)
+    assert log.record_event(TokenEvent(text="not recorded")) is None
+    assert log.record_event(WarningEvent(message="w"))["kind"] == "warning"  # type: ignore[index]
 
 
 def test_audit_dir_resolution_and_exposure(tmp_path: Path) -> None:
@@ -765,3 +789,32 @@ def test_a_huge_argument_is_kept_as_its_head_length_and_hash(tmp_path: Path) -> 
     assert len(kept) < 17_000 and "TAIL" not in kept
     assert f"{len(content)} bytes in all, sha256 {hashlib.sha256(content.encode()).hexdigest()}" in kept
     assert record["arguments"]["path"] == "a" and verify(tmp_path).ok
+
+
+_PIECES = st.one_of(
+    st.sampled_from(sorted(SHAPES.values())),
+    st.sampled_from(sorted(SHAPES.values())).map(lambda t: t.upper()),
+    st.sampled_from(sorted(SHAPES.values())).flatmap(
+        lambda t: st.integers(1, len(t)).map(lambda n: t[:n])),
+    st.sampled_from(["KEY=", "token: '", "Bearer ", "://u:p@", "-----BEGIN ", " PRIVATE KEY-----",
+                     "ghp_", "xoxb-", "eyJ", ".", "\n", " ", "_live_", "SK", "sk-", ":AA",
+                     "\u017fECRET=", "CREDENT\u0131AL:", "\u212aEY=", "PASSWORD = ", "bEaReR "]),
+    st.sampled_from(["hunter2hunter2", "abcdefgh12", "'x1y2z3w4'"]),
+    st.text(max_size=12),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_PIECES, max_size=12).map("".join))
+def test_the_shape_prefilter_changes_no_redaction(text: str) -> None:
+    """A shape is skipped only where it cannot match: the same result as trying them all."""
+    redactor = Redactor({})
+    assert redactor._text(text) == redactor._text(text, prefilter=False)
+
+
+def test_every_shape_has_needles_its_pattern_spells() -> None:
+    from executor.redact import SHAPE_NEEDLES, TOKEN_SHAPES
+
+    assert set(SHAPE_NEEDLES) <= {kind for kind, _ in TOKEN_SHAPES}
+    for kind, needles in SHAPE_NEEDLES.items():
+        assert needles and all(n == n.lower() for n in needles), kind

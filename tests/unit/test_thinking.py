@@ -10,7 +10,7 @@ from rich.console import Console
 
 from executor.config import Settings
 from executor.context import TokenCounter
-from executor.hooks import HookBus
+from executor.hooks import HookBus, ModelRequestEvent, ThinkingEvent, TokenEvent
 from executor.messages import Message
 from executor.models import build_model
 from executor.models.ollama import _wire
@@ -71,9 +71,9 @@ def test_the_reasoning_streams_dimmed_and_inert_on_its_own_line() -> None:
     view = ProgressView(Console(file=buffer, force_terminal=False, width=200), stream=True)
     bus = HookBus()
     view.attach(bus)
-    bus.emit("thinking", text="first \x1b[2Kthink")
-    bus.emit("token", text="Answer")
-    bus.emit("model_request", model="m", duration_ms=1.0, reply="Answer")
+    bus.emit(ThinkingEvent(text="first \x1b[2Kthink"))
+    bus.emit(TokenEvent(text="Answer"))
+    bus.emit(ModelRequestEvent(model="m", duration_ms=1.0, reply="Answer"))
     assert buffer.getvalue() == "thinking: first \\x1b[2Kthink\nAnswer\n"
 
 
@@ -82,5 +82,5 @@ def test_hidden_when_not_streaming() -> None:
     view = ProgressView(Console(file=buffer, force_terminal=False, width=200), stream=False)
     bus = HookBus()
     view.attach(bus)
-    bus.emit("thinking", text="secret plan")
+    bus.emit(ThinkingEvent(text="secret plan"))
     assert buffer.getvalue() == ""

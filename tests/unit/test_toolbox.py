@@ -306,18 +306,56 @@ def shared_box(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Box]:
     assert box.close() == 0
 
 
-def test_runs_under_the_hosts_bootstrap(root: Path):
+def _bootstrapped(root: Path, payload: bytes) -> tuple[bytes, dict[str, Any], dict[str, Any]]:
+    """The magic line, ready line and first reply of the host's bootstrap fed `payload`."""
     from executor.sandbox.docker import _BOOTSTRAP
 
-    source = TOOLBOX.read_bytes()
     proc = subprocess.Popen([PYTHON, "-u", "-c", _BOOTSTRAP, "--root", str(root)],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     request = json.dumps({"id": 1, "tool": "read_file", "args": {"path": "README.md"}})
-    out, _ = proc.communicate(str(len(source)).encode() + b"\n" + source + request.encode()
-                              + b"\n", timeout=30)
-    ready, reply = (json.loads(line) for line in out.splitlines())
-    assert ready["ready"] and proc.returncode == 0
+    out, _ = proc.communicate(payload + request.encode() + b"\n", timeout=30)
+    magic, *lines = out.splitlines()
+    ready, reply = (json.loads(line) for line in lines)
+    assert proc.returncode == 0
+    return magic, ready, reply
+
+
+def test_runs_under_the_hosts_bootstrap(root: Path):
+    """The bootstrap says its bytecode format; this one is ours, so it gets our code."""
+    from importlib.util import MAGIC_NUMBER
+
+    from executor.sandbox.docker import toolbox_payload
+
+    payload = toolbox_payload(MAGIC_NUMBER.hex().encode())
+    magic, ready, reply = _bootstrapped(root, payload)
+    assert magic == MAGIC_NUMBER.hex().encode() and payload.startswith(b"code ")
+    assert ready["ready"]
     assert reply["ok"] and reply["output"] == "     1\t# demo"
+
+
+def test_another_python_gets_the_source(root: Path):
+    """An unknown bytecode format (or a garbled line) gets the source, which the bootstrap
+    compiles; the same toolbox answers."""
+    from executor.sandbox.docker import toolbox_payload
+
+    for said in (b"00000000", b"not hex at all"):
+        payload = toolbox_payload(said)
+        assert payload.startswith(b"source ")
+        _, ready, reply = _bootstrapped(root, payload)
+        assert ready["ready"] and reply["ok"] and reply["output"] == "     1\t# demo"
+
+
+def test_the_bootstrap_runs_the_code_it_is_sent(root: Path):
+    """`code`: the marshalled code runs as the toolbox (here one that only says so)."""
+    import marshal
+    import zlib
+
+    code = zlib.compress(marshal.dumps(compile(
+        "import json, sys\nprint(json.dumps({'ready': 'code'}))\n"
+        "print(json.dumps({'argv': sys.argv}))", "t", "exec")))
+    _, ready, reply = _bootstrapped(root, f"code {len(code)}\n".encode() + code)
+    assert ready == {"ready": "code"}
+    assert reply == {"argv": ["toolbox", "--root", str(root)]}
 
 
 def test_source_is_python39_syntax():

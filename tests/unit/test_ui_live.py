@@ -7,7 +7,16 @@ import io
 import pyte
 
 from executor.console import InertConsole
-from executor.hooks import HookBus
+from executor.hooks import (
+    CompleteEvent,
+    HookBus,
+    ModelRequestEvent,
+    NoticeEvent,
+    TokenEvent,
+    ToolCallEvent,
+    ToolOutputEvent,
+    ToolResultEvent,
+)
 from executor.ui import ProgressView, Tail
 
 COLUMNS, ROWS = 100, 40
@@ -44,8 +53,8 @@ def live_view(**options: bool) -> tuple[ProgressView, HookBus, Terminal]:
 
 
 def run_command(bus: HookBus, command: str) -> None:
-    bus.emit("tool_call", call_id="1", tool="run_shell_command", arguments={"command": command},
-             decision="allow", rule="default:high", approved_by="user", reason="")
+    bus.emit(ToolCallEvent(call_id="1", tool="run_shell_command", arguments={"command": command},
+             decision="allow", rule="default:high", approved_by="user", reason=""))
 
 
 ATTACK = ("building\n\x1b[2K\x1b[1A\x1b[2K\x1b[1G✓ all tests passed\n\x1b[5A\x1b[2J"
@@ -54,10 +63,10 @@ ATTACK = ("building\n\x1b[2K\x1b[1A\x1b[2K\x1b[1G✓ all tests passed\n\x1b[5A\x
 
 def test_command_output_cannot_erase_or_fake_lines(monkeypatch) -> None:
     view, bus, terminal = live_view()
-    bus.emit("notice", message="line above that must stay")
+    bus.emit(NoticeEvent(message="line above that must stay"))
     view.begin()
     run_command(bus, "make")
-    bus.emit("tool_output", call_id="1", tool="run_shell_command", stream="stdout", text=ATTACK)
+    bus.emit(ToolOutputEvent(call_id="1", tool="run_shell_command", stream="stdout", text=ATTACK))
     assert view._live is not None
     view._live.refresh()
     during = terminal.lines()
@@ -65,8 +74,8 @@ def test_command_output_cannot_erase_or_fake_lines(monkeypatch) -> None:
     assert any(r"  │ \x1b[2K\x1b[1A\x1b[2K\x1b[1G✓ all tests passed" in line for line in during)
     assert any(r"\x1b[5A\x1b[2JAllow this call? [y/n/a/r/v] (n): y" in line for line in during)
     assert not any(line.startswith(("✓ all tests passed", "Allow this call?")) for line in during)
-    bus.emit("tool_result", call_id="1", tool="run_shell_command", ok=True, output="x",
-             meta={"exit_code": 0, "duration_ms": 5})
+    bus.emit(ToolResultEvent(call_id="1", tool="run_shell_command", ok=True, output="x",
+             meta={"exit_code": 0, "duration_ms": 5}))
     view.close()
     after = terminal.lines()
     assert after[0] == "line above that must stay"
@@ -80,15 +89,15 @@ def test_command_output_cannot_erase_or_fake_lines(monkeypatch) -> None:
 def test_the_spinner_shows_elapsed_time_and_the_streamed_reply() -> None:
     view, bus, terminal = live_view(stream=True)
     view.begin()
-    bus.emit("token", text="Let me look\nat the tests")
+    bus.emit(TokenEvent(text="Let me look\nat the tests"))
     assert view._live is not None
     view._live.refresh()
     shown = terminal.lines()
     assert shown[0].endswith(" s") and "model is thinking…" in shown[0]
     assert shown[1:] == ["  │ Let me look", "  │ at the tests"]
-    bus.emit("model_request", model="m", duration_ms=5.0, prompt_tokens=1200,
-             completion_tokens=34, reply="")
-    bus.emit("complete", status="ok", answer="done", turns=1, duration_ms=5)
+    bus.emit(ModelRequestEvent(model="m", duration_ms=5.0, prompt_tokens=1200,
+             completion_tokens=34, reply=""))
+    bus.emit(CompleteEvent(status="ok", answer="done", turns=1, duration_ms=5))
     assert terminal.lines() == []  # the live region is gone; the answer is printed once
     assert "tokens 1,200 in / 34 out · 0 tool calls" in view.summary()
 
@@ -96,11 +105,11 @@ def test_the_spinner_shows_elapsed_time_and_the_streamed_reply() -> None:
 def test_a_refusal_is_one_line() -> None:
     view, bus, terminal = live_view()
     view.begin()
-    bus.emit("tool_call", call_id="9", tool="run_shell_command", arguments={"command": "rm x"},
+    bus.emit(ToolCallEvent(call_id="9", tool="run_shell_command", arguments={"command": "rm x"},
              decision="deny", rule="default:high", approved_by=None,
-             reason="run_shell_command was declined by the user, who said: use git rm")
-    bus.emit("tool_result", call_id="9", tool="run_shell_command", ok=False,
-             output="Denied: ...", meta={})
+             reason="run_shell_command was declined by the user, who said: use git rm"))
+    bus.emit(ToolResultEvent(call_id="9", tool="run_shell_command", ok=False,
+             output="Denied: ...", meta={}))
     view.close()
     assert terminal.lines() == ["✗ run_shell_command rm x — declined (you said: use git rm)"]
     assert view.turn.denied == 1 and "1 tool call, 1 denied" in view.summary()

@@ -1,0 +1,50 @@
+"""The container's network options: none, and no network sandbox for the engine to set up."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from executor.sandbox.docker import HOSTS, SandboxConfig, container_options, hosts_file
+
+
+def _options(tmp_path: Path, **config: object) -> dict:
+    settings = SandboxConfig(root=tmp_path, session_id="s1", **config)  # type: ignore[arg-type]
+    return container_options(settings, tmp_path / "l.lock", "1000:1000",
+                             hosts=hosts_file(tmp_path / "locks"))
+
+
+def _hosts_mount(options: dict) -> list[dict]:
+    return [m for m in options["mounts"] if m["Target"] == "/etc/hosts"]
+
+
+def test_without_a_network_the_engine_sets_up_none_and_etc_hosts_is_ours(tmp_path: Path):
+    options = _options(tmp_path)
+    assert options["network_mode"] == "none" and options["network_disabled"] is True
+    [mount] = _hosts_mount(options)
+    assert mount["ReadOnly"] is True and Path(mount["Source"]).read_bytes() == HOSTS
+    assert b"127.0.0.1\tlocalhost" in HOSTS and b"sandbox" in HOSTS
+
+
+def test_with_a_network_the_engine_sets_it_up_as_before(tmp_path: Path):
+    options = _options(tmp_path, network=True)
+    assert options["network_mode"] == "bridge" and "network_disabled" not in options
+    assert _hosts_mount(options) == []
+
+
+def test_without_a_hosts_file_the_options_are_the_engines_none(tmp_path: Path):
+    options = container_options(SandboxConfig(root=tmp_path, session_id="s1"),
+                                tmp_path / "l.lock", "1000:1000")
+    assert options["network_mode"] == "none" and "network_disabled" not in options
+
+
+def test_the_hosts_file_is_rewritten_when_it_differs_never_followed(tmp_path: Path):
+    directory = tmp_path / "locks"
+    directory.mkdir()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.write_bytes(b"mine\n")
+    os.symlink(elsewhere, directory / "hosts")
+    path = hosts_file(directory)
+    assert not path.is_symlink() and path.read_bytes() == HOSTS
+    assert elsewhere.read_bytes() == b"mine\n"
+    assert oct(path.stat().st_mode & 0o777) == "0o644"

@@ -127,3 +127,20 @@ def test_bind_writes_are_journaled_with_the_content_they_overwrite(root: Path):
     assert record["before"][3] == hashlib.sha256(b"v1\n").hexdigest()
     assert BlobStore.for_root(root).get(record["before"][3]) == b"v1\n"
     assert json.dumps(record)  # plain JSON all the way
+
+
+@pytest.mark.parametrize(("provider", "include", "expected"), [
+    ("ollama", [], ["python-testing", "safe-shell"]),
+    ("embedded", [], []),  # measured: the bundled skills made the 1.5B model answer, not act
+    ("embedded", ["safe-shell"], ["safe-shell"]),  # named ones still count
+])
+def test_the_embedded_model_gets_bundled_skills_only_when_named(
+        root: Path, provider: str, include: list[str], expected: list[str]):
+    model = ScriptedModel(["done"], tool_protocol="native")
+    with Runner.build(root, model=model, sandbox=FakeSandbox(), yes=True, audit=False,
+                      provider=provider, skills_include=include) as run:
+        run.run("hi")
+        assert [s.id for s in run.skills.skills] == expected
+    system = model.calls[0].messages[0]
+    assert system.role == "system"
+    assert ("Skill safe-shell" in system.content) == ("safe-shell" in expected)

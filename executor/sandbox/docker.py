@@ -843,18 +843,7 @@ HOSTS = b"127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0
 
 def hosts_file(directory: Path) -> Path:
     """`HOSTS` as a file in `directory` (a private dir of ours), rewritten when it differs."""
-    path = directory / "hosts"
-    try:
-        if seccomp.read_plain(path) == HOSTS:
-            return path
-        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-        temporary = directory / f".hosts.{os.getpid()}"
-        temporary.write_bytes(HOSTS)
-        temporary.chmod(0o644)
-        temporary.replace(path)
-    except OSError as exc:
-        raise SandboxError(f"cannot write {path}: {exc.strerror}") from exc
-    return path
+    return seccomp.publish(directory / "hosts", HOSTS, "the hosts file")
 
 
 def toolbox_payload(magic: bytes) -> bytes:

@@ -95,16 +95,22 @@ def profile_file(directory: Path) -> Path:
     """
     data = json.dumps(profile(), separators=(",", ":")).encode()
     path = directory / f"seccomp-{hashlib.sha256(data).hexdigest()[:16]}.json"
+    return publish(path, data, "the seccomp profile")
+
+
+def publish(path: Path, data: bytes, what: str) -> Path:
+    """`data` as the world-readable file `path` in a private dir of ours (made 0700 when
+    missing), written atomically and only when what is there differs (links not followed)."""
     try:
         if read_plain(path) == data:
             return path
-        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-        temporary = directory / f".{path.name}.{os.getpid()}"
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        temporary = path.parent / f".{path.name}.{os.getpid()}"
         temporary.write_bytes(data)
         temporary.chmod(0o644)
         temporary.replace(path)
     except OSError as exc:
-        raise SandboxError(f"cannot write the seccomp profile to {path}: {exc.strerror}") from exc
+        raise SandboxError(f"cannot write {what} to {path}: {exc.strerror}") from exc
     return path
 
 

@@ -335,16 +335,19 @@ def _move_aside(root: Path, rel: str) -> str:
     parts = Path(rel).parts
     aside = f"{parts[-1]}.replaced-{os.urandom(4).hex()}"
     try:
-        parent = _open_beneath(root, parts[:-1])
-    except OSError as exc:
-        return f"(not moved: a directory on the way is no longer one: {exc.strerror})"
-    try:
-        os.rename(parts[-1], aside, src_dir_fd=parent, dst_dir_fd=parent)
+        _rename_beneath(root, parts[:-1], parts[-1], aside)
     except OSError as exc:
         return f"(not moved: {exc.strerror})"
+    return str(Path(rel).with_name(aside))
+
+
+def _rename_beneath(root: Path, folder: tuple[str, ...], name: str, new: str) -> None:
+    """Rename `folder/name` to `folder/new` under `root`, no link followed on the way."""
+    parent = _open_beneath(root, folder)
+    try:
+        os.rename(name, new, src_dir_fd=parent, dst_dir_fd=parent)
     finally:
         os.close(parent)
-    return str(Path(rel).with_name(aside))
 
 
 def disable_git(root: Path, rels: list[str], result: Sweep) -> None:
@@ -358,12 +361,7 @@ def disable_git(root: Path, rels: list[str], result: Sweep) -> None:
         if not parts or Path(rel).is_absolute() or ".." in parts or parts[-1].lower() != ".git":
             continue
         with contextlib.suppress(OSError):
-            parent = _open_beneath(root, parts[:-1])
-            try:
-                os.rename(parts[-1], f".git.quarantined-{os.urandom(4).hex()}",
-                          src_dir_fd=parent, dst_dir_fd=parent)
-            finally:
-                os.close(parent)
+            _rename_beneath(root, parts[:-1], parts[-1], f".git.quarantined-{os.urandom(4).hex()}")
             result.disabled.append(rel)
 
 
@@ -410,16 +408,7 @@ def sweep(root: Path, before: TreeScan, since_ns: int) -> Sweep:
 def disable_head(root: Path, rel: str, result: Sweep) -> None:
     """Rename the HEAD of a repository look-alike at `rel` (no link followed on the way), so
     git on the host does not take the directory for a repository and run its config."""
-    parts = Path(rel).parts if rel else ()
-    try:
-        parent = _open_beneath(root, parts)
-    except OSError:
-        return
-    try:
-        os.rename("HEAD", f"HEAD.quarantined-{os.urandom(4).hex()}",
-                  src_dir_fd=parent, dst_dir_fd=parent)
+    with contextlib.suppress(OSError):
+        _rename_beneath(root, Path(rel).parts if rel else (), "HEAD",
+                        f"HEAD.quarantined-{os.urandom(4).hex()}")
         result.disabled.append(rel or ".")
-    except OSError:
-        pass
-    finally:
-        os.close(parent)

@@ -256,9 +256,54 @@ def _find_repository(root: Path) -> tuple[Path, Path, Path]:
             if commondir.is_file() and not commondir.is_symlink() else git_dir
         if not (common / "objects").is_dir():
             break
+        _refuse_borrowed(top, git_dir, common)
         return top, git_dir, common
     raise ConfigError(f"{root} is not in a git repository",
                       fix="--diff-base needs a git repository and an existing ref")
+
+
+def _inside(path: Path, top: Path) -> bool:
+    return path == top or top in path.parents
+
+
+def _refuse_borrowed(top: Path, git_dir: Path, common: Path) -> None:
+    """The project tree must not lend itself another repository's history: a `.git` file, a
+    `commondir` or an `alternates` naming a git dir outside the project would put that
+    repository's files (another checkout, a private clone) into the diff the model is sent.
+    A git dir outside is taken only when it names this work tree back, as `git worktree add`
+    (`gitdir`) and a submodule (`core.worktree`) leave it: files the project cannot write."""
+    top = top.resolve()
+    fix = ("review the repository's own checkout, or make this one stand alone "
+           "(`git repack -a -d`, then remove .git/objects/info/alternates)")
+    if not _inside(git_dir, top) and not _names_back(git_dir, top):
+        raise ConfigError(f"{top}/.git points at a git dir outside the project ({git_dir}) "
+                          "that does not name this work tree back", fix=fix)
+    if _inside(git_dir, top) and not _inside(common, top):
+        raise ConfigError(f"{git_dir} borrows the history of a git dir outside the project "
+                          f"({common})", fix=fix)
+    if not _inside(common, top):
+        return  # the host's own linked worktree or submodule: the project wrote none of it
+    objects = common / "objects"
+    for line in _read_optional(objects / "info" / "alternates").splitlines():
+        line = line.strip()
+        if line and not line.startswith("#") and not _inside((objects / line).resolve(), top):
+            raise ConfigError(f"{objects}/info/alternates borrows objects from outside the "
+                              f"project ({line[:200]})", fix=fix)
+
+
+def _names_back(git_dir: Path, top: Path) -> bool:
+    back = _read_optional(git_dir / "gitdir").strip()
+    if back and (git_dir / back).resolve() == top / ".git":
+        return True
+    worktree = dict(config_values_of(git_dir / "config")).get("core.worktree", "")
+    return bool(worktree) and (git_dir / worktree).resolve() == top
+
+
+def _read_optional(path: Path) -> str:
+    """A small regular file's text, read without following a link or blocking; else ""."""
+    from executor.sandbox.protect import small_text
+
+    return small_text(path) or ""
 
 
 def _read_small(path: Path) -> str:

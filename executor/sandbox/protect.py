@@ -199,12 +199,12 @@ class _Found:
 
 def _common_dir(git_dir: Path) -> Path | None:
     """A linked worktree's main git dir (`commondir`), which holds the shared config and hooks."""
-    text = _small_text(git_dir / "commondir")
+    text = small_text(git_dir / "commondir")
     return Path(os.path.realpath(git_dir / text.strip())) if text and text.strip() else None
 
 
 def _gitdir_target(entry: Path) -> Path | None:
-    text = _small_text(entry)
+    text = small_text(entry)
     if not text or not text.startswith("gitdir:"):
         return None
     target = Path(text[len("gitdir:"):].strip())
@@ -222,7 +222,7 @@ def config_values(path: Path) -> list[tuple[str, str]]:
     A small reader for the keys that matter here; it is conservative where git's syntax is rich
     (a value it cannot unquote is taken as written, which only ever adds a mount).
     """
-    text = _small_text(path)
+    text = small_text(path)
     if text is None:
         return []
     pairs, section = [], ""
@@ -254,7 +254,7 @@ def _unquote(raw: str) -> str:
     return "".join(out).strip()
 
 
-def _small_text(path: Path) -> str | None:
+def small_text(path: Path) -> str | None:
     """A small regular file's text, never through a link and never blocking; else None."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)

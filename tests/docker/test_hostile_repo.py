@@ -276,6 +276,76 @@ def test_review_never_fetches_what_a_partial_clone_misses(workdir: Path,
     assert model_server.chat_requests == []  # one clear error, before the model is asked
 
 
+def _private_repo(workdir: Path) -> tuple[Path, str]:
+    """Another repository on the host (a private checkout) and its HEAD commit."""
+    private = workdir / "private"
+    private.mkdir()
+    git("init", "-q", str(private), cwd=workdir)
+    (private / "secret.txt").write_text("PRIVATE-KEY-MATERIAL\n")
+    git("add", ".", cwd=private)
+    git("-c", "user.email=a@b", "-c", "user.name=a", "commit", "-q", "-m", "x", cwd=private)
+    return private, git("rev-parse", "HEAD", cwd=private).strip()
+
+
+@pytest.mark.parametrize("how", ["gitdir-file", "commondir", "alternates"])
+def test_review_never_reads_another_repositorys_history(workdir: Path, model_server: ModelServer,
+                                                       how: str):
+    """A project (an unpacked archive, an earlier bind-mode session) whose `.git` file,
+    `commondir` or `alternates` names another repository on the host: `review --diff-base`
+    must not diff against that repository's files and send them to the model."""
+    private, commit = _private_repo(workdir)
+    root = workdir / "proj"
+    root.mkdir()
+    (root / "a.txt").write_text("hello\n")
+    if how == "gitdir-file":
+        (root / ".git").write_text(f"gitdir: {private / '.git'}\n")
+    else:
+        git("init", "-q", str(root), cwd=workdir)
+        if how == "commondir":
+            (root / ".git" / "commondir").write_text(f"{private / '.git'}\n")
+        else:
+            (root / ".git" / "objects" / "info" / "alternates").write_text(
+                f"{private / '.git' / 'objects'}\n")
+        (root / ".git" / "refs" / "heads" / "main").write_text(commit + "\n")
+        (root / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    model_server.default = Reply("No findings.")
+
+    done = run_cli("review", "--root", root, "--provider", "ollama", "--host", model_server.url,
+                   "--diff-base", commit)
+
+    assert done.returncode == 2 and "Traceback" not in done.stderr, explain(done)
+    assert "outside the project" in done.stderr, explain(done)
+    assert model_server.chat_requests == []  # refused before the model is asked
+
+
+@pytest.mark.parametrize("kind", ["worktree", "submodule"])
+def test_review_still_works_in_a_linked_worktree_and_a_submodule(workdir: Path,
+                                                                 model_server: ModelServer,
+                                                                 kind: str):
+    """What git itself makes keeps working: a `git worktree add` checkout and a submodule keep
+    their git dir outside the work tree, and that git dir names the work tree back."""
+    main, _ = _private_repo(workdir)
+    if kind == "worktree":
+        root = workdir / "wt"
+        git("worktree", "add", "-q", str(root), cwd=main)
+    else:
+        sup = workdir / "super"
+        git("init", "-q", str(sup), cwd=workdir)
+        git("-c", "protocol.file.allow=always", "submodule", "add", "-q", str(main), "sub",
+            cwd=sup)
+        root = sup / "sub"
+    assert (root / ".git").is_file()
+    (root / "secret.txt").write_text("changed line\n")
+    model_server.default = Reply("No findings.")
+
+    done = run_cli("review", "--root", root, "--provider", "ollama", "--host", model_server.url,
+                   "--diff-base", "HEAD", "--format", "json")
+
+    assert done.returncode == 0, explain(done)
+    prompt = "".join(str(m.get("content")) for m in model_server.chat_requests[0].body["messages"])
+    assert "+changed line" in prompt
+
+
 def test_a_root_without_git_ends_the_session_without_one(workdir: Path, model_server: ModelServer):
     """A monorepo sub-directory has no .git of its own: the agent must not leave one that git
     on the host would honour (hooks, fsmonitor) when the person next types `git status`."""

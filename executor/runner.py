@@ -637,10 +637,6 @@ class Runner:
             self.options.root, command=self.options.skills_for, enabled=s.skills_enabled,
             paths=s.skill_paths, include=s.skills_include, exclude=s.skills_exclude,
             project=s.external_skills_enabled)
-        if s.provider == "embedded" and not s.skills_include:
-            # Measured: with the bundled skills in its prompt the 1.5B model answered "not
-            # found" instead of creating the file it was asked for. Named ones still count.
-            self.skills.skills = [k for k in self.skills.skills if k.source != "bundled"]
         for notice in self.skills.notices:
             self.hooks.emit(NoticeEvent(message=notice))
         if self.skills.skills:

@@ -6,6 +6,7 @@ A skill is a markdown file with a front matter naming it:
     id: python-testing
     description: Habits for changing Python code and checking it with tests.
     commands: ask              (optional: the commands it is for, ask and/or review)
+    default: off               (optional: used only when named in --skills-include)
     ---
     - Find how the project runs its tests first ...
 
@@ -70,6 +71,8 @@ class Skill:
     size: int
     commands: tuple[str, ...] = ()
     """The commands it is for; empty: every command."""
+    default: bool = True
+    """False: used only when named in `include` (a skill measured not to help by default)."""
 
     def prompt(self) -> str:
         """The skill's block in the system prompt."""
@@ -114,8 +117,11 @@ def parse_skill(data: bytes, *, source: Source, path: str) -> Skill:
     commands = tuple(c for c in re.split(r"[,\s]+", head.get("commands", "")) if c)
     if any(c not in COMMANDS for c in commands):
         raise SkillFormatError(f"commands may only name {', '.join(COMMANDS)}")
+    default = head.get("default", "on").lower()
+    if default not in ("on", "off"):
+        raise SkillFormatError("default may only be on or off")
     return Skill(skill_id, description, body, source, path, hashlib.sha256(data).hexdigest(),
-                 len(data), commands)
+                 len(data), commands, default == "on")
 
 
 def _front_matter(text: str) -> tuple[dict[str, str], str]:
@@ -216,8 +222,9 @@ def load_skills(root: Path, *, command: str, enabled: bool = True, paths: Sequen
                 include: Sequence[str] = (), exclude: Sequence[str] = (),
                 project: bool = True) -> SkillSet:
     """The skills of a `command` run: bundled, the person's, then the trusted project ones;
-    `include` keeps only those ids, whatever command they are for (an unknown one is a
-    ConfigError), `exclude` drops ids."""
+    `include` keeps only those ids, whatever command they are for or their default (an
+    unknown one is a ConfigError), `exclude` drops ids; without `include`, a skill is used
+    when it is for `command` and its front matter does not say `default: off`."""
     if not enabled:
         return SkillSet()
     chosen: dict[str, Skill] = {}
@@ -235,6 +242,6 @@ def load_skills(root: Path, *, command: str, enabled: bool = True, paths: Sequen
         raise ConfigError(f"unknown skill id(s) in --skills-include: {', '.join(unknown)}",
                           fix=f"use one of: {', '.join(sorted(chosen)) or 'none available'}")
     kept = [s for s in chosen.values() if s.id not in exclude and (
-        s.id in include if include else not s.commands or command in s.commands)]
+        s.id in include if include else s.default and (not s.commands or command in s.commands))]
     order: dict[Source, int] = {"bundled": 0, "user": 1, "project": 2}
     return SkillSet(sorted(kept, key=lambda s: (order[s.source], s.id)), notices)

@@ -130,7 +130,18 @@ def test_links_and_special_files_in_the_project_are_never_read(tmp_path: Path) -
     ("---\nid: ok\n---\nbody", "description"),
     ("---\nid: ok\ndescription: d\ncommands: deploy\n---\n", "commands may only"),
     ("---\nid: ok\ndescription: d\n", "front matter"),
+    ("---\nid: ok\ndescription: d\ndefault: maybe\n---\n", "default may only"),
 ])
 def test_front_matter_problems_are_named(text: str, problem: str) -> None:
     with pytest.raises(SkillFormatError, match=problem):
         parse_skill(text.encode(), source="user", path="x.md")
+
+
+def test_a_skill_marked_default_off_is_used_only_when_named(tmp_path: Path) -> None:
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "a.md").write_text("---\nid: opt-in\ndescription: d\ndefault: off\n---\nBe brief.\n")
+    (mine / "b.md").write_text(skill_text("always"))
+    assert "opt-in" not in ids(tmp_path, paths=[mine])
+    assert "always" in ids(tmp_path, paths=[mine])
+    assert ids(tmp_path, paths=[mine], include=["opt-in"]) == ["opt-in"]

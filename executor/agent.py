@@ -212,7 +212,8 @@ class Agent:
             return self._refused(call, format_validation_error(call.name, exc), "invalid-arguments")
         refusal = self.coach.refuse(call, self.context.sandbox) if self.coach else None
         if refusal is not None:
-            return self._refused(call, refusal, "coach:read-before-write")
+            rule, why = refusal
+            return self._refused(call, why, rule)
         verdict = self.authorize(tool, args, call)
         self.hooks.emit(ToolCallEvent(
             call_id=call.id, tool=call.name, arguments=call.arguments,

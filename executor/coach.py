@@ -7,8 +7,8 @@ would have made it failed or never happened. The `Coach` watches one conversatio
 answers and steps in where that happens:
 
 - `refuse(call)`: a `write_file` over an existing file the model has not read (or written) in
-  this conversation is refused once, with what to do instead; a call that failed is not run
-  again unchanged while no file has changed since;
+  this conversation is refused once, with what to do instead; a call that failed, or a read,
+  list or search that succeeded, is not run again unchanged while no file has changed since;
 - `review(answer)`: an answer right after a failed change (or a command that is not
   installed, or a search that found nothing), or one that claims a change when nothing
   changed is sent back with what to do (a *nudge*), each at most once and `max_nudges` times
@@ -31,6 +31,8 @@ from executor.protocols import Sandbox
 
 READERS = frozenset({"read_file"})
 """Tools whose success means the model has seen the file at `path`."""
+LOOKERS = READERS | {"list_files", "search_files"}
+"""Tools that only look: the same call gives the same answer while no file changes."""
 WRITERS = frozenset({"write_file", "edit_file"})
 """Tools whose success means the file at `path` is what the model made it."""
 CHECKERS = READERS | {"run_shell_command"}
@@ -82,11 +84,15 @@ class Coach:
     """Whether a file changed after the model last read a file or ran a command."""
     asked_check: bool = False
     """Whether this run's check was asked for."""
+    looked: set[str] = field(default_factory=set)
+    """Looking calls that succeeded since the last change: the same one again shows nothing new
+    (a weak model re-reads one file until its turns run out)."""
 
     def begin(self) -> None:
         """A new request: forget the last run's changes and nudges (not what was read)."""
         self.changed, self.failure, self.claimed, self.nudges = False, None, False, 0
         self.failed.clear()
+        self.looked.clear()
         self.unchecked = self.asked_check = False
 
     def learn(self, history: Iterable[Message]) -> None:
@@ -98,13 +104,20 @@ class Coach:
                 if result is not None and not result.content.startswith(("Denied", "Invalid")):
                     self._note(call)
 
-    def refuse(self, call: ToolCall, sandbox: Sandbox) -> str | None:
-        """Why `call` should not run as asked (None: let it run)."""
+    def refuse(self, call: ToolCall, sandbox: Sandbox) -> tuple[str, str] | None:
+        """The audit's rule and the model's reason when `call` should not run (None: run it)."""
         failed = self.failed.get(_call_key(call))
         if failed is not None:  # nothing changed since: it would fail the same way
-            return (f"You made this exact call before and it failed: {failed} Nothing has "
-                    "changed since, so it would fail again. Change the arguments (copy text "
-                    "exactly as the file has it), try another way, or answer.")
+            return "coach:repeated-failure", (
+                f"You made this exact call before and it failed: {failed} Nothing has changed "
+                "since, so it would fail again. Change the arguments (copy text exactly as the "
+                "file has it), try another way, or answer.")
+        if _call_key(call) in self.looked:
+            self.vetoed.add(_call_key(call))
+            return "coach:repeated-look", (
+                f"You already made this exact {call.name} call and nothing has changed since: "
+                "its result is above. Use it now: answer with what it says (give the value "
+                "asked for), or take the next step with another call.")
         path = call.arguments.get("path")
         if call.name != "write_file" or not isinstance(path, str):
             return None
@@ -115,9 +128,10 @@ class Coach:
             return None
         self.refused.add(key)
         self.vetoed.add(_call_key(call))
-        return (f"Not written: {path} already exists and you have not read it, so this would "
-                f"replace all of it. Read it first with read_file; then change only the part "
-                f"the task is about with edit_file and keep the rest.")
+        return "coach:read-before-write", (
+            f"Not written: {path} already exists and you have not read it, so this would "
+            "replace all of it. Read it first with read_file; then change only the part the "
+            "task is about with edit_file and keep the rest.")
 
     def observe(self, call: ToolCall, result: ToolResult) -> None:
         """Note what a finished call showed or changed."""
@@ -132,6 +146,9 @@ class Coach:
         self.changed = self.changed or changed
         if changed:
             self.failed.clear()
+            self.looked.clear()
+        elif result.ok and call.name in LOOKERS:
+            self.looked.add(key)
         elif not result.ok:
             self.failed[key] = _first_line(result.output)
         self.unchecked = changed or (self.unchecked and call.name not in CHECKERS)

@@ -36,6 +36,8 @@ WORK_RULES = (
     "file, find it first.",
     "- To change a file, read it first, then replace only the part the task is about and keep "
     "the rest.",
+    "- If what you read takes the value asked about from another file (an import, a setting), "
+    "read that file too.",
     "- Answer only when the task is done: say what you did, or give the facts that were asked "
     "for.",
 )
@@ -54,7 +56,9 @@ class _Worked:
 
 # Worked multi-step tasks shown when their tools are offered: small models follow an example
 # far better than a rule. One finds, reads and changes part of a line; one adds code after
-# existing lines, which they otherwise replace. Neither is a benchmark task.
+# existing lines, which they otherwise replace; one answers a question with the value it read
+# (without it, a read was followed by the same read again until the turns ran out). None is a
+# benchmark task.
 _WORKED = (
     _Worked("Sort the notes by date instead of by title.", (
         ("search_files", {"pattern": "title", "path": "."},
@@ -74,6 +78,12 @@ _WORKED = (
                                    "    return items[-1]"},
          "edited 'lists.py': 1 replacement, 4 lines changed"),
     ), "lists.py now has last(items), after first(); first() is unchanged."),
+    _Worked("Which database does the app use?", (
+        ("search_files", {"pattern": "database", "path": "."},
+         "app.py:1:from settings import DATABASE_URL"),
+        ("read_file", {"path": "settings.py"},
+         "     1\tDEBUG = False\n     2\tDATABASE_URL = \"sqlite:///notes.db\""),
+    ), "It uses SQLite: settings.py sets DATABASE_URL = \"sqlite:///notes.db\"."),
 )
 # Concrete values read better than placeholders, which small models copy literally.
 _EXAMPLE_STRINGS = {"path": "README.md", "command": "ls", "pattern": "TODO"}

@@ -154,9 +154,147 @@ import traceback
 from collections import Counter, deque
 
 TYPE_CHECKING = False  # typing is not imported at run time: the toolbox starts fast
-if TYPE_CHECKING:
-    from collections.abc import Callable
-    from typing import Any
+if TYPE_CHECKING:  # names for the type checker only (annotations are never evaluated)
+    from collections.abc import Callable, Iterator
+    from typing import Any, BinaryIO, Optional, Protocol, TypedDict, Union
+
+    class Options(Protocol):
+        """What parse_args gives (an argparse.Namespace)."""
+
+        root: str
+        default_timeout: float
+        max_output: int
+        hidden: list[str] | None
+        readonly_dir: list[str] | None
+        no_rg: bool
+        kill_strays: bool
+        git_guard: bool
+        no_track: bool
+        disk_budget: int
+        min_free: int
+        seccomp_filter: str | None
+        sign: bool
+
+    class Result(TypedDict):
+        """What a tool call answers (a response, once "id" is added)."""
+
+        ok: bool
+        output: str
+        meta: dict[str, Any]
+
+    class Response(Result):
+        id: int | None
+
+    class Sink(Protocol):
+        """Where _pump puts what a pipe gave: _Capture, _Lines or _Tee."""
+
+        def add(self, chunk: bytes) -> None: ...
+
+    class Writer(Protocol):
+        """Our protocol stream: stdout's buffer, or Signed around it."""
+
+        def write(self, line: bytes, /) -> object: ...
+
+        def flush(self) -> object: ...
+
+    class Quarantined(TypedDict):
+        """An entry of meta["git_quarantined"]: a .git or repository look-alike disabled."""
+
+        path: str
+        kind: str
+        renamed_to: str | None
+
+    class QuarantineRecord(Quarantined, total=False):
+        error: str
+
+    class WriteMeta(TypedDict):
+        """The meta of write_file and edit_file."""
+
+        bytes: int
+        sha256_before: str | None
+        sha256_after: str
+        lines_changed: int
+        created: bool
+
+    class WriteRecord(WriteMeta, total=False):
+        git_quarantined: list[QuarantineRecord]
+
+    class PreviewFacts(TypedDict):
+        """The meta of a preview."""
+
+        path: str
+        resolved: str | None
+        symlink: bool
+        exists: bool
+        binary: bool
+        sha256_before: str | None
+        error: str | None
+
+    class ChangeFields(TypedDict):
+        """An entry of meta["changes"] / meta["outside_changes"]."""
+
+        path: str
+        change: str
+        kind: str
+        sha256_before: str | None
+        sha256_after: str | None
+        size_before: int | None
+        size_after: int | None
+        mode_before: str | None
+        mode_after: str | None
+        target: str | None
+
+    class ChangeRecord(ChangeFields, total=False):
+        unhashed: str
+
+    class SetidFields(TypedDict):
+        """An entry of meta["setid_cleared"]."""
+
+        path: str
+        removed: list[str]
+        mode_before: str | None
+
+    class SetidRecord(SetidFields, total=False):
+        mode_after: str | None
+        error: str
+
+    class MountFields(TypedDict):
+        """An entry of meta["protected_restored"]."""
+
+        path: str
+        moved_to: str
+
+    class MountRecord(MountFields, total=False):
+        replaced_by: str
+        error: str
+
+    class ChunkFields(TypedDict):
+        """An entry of read_files' meta["files"]: a chunk, or an error."""
+
+        path: str
+
+    class Chunk(ChunkFields, total=False):
+        error: str
+        offset: int
+        size: int
+        length: int
+        data: str
+
+    class RootIdentity(TypedDict):
+        dev: int
+        ino: int
+        mtime_ns: int
+
+    # lstat fields kept per path: mode, size, mtime_ns, ctime_ns, ino, blocks, nlink (_entry)
+    Lstat = tuple[int, int, int, int, int, int, int]
+    Walk = tuple[dict[str, Lstat], bool, list[str], list[str]]  # see _walk
+    Reopened = list[tuple[str, int, int]]  # (path, inode, mode) of dirs opened for a walk
+    Identity = tuple[str, int, Optional[str]]  # what makes a .git entry the same one
+    Change = tuple[str, str]  # (path, "created" | "modified" | "deleted" | "mode" | "type")
+    Hit = tuple[str, int, str]  # a search result: path, line number, text
+    Hits = list[Optional[Hit]]  # a trailing None: the search timed out
+    Spec = dict[str, tuple[str, bool]]  # argument name -> (kind, required)
+    ManifestEntry = list[Union[str, int, None]]  # [path, kind, mode, size, sha256, target]
 
 VERSION = 1
 BINARY_SNIFF = 8192
@@ -206,17 +344,17 @@ CLOSEST_MAX_LINES = 5000  # a failed edit looks for the closest line in files th
 class ToolError(Exception):
     """A failed tool call; the message is what the model reads."""
 
-    def __init__(self, message, **meta):
+    def __init__(self, message: str, **meta: Any) -> None:
         super().__init__(message)
         self.meta = meta
 
 
-def ok(output, **meta):
+def ok(output: str, **meta: Any) -> Result:
     """A successful result."""
     return {"ok": True, "output": output, "meta": meta}
 
 
-def fail(output, **meta):
+def fail(output: str, **meta: Any) -> Result:
     """A failed result."""
     return {"ok": False, "output": output, "meta": meta}
 
@@ -227,7 +365,7 @@ def fail(output, **meta):
 class Context:
     """Settings from argv plus what the toolbox learned when it started."""
 
-    def __init__(self, opts):
+    def __init__(self, opts: Options) -> None:
         self.root = os.path.realpath(opts.root)
         self.roots = {self.root, os.path.abspath(opts.root)}  # as resolved and as given
         self.default_timeout = opts.default_timeout
@@ -247,11 +385,11 @@ class Context:
         self.tracker = None if opts.no_track else Tracker(self)  # its first walk comes later
         self.disk = None if opts.no_track else Disk(opts.disk_budget, opts.min_free)
         self.fsize_limit = _fsize_limit()
-        self.progress = None  # the _Progress of the request being served, when it asked for one
+        self.progress: _Progress | None = None  # the request being served's, when it asked
         self.guarded = False  # whether the toolbox made itself non-dumpable (main sets it)
 
 
-def _fsize_limit():
+def _fsize_limit() -> int | None:
     """RLIMIT_FSIZE in bytes (the host sets it to the disk budget), or None."""
     try:
         import resource  # Unix only
@@ -261,9 +399,9 @@ def _fsize_limit():
     return None if soft == resource.RLIM_INFINITY else soft
 
 
-def _cgroup_file(controller, names):
+def _cgroup_file(controller: str, names: list[str]) -> str | None:
     """Our cgroup's file for a controller (v1 or v2, with or without a cgroup namespace)."""
-    dirs = []
+    dirs: list[str] = []
     try:
         with open("/proc/self/cgroup") as f:
             for line in f:
@@ -281,9 +419,10 @@ def _cgroup_file(controller, names):
     return None
 
 
-def parse_args(argv):
+def parse_args(argv: list[str]) -> Options:
     """The toolbox's command line."""
-    parser = argparse.ArgumentParser(prog="toolbox", description=__doc__.split("\n", 1)[0])
+    parser = argparse.ArgumentParser(prog="toolbox",
+                                     description=(__doc__ or "").split("\n", 1)[0])
     parser.add_argument("--root", default="/workspace")
     parser.add_argument("--default-timeout", type=float, default=60.0)
     parser.add_argument("--max-output", type=int, default=30000)
@@ -297,7 +436,7 @@ def parse_args(argv):
     parser.add_argument("--min-free", type=int, default=MIN_FREE)
     parser.add_argument("--seccomp-filter")
     parser.add_argument("--sign", action="store_true")
-    opts = parser.parse_args(argv)
+    opts: Options = parser.parse_args(argv)
     if opts.disk_budget < 0 or opts.min_free < 0:
         parser.error("--disk-budget and --min-free take a number of bytes, 0 or more")
     for name in (opts.hidden or []) + (opts.readonly_dir or []):
@@ -309,7 +448,7 @@ def parse_args(argv):
 # -- paths ------------------------------------------------------------------------------------
 
 
-def resolve(ctx, raw, write=False):
+def resolve(ctx: Context, raw: str, write: bool = False) -> str:
     """The real path inside the root for a path argument, or a ToolError saying why not."""
     if not raw.strip():
         raise ToolError("path is empty; give a path relative to the project root, "
@@ -334,8 +473,9 @@ def resolve(ctx, raw, write=False):
     return real
 
 
-def _names_on_the_way(root, raw):
+def _names_on_the_way(root: str, raw: str) -> list[str]:
     """Every name resolving raw from root passes through, symlink targets included."""
+    names: list[str]
     names, todo, here, hops = [], deque(raw.split("/")), "/" if raw.startswith("/") else root, 0
     while todo:
         part = todo.popleft()
@@ -359,21 +499,21 @@ def _names_on_the_way(root, raw):
     return names
 
 
-def _inside(root, path):
+def _inside(root: str, path: str) -> bool:
     return path == root or path.startswith(os.path.join(root, ""))
 
 
-def rel(ctx, path):
+def rel(ctx: Context, path: str) -> str:
     """`path` relative to the root, as the model should write it."""
     return os.path.relpath(path, ctx.root)
 
 
-def os_error_text(ctx, exc):
+def os_error_text(ctx: Context, exc: OSError) -> str:
     """A short, clear text for an OSError a tool ran into."""
     name = exc.filename or ""
     if name and _inside(ctx.root, os.path.abspath(name)):
         name = rel(ctx, name)
-    texts = {
+    texts: dict[int | None, str] = {
         errno.ENOENT: f"file not found: {name}",
         errno.EACCES: f"permission denied: {name}",
         errno.EPERM: f"operation not permitted: {name}",
@@ -392,7 +532,7 @@ def os_error_text(ctx, exc):
     return texts.get(exc.errno, f"{exc.strerror or exc}: {name}".rstrip(": "))
 
 
-def _regular_file(real, path):
+def _regular_file(real: str, path: str) -> os.stat_result:
     """Raise unless `real` is an existing regular file (never open a FIFO: it would block)."""
     info = os.stat(real)
     if stat.S_ISDIR(info.st_mode):
@@ -405,7 +545,8 @@ def _regular_file(real, path):
 # -- read_file --------------------------------------------------------------------------------
 
 
-def tool_read_file(ctx, path, start_line=None, end_line=None):
+def tool_read_file(ctx: Context, path: str, start_line: int | None = None,
+                   end_line: int | None = None) -> Result:
     """Numbered lines of a text file, capped, with a note on how to read the rest."""
     first = _positive(start_line, "start_line") or 1
     last = _positive(end_line, "end_line")
@@ -428,13 +569,13 @@ def tool_read_file(ctx, path, start_line=None, end_line=None):
               total_lines=total)
 
 
-def _positive(value, name):
+def _positive(value: int | None, name: str) -> int | None:
     if value is not None and value < 1:
         raise ToolError(f"argument '{name}' must be 1 or more")
     return value
 
 
-def _skip_lines(f, count):
+def _skip_lines(f: BinaryIO, count: int) -> int:
     """Advance f past `count` lines in big chunks; returns how many it skipped (fewer at EOF)."""
     skipped, tail = 0, b""
     while skipped < count:
@@ -452,7 +593,7 @@ def _skip_lines(f, count):
     return skipped
 
 
-def _lines(f):
+def _lines(f: BinaryIO) -> Iterator[tuple[bytes, bool]]:
     """(bytes without newline, was cut) per line; a huge line is never held in memory."""
     while True:
         raw = f.readline(LINE_MAX_BYTES)
@@ -470,7 +611,7 @@ def _lines(f):
         yield raw, cut
 
 
-def _decode(raw, cut):
+def _decode(raw: bytes, cut: bool) -> tuple[str, bool]:
     """(text, had invalid UTF-8) of one line; a cut line may end inside a character."""
     if raw.endswith(b"\r"):
         raw = raw[:-1]
@@ -483,11 +624,13 @@ def _decode(raw, cut):
 class _Page:
     """The lines one read_file call returns, within the caps."""
 
-    def __init__(self, first):
+    lines: list[str]
+
+    def __init__(self, first: int) -> None:
         self.first, self.lines, self.chars = first, [], 0
         self.more = self.invalid = self.long = self.eof = False
 
-    def fill(self, f, last):
+    def fill(self, f: BinaryIO, last: int | None) -> None:
         """Take lines from f until `last`, EOF or a cap (then `more` is set)."""
         number = self.first
         for raw, cut in _lines(f):
@@ -500,7 +643,7 @@ class _Page:
             number += 1
         self.eof = True
 
-    def _add(self, number, raw, cut):
+    def _add(self, number: int, raw: bytes, cut: bool) -> None:
         text, bad = _decode(raw, cut)
         self.invalid = self.invalid or bad
         if cut or len(text) > LINE_MAX_CHARS:
@@ -509,7 +652,7 @@ class _Page:
         self.lines.append(line)
         self.chars += len(line) + 1
 
-    def total_lines(self, f):
+    def total_lines(self, f: BinaryIO) -> int | None:
         """Lines in the whole file when cheap to know: None if the rest is over budget."""
         if self.eof:
             return self.first + len(self.lines) - 1
@@ -523,7 +666,7 @@ class _Page:
             count, last, budget = count + chunk.count(b"\n"), chunk, budget - len(chunk)
         return None
 
-    def text(self, path, size, total):
+    def text(self, path: str, size: int, total: int | None) -> str:
         """The numbered lines plus notes on truncation and encoding."""
         if not self.lines:
             return f"(empty file: '{path}' has 0 bytes)"
@@ -543,7 +686,8 @@ class _Page:
 # -- write_file / edit_file -------------------------------------------------------------------
 
 
-def tool_write_file(ctx, path, content, expect_sha256=None):
+def tool_write_file(ctx: Context, path: str, content: str,
+                    expect_sha256: str | None = None) -> Result:
     """Create or overwrite a file, creating its parent directories."""
     real = resolve(ctx, path, write=True)
     before = _read_existing(real, path)
@@ -553,7 +697,8 @@ def tool_write_file(ctx, path, content, expect_sha256=None):
     return ok(f"wrote {meta['bytes']} bytes to '{path}' ({how})" + _gitdir_note(meta), **meta)
 
 
-def tool_edit_file(ctx, path, new_text, old_text=None, replace_all=False, expect_sha256=None):
+def tool_edit_file(ctx: Context, path: str, new_text: str, old_text: str | None = None,
+                   replace_all: bool = False, expect_sha256: str | None = None) -> Result:
     """Replace the unique (or, with replace_all, every) occurrence of old_text."""
     real = resolve(ctx, path, write=True)
     before = _read_existing(real, path)
@@ -571,14 +716,15 @@ def tool_edit_file(ctx, path, new_text, old_text=None, replace_all=False, expect
               replacements=done, **meta)
 
 
-def _gitdir_note(meta):
+def _gitdir_note(meta: WriteRecord) -> str:
     records = meta.get("git_quarantined") or []
     return "".join(f"\n{r['path']} was made to look like a git repository; its HEAD was renamed "
                    f"to {r['renamed_to'] or '(failed)'} so git on the host does not use it"
                    for r in records)
 
 
-def _edited(path, before, new_text, old_text, replace_all):
+def _edited(path: str, before: bytes | None, new_text: str, old_text: str | None,
+            replace_all: bool) -> tuple[bytes, int]:
     """(the file's new bytes, replacements) after an edit, or the ToolError it fails with."""
     if old_text is None or (old_text == "" and before is None):
         # Small models send old_text="" to mean "create": treat it like an omitted old_text.
@@ -599,7 +745,7 @@ def _edited(path, before, new_text, old_text, replace_all):
     return _encode(after, "surrogateescape"), count if replace_all else 1
 
 
-def _with_file(exc, path, before):
+def _with_file(exc: ToolError, path: str, before: bytes | None) -> ToolError:
     """A failed edit's error plus the file as it is, when small: the fix needs no extra read."""
     if before is None or b"\0" in before[:BINARY_SNIFF] or len(before) > SHOW_MAX_CHARS:
         return exc
@@ -613,19 +759,19 @@ def _with_file(exc, path, before):
                      f"line numbers):\n{numbered or '(empty file)'}", **exc.meta, file_shown=True)
 
 
-def _check_unchanged(path, before, expected):
+def _check_unchanged(path: str, before: bytes | None, expected: str | None) -> None:
     """Refuse a write whose file is not what the person approved (the host sends the hash)."""
     if expected is not None and _digest(before) != expected:
         raise ToolError(f"'{path}' changed since it was approved; nothing was written. Read it "
                         "again before changing it.", changed_since_approval=True)
 
 
-def _digest(data):
+def _digest(data: bytes | None) -> str:
     """sha256 hex of a file's bytes, or ABSENT for a file that does not exist."""
     return ABSENT if data is None else hashlib.sha256(data).hexdigest()
 
 
-def _read_existing(real, path):
+def _read_existing(real: str, path: str) -> bytes | None:
     """The file's bytes, or None if it does not exist yet; a hard-linked file is refused.
 
     Writing in place through one of several names changes the others too (a Makefile linked
@@ -644,20 +790,20 @@ def _read_existing(real, path):
         return f.read()
 
 
-def _edit_text(data, path):
+def _edit_text(data: bytes, path: str) -> str:
     if b"\0" in data[:BINARY_SNIFF]:
         raise ToolError(f"'{path}' is a binary file; edit_file only edits text files")
     return data.decode("utf-8", "surrogateescape")  # invalid bytes survive the edit unchanged
 
 
-def _encode(text, errors):
+def _encode(text: str, errors: str) -> bytes:
     try:
         return text.encode("utf-8", errors)
     except UnicodeEncodeError as exc:
         raise ToolError(f"the text cannot be written as UTF-8: {exc.reason}") from exc
 
 
-def _find(text, old, new):
+def _find(text: str, old: str, new: str) -> tuple[str, str, int]:
     """(old, new, count), retried with CRLF line ends when the file uses them."""
     count = text.count(old)
     if count == 0 and "\r\n" in text and "\n" in old and "\r\n" not in old:
@@ -667,7 +813,7 @@ def _find(text, old, new):
     return old, new, count
 
 
-def _check_count(text, path, old, count, replace_all):
+def _check_count(text: str, path: str, old: str, count: int, replace_all: bool) -> None:
     if count == 0:
         hint = _no_match_hint(text, old)
         raise ToolError(f"old_text not found in '{path}' (0 matches). Copy the exact text from "
@@ -679,7 +825,7 @@ def _check_count(text, path, old, count, replace_all):
                         "replace_all=true to replace all of them." + _whole_lines(text, lines))
 
 
-def _whole_lines(text, numbers, limit=3):
+def _whole_lines(text: str, numbers: str, limit: int = 3) -> str:
     """The first matching lines in full: one of them, as old_text, changes one place at a time."""
     have = text.split("\n")
     picked = list(dict.fromkeys(int(n) for n in numbers.split(", ") if n.isdigit()))[:limit]
@@ -687,7 +833,7 @@ def _whole_lines(text, numbers, limit=3):
     return f" One whole line is enough, one call per line; the lines are:\n{shown}"
 
 
-def _match_lines(text, old, limit=10):
+def _match_lines(text: str, old: str, limit: int = 10) -> str:
     found: list[str] = []
     pos, line, at = 0, 1, text.find(old)
     while at != -1 and len(found) < limit:
@@ -697,7 +843,7 @@ def _match_lines(text, old, limit=10):
     return ", ".join(found) + (", ..." if at != -1 else "")
 
 
-def _no_match_hint(text, old):
+def _no_match_hint(text: str, old: str) -> str:
     """A concrete reason the text did not match, when one is cheap to find."""
     lines = [line for line in old.split("\n") if line]
     if lines and all(re.match(r"\s*\d+\t", line) for line in lines):
@@ -714,7 +860,7 @@ def _no_match_hint(text, old):
     return _closest_line(have, wanted[0])
 
 
-def _closest_line(have, wanted):
+def _closest_line(have: list[str], wanted: str) -> str:
     """' Hint: line N is the closest ...' for a line like `wanted` (quotes, a typo), or ''."""
     if len(have) > CLOSEST_MAX_LINES:
         return ""
@@ -726,7 +872,7 @@ def _closest_line(have, wanted):
     return f" Hint: line {number} is the closest; copy it exactly:\n{have[number - 1]}"
 
 
-def _write(ctx, real, before, data):
+def _write(ctx: Context, real: str, before: bytes | None, data: bytes) -> WriteRecord:
     """Write data to real (in place: mode, owner and hard links stay); returns the meta."""
     allocated = _check_write(ctx, real, len(data))
     os.makedirs(os.path.dirname(real), exist_ok=True)
@@ -734,22 +880,23 @@ def _write(ctx, real, before, data):
         f.write(data)
     digest = hashlib.sha256(data).hexdigest()
     _note_write(ctx, real, allocated, digest)
-    meta = {"bytes": len(data),
-            "sha256_before": None if before is None else hashlib.sha256(before).hexdigest(),
-            "sha256_after": digest,
-            "lines_changed": _lines_changed(before or b"", data), "created": before is None}
+    meta: WriteRecord = {
+        "bytes": len(data),
+        "sha256_before": None if before is None else hashlib.sha256(before).hexdigest(),
+        "sha256_after": digest,
+        "lines_changed": _lines_changed(before or b"", data), "created": before is None}
     disabled = _gitdir_made_by_write(ctx, real) if ".git" in ctx.readonly else None
     if disabled:
         meta["git_quarantined"] = [disabled]
     return meta
 
 
-def _gitdir_made_by_write(ctx, real):
+def _gitdir_made_by_write(ctx: Context, real: str) -> QuarantineRecord | None:
     """A write that completes a repository look-alike (HEAD, objects/, refs/ in one directory,
     whatever its name) disables it at once: git on the host would run its config."""
     folder = os.path.dirname(real)
     while _inside(ctx.root, folder):
-        modes = {}
+        modes: dict[str, int] = {}
         for part in GITDIR_PARTS:
             with contextlib.suppress(OSError):
                 modes[part] = os.lstat(os.path.join(folder, part)).st_mode
@@ -771,7 +918,7 @@ def _gitdir_made_by_write(ctx, real):
     return None
 
 
-def _lines_changed(old, new):
+def _lines_changed(old: bytes, new: bytes) -> int:
     """Added plus removed lines; exact via difflib when small, a multiset count when huge."""
     a, b = old.splitlines(), new.splitlines()
     start = 0
@@ -791,7 +938,7 @@ def _lines_changed(old, new):
 # -- preview (for the host's approval prompt; not a tool the model is offered) -----------------
 
 
-def tool_preview(ctx, tool, args):
+def tool_preview(ctx: Context, tool: str, args: dict[str, Any]) -> Result:
     """What a write_file or edit_file call would change, as a unified diff; writes nothing.
 
     The same path checks as the real call; `meta.error` says why the call would fail.
@@ -799,8 +946,8 @@ def tool_preview(ctx, tool, args):
     if tool not in ("write_file", "edit_file"):
         raise ToolError(f"preview is for write_file and edit_file, not '{tool}'")
     clean = validate(tool, TOOLS[tool][1], args)
-    facts = {"path": clean["path"], "resolved": None, "symlink": False, "exists": False,
-             "binary": False, "sha256_before": None, "error": None}
+    facts: PreviewFacts = {"path": clean["path"], "resolved": None, "symlink": False,
+                           "exists": False, "binary": False, "sha256_before": None, "error": None}
     try:
         output = _preview(ctx, tool, clean, facts)
     except ToolError as exc:
@@ -810,28 +957,30 @@ def tool_preview(ctx, tool, args):
     return ok(output, **facts)
 
 
-def _preview(ctx, tool, args, facts):
+def _preview(ctx: Context, tool: str, args: dict[str, Any], facts: PreviewFacts) -> str:
     """The diff text; fills `facts` as it learns them (so an error keeps what was known)."""
     path = args["path"]
     real = resolve(ctx, path, write=True)
-    facts.update(resolved=rel(ctx, real), symlink=_lexical(ctx, path) != rel(ctx, real))
+    facts.update({"resolved": rel(ctx, real), "symlink": _lexical(ctx, path) != rel(ctx, real)})
     before = _read_existing(real, path)
-    facts.update(exists=before is not None,
-                 sha256_before=None if before is None else _digest(before))
+    facts.update({"exists": before is not None,
+                  "sha256_before": None if before is None else _digest(before)})
     if tool == "write_file":
         after = _encode(args["content"], "surrogatepass")
     else:
         after = _edited(path, before, args["new_text"], args.get("old_text"),
                         args.get("replace_all", False))[0]
     (old, why_old), (new, why_new) = _text_of(before), _text_of(after)
-    if why_old or why_new:
+    why = why_old or why_new
+    if why:
         facts["binary"] = NOT_TEXT in (why_old, why_new)
-        return _described(before, after, why_old or why_new)
+        return _described(before, after, why)
+    assert old is not None and new is not None  # _text_of gives the text when no reason
     label = facts["resolved"]
     return _unified(old, new, f"a/{label}" if before is not None else "/dev/null", f"b/{label}")
 
 
-def _lexical(ctx, raw):
+def _lexical(ctx: Context, raw: str) -> str:
     """`raw` relative to the root without following links, to tell a path through a symlink."""
     if os.path.isabs(raw):
         norm = os.path.normpath(raw)
@@ -840,7 +989,7 @@ def _lexical(ctx, raw):
     return os.path.normpath(raw)
 
 
-def _text_of(data):
+def _text_of(data: bytes | None) -> tuple[str | None, str | None]:
     """(text, None) of a file's bytes (None: no file yet), or (None, why it is not shown)."""
     if data is None:
         return "", None
@@ -854,21 +1003,21 @@ def _text_of(data):
         return None, NOT_TEXT
 
 
-def _described(before, after, why):
+def _described(before: bytes | None, after: bytes, why: str) -> str:
     """Sizes and hashes instead of a diff."""
     old = "no file" if before is None else f"{len(before)} bytes, sha256 {_digest(before)}"
     return (f"content not shown ({why})\nbefore: {old}\n"
             f"after:  {len(after)} bytes, sha256 {_digest(after)}")
 
 
-def _unified(old, new, from_label, to_label):
+def _unified(old: str, new: str, from_label: str, to_label: str) -> str:
     """A unified diff (3 lines of context) of two texts; '' when they are the same."""
     lines = difflib.unified_diff(_keep_ends(old), _keep_ends(new), from_label, to_label)
     return "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n"
                    for line in lines)
 
 
-def _keep_ends(text):
+def _keep_ends(text: str) -> list[str]:
     """Lines split at "\\n" only (a CR or form feed inside a line stays where it is)."""
     parts = text.split("\n")
     lines = [part + "\n" for part in parts[:-1]]
@@ -878,7 +1027,8 @@ def _keep_ends(text):
 # -- search_files -----------------------------------------------------------------------------
 
 
-def tool_search_files(ctx, pattern, path=".", max_results=100):
+def tool_search_files(ctx: Context, pattern: str, path: str = ".",
+                      max_results: int = 100) -> Result:
     """Lines matching a regex as path:line:text, via ripgrep or a Python scan."""
     if pattern == "":
         raise ToolError("pattern is empty; give a regular expression, e.g. 'def main'")
@@ -904,7 +1054,8 @@ def tool_search_files(ctx, pattern, path=".", max_results=100):
     return result
 
 
-def _search(ctx, pattern, real, limit, deadline):
+def _search(ctx: Context, pattern: str, real: str, limit: int,
+            deadline: float) -> tuple[Hits, str]:
     """(hits, engine): ripgrep's, or Python's when rg is missing or rejects the pattern."""
     hits = _search_rg(ctx, pattern, rel(ctx, real), limit, deadline) if ctx.rg else None
     if hits is None:
@@ -912,16 +1063,16 @@ def _search(ctx, pattern, real, limit, deadline):
     return hits, "rg"
 
 
-def _compile(pattern):
+def _compile(pattern: str) -> re.Pattern[str]:
     try:
         return re.compile(pattern, re.MULTILINE)
     except (re.error, OverflowError, RecursionError) as exc:
         raise ToolError(f"invalid regex '{pattern}': {exc}") from exc
 
 
-def _search_result(pattern, path, hits, limit, engine):
-    timed_out = hits and hits[-1] is None
-    hits = sorted(h for h in hits if h is not None)
+def _search_result(pattern: str, path: str, found: Hits, limit: int, engine: str) -> Result:
+    timed_out = found and found[-1] is None
+    hits = sorted(h for h in found if h is not None)
     more = len(hits) > limit
     lines, chars = [], 0
     for name, number, text in hits[:limit]:
@@ -942,8 +1093,10 @@ def _search_result(pattern, path, hits, limit, engine):
     return ok("\n".join(lines), **meta)
 
 
-def _search_rg(ctx, pattern, target, limit, deadline):
+def _search_rg(ctx: Context, pattern: str, target: str, limit: int,
+               deadline: float) -> Hits | None:
     """Hits from ripgrep; None when rg cannot run or rejects a pattern Python's re accepts."""
+    assert ctx.rg is not None  # _search calls this only when there is an rg
     cmd = [ctx.rg, "--no-config", "--null", "--line-number", "--with-filename", "--no-heading",
            "--color", "never", "--max-columns", str(SEARCH_COLUMNS), "--max-columns-preview",
            "--hidden", "--glob", "!.git"]
@@ -959,12 +1112,14 @@ def _search_rg(ctx, pattern, target, limit, deadline):
         proc.kill()
     _finish(proc)
     if proc.returncode == 2 and not out.lines and not reason:
-        return _rg_error(pattern, err.text())
-    hits = [_parse_rg(line) for line in out.done()]
+        _rg_error(pattern, err.text())  # raises, unless Python's re takes the pattern
+        return None
+    hits: Hits = [_parse_rg(line) for line in out.done()]
     return [*hits, None] if reason == "timeout" else hits
 
 
-def _rg_error(pattern, stderr):
+def _rg_error(pattern: str, stderr: str) -> None:
+    """Raise the ToolError for an rg failure; return when only rg rejects the pattern."""
     if "regex" not in stderr and "error:" not in stderr:
         raise ToolError(f"search failed: {stderr.strip()[-500:]}")
     try:
@@ -975,17 +1130,18 @@ def _rg_error(pattern, stderr):
         raise ToolError(f"invalid regex '{pattern}': {reason}") from None
 
 
-def _parse_rg(line):
-    name, _, rest = line.partition(b"\0")
+def _parse_rg(line: bytes) -> Hit:
+    raw, _, rest = line.partition(b"\0")
     number, _, text = rest.partition(b":")
-    name = name.decode("utf-8", "replace")
+    name = raw.decode("utf-8", "replace")
     name = name[2:] if name.startswith("./") else name
     return name, int(number) if number.isdigit() else 0, text.decode("utf-8", "replace")
 
 
-def _search_py(ctx, real, regex, limit, deadline):
+def _search_py(ctx: Context, real: str, regex: re.Pattern[str], limit: int,
+               deadline: float) -> Hits:
     """Hits from a Python scan in path order; a trailing None marks a timeout."""
-    hits = []
+    hits: Hits = []
     for name in _walk_files(ctx, real):
         hits.extend(_grep_file(ctx, name, regex))
         if len(hits) > limit:
@@ -995,7 +1151,7 @@ def _search_py(ctx, real, regex, limit, deadline):
     return hits
 
 
-def _walk_files(ctx, real):
+def _walk_files(ctx: Context, real: str) -> Iterator[str]:
     """Regular files under real (or real itself), skipping .git, hidden names and symlinks."""
     if not os.path.isdir(real):
         yield real
@@ -1009,11 +1165,11 @@ def _walk_files(ctx, real):
                 yield path
 
 
-def _skipped(ctx, parent, name):
+def _skipped(ctx: Context, parent: str, name: str) -> bool:
     return name == ".git" or (name in ctx.hidden and parent == ctx.root)
 
 
-def _grep_file(ctx, path, regex):
+def _grep_file(ctx: Context, path: str, regex: re.Pattern[str]) -> list[Hit]:
     try:
         with open(path, "rb") as f:
             if os.fstat(f.fileno()).st_size > FALLBACK_MAX_BYTES:
@@ -1033,7 +1189,7 @@ def _grep_file(ctx, path, regex):
     return [(name, n, _clip(line)) for n, line in enumerate(lines, 1) if regex.search(line)]
 
 
-def _clip(line):
+def _clip(line: str) -> str:
     if len(line.encode("utf-8", "replace")) <= SEARCH_COLUMNS:
         return line
     return line.encode("utf-8", "replace")[:SEARCH_COLUMNS].decode("utf-8", "ignore") + (
@@ -1043,7 +1199,8 @@ def _clip(line):
 # -- list_files -------------------------------------------------------------------------------
 
 
-def tool_list_files(ctx, path=".", glob=None, depth=None):
+def tool_list_files(ctx: Context, path: str = ".", glob: str | None = None,
+                    depth: int | None = None) -> Result:
     """Entries under a directory, relative to the root, directories ending in '/'."""
     if depth is not None and depth < 1:
         raise ToolError("argument 'depth' must be 1 or more")
@@ -1064,8 +1221,10 @@ def tool_list_files(ctx, path=".", glob=None, depth=None):
     return ok("\n".join(lines), entries=len(found), truncated=more, depth=depth)
 
 
-def _collect(ctx, top, glob, depth):
+def _collect(ctx: Context, top: str, glob: str | None,
+             depth: int) -> tuple[list[str], bool, bool]:
     """Breadth first, so a cap keeps the top levels whole: (entries, capped, deeper dirs)."""
+    found: list[str]
     found, queue, deeper = [], deque([(top, 1)]), False
     while queue:
         directory, level = queue.popleft()
@@ -1084,7 +1243,7 @@ def _collect(ctx, top, glob, depth):
     return found, False, deeper
 
 
-def _scan(directory, first):
+def _scan(directory: str, first: bool) -> list[os.DirEntry[str]]:
     """Sorted directory entries; an unreadable subdirectory is skipped, not fatal."""
     try:
         with os.scandir(directory) as it:
@@ -1095,7 +1254,7 @@ def _scan(directory, first):
         return []
 
 
-def _glob_match(glob, name):
+def _glob_match(glob: str, name: str) -> bool:
     name = name.rstrip("/")
     base = name.rsplit("/", 1)[-1]
     if "/" not in glob:
@@ -2490,7 +2649,7 @@ def _plain_relative(ctx, path):
 def op_snapshot(ctx, path, max_bytes=0):
     """The file a write of `path` would change, as it is now (content when small enough)."""
     real = resolve(ctx, path, write=True)
-    found = {"resolved": rel(ctx, real), "exists": False}
+    found: dict[str, Any] = {"resolved": rel(ctx, real), "exists": False}
     try:
         st = os.lstat(real)
     except FileNotFoundError:

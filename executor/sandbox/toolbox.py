@@ -1274,40 +1274,44 @@ class Snapshot:
     keeps its hash without being read again. `gits` lists the `.git` entries met (not entered).
     """
 
-    def __init__(self, stats, complete, gits):
+    hashes: dict[str, str]  # sha256 of regular files
+    unhashed: dict[str, str]  # why a regular file has no hash
+    targets: dict[str, str]  # symlink targets
+
+    def __init__(self, stats: dict[str, Lstat], complete: bool, gits: list[str]) -> None:
         self.stats, self.complete, self.gits = stats, complete, gits
         self.hashes, self.unhashed, self.targets = {}, {}, {}
         self.hash_left = HASH_WALK_MAX
 
     @property
-    def size(self):
+    def size(self) -> int:
         """Bytes the tree takes on disk."""
         return _size(self.stats)
 
 
-def _entry(st):
+def _entry(st: os.stat_result) -> Lstat:
     return (st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_blocks,
             st.st_nlink)
 
 
-def _opaque(name):
+def _opaque(name: str) -> bool:
     """Names a copy's manifest lists but never brings back: git's files, and quarantined ones."""
     return _is_git(name) or name.startswith(QUARANTINE)
 
 
-def _is_git(name):
+def _is_git(name: str) -> bool:
     # Any case: on a case-insensitive host file system git takes .GIT for .git.
     return len(name) == 4 and name.lower() == ".git"
 
 
-def _walk(ctx):
+def _walk(ctx: Context) -> Walk:
     """(stats, complete, .git paths, directories that could not be listed) under the root.
 
     Everything is entered except read-only mount points (the protected .git and hook paths:
     nothing below them can change). A directory a command made unreadable is opened for the
     walk and closed again after it: what it holds still counts, for the audit and the budget.
     """
-    reopened: list[tuple[str, int, int]] = []
+    reopened: Reopened = []
     try:
         return _walk_tree(ctx, reopened)
     finally:
@@ -1316,8 +1320,8 @@ def _walk(ctx):
                 _chmod_nofollow(ctx.root, path, ino, mode, kind=stat.S_IFDIR)
 
 
-def _walk_tree(ctx, reopened):
-    stats: dict[str, tuple[int, ...]] = {}
+def _walk_tree(ctx: Context, reopened: Reopened) -> Walk:
+    stats: dict[str, Lstat] = {}
     gits: list[str] = []
     unlisted: list[str] = []
     stack = [("", ctx.root)]
@@ -1343,7 +1347,8 @@ def _walk_tree(ctx, reopened):
     return stats, True, gits, unlisted
 
 
-def _listing(ctx, directory, unlisted, prefix, reopened):
+def _listing(ctx: Context, directory: str, unlisted: list[str], prefix: str,
+             reopened: Reopened) -> list[os.DirEntry[str]]:
     try:
         with os.scandir(directory) as it:
             return list(it)
@@ -1357,7 +1362,7 @@ def _listing(ctx, directory, unlisted, prefix, reopened):
     return []
 
 
-def _reopen(ctx, directory, prefix, reopened):
+def _reopen(ctx: Context, directory: str, prefix: str, reopened: Reopened) -> bool:
     """Give a directory a command made unreadable (ours: same uid) read and search rights
     for the walk; _walk puts its mode back afterwards."""
     if not prefix:
@@ -1375,7 +1380,7 @@ def _reopen(ctx, directory, prefix, reopened):
     return True
 
 
-def _size(stats):
+def _size(stats: dict[str, Lstat]) -> int:
     """Bytes allocated (st_blocks), hard links counted once."""
     total = sum(st[5] for st in stats.values())
     linked: dict[int, tuple[int, int]] = {}  # inode -> (blocks, names counted)
@@ -1386,18 +1391,18 @@ def _size(stats):
     return (total - sum(blocks * (seen - 1) for blocks, seen in linked.values())) * 512
 
 
-def _tree_size(ctx):
+def _tree_size(ctx: Context) -> int:
     """The project's size on disk now (a stat-only walk)."""
     return _size(_walk(ctx)[0])
 
 
-def _tree_measure(ctx):
+def _tree_measure(ctx: Context) -> tuple[int, int, bool]:
     """(bytes on disk, entries, whether the walk saw everything) of the project now."""
     stats, complete, _, unlisted = _walk(ctx)
     return _size(stats), len(stats), complete and not unlisted
 
 
-def _snapshot(ctx, old):
+def _snapshot(ctx: Context, old: Snapshot | None) -> Snapshot:
     """A new walk; what did not change is taken from `old`, what did is hashed or read."""
     stats, complete, gits, unlisted = _walk(ctx)
     snap = Snapshot(stats, complete and not unlisted, gits)
@@ -1414,7 +1419,7 @@ def _snapshot(ctx, old):
     return snap
 
 
-def _carry_unseen(old, snap, complete, unlisted):
+def _carry_unseen(old: Snapshot, snap: Snapshot, complete: bool, unlisted: list[str]) -> None:
     """Keep what a capped walk or an unreadable directory hid: unknown is not deleted."""
     if complete and not unlisted:
         return
@@ -1425,12 +1430,12 @@ def _carry_unseen(old, snap, complete, unlisted):
                 snap.gits.append(path)
 
 
-def _forget(snap, path):
+def _forget(snap: Snapshot, path: str) -> None:
     for table in (snap.hashes, snap.unhashed, snap.targets):
         table.pop(path, None)
 
 
-def _describe(ctx, snap, path, st):
+def _describe(ctx: Context, snap: Snapshot, path: str, st: Lstat) -> None:
     """Hash a new or changed regular file, read a new or changed symlink."""
     _forget(snap, path)
     if stat.S_ISREG(st[0]):
@@ -1440,7 +1445,7 @@ def _describe(ctx, snap, path, st):
             snap.targets[path] = os.readlink(os.path.join(ctx.root, path))
 
 
-def _hash_into(ctx, snap, path, st):
+def _hash_into(ctx: Context, snap: Snapshot, path: str, st: Lstat) -> None:
     size = st[1]
     if size > HASH_FILE_MAX:
         snap.unhashed[path] = f"not hashed: larger than {HASH_FILE_MAX >> 20} MiB"
@@ -1452,10 +1457,11 @@ def _hash_into(ctx, snap, path, st):
         if digest:
             snap.hashes[path] = digest
         else:
+            assert why is not None  # _sha256 says why whenever it gives no digest
             snap.unhashed[path] = why
 
 
-def _sha256(path, ino):
+def _sha256(path: str, ino: int) -> tuple[str | None, str | None]:
     """(hex digest, None) of a regular file, or (None, why not); never follows a link or blocks."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -1471,7 +1477,7 @@ def _sha256(path, ino):
     return digest.hexdigest(), None
 
 
-def _kind(mode):
+def _kind(mode: int) -> str:
     if stat.S_ISREG(mode):
         return "file"
     if stat.S_ISDIR(mode):
@@ -1479,9 +1485,9 @@ def _kind(mode):
     return "symlink" if stat.S_ISLNK(mode) else "other"
 
 
-def _diff(old, new):
+def _diff(old: Snapshot, new: Snapshot) -> list[Change]:
     """Sorted (path, change) pairs from `old` to `new`; contents, not timestamps, decide."""
-    found = []
+    found: list[Change] = []
     for path, st in new.stats.items():
         prev = old.stats.get(path)
         if prev is None:
@@ -1495,7 +1501,7 @@ def _diff(old, new):
     return found
 
 
-def _change_kind(old, new, path, prev, st):
+def _change_kind(old: Snapshot, new: Snapshot, path: str, prev: Lstat, st: Lstat) -> str | None:
     if _kind(prev[0]) != _kind(st[0]):
         return "type"
     if stat.S_ISREG(st[0]) and _content_changed(old, new, path, prev, st):
@@ -1505,7 +1511,7 @@ def _change_kind(old, new, path, prev, st):
     return "mode" if stat.S_IMODE(prev[0]) != stat.S_IMODE(st[0]) else None
 
 
-def _content_changed(old, new, path, prev, st):
+def _content_changed(old: Snapshot, new: Snapshot, path: str, prev: Lstat, st: Lstat) -> bool:
     before, after = old.hashes.get(path), new.hashes.get(path)
     if before and after:
         return before != after
@@ -1513,34 +1519,37 @@ def _content_changed(old, new, path, prev, st):
     return prev[1] != st[1] or prev[2] != st[2] or prev[3] != st[3]
 
 
-def _change_record(old, new, path, change):
+def _change_record(old: Snapshot, new: Snapshot, path: str, change: str) -> ChangeRecord:
     """One entry of meta["changes"] / meta["outside_changes"]."""
     a, b = old.stats.get(path), new.stats.get(path)
-    record = {"path": path, "change": change, "kind": _kind((b or a)[0]),
-              "sha256_before": _file_hash(old, path, a), "sha256_after": _file_hash(new, path, b),
-              "size_before": _file_size(a), "size_after": _file_size(b),
-              "mode_before": _octal(a), "mode_after": _octal(b),
-              "target": new.targets.get(path) if b else old.targets.get(path)}
+    st = b or a
+    assert st is not None  # a change is of a path in one walk or the other
+    record: ChangeRecord = {
+        "path": path, "change": change, "kind": _kind(st[0]),
+        "sha256_before": _file_hash(old, path, a), "sha256_after": _file_hash(new, path, b),
+        "size_before": _file_size(a), "size_after": _file_size(b),
+        "mode_before": _octal(a), "mode_after": _octal(b),
+        "target": new.targets.get(path) if b else old.targets.get(path)}
     why = (b and new.unhashed.get(path)) or (a and old.unhashed.get(path))
     if why:
         record["unhashed"] = why
     return record
 
 
-def _file_hash(snap, path, st):
+def _file_hash(snap: Snapshot, path: str, st: Lstat | None) -> str | None:
     return snap.hashes.get(path) if st and stat.S_ISREG(st[0]) else None
 
 
-def _file_size(st):
+def _file_size(st: Lstat | None) -> int | None:
     return st[1] if st and stat.S_ISREG(st[0]) else None
 
 
-def _octal(st):
+def _octal(st: Lstat | None) -> str | None:
     """Permission bits as the 4-digit octal text chmod takes, e.g. '0644' or '4755'."""
     return None if st is None else f"{stat.S_IMODE(st[0]):04o}"
 
 
-def _counts(found):
+def _counts(found: list[Change]) -> str:
     """'2 created, 1 modified' for a list of (path, change)."""
     count = Counter(change for _, change in found)
     words = (("created", "created"), ("modified", "modified"), ("deleted", "deleted"),
@@ -1548,7 +1557,7 @@ def _counts(found):
     return ", ".join(f"{count[key]} {word}" for key, word in words if count[key])
 
 
-def _coarse_now_ns():
+def _coarse_now_ns() -> int:
     """Now, on the clock file timestamps come from (Linux stamps files with the coarse clock,
     up to a tick behind time.time_ns(): a file made right after us must not look older)."""
     try:
@@ -1560,41 +1569,47 @@ def _coarse_now_ns():
 class Tracker:
     """The index of the project between calls, and which .git entries were there before."""
 
-    def __init__(self, ctx):
+    def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
-        self.index: Any = None  # the _Snapshot of the last walk (None before the first)
+        self.index: Snapshot | None = None  # the last walk (None before the first)
         self.started_ns = _coarse_now_ns()
-        self.known_git = {}  # .git entries older than the session: path -> identity
-        self.own_git = set()  # .git entries our commands made that could not be disabled
+        # .git entries older than the session: path -> identity
+        self.known_git: dict[str, Identity | None] = {}
+        # .git entries our commands made that could not be disabled
+        self.own_git: set[str] = set()
 
-    def start(self):
+    def start(self) -> None:
         """The first index; .git entries made since the toolbox started count as new."""
         self.index = _snapshot(self.ctx, None)
         self.known_git = {path: self.identity(self.index, path) for path in self.index.gits
                           if self.index.stats[path][3] < self.started_ns}
 
-    def rewalk(self):
+    def rewalk(self) -> tuple[Snapshot, Snapshot, list[Change]]:
         """(old index, new index, changes between them); the new one becomes the index."""
+        assert self.index is not None  # start() came first
         old, self.index = self.index, _snapshot(self.ctx, self.index)
         return old, self.index, _diff(old, self.index)
 
     @staticmethod
-    def identity(snap, path):
+    def identity(snap: Snapshot, path: str) -> Identity | None:
         """What makes a .git entry the same one: its kind, inode and link target."""
         st = snap.stats.get(path)
         return None if st is None else (_kind(st[0]), st[4], snap.targets.get(path))
 
-    def foreign_git(self):
+    def foreign_git(self) -> list[str]:
         """.git entries that appeared or were replaced during the session, not by our commands."""
+        assert self.index is not None  # start() came first
         return [path for path in self.index.gits if path not in self.own_git
                 and self.known_git.get(path) != self.identity(self.index, path)]
 
-    def refresh(self, path):
+    def refresh(self, path: str) -> None:
         """Re-read one entry's lstat after we changed it ourselves (its content is the same)."""
+        assert self.index is not None  # start() came first
         self.index.stats[path] = _entry(os.lstat(os.path.join(self.ctx.root, path)))
 
-    def rename(self, path, new_path):
+    def rename(self, path: str, new_path: str) -> None:
         """Move an entry we renamed, and everything indexed below it, to its new name."""
+        assert self.index is not None  # start() came first
         below = path + "/"
         for old in [p for p in self.index.stats if p == path or p.startswith(below)]:
             moved = new_path + old[len(path):]
@@ -1605,7 +1620,7 @@ class Tracker:
         self.index.gits = [g for g in self.index.gits if g != path and not g.startswith(below)]
         self.refresh(new_path)
 
-    def note_write(self, real, digest):
+    def note_write(self, real: str, digest: str) -> None:
         """A write_file/edit_file result, so the next walk does not call it an outside change."""
         path = rel(self.ctx, real)
         parts = path.split("/")
@@ -1624,11 +1639,16 @@ class Tracker:
 class _Tracking:
     """What tracking adds to one shell call's result: meta keys, lines for the model, verdict."""
 
-    def __init__(self):
+    meta: dict[str, Any]
+    lines: list[str]
+    status: str | None  # the status line, when tracking decides it (the disk budget)
+    fsize_note: str | None
+
+    def __init__(self) -> None:
         self.meta, self.lines, self.failed, self.status = {}, [], False, None
         self.fsize_note = None
 
-    def add_changes(self, key, old, new, found):
+    def add_changes(self, key: str, old: Snapshot, new: Snapshot, found: list[Change]) -> None:
         """meta[key] (capped), key_total and key_truncated for a list of (path, change)."""
         self.meta[key] = [_change_record(old, new, path, change)
                           for path, change in found[:CHANGES_MAX]]
@@ -1636,9 +1656,10 @@ class _Tracking:
         self.meta[f"{key}_truncated"] = len(found) > CHANGES_MAX
 
 
-def _track_before(ctx, report):
+def _track_before(ctx: Context, report: _Tracking) -> Result | None:
     """Index the tree before a command: outside changes, the disk baseline, the git guard."""
     tracker = ctx.tracker
+    assert tracker is not None  # called only when tracking is on
     if tracker.index is None:
         tracker.start()
     else:
@@ -1647,13 +1668,15 @@ def _track_before(ctx, report):
             report.add_changes("outside_changes", old, new, found)
             report.lines.append("note: files changed outside the sandbox since the last call "
                                 f"(not by you): {_counts(found)}")
+    assert tracker.index is not None  # made just above
     if ctx.disk is not None:
         ctx.disk.settle(tracker.index.size, len(tracker.index.stats))
     return _git_guard(ctx, report) if ctx.git_guard else None
 
 
-def _git_guard(ctx, report):
+def _git_guard(ctx: Context, report: _Tracking) -> Result | None:
     """A refusal when a .git appeared from outside and is not mounted read-only; else None."""
+    assert ctx.tracker is not None  # called only when tracking is on
     mounts = _readonly_mounts(ctx.root)
     found = [path for path in ctx.tracker.foreign_git()
              if os.path.join(ctx.root, path) not in mounts]
@@ -1665,14 +1688,14 @@ def _git_guard(ctx, report):
                 "with it mounted read-only first.", remount_needed=found, **report.meta)
 
 
-def _mount_table(root, mountinfo="/proc/self/mountinfo"):
+def _mount_table(root: str, mountinfo: str = "/proc/self/mountinfo") -> dict[bytes, str]:
     """{mount id: mount point} of the mounts below root (their ids survive a rename)."""
     try:
         with open(mountinfo, "rb") as f:
             lines = f.read().splitlines()
     except OSError:
         return {}
-    table = {}
+    table: dict[bytes, str] = {}
     for line in lines:
         fields = line.split(b" ")
         if len(fields) > 5:
@@ -1683,7 +1706,7 @@ def _mount_table(root, mountinfo="/proc/self/mountinfo"):
     return table
 
 
-def _restore_mounts(ctx, report):
+def _restore_mounts(ctx: Context, report: _Tracking) -> None:
     """Put back a protected mount a command moved by renaming a directory above it.
 
     A read-only mount (a hooks dir, an included git config) moves with its parent: `mv .husky
@@ -1692,7 +1715,7 @@ def _restore_mounts(ctx, report):
     """
     moved = [(ctx.mounts[i], now) for i, now in _mount_table(ctx.root).items()
              if i in ctx.mounts and now != ctx.mounts[i]]
-    done = []
+    done: list[MountRecord] = []
     for was, now in moved:
         a, b = rel(ctx, was).split("/"), rel(ctx, now).split("/")
         keep = 0
@@ -1709,11 +1732,12 @@ def _restore_mounts(ctx, report):
                                else f"it could not be put back: {record['error']}"))
     if done:
         report.meta["protected_restored"] = done
+        assert ctx.tracker is not None  # called only when tracking is on
         ctx.tracker.index = _snapshot(ctx, ctx.tracker.index)  # our renames are not theirs
 
 
-def _move_back(ctx, old_dir, new_dir, was):
-    record = {"path": rel(ctx, was), "moved_to": rel(ctx, new_dir)}
+def _move_back(ctx: Context, old_dir: str, new_dir: str, was: str) -> MountRecord:
+    record: MountRecord = {"path": rel(ctx, was), "moved_to": rel(ctx, new_dir)}
     try:
         if os.path.lexists(old_dir):
             aside = old_dir + ".replaced-" + os.urandom(4).hex()
@@ -1725,14 +1749,14 @@ def _move_back(ctx, old_dir, new_dir, was):
     return record
 
 
-def _readonly_mounts(root, mountinfo="/proc/self/mountinfo"):
+def _readonly_mounts(root: str, mountinfo: str = "/proc/self/mountinfo") -> set[str]:
     """Mount points at or under root that are mounted read-only."""
     try:
         with open(mountinfo, "rb") as f:
             lines = f.read().splitlines()
     except OSError:
         return set()
-    found = set()
+    found: set[str] = set()
     for line in lines:
         fields = line.split(b" ")
         if len(fields) > 5 and b"ro" in fields[5].split(b","):
@@ -1743,8 +1767,9 @@ def _readonly_mounts(root, mountinfo="/proc/self/mountinfo"):
     return found
 
 
-def _track_after(ctx, report, reason):
+def _track_after(ctx: Context, report: _Tracking, reason: str | None) -> None:
     """Index the tree after a command: its changes, then set-id bits and new .git entries."""
+    assert ctx.tracker is not None  # called only when tracking is on
     old, new, found = ctx.tracker.rewalk()
     report.add_changes("changes", old, new, found)
     report.meta["changes_incomplete"] = not (old.complete and new.complete)
@@ -1766,9 +1791,10 @@ def _track_after(ctx, report, reason):
 # -- set-id bits and new .git entries ---------------------------------------------------------
 
 
-def _clear_setid(ctx, old, found, report):
+def _clear_setid(ctx: Context, old: Snapshot, found: list[Change], report: _Tracking) -> None:
     """Drop set-id bits a command added: on the host such a file runs with its owner's rights."""
-    cleared = []
+    assert ctx.tracker is not None and ctx.tracker.index is not None  # after _track_before
+    cleared: list[SetidRecord] = []
     for path, _ in found:
         st, prev = ctx.tracker.index.stats.get(path), old.stats.get(path)
         if st is None or not stat.S_ISREG(st[0]):
@@ -1788,10 +1814,11 @@ def _clear_setid(ctx, old, found, report):
         report.meta["setid_cleared"] = cleared
 
 
-def _drop_bits(ctx, path, st, bits):
+def _drop_bits(ctx: Context, path: str, st: Lstat, bits: int) -> SetidRecord:
     names = [name for flag, name in ((stat.S_ISUID, "set-uid"), (stat.S_ISGID, "set-gid"))
              if bits & flag]
-    record = {"path": path, "removed": names, "mode_before": _octal(st)}
+    record: SetidRecord = {"path": path, "removed": names, "mode_before": _octal(st)}
+    assert ctx.tracker is not None and ctx.tracker.index is not None  # after _track_before
     try:
         _chmod_nofollow(ctx.root, path, st[4], stat.S_IMODE(st[0]) & ~bits)
         ctx.tracker.refresh(path)
@@ -1801,7 +1828,7 @@ def _drop_bits(ctx, path, st, bits):
     return record
 
 
-def _open_parent(root, path):
+def _open_parent(root: str, path: str) -> tuple[int, str]:
     """(fd of path's directory, opened from the root without following any link; last name)."""
     *dirs, leaf = path.split("/")
     fd = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -1817,7 +1844,7 @@ def _open_parent(root, path):
     return fd, leaf
 
 
-def _chmod_nofollow(root, path, ino, mode, kind=stat.S_IFREG):
+def _chmod_nofollow(root: str, path: str, ino: int, mode: int, kind: int = stat.S_IFREG) -> None:
     """chmod root/path; a symlink swapped in anywhere on the way cannot redirect it."""
     parent, leaf = _open_parent(root, path)
     try:
@@ -1833,9 +1860,10 @@ def _chmod_nofollow(root, path, ino, mode, kind=stat.S_IFREG):
         os.close(fd)
 
 
-def _quarantine_git(ctx, old, report):
+def _quarantine_git(ctx: Context, old: Snapshot, report: _Tracking) -> None:
     """Rename .git entries a command made or replaced, so git on the host never honours them."""
     tracker = ctx.tracker
+    assert tracker is not None and tracker.index is not None  # after _track_before
     made = [path for path in tracker.index.gits
             if tracker.identity(old, path) != tracker.identity(tracker.index, path)]
     if not made:
@@ -1852,7 +1880,8 @@ def _quarantine_git(ctx, old, report):
         report.meta["git_quarantined"] = done
 
 
-def _disable_git(ctx, path):
+def _disable_git(ctx: Context, path: str) -> QuarantineRecord:
+    assert ctx.tracker is not None and ctx.tracker.index is not None  # after _track_before
     kind = _kind(ctx.tracker.index.stats[path][0])
     renamed = path[:-4] + QUARANTINE + os.urandom(4).hex()
     try:
@@ -1866,7 +1895,7 @@ def _disable_git(ctx, path):
     return {"path": path, "kind": kind, "renamed_to": renamed}
 
 
-def _rename_in_place(ctx, path, renamed):
+def _rename_in_place(ctx: Context, path: str, renamed: str) -> None:
     """Rename an entry within its directory, never through a link; a directory the command
     made read-only (ours: same uid) is opened for the rename and closed again."""
     try:
@@ -1885,7 +1914,7 @@ def _rename_in_place(ctx, path, renamed):
                             kind=stat.S_IFDIR)
 
 
-def _rename_at(root, path, renamed):
+def _rename_at(root: str, path: str, renamed: str) -> None:
     parent, leaf = _open_parent(root, path)
     try:
         os.rename(leaf, renamed.rsplit("/", 1)[-1], src_dir_fd=parent, dst_dir_fd=parent)
@@ -1899,7 +1928,7 @@ GITDIR_CODE = ("HEAD", "objects", "refs", "commondir", "config", "hooks")
 """Its parts a command may not write or complete: git on the host would act on them."""
 
 
-def gitdir_shape(modes):
+def gitdir_shape(modes: dict[str, int]) -> bool:
     """Whether git could take a directory with these entries (name -> lstat mode) for a
     repository. Looser than git on purpose: git's own test (setup.c, is_git_directory) takes a
     HEAD that is a file or a symlink, and checks objects/ and refs/ with access(), which follows
@@ -1910,15 +1939,16 @@ def gitdir_shape(modes):
     return ("objects" in modes and "refs" in modes) or "commondir" in modes
 
 
-def _disable_gitdirs(ctx, found, report):
+def _disable_gitdirs(ctx: Context, found: list[Change], report: _Tracking) -> None:
     """Directories a command turned into something git takes for a repository, whatever their
     name (`fake/` with HEAD, objects/, refs/ and a config with core.fsmonitor): their HEAD is
     renamed, so git on the host no longer sees a repository there."""
+    assert ctx.tracker is not None and ctx.tracker.index is not None  # after _track_before
     index, mounts = ctx.tracker.index, _readonly_mounts(ctx.root)
     touched = {path.rsplit("/", 1)[0] if "/" in path else "" for path, _ in found}
     suspects = sorted(d for d in touched | {p for p, _ in found} if _looks_like_gitdir(index, d)
                       and os.path.join(ctx.root, d) not in mounts)
-    done = []
+    done: list[QuarantineRecord] = []
     for folder in suspects:
         prefix = folder + "/" if folder else ""
         if not any(p == prefix + part or p.startswith(prefix + part + "/")
@@ -1926,7 +1956,7 @@ def _disable_gitdirs(ctx, found, report):
             continue  # the command neither completed it nor wrote what git would run
         head = prefix + "HEAD"
         renamed = head + "." + QUARANTINE.strip(".") + os.urandom(4).hex()
-        record = {"path": folder or ".", "kind": "gitdir", "renamed_to": renamed}
+        record: QuarantineRecord = {"path": folder or ".", "kind": "gitdir", "renamed_to": renamed}
         try:
             _rename_in_place(ctx, head, renamed)
             index.stats.pop(head)
@@ -1934,7 +1964,7 @@ def _disable_gitdirs(ctx, found, report):
             if folder:
                 ctx.tracker.refresh(folder)
         except OSError as exc:
-            record.update(renamed_to=None, error=exc.strerror or str(exc))
+            record.update({"renamed_to": None, "error": exc.strerror or str(exc)})
         done.append(record)
         report.lines.append(f"{record['path']} was made to look like a git repository; its HEAD "
                             + (f"was renamed to {renamed}" if record["renamed_to"]
@@ -1944,8 +1974,9 @@ def _disable_gitdirs(ctx, found, report):
         report.meta.setdefault("git_quarantined", []).extend(done)
 
 
-def _rename_head(ctx, folder):
+def _rename_head(ctx: Context, folder: str) -> None:
     head = folder + "/HEAD"
+    assert ctx.tracker is not None and ctx.tracker.index is not None  # after _track_before
     if head in ctx.tracker.index.stats:
         renamed = head + "." + QUARANTINE.strip(".") + os.urandom(4).hex()
         with contextlib.suppress(OSError):
@@ -1955,7 +1986,7 @@ def _rename_head(ctx, folder):
             ctx.tracker.refresh(folder)
 
 
-def _looks_like_gitdir(index, folder):
+def _looks_like_gitdir(index: Snapshot, folder: str) -> bool:
     prefix = folder + "/" if folder else ""
     stats = {part: index.stats.get(prefix + part) for part in GITDIR_PARTS}
     return gitdir_shape({part: st[0] for part, st in stats.items() if st is not None})
@@ -1971,37 +2002,47 @@ class Disk:
     else's (the person on the host): it moves the base, not the growth.
     """
 
-    def __init__(self, budget, min_free):
+    # None until the first settle() (stopped: until a watch kills a command); see __init__
+    base: int | None
+    size: int | None
+    before: int | None
+    base_entries: int | None
+    entries: int | None
+    stopped: tuple[int, int] | None
+
+    def __init__(self, budget: int, min_free: int) -> None:
         self.budget, self.min_free = budget, min_free
         self.base = self.size = self.before = None  # project bytes: no growth / now / at start
         self.base_entries = self.entries = None  # files and directories: at the start / now
         self.stopped = None  # (growth, free) when a watch killed the last command
 
-    def growth(self):
+    def growth(self) -> int:
         """Bytes the project grew by in our calls."""
-        return 0 if self.base is None else self.size - self.base
+        return 0 if self.base is None or self.size is None else self.size - self.base
 
-    def new_entries(self):
+    def new_entries(self) -> int:
         """Files and directories the project gained in our calls."""
-        return 0 if self.base_entries is None else self.entries - self.base_entries
+        if self.base_entries is None or self.entries is None:
+            return 0
+        return self.entries - self.base_entries
 
-    def too_many(self):
+    def too_many(self) -> bool:
         """Whether the session added more entries than ENTRY_BUDGET (empty files cost inodes)."""
         return bool(self.budget) and self.new_entries() > ENTRY_BUDGET
 
-    def settle(self, size, entries=None):
+    def settle(self, size: int, entries: int | None = None) -> None:
         """Before a command (or the first write), with the project's size now."""
-        if self.base is None:
+        if self.base is None or self.size is None:
             self.base = self.size = size
         self.base += size - self.size
         self.size = self.before = size
         if entries is not None:
-            if self.base_entries is None:
+            if self.base_entries is None or self.entries is None:
                 self.base_entries = self.entries = entries
             self.base_entries += entries - self.entries
             self.entries = entries
 
-    def text(self, growth, free=None):
+    def text(self, growth: int, free: int | None = None) -> str:
         """Why the disk is over its limit, for the model."""
         if self.too_many() and not 0 < self.budget < growth:
             return (f"disk budget exceeded: the project gained {self.new_entries():,} files and "
@@ -2013,7 +2054,7 @@ class Disk:
                 f"(budget {_human(self.budget)})")
 
 
-def _human(size):
+def _human(size: float) -> str:
     """1536 -> '1.5 KB' (binary units, as budgets are given)."""
     if size < 1024:
         return f"{size} bytes"
@@ -2024,12 +2065,12 @@ def _human(size):
     return ""
 
 
-def _fs_usage(root):
+def _fs_usage(root: str) -> tuple[int, int]:
     """(used, free for us) bytes of the file system holding root; (0, huge) when unknown."""
     return _fs_counts(root)[:2]
 
 
-def _fs_counts(root):
+def _fs_counts(root: str) -> tuple[int, int, int]:
     """(used bytes, free bytes for us, inodes used) of the file system holding root."""
     try:
         st = os.statvfs(root)
@@ -2046,20 +2087,23 @@ class _DiskWatch:
     hint (anything on the host writes there), confirmed by a walk measuring the project.
     """
 
-    def __init__(self, ctx):
+    disk: Disk
+
+    def __init__(self, ctx: Context) -> None:
+        assert ctx.disk is not None  # watched only when there is a disk to watch
         self.ctx, self.disk = ctx, ctx.disk
         self.next_poll = self.next_walk = 0.0
         self.used0, _, self.inodes0 = _fs_counts(ctx.root)
         self.trigger = self._trigger(self.used0, self.disk.growth())
         self.inode_trigger = self.inodes0 + ENTRY_STEP
 
-    def _trigger(self, used, growth):
+    def _trigger(self, used: int, growth: int) -> int | None:
         """The file system usage at which to measure the project again."""
         if not self.disk.budget:
             return None
         return used + max(self.disk.budget - growth, DISK_STEP)
 
-    def __call__(self):
+    def __call__(self) -> str | None:
         now = time.monotonic()
         if now < self.next_poll:
             return None
@@ -2070,6 +2114,7 @@ class _DiskWatch:
         many = bool(self.disk.budget) and inodes >= self.inode_trigger
         if now < self.next_walk or not (low or grew or many):
             return None
+        assert self.disk.before is not None and self.disk.base is not None  # settled first
         size, entries, complete = _tree_measure(self.ctx)
         if not complete:  # a walk that could not see everything: all new space may be ours
             size = max(size, self.disk.before + used - self.used0)
@@ -2086,13 +2131,15 @@ class _DiskWatch:
         return None
 
 
-def _disk_verdict(disk, report, reason):
+def _disk_verdict(disk: Disk, report: _Tracking, reason: str | None) -> None:
     """The disk lines of a shell result; ok false when this command took the project over."""
+    assert disk.size is not None and disk.before is not None  # settled before the command
     growth = disk.growth()
     if disk.budget:
         report.meta["disk_growth"] = growth
     over = 0 < disk.budget < growth or disk.too_many()
     if reason == "disk":
+        assert disk.stopped is not None  # the watch that said "disk" set it
         seen, free = disk.stopped
         report.status = (disk.text(max(growth, seen), free) + "; the command was killed. "
                          "Delete files you do not need to go on.")
@@ -2105,7 +2152,7 @@ def _disk_verdict(disk, report, reason):
     report.failed = report.meta["disk_budget_exceeded"] = True
 
 
-def _check_write(ctx, real, size):
+def _check_write(ctx: Context, real: str, size: int) -> int:
     """Refuse a write that takes the project over its disk budget; returns the old allocation."""
     disk = ctx.disk
     try:
@@ -2129,7 +2176,7 @@ def _check_write(ctx, real, size):
     return old
 
 
-def _note_write(ctx, real, old, digest):
+def _note_write(ctx: Context, real: str, old: int, digest: str) -> None:
     """Keep the index and the disk's size in step with a write of ours."""
     if ctx.tracker is not None:
         ctx.tracker.note_write(real, digest)

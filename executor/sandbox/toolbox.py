@@ -155,8 +155,9 @@ from collections import Counter, deque
 
 TYPE_CHECKING = False  # typing is not imported at run time: the toolbox starts fast
 if TYPE_CHECKING:  # names for the type checker only (annotations are never evaluated)
-    from collections.abc import Callable, Iterator
-    from typing import Any, BinaryIO, Optional, Protocol, TypedDict, Union
+    from collections.abc import Callable, Iterator, Mapping
+    from types import FrameType
+    from typing import Any, BinaryIO, NoReturn, Optional, Protocol, TypedDict, Union
 
     class Options(Protocol):
         """What parse_args gives (an argparse.Namespace)."""
@@ -2187,7 +2188,8 @@ def _note_write(ctx: Context, real: str, old: int, digest: str) -> None:
 # -- run_shell_command ------------------------------------------------------------------------
 
 
-def tool_run_shell_command(ctx, command, timeout_seconds=None):
+def tool_run_shell_command(ctx: Context, command: str,
+                           timeout_seconds: float | None = None) -> Result:
     """Run `sh -c command` in the root with a timeout, capped output and full cleanup."""
     timeout = ctx.default_timeout if timeout_seconds is None else timeout_seconds
     if timeout <= 0:
@@ -2205,7 +2207,8 @@ def tool_run_shell_command(ctx, command, timeout_seconds=None):
     return _shell_result(proc, reason, timeout, shell_exit, left, hits, out, err, report)
 
 
-def _run(ctx, command, timeout):
+def _run(ctx: Context, command: str, timeout: float) -> tuple[
+        subprocess.Popen[bytes], str | None, int | None, int, tuple[int, int], _Capture, _Capture]:
     """(proc, reason it was stopped, shell exit, processes left, limit hits, stdout, stderr)."""
     forks, ooms = _limit_counters(ctx)
     proc, deadline = _spawn(ctx, command), time.monotonic() + timeout
@@ -2213,10 +2216,10 @@ def _run(ctx, command, timeout):
     out, err = _Capture(ctx.max_output), _Capture(ctx.max_output)
     disk = _DiskWatch(ctx) if ctx.disk is not None else None
     progress = ctx.progress
-    sinks = (out, err) if progress is None else (progress.tee("stdout", out),
-                                                  progress.tee("stderr", err))
+    sinks: tuple[Sink, Sink] = (out, err) if progress is None else (
+        progress.tee("stdout", out), progress.tee("stderr", err))
 
-    def stop():
+    def stop() -> str | None:
         """Stop a command drowning us in output or filling the disk."""
         if progress is not None:
             progress.flush()
@@ -2240,7 +2243,7 @@ def _run(ctx, command, timeout):
     return proc, reason, shell_exit, left, (forks_now - forks, ooms_now - ooms), out, err
 
 
-def _fsize_note(ctx):
+def _fsize_note(ctx: Context) -> str | None:
     """What exit code 153 (128 + SIGXFSZ) means here, when a file size limit is set."""
     if ctx.fsize_limit is None:
         return None
@@ -2248,7 +2251,7 @@ def _fsize_note(ctx):
     return "file size limit exceeded" + " (the disk budget)" * bool(budget)
 
 
-def _spawn(ctx, command):
+def _spawn(ctx: Context, command: str) -> subprocess.Popen[bytes]:
     env = dict(os.environ)
     env[TOKEN_VAR] = ctx.token  # marks every process this call starts, see the docstring
     try:
@@ -2262,7 +2265,9 @@ def _spawn(ctx, command):
                         "out of processes or memory; wait a moment and try again.") from exc
 
 
-def _wait(proc, deadline, should_stop=None, tick=None):
+def _wait(proc: subprocess.Popen[bytes], deadline: float,
+          should_stop: Callable[[], str | None] | None = None,
+          tick: float | None = None) -> str | None:
     """None when the shell exited by the deadline, else 'timeout' or what should_stop() says."""
     while True:
         left = max(0.0, deadline - time.monotonic())
@@ -2277,7 +2282,7 @@ def _wait(proc, deadline, should_stop=None, tick=None):
             return reason
 
 
-def _finish(proc):
+def _finish(proc: subprocess.Popen[bytes]) -> None:
     """Reap a child whose pipes we are done with."""
     for pipe in (proc.stdout, proc.stderr):
         if pipe is not None:
@@ -2289,7 +2294,7 @@ def _finish(proc):
         proc.wait()
 
 
-def _reap():
+def _reap() -> None:
     """Collect exited children other than our own Popen ones (matters when we are PID 1)."""
     try:
         while os.waitpid(-1, os.WNOHANG)[0] > 0:
@@ -2298,8 +2303,12 @@ def _reap():
         pass
 
 
-def _shell_result(proc, reason, timeout, shell_exit, left, hits, out, err, report=None):
+def _shell_result(proc: subprocess.Popen[bytes], reason: str | None, timeout: float,
+                  shell_exit: int | None, left: int, hits: tuple[int, int], out: _Capture,
+                  err: _Capture, report: _Tracking | None = None) -> Result:
     report = report or _Tracking()
+    code: int | None
+    sig: str | None
     code, sig = proc.returncode, None
     if reason:
         code, sig = None, "SIGKILL"
@@ -2323,7 +2332,7 @@ def _shell_result(proc, reason, timeout, shell_exit, left, hits, out, err, repor
     return {"ok": good, "output": text, "meta": meta}
 
 
-def _runaway_notes(forks_refused, oom_kills, left):
+def _runaway_notes(forks_refused: int, oom_kills: int, left: int) -> list[str]:
     notes = []
     if forks_refused:
         notes.append(f"process limit hit: the sandbox refused {forks_refused} forks (a fork "
@@ -2337,12 +2346,12 @@ def _runaway_notes(forks_refused, oom_kills, left):
     return notes
 
 
-def _limit_counters(ctx):
+def _limit_counters(ctx: Context) -> tuple[int, int]:
     """(forks refused at the pids limit, OOM kills) so far in our cgroup; 0 when unknown."""
     return (_counter(ctx.pids_events, b"max"), _counter(ctx.memory_events, b"oom_kill"))
 
 
-def _counter(path, key):
+def _counter(path: str | None, key: bytes) -> int:
     if path is None:
         return 0
     try:
@@ -2356,7 +2365,8 @@ def _counter(path, key):
     return 0
 
 
-def _status_line(reason, timeout, code, sig, shell_exit, oom_kills):
+def _status_line(reason: str | None, timeout: float, code: int | None, sig: str | None,
+                 shell_exit: int | None, oom_kills: int) -> str:
     if reason == "timeout":
         line = f"timed out after {timeout:g}s; the command and its processes were killed"
         if shell_exit is not None:
@@ -2372,7 +2382,7 @@ def _status_line(reason, timeout, code, sig, shell_exit, oom_kills):
     return f"exit_code: {code}"
 
 
-def _signal_name(number):
+def _signal_name(number: int) -> str:
     try:
         return signal.Signals(number).name
     except ValueError:
@@ -2382,12 +2392,12 @@ def _signal_name(number):
 class _Capture:
     """Head (2/3) and tail (1/3) of one output stream within a byte budget."""
 
-    def __init__(self, limit):
+    def __init__(self, limit: int) -> None:
         self.head_cap = limit * 2 // 3
         self.tail_cap = limit - self.head_cap
         self.head, self.tail, self.total = bytearray(), bytearray(), 0
 
-    def add(self, chunk):
+    def add(self, chunk: bytes) -> None:
         """Count a chunk; keep it if it falls in the head or the tail."""
         self.total += len(chunk)
         room = self.head_cap - len(self.head)
@@ -2399,11 +2409,11 @@ class _Capture:
             del self.tail[:max(0, len(self.tail) - self.tail_cap)]
 
     @property
-    def cut(self):
+    def cut(self) -> bool:
         """Whether bytes were dropped between head and tail."""
         return self.total > len(self.head) + len(self.tail)
 
-    def text(self):
+    def text(self) -> str:
         """What the model sees, with a marker where bytes were dropped."""
         head = self.head.decode("utf-8", "replace")
         tail = self.tail.decode("utf-8", "replace")
@@ -2416,21 +2426,23 @@ class _Capture:
 class _Lines:
     """Complete lines of a stream, up to a count."""
 
-    def __init__(self, limit):
+    lines: list[bytes]
+
+    def __init__(self, limit: int) -> None:
         self.limit, self.lines, self.partial = limit, [], b""
 
-    def add(self, chunk):
+    def add(self, chunk: bytes) -> None:
         """Split a chunk into lines, until there are enough."""
         if not self.full():
             parts = (self.partial + chunk).split(b"\n")
             self.partial = parts.pop()
             self.lines.extend(parts)
 
-    def full(self):
+    def full(self) -> bool:
         """Whether the limit is reached."""
         return len(self.lines) >= self.limit
 
-    def done(self):
+    def done(self) -> list[bytes]:
         """The lines, including an unterminated last one."""
         tail = [self.partial] if self.partial and not self.full() else []
         return (self.lines + tail)[:self.limit]
@@ -2439,7 +2451,7 @@ class _Lines:
 class _Progress:
     """A running command's output, sent as progress lines while it runs (rate-limited, capped)."""
 
-    def __init__(self, out, rid):
+    def __init__(self, out: Writer, rid: int | None) -> None:
         self.out, self.rid = out, rid
         self.pending = {"stdout": "", "stderr": ""}
         self.dropped = {"stdout": 0, "stderr": 0}
@@ -2447,11 +2459,11 @@ class _Progress:
                          for name in self.pending}
         self.sent, self.due = 0, 0.0
 
-    def tee(self, stream, capture):
+    def tee(self, stream: str, capture: _Capture) -> _Tee:
         """A sink for _pump that feeds `capture` and this stream's progress."""
         return _Tee(self, stream, capture)
 
-    def feed(self, stream, chunk):
+    def feed(self, stream: str, chunk: bytes) -> None:
         """Keep the newest PROGRESS_CHARS of what `stream` wrote since the last line sent."""
         text = self.pending[stream] + self.decoders[stream].decode(chunk)
         if len(text) > PROGRESS_CHARS:
@@ -2459,7 +2471,7 @@ class _Progress:
             text = text[-PROGRESS_CHARS:]
         self.pending[stream] = text
 
-    def flush(self, final=False):
+    def flush(self, final: bool = False) -> None:
         """Send what is pending, at most every PROGRESS_SECONDS (always when `final`)."""
         now = time.monotonic()
         if not final and now < self.due:
@@ -2478,23 +2490,24 @@ class _Progress:
 class _Tee:
     """Feeds a chunk to a _Capture and to the progress of its stream."""
 
-    def __init__(self, progress, stream, capture):
+    def __init__(self, progress: _Progress, stream: str, capture: _Capture) -> None:
         self.progress, self.stream, self.capture = progress, stream, capture
 
-    def add(self, chunk):
+    def add(self, chunk: bytes) -> None:
         """Capture the chunk and queue it as progress."""
         self.capture.add(chunk)
         self.progress.feed(self.stream, chunk)
 
 
-def _pump(proc, sinks, deadline, should_stop, tick=None):
+def _pump(proc: subprocess.Popen[bytes], sinks: tuple[Sink, Sink], deadline: float,
+          should_stop: Callable[[], str | None], tick: float | None = None) -> str | None:
     """Feed stdout and stderr to sinks until both close, the deadline, or should_stop() says.
 
     should_stop() runs after every read, and at least every `tick` seconds when one is given.
     """
     sel = selectors.DefaultSelector()
     for pipe, sink in ((proc.stdout, sinks[0]), (proc.stderr, sinks[1])):
-        if not pipe.closed:
+        if pipe is not None and not pipe.closed:  # both are pipes: never None
             sel.register(pipe, selectors.EVENT_READ, sink)
     try:
         while sel.get_map():
@@ -2518,8 +2531,9 @@ def _pump(proc, sinks, deadline, should_stop, tick=None):
 # -- process cleanup --------------------------------------------------------------------------
 
 
-def _sweep(ctx, pgid, since):
+def _sweep(ctx: Context, pgid: int, since: int | None) -> int:
     """SIGKILL the command's group and strays until none is left; returns how many there were."""
+    first: int | None
     deadline, first = time.monotonic() + SWEEP_SECONDS, None
     while True:
         pids = [pid for pid in _strays(ctx, pgid, since) if pid != pgid]
@@ -2532,13 +2546,14 @@ def _sweep(ctx, pgid, since):
         time.sleep(0.01)
 
 
-def _kill(pid, group=False):
+def _kill(pid: int, group: bool = False) -> None:
     with contextlib.suppress(OSError):  # already gone
         (os.killpg if group else os.kill)(pid, signal.SIGKILL)
 
 
-def _strays(ctx, pgid, since):
+def _strays(ctx: Context, pgid: int, since: int | None) -> list[int]:
     """Live processes a call left behind (see the module docstring for which)."""
+    found: list[int]
     try:
         names = os.listdir("/proc")
     except OSError:
@@ -2556,13 +2571,13 @@ def _strays(ctx, pgid, since):
     return found
 
 
-def _proc_stat(pid):
+def _proc_stat(pid: int | str) -> list[bytes]:
     """Fields of /proc/PID/stat after the command name: state, ppid, pgrp, ..."""
     with open(f"/proc/{pid}/stat", "rb") as f:
         return f.read().rsplit(b")", 1)[1].split()
 
 
-def _live_group(pid, since):
+def _live_group(pid: str, since: int | None) -> int | None:
     """Process group of a live process started no earlier than `since`, else None.
 
     Nothing a command started can be older than its shell: this cheap test rules out most of
@@ -2578,21 +2593,21 @@ def _live_group(pid, since):
     return group
 
 
-def _owned(pid, uid):
+def _owned(pid: str, uid: int) -> bool:
     try:
         return os.stat(f"/proc/{pid}").st_uid == uid
     except OSError:
         return False
 
 
-def _start_tick(pid):
+def _start_tick(pid: int) -> int | None:
     try:
         return int(_proc_stat(pid)[19])
     except (OSError, IndexError, ValueError):
         return None  # without it the broad sweep stays off for this call
 
 
-def _has_token(pid, token):
+def _has_token(pid: str, token: str) -> bool:
     try:
         with open(f"/proc/{pid}/environ", "rb") as f:
             return f"{TOKEN_VAR}={token}".encode() in f.read()
@@ -2600,8 +2615,9 @@ def _has_token(pid, token):
         return False
 
 
-def _ancestors():
+def _ancestors() -> list[int]:
     """Our ancestors' pids (never swept)."""
+    found: list[int]
     found, pid = [], os.getppid()
     while pid > 1 and pid not in found:
         found.append(pid)
@@ -2617,7 +2633,7 @@ def _ancestors():
 READ_FILES_MAX = 16 * 1024 * 1024  # bytes of file content in one read_files answer
 
 
-def _identity(path):
+def _identity(path: str) -> RootIdentity | None:
     """What tells a directory apart across machines: device, inode and mtime."""
     try:
         st = os.stat(path)
@@ -2626,8 +2642,10 @@ def _identity(path):
     return {"dev": st.st_dev, "ino": st.st_ino, "mtime_ns": st.st_mtime_ns}
 
 
-def op_manifest(ctx):
+def op_manifest(ctx: Context) -> Result:
     """Every entry of the tree with its kind, mode, size, hash and link target."""
+    entries: list[ManifestEntry]
+    skipped: list[list[str]]
     old = ctx.tracker.index if ctx.tracker is not None else None
     snap = _snapshot(ctx, old)  # what a command's walk already hashed is not read again
     entries, skipped = [], []
@@ -2643,7 +2661,7 @@ def op_manifest(ctx):
               complete=snap.complete)
 
 
-def _manifest_entry(ctx, snap, path, st):
+def _manifest_entry(ctx: Context, snap: Snapshot, path: str, st: Lstat) -> ManifestEntry:
     kind, digest = _kind(st[0]), None
     if kind == "file":
         digest = snap.hashes.get(path) or _sha256(os.path.join(ctx.root, path), st[4])[0]
@@ -2651,8 +2669,9 @@ def _manifest_entry(ctx, snap, path, st):
             snap.targets.get(path) if kind == "symlink" else None]
 
 
-def op_read_files(ctx, files):
+def op_read_files(ctx: Context, files: list[Any]) -> Result:
     """Chunks of regular files, never through a link; errors per file."""
+    found: list[Chunk]
     found, budget = [], READ_FILES_MAX
     for item in files:
         if budget <= 0:
@@ -2662,7 +2681,7 @@ def op_read_files(ctx, files):
     return ok(f"{len(found)} files", files=found)
 
 
-def _read_chunk(ctx, item, budget):
+def _read_chunk(ctx: Context, item: object, budget: int) -> Chunk:
     if (not isinstance(item, list) or len(item) != 3 or not isinstance(item[0], str)
             or not all(isinstance(n, int) and n >= 0 for n in item[1:])):
         return {"path": str(item)[:200], "error": "expected [path, offset, length]"}
@@ -2687,13 +2706,13 @@ def _read_chunk(ctx, item, budget):
             "data": base64.b64encode(data).decode("ascii")}
 
 
-def _plain_relative(ctx, path):
+def _plain_relative(ctx: Context, path: str) -> bool:
     parts = path.split("/")
     return (bool(path) and "\0" not in path and not path.startswith("/")
             and all(part not in ("", ".", "..") for part in parts) and parts[0] not in ctx.hidden)
 
 
-def op_snapshot(ctx, path, max_bytes=0):
+def op_snapshot(ctx: Context, path: str, max_bytes: int = 0) -> Result:
     """The file a write of `path` would change, as it is now (content when small enough)."""
     real = resolve(ctx, path, write=True)
     found: dict[str, Any] = {"resolved": rel(ctx, real), "exists": False}
@@ -2708,7 +2727,7 @@ def op_snapshot(ctx, path, max_bytes=0):
     return ok(found["kind"], **found)
 
 
-def _snapshot_content(real, st, max_bytes):
+def _snapshot_content(real: str, st: os.stat_result, max_bytes: int) -> dict[str, str | None]:
     fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     with os.fdopen(fd, "rb") as f:
         if os.fstat(fd).st_ino != st.st_ino:
@@ -2727,7 +2746,7 @@ def _snapshot_content(real, st, max_bytes):
 
 STR, INT, BOOL, NUMBER, OBJECT, LIST = (
     "a string", "an integer", "true or false", "a number", "a JSON object", "a list")
-TOOLS: dict[str, tuple[Callable[..., Any], dict[str, Any]]] = {
+TOOLS: dict[str, tuple[Callable[..., Result], Spec]] = {
     "read_file": (tool_read_file, {"path": (STR, True), "start_line": (INT, False),
                                    "end_line": (INT, False)}),
     "write_file": (tool_write_file, {"path": (STR, True), "content": (STR, True),
@@ -2744,17 +2763,17 @@ TOOLS: dict[str, tuple[Callable[..., Any], dict[str, Any]]] = {
 }
 
 
-PREVIEW_SPEC = {"tool": (STR, True), "args": (OBJECT, True)}
+PREVIEW_SPEC: Spec = {"tool": (STR, True), "args": (OBJECT, True)}
 
 
-HOST_OPS: dict[str, tuple[Callable[..., Any], dict[str, Any]]] = {
+HOST_OPS: dict[str, tuple[Callable[..., Result], Spec]] = {
     "manifest": (op_manifest, {}),
     "read_files": (op_read_files, {"files": (LIST, True)}),
     "snapshot": (op_snapshot, {"path": (STR, True), "max_bytes": (INT, False)}),
 }
 
 
-def _is_kind(value, kind):
+def _is_kind(value: object, kind: str) -> bool:
     if kind == LIST:
         return isinstance(value, list)
     if kind == STR:
@@ -2768,7 +2787,7 @@ def _is_kind(value, kind):
     return isinstance(value, int) or (kind == NUMBER and isinstance(value, float))
 
 
-def validate(tool, spec, args):
+def validate(tool: str, spec: Spec, args: object) -> dict[str, Any]:
     """Keyword arguments for a tool, or a ToolError naming what is wrong."""
     if not isinstance(args, dict):
         raise ToolError("args must be a JSON object")
@@ -2776,7 +2795,7 @@ def validate(tool, spec, args):
     if unknown:
         raise ToolError(f"unknown argument{'s' * (len(unknown) > 1)} for {tool}: "
                         f"{', '.join(unknown)}; allowed: {', '.join(spec)}")
-    clean = {}
+    clean: dict[str, Any] = {}
     for name, (kind, required) in spec.items():
         value = args.get(name)
         if value is None:
@@ -2789,7 +2808,7 @@ def validate(tool, spec, args):
     return clean
 
 
-def call_tool(ctx, tool, args):
+def call_tool(ctx: Context, tool: str, args: object) -> Result:
     """One tool call as a result dict; nothing a request holds can raise out of here."""
     try:
         if tool == "ping":
@@ -2810,9 +2829,11 @@ def call_tool(ctx, tool, args):
         return fail(f"internal error in {tool}: {type(exc).__name__}: {exc}")
 
 
-def respond(ctx, line, out=None):
+def respond(ctx: Context, line: str | bytes,
+            out: Writer | None = None) -> tuple[Response, bool]:
     """(response, stop) for one request line; progress lines (when asked for) go to `out`."""
     started = time.perf_counter()
+    error: str | None
     try:
         request = json.loads(line)
     except Exception as exc:  # not JSON, bad UTF-8, absurd nesting
@@ -2828,8 +2849,8 @@ def respond(ctx, line, out=None):
         result = ok("bye")
     else:
         args = request.get("args")
-        wants = out is not None and request.get("progress") is True
-        ctx.progress = _Progress(out, rid) if wants else None
+        wants = request.get("progress") is True
+        ctx.progress = _Progress(out, rid) if out is not None and wants else None
         try:
             result = call_tool(ctx, request["tool"], {} if args is None else args)
         finally:
@@ -2838,7 +2859,7 @@ def respond(ctx, line, out=None):
     return {"id": rid, **result}, stop
 
 
-def _request_error(request):
+def _request_error(request: object) -> str | None:
     if not isinstance(request, dict):
         return "bad request: a request is a JSON object"
     if not isinstance(request.get("tool"), str):
@@ -2846,7 +2867,7 @@ def _request_error(request):
     return None
 
 
-def serve(ctx, inp, out, filtered="not given"):
+def serve(ctx: Context, inp: BinaryIO, out: Writer, filtered: str = "not given") -> int:
     """Answer request lines until EOF or shutdown."""
     send(out, {"ready": True, "pid": os.getpid(), "version": VERSION,
                "guarded": getattr(ctx, "guarded", False),
@@ -2862,7 +2883,7 @@ def serve(ctx, inp, out, filtered="not given"):
             return 0
 
 
-def send(out, message):
+def send(out: Writer, message: Mapping[str, object]) -> None:
     """Write one protocol line."""
     out.write(json.dumps(message, ensure_ascii=True).encode("ascii") + b"\n")
     out.flush()
@@ -2876,10 +2897,10 @@ class Signed:
     the file modes there), it can write lines into our stdout, but it cannot sign them.
     """
 
-    def __init__(self, out, key):
+    def __init__(self, out: Writer, key: bytes) -> None:
         self.out, self.key = out, key
 
-    def write(self, line):
+    def write(self, line: bytes) -> None:
         """Write one protocol line (ending in a newline) with its signature in front."""
         import hmac
 
@@ -2887,12 +2908,12 @@ class Signed:
         mac = hmac.new(self.key, body, "sha256").hexdigest()[:32].encode()
         self.out.write(mac + b" " + line)
 
-    def flush(self):
+    def flush(self) -> None:
         """Flush the stream underneath."""
         self.out.flush()
 
 
-def _read_key(inp):
+def _read_key(inp: BinaryIO) -> bytes:
     """The signing key: one hex line on stdin."""
     return bytes.fromhex(inp.readline().decode("ascii").strip())
 
@@ -2904,7 +2925,7 @@ PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 38, 22, 2
 FILTER_MACHINES = ("x86_64",)  # what the host builds programs for
 
 
-def confine(program):
+def confine(program: str | None) -> str:
     """Install the host's seccomp program on this process: "installed", or why not."""
     if not program:
         return "not given"
@@ -2920,7 +2941,7 @@ def confine(program):
     return "installed"
 
 
-def _install(code):
+def _install(code: bytes) -> None:
     import ctypes
 
     class Program(ctypes.Structure):
@@ -2937,14 +2958,14 @@ def _install(code):
             raise OSError(err, f"prctl({args[0]}): {os.strerror(err)}")
 
 
-def _on_sigterm(signum, frame):
+def _on_sigterm(signum: int, frame: FrameType | None) -> NoReturn:
     raise SystemExit(0)
 
 
 PR_GET_DUMPABLE, PR_SET_DUMPABLE = 3, 4
 
 
-def _not_dumpable():
+def _not_dumpable() -> bool:
     """Keep the commands we run (same uid) out of our /proc files and away from ptrace.
 
     Otherwise a command could read our stdin and write our stdout through /proc/PID/fd, and
@@ -2956,13 +2977,14 @@ def _not_dumpable():
 
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
-        return libc.prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) == 0
+        dumpable: int = libc.prctl(PR_GET_DUMPABLE, 0, 0, 0, 0)
+        return dumpable == 0
     except (ImportError, OSError, AttributeError) as exc:
         sys.stderr.write(f"toolbox: could not make itself non-dumpable: {exc}\n")
         return False
 
 
-def main(argv):
+def main(argv: list[str]) -> int:
     """Entry point: parse argv, then serve on stdin/stdout."""
     guarded = _not_dumpable()
     opts = parse_args(argv)

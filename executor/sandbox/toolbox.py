@@ -14,9 +14,12 @@ Protocol (version 1)
               --seccomp-filter B64 (see "Seccomp" below)
               --sign: the first stdin line after the source is a hex key; every line we write
               is then `<first 32 hex of HMAC-SHA256(key, line)> <line>`
-    start     {"ready": true, "pid": N, "version": 1, "python": "3.x.y", "rg": bool,
-              "filter": "installed" | "not given" | why not}
-              ("rg" is whether search_files will use ripgrep)
+    start     {"ready": true, "pid": N, "version": 1, "guarded": bool, "python": "3.x.y",
+              "rg": bool, "filter": "installed" | "not given" | why not, "root": {...}}
+              ("guarded": whether the toolbox made itself non-dumpable; "rg" is whether
+              search_files will use ripgrep; "root": {"dev", "ino", "mtime_ns"} of --root, so
+              the host can tell whether the engine mounted the directory it meant (another
+              machine's disk is not it), null when it cannot be read)
     request   {"id": int, "tool": "name", "args": {...}}   one line
               (+ "progress": true: stream a running command's output, see below)
     response  {"id": same, "ok": bool, "output": "text for the model", "meta": {"duration_ms": ..}}
@@ -39,9 +42,6 @@ Protocol (version 1)
     approved  write_file and edit_file take "expect_sha256": the sha256_before the person was
               shown ("absent": no file). If the file is not that now, nothing is written:
               "... changed since it was approved; nothing was written".
-
-    start     also "root": {"dev", "ino", "mtime_ns"} of --root, so the host can tell whether
-              the engine mounted the directory it meant (another machine's disk is not it)
 
 Host operations (the host calls these; the model is never offered them)
     manifest    {} -> meta "entries": [[path, kind, mode, size, sha256, target], ...] for every
@@ -386,7 +386,7 @@ class Context:
         self.tracker = None if opts.no_track else Tracker(self)  # its first walk comes later
         self.disk = None if opts.no_track else Disk(opts.disk_budget, opts.min_free)
         self.fsize_limit = _fsize_limit()
-        self.progress: _Progress | None = None  # the request being served's, when it asked
+        self.progress: _Progress | None = None  # the served request's, if it asked for progress
         self.guarded = False  # whether the toolbox made itself non-dumpable (main sets it)
 
 

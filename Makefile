@@ -89,8 +89,7 @@ $(MYPY39)/.installed: Makefile
 lint: install $(MYPY39)/.installed
 	$(BIN)/ruff check executor tests benchmarks examples
 	$(BIN)/mypy
-	$(MYPY39)/bin/mypy --config-file= --python-version 3.9 --check-untyped-defs \
-		executor/sandbox/toolbox.py
+	$(MYPY39)/bin/mypy --config-file= --python-version 3.9 --strict executor/sandbox/toolbox.py
 
 test-fast: install host-tools
 	$(BIN)/python -m pytest tests/unit -q

@@ -14,9 +14,12 @@ Protocol (version 1)
               --seccomp-filter B64 (see "Seccomp" below)
               --sign: the first stdin line after the source is a hex key; every line we write
               is then `<first 32 hex of HMAC-SHA256(key, line)> <line>`
-    start     {"ready": true, "pid": N, "version": 1, "python": "3.x.y", "rg": bool,
-              "filter": "installed" | "not given" | why not}
-              ("rg" is whether search_files will use ripgrep)
+    start     {"ready": true, "pid": N, "version": 1, "guarded": bool, "python": "3.x.y",
+              "rg": bool, "filter": "installed" | "not given" | why not, "root": {...}}
+              ("guarded": whether the toolbox made itself non-dumpable; "rg" is whether
+              search_files will use ripgrep; "root": {"dev", "ino", "mtime_ns"} of --root, so
+              the host can tell whether the engine mounted the directory it meant (another
+              machine's disk is not it), null when it cannot be read)
     request   {"id": int, "tool": "name", "args": {...}}   one line
               (+ "progress": true: stream a running command's output, see below)
     response  {"id": same, "ok": bool, "output": "text for the model", "meta": {"duration_ms": ..}}
@@ -39,9 +42,6 @@ Protocol (version 1)
     approved  write_file and edit_file take "expect_sha256": the sha256_before the person was
               shown ("absent": no file). If the file is not that now, nothing is written:
               "... changed since it was approved; nothing was written".
-
-    start     also "root": {"dev", "ino", "mtime_ns"} of --root, so the host can tell whether
-              the engine mounted the directory it meant (another machine's disk is not it)
 
 Host operations (the host calls these; the model is never offered them)
     manifest    {} -> meta "entries": [[path, kind, mode, size, sha256, target], ...] for every
@@ -154,9 +154,148 @@ import traceback
 from collections import Counter, deque
 
 TYPE_CHECKING = False  # typing is not imported at run time: the toolbox starts fast
-if TYPE_CHECKING:
-    from collections.abc import Callable
-    from typing import Any
+if TYPE_CHECKING:  # names for the type checker only (annotations are never evaluated)
+    from collections.abc import Callable, Iterator, Mapping
+    from types import FrameType
+    from typing import Any, BinaryIO, NoReturn, Optional, Protocol, TypedDict, Union
+
+    class Options(Protocol):
+        """What parse_args gives (an argparse.Namespace)."""
+
+        root: str
+        default_timeout: float
+        max_output: int
+        hidden: list[str] | None
+        readonly_dir: list[str] | None
+        no_rg: bool
+        kill_strays: bool
+        git_guard: bool
+        no_track: bool
+        disk_budget: int
+        min_free: int
+        seccomp_filter: str | None
+        sign: bool
+
+    class Result(TypedDict):
+        """What a tool call answers (a response, once "id" is added)."""
+
+        ok: bool
+        output: str
+        meta: dict[str, Any]
+
+    class Response(Result):
+        id: int | None
+
+    class Sink(Protocol):
+        """Where _pump puts what a pipe gave: _Capture, _Lines or _Tee."""
+
+        def add(self, chunk: bytes) -> None: ...
+
+    class Writer(Protocol):
+        """Our protocol stream: stdout's buffer, or Signed around it."""
+
+        def write(self, line: bytes, /) -> object: ...
+
+        def flush(self) -> object: ...
+
+    class Quarantined(TypedDict):
+        """An entry of meta["git_quarantined"]: a .git or repository look-alike disabled."""
+
+        path: str
+        kind: str
+        renamed_to: str | None
+
+    class QuarantineRecord(Quarantined, total=False):
+        error: str
+
+    class WriteMeta(TypedDict):
+        """The meta of write_file and edit_file."""
+
+        bytes: int
+        sha256_before: str | None
+        sha256_after: str
+        lines_changed: int
+        created: bool
+
+    class WriteRecord(WriteMeta, total=False):
+        git_quarantined: list[QuarantineRecord]
+
+    class PreviewFacts(TypedDict):
+        """The meta of a preview."""
+
+        path: str
+        resolved: str | None
+        symlink: bool
+        exists: bool
+        binary: bool
+        sha256_before: str | None
+        error: str | None
+
+    class ChangeFields(TypedDict):
+        """An entry of meta["changes"] / meta["outside_changes"]."""
+
+        path: str
+        change: str
+        kind: str
+        sha256_before: str | None
+        sha256_after: str | None
+        size_before: int | None
+        size_after: int | None
+        mode_before: str | None
+        mode_after: str | None
+        target: str | None
+
+    class ChangeRecord(ChangeFields, total=False):
+        unhashed: str
+
+    class SetidFields(TypedDict):
+        """An entry of meta["setid_cleared"]."""
+
+        path: str
+        removed: list[str]
+        mode_before: str | None
+
+    class SetidRecord(SetidFields, total=False):
+        mode_after: str | None
+        error: str
+
+    class MountFields(TypedDict):
+        """An entry of meta["protected_restored"]."""
+
+        path: str
+        moved_to: str
+
+    class MountRecord(MountFields, total=False):
+        replaced_by: str
+        error: str
+
+    class ChunkFields(TypedDict):
+        """An entry of read_files' meta["files"]: a chunk, or an error."""
+
+        path: str
+
+    class Chunk(ChunkFields, total=False):
+        error: str
+        offset: int
+        size: int
+        length: int
+        data: str
+
+    class RootIdentity(TypedDict):
+        dev: int
+        ino: int
+        mtime_ns: int
+
+    # lstat fields kept per path: mode, size, mtime_ns, ctime_ns, ino, blocks, nlink (_entry)
+    Lstat = tuple[int, int, int, int, int, int, int]
+    Walk = tuple[dict[str, Lstat], bool, list[str], list[str]]  # see _walk
+    Reopened = list[tuple[str, int, int]]  # (path, inode, mode) of dirs opened for a walk
+    Identity = tuple[str, int, Optional[str]]  # what makes a .git entry the same one
+    Change = tuple[str, str]  # (path, "created" | "modified" | "deleted" | "mode" | "type")
+    Hit = tuple[str, int, str]  # a search result: path, line number, text
+    Hits = list[Optional[Hit]]  # a trailing None: the search timed out
+    Spec = dict[str, tuple[str, bool]]  # argument name -> (kind, required)
+    ManifestEntry = list[Union[str, int, None]]  # [path, kind, mode, size, sha256, target]
 
 VERSION = 1
 BINARY_SNIFF = 8192
@@ -206,17 +345,17 @@ CLOSEST_MAX_LINES = 5000  # a failed edit looks for the closest line in files th
 class ToolError(Exception):
     """A failed tool call; the message is what the model reads."""
 
-    def __init__(self, message, **meta):
+    def __init__(self, message: str, **meta: Any) -> None:
         super().__init__(message)
         self.meta = meta
 
 
-def ok(output, **meta):
+def ok(output: str, **meta: Any) -> Result:
     """A successful result."""
     return {"ok": True, "output": output, "meta": meta}
 
 
-def fail(output, **meta):
+def fail(output: str, **meta: Any) -> Result:
     """A failed result."""
     return {"ok": False, "output": output, "meta": meta}
 
@@ -227,7 +366,7 @@ def fail(output, **meta):
 class Context:
     """Settings from argv plus what the toolbox learned when it started."""
 
-    def __init__(self, opts):
+    def __init__(self, opts: Options) -> None:
         self.root = os.path.realpath(opts.root)
         self.roots = {self.root, os.path.abspath(opts.root)}  # as resolved and as given
         self.default_timeout = opts.default_timeout
@@ -247,11 +386,11 @@ class Context:
         self.tracker = None if opts.no_track else Tracker(self)  # its first walk comes later
         self.disk = None if opts.no_track else Disk(opts.disk_budget, opts.min_free)
         self.fsize_limit = _fsize_limit()
-        self.progress = None  # the _Progress of the request being served, when it asked for one
+        self.progress: _Progress | None = None  # the served request's, if it asked for progress
         self.guarded = False  # whether the toolbox made itself non-dumpable (main sets it)
 
 
-def _fsize_limit():
+def _fsize_limit() -> int | None:
     """RLIMIT_FSIZE in bytes (the host sets it to the disk budget), or None."""
     try:
         import resource  # Unix only
@@ -261,9 +400,9 @@ def _fsize_limit():
     return None if soft == resource.RLIM_INFINITY else soft
 
 
-def _cgroup_file(controller, names):
+def _cgroup_file(controller: str, names: list[str]) -> str | None:
     """Our cgroup's file for a controller (v1 or v2, with or without a cgroup namespace)."""
-    dirs = []
+    dirs: list[str] = []
     try:
         with open("/proc/self/cgroup") as f:
             for line in f:
@@ -281,9 +420,10 @@ def _cgroup_file(controller, names):
     return None
 
 
-def parse_args(argv):
+def parse_args(argv: list[str]) -> Options:
     """The toolbox's command line."""
-    parser = argparse.ArgumentParser(prog="toolbox", description=__doc__.split("\n", 1)[0])
+    parser = argparse.ArgumentParser(prog="toolbox",
+                                     description=(__doc__ or "").split("\n", 1)[0])
     parser.add_argument("--root", default="/workspace")
     parser.add_argument("--default-timeout", type=float, default=60.0)
     parser.add_argument("--max-output", type=int, default=30000)
@@ -297,7 +437,7 @@ def parse_args(argv):
     parser.add_argument("--min-free", type=int, default=MIN_FREE)
     parser.add_argument("--seccomp-filter")
     parser.add_argument("--sign", action="store_true")
-    opts = parser.parse_args(argv)
+    opts: Options = parser.parse_args(argv)
     if opts.disk_budget < 0 or opts.min_free < 0:
         parser.error("--disk-budget and --min-free take a number of bytes, 0 or more")
     for name in (opts.hidden or []) + (opts.readonly_dir or []):
@@ -309,7 +449,7 @@ def parse_args(argv):
 # -- paths ------------------------------------------------------------------------------------
 
 
-def resolve(ctx, raw, write=False):
+def resolve(ctx: Context, raw: str, write: bool = False) -> str:
     """The real path inside the root for a path argument, or a ToolError saying why not."""
     if not raw.strip():
         raise ToolError("path is empty; give a path relative to the project root, "
@@ -334,8 +474,9 @@ def resolve(ctx, raw, write=False):
     return real
 
 
-def _names_on_the_way(root, raw):
+def _names_on_the_way(root: str, raw: str) -> list[str]:
     """Every name resolving raw from root passes through, symlink targets included."""
+    names: list[str]
     names, todo, here, hops = [], deque(raw.split("/")), "/" if raw.startswith("/") else root, 0
     while todo:
         part = todo.popleft()
@@ -359,21 +500,21 @@ def _names_on_the_way(root, raw):
     return names
 
 
-def _inside(root, path):
+def _inside(root: str, path: str) -> bool:
     return path == root or path.startswith(os.path.join(root, ""))
 
 
-def rel(ctx, path):
+def rel(ctx: Context, path: str) -> str:
     """`path` relative to the root, as the model should write it."""
     return os.path.relpath(path, ctx.root)
 
 
-def os_error_text(ctx, exc):
+def os_error_text(ctx: Context, exc: OSError) -> str:
     """A short, clear text for an OSError a tool ran into."""
     name = exc.filename or ""
     if name and _inside(ctx.root, os.path.abspath(name)):
         name = rel(ctx, name)
-    texts = {
+    texts: dict[int | None, str] = {
         errno.ENOENT: f"file not found: {name}",
         errno.EACCES: f"permission denied: {name}",
         errno.EPERM: f"operation not permitted: {name}",
@@ -392,7 +533,7 @@ def os_error_text(ctx, exc):
     return texts.get(exc.errno, f"{exc.strerror or exc}: {name}".rstrip(": "))
 
 
-def _regular_file(real, path):
+def _regular_file(real: str, path: str) -> os.stat_result:
     """Raise unless `real` is an existing regular file (never open a FIFO: it would block)."""
     info = os.stat(real)
     if stat.S_ISDIR(info.st_mode):
@@ -405,7 +546,8 @@ def _regular_file(real, path):
 # -- read_file --------------------------------------------------------------------------------
 
 
-def tool_read_file(ctx, path, start_line=None, end_line=None):
+def tool_read_file(ctx: Context, path: str, start_line: int | None = None,
+                   end_line: int | None = None) -> Result:
     """Numbered lines of a text file, capped, with a note on how to read the rest."""
     first = _positive(start_line, "start_line") or 1
     last = _positive(end_line, "end_line")
@@ -428,13 +570,13 @@ def tool_read_file(ctx, path, start_line=None, end_line=None):
               total_lines=total)
 
 
-def _positive(value, name):
+def _positive(value: int | None, name: str) -> int | None:
     if value is not None and value < 1:
         raise ToolError(f"argument '{name}' must be 1 or more")
     return value
 
 
-def _skip_lines(f, count):
+def _skip_lines(f: BinaryIO, count: int) -> int:
     """Advance f past `count` lines in big chunks; returns how many it skipped (fewer at EOF)."""
     skipped, tail = 0, b""
     while skipped < count:
@@ -452,7 +594,7 @@ def _skip_lines(f, count):
     return skipped
 
 
-def _lines(f):
+def _lines(f: BinaryIO) -> Iterator[tuple[bytes, bool]]:
     """(bytes without newline, was cut) per line; a huge line is never held in memory."""
     while True:
         raw = f.readline(LINE_MAX_BYTES)
@@ -470,7 +612,7 @@ def _lines(f):
         yield raw, cut
 
 
-def _decode(raw, cut):
+def _decode(raw: bytes, cut: bool) -> tuple[str, bool]:
     """(text, had invalid UTF-8) of one line; a cut line may end inside a character."""
     if raw.endswith(b"\r"):
         raw = raw[:-1]
@@ -483,11 +625,13 @@ def _decode(raw, cut):
 class _Page:
     """The lines one read_file call returns, within the caps."""
 
-    def __init__(self, first):
+    lines: list[str]
+
+    def __init__(self, first: int) -> None:
         self.first, self.lines, self.chars = first, [], 0
         self.more = self.invalid = self.long = self.eof = False
 
-    def fill(self, f, last):
+    def fill(self, f: BinaryIO, last: int | None) -> None:
         """Take lines from f until `last`, EOF or a cap (then `more` is set)."""
         number = self.first
         for raw, cut in _lines(f):
@@ -500,7 +644,7 @@ class _Page:
             number += 1
         self.eof = True
 
-    def _add(self, number, raw, cut):
+    def _add(self, number: int, raw: bytes, cut: bool) -> None:
         text, bad = _decode(raw, cut)
         self.invalid = self.invalid or bad
         if cut or len(text) > LINE_MAX_CHARS:
@@ -509,7 +653,7 @@ class _Page:
         self.lines.append(line)
         self.chars += len(line) + 1
 
-    def total_lines(self, f):
+    def total_lines(self, f: BinaryIO) -> int | None:
         """Lines in the whole file when cheap to know: None if the rest is over budget."""
         if self.eof:
             return self.first + len(self.lines) - 1
@@ -523,7 +667,7 @@ class _Page:
             count, last, budget = count + chunk.count(b"\n"), chunk, budget - len(chunk)
         return None
 
-    def text(self, path, size, total):
+    def text(self, path: str, size: int, total: int | None) -> str:
         """The numbered lines plus notes on truncation and encoding."""
         if not self.lines:
             return f"(empty file: '{path}' has 0 bytes)"
@@ -543,7 +687,8 @@ class _Page:
 # -- write_file / edit_file -------------------------------------------------------------------
 
 
-def tool_write_file(ctx, path, content, expect_sha256=None):
+def tool_write_file(ctx: Context, path: str, content: str,
+                    expect_sha256: str | None = None) -> Result:
     """Create or overwrite a file, creating its parent directories."""
     real = resolve(ctx, path, write=True)
     before = _read_existing(real, path)
@@ -553,7 +698,8 @@ def tool_write_file(ctx, path, content, expect_sha256=None):
     return ok(f"wrote {meta['bytes']} bytes to '{path}' ({how})" + _gitdir_note(meta), **meta)
 
 
-def tool_edit_file(ctx, path, new_text, old_text=None, replace_all=False, expect_sha256=None):
+def tool_edit_file(ctx: Context, path: str, new_text: str, old_text: str | None = None,
+                   replace_all: bool = False, expect_sha256: str | None = None) -> Result:
     """Replace the unique (or, with replace_all, every) occurrence of old_text."""
     real = resolve(ctx, path, write=True)
     before = _read_existing(real, path)
@@ -571,14 +717,15 @@ def tool_edit_file(ctx, path, new_text, old_text=None, replace_all=False, expect
               replacements=done, **meta)
 
 
-def _gitdir_note(meta):
+def _gitdir_note(meta: WriteRecord) -> str:
     records = meta.get("git_quarantined") or []
     return "".join(f"\n{r['path']} was made to look like a git repository; its HEAD was renamed "
                    f"to {r['renamed_to'] or '(failed)'} so git on the host does not use it"
                    for r in records)
 
 
-def _edited(path, before, new_text, old_text, replace_all):
+def _edited(path: str, before: bytes | None, new_text: str, old_text: str | None,
+            replace_all: bool) -> tuple[bytes, int]:
     """(the file's new bytes, replacements) after an edit, or the ToolError it fails with."""
     if old_text is None or (old_text == "" and before is None):
         # Small models send old_text="" to mean "create": treat it like an omitted old_text.
@@ -599,7 +746,7 @@ def _edited(path, before, new_text, old_text, replace_all):
     return _encode(after, "surrogateescape"), count if replace_all else 1
 
 
-def _with_file(exc, path, before):
+def _with_file(exc: ToolError, path: str, before: bytes | None) -> ToolError:
     """A failed edit's error plus the file as it is, when small: the fix needs no extra read."""
     if before is None or b"\0" in before[:BINARY_SNIFF] or len(before) > SHOW_MAX_CHARS:
         return exc
@@ -613,19 +760,19 @@ def _with_file(exc, path, before):
                      f"line numbers):\n{numbered or '(empty file)'}", **exc.meta, file_shown=True)
 
 
-def _check_unchanged(path, before, expected):
+def _check_unchanged(path: str, before: bytes | None, expected: str | None) -> None:
     """Refuse a write whose file is not what the person approved (the host sends the hash)."""
     if expected is not None and _digest(before) != expected:
         raise ToolError(f"'{path}' changed since it was approved; nothing was written. Read it "
                         "again before changing it.", changed_since_approval=True)
 
 
-def _digest(data):
+def _digest(data: bytes | None) -> str:
     """sha256 hex of a file's bytes, or ABSENT for a file that does not exist."""
     return ABSENT if data is None else hashlib.sha256(data).hexdigest()
 
 
-def _read_existing(real, path):
+def _read_existing(real: str, path: str) -> bytes | None:
     """The file's bytes, or None if it does not exist yet; a hard-linked file is refused.
 
     Writing in place through one of several names changes the others too (a Makefile linked
@@ -644,20 +791,20 @@ def _read_existing(real, path):
         return f.read()
 
 
-def _edit_text(data, path):
+def _edit_text(data: bytes, path: str) -> str:
     if b"\0" in data[:BINARY_SNIFF]:
         raise ToolError(f"'{path}' is a binary file; edit_file only edits text files")
     return data.decode("utf-8", "surrogateescape")  # invalid bytes survive the edit unchanged
 
 
-def _encode(text, errors):
+def _encode(text: str, errors: str) -> bytes:
     try:
         return text.encode("utf-8", errors)
     except UnicodeEncodeError as exc:
         raise ToolError(f"the text cannot be written as UTF-8: {exc.reason}") from exc
 
 
-def _find(text, old, new):
+def _find(text: str, old: str, new: str) -> tuple[str, str, int]:
     """(old, new, count), retried with CRLF line ends when the file uses them."""
     count = text.count(old)
     if count == 0 and "\r\n" in text and "\n" in old and "\r\n" not in old:
@@ -667,7 +814,7 @@ def _find(text, old, new):
     return old, new, count
 
 
-def _check_count(text, path, old, count, replace_all):
+def _check_count(text: str, path: str, old: str, count: int, replace_all: bool) -> None:
     if count == 0:
         hint = _no_match_hint(text, old)
         raise ToolError(f"old_text not found in '{path}' (0 matches). Copy the exact text from "
@@ -679,7 +826,7 @@ def _check_count(text, path, old, count, replace_all):
                         "replace_all=true to replace all of them." + _whole_lines(text, lines))
 
 
-def _whole_lines(text, numbers, limit=3):
+def _whole_lines(text: str, numbers: str, limit: int = 3) -> str:
     """The first matching lines in full: one of them, as old_text, changes one place at a time."""
     have = text.split("\n")
     picked = list(dict.fromkeys(int(n) for n in numbers.split(", ") if n.isdigit()))[:limit]
@@ -687,7 +834,7 @@ def _whole_lines(text, numbers, limit=3):
     return f" One whole line is enough, one call per line; the lines are:\n{shown}"
 
 
-def _match_lines(text, old, limit=10):
+def _match_lines(text: str, old: str, limit: int = 10) -> str:
     found: list[str] = []
     pos, line, at = 0, 1, text.find(old)
     while at != -1 and len(found) < limit:
@@ -697,7 +844,7 @@ def _match_lines(text, old, limit=10):
     return ", ".join(found) + (", ..." if at != -1 else "")
 
 
-def _no_match_hint(text, old):
+def _no_match_hint(text: str, old: str) -> str:
     """A concrete reason the text did not match, when one is cheap to find."""
     lines = [line for line in old.split("\n") if line]
     if lines and all(re.match(r"\s*\d+\t", line) for line in lines):
@@ -714,7 +861,7 @@ def _no_match_hint(text, old):
     return _closest_line(have, wanted[0])
 
 
-def _closest_line(have, wanted):
+def _closest_line(have: list[str], wanted: str) -> str:
     """' Hint: line N is the closest ...' for a line like `wanted` (quotes, a typo), or ''."""
     if len(have) > CLOSEST_MAX_LINES:
         return ""
@@ -726,7 +873,7 @@ def _closest_line(have, wanted):
     return f" Hint: line {number} is the closest; copy it exactly:\n{have[number - 1]}"
 
 
-def _write(ctx, real, before, data):
+def _write(ctx: Context, real: str, before: bytes | None, data: bytes) -> WriteRecord:
     """Write data to real (in place: mode, owner and hard links stay); returns the meta."""
     allocated = _check_write(ctx, real, len(data))
     os.makedirs(os.path.dirname(real), exist_ok=True)
@@ -734,22 +881,23 @@ def _write(ctx, real, before, data):
         f.write(data)
     digest = hashlib.sha256(data).hexdigest()
     _note_write(ctx, real, allocated, digest)
-    meta = {"bytes": len(data),
-            "sha256_before": None if before is None else hashlib.sha256(before).hexdigest(),
-            "sha256_after": digest,
-            "lines_changed": _lines_changed(before or b"", data), "created": before is None}
+    meta: WriteRecord = {
+        "bytes": len(data),
+        "sha256_before": None if before is None else hashlib.sha256(before).hexdigest(),
+        "sha256_after": digest,
+        "lines_changed": _lines_changed(before or b"", data), "created": before is None}
     disabled = _gitdir_made_by_write(ctx, real) if ".git" in ctx.readonly else None
     if disabled:
         meta["git_quarantined"] = [disabled]
     return meta
 
 
-def _gitdir_made_by_write(ctx, real):
+def _gitdir_made_by_write(ctx: Context, real: str) -> QuarantineRecord | None:
     """A write that completes a repository look-alike (HEAD, objects/, refs/ in one directory,
     whatever its name) disables it at once: git on the host would run its config."""
     folder = os.path.dirname(real)
     while _inside(ctx.root, folder):
-        modes = {}
+        modes: dict[str, int] = {}
         for part in GITDIR_PARTS:
             with contextlib.suppress(OSError):
                 modes[part] = os.lstat(os.path.join(folder, part)).st_mode
@@ -771,7 +919,7 @@ def _gitdir_made_by_write(ctx, real):
     return None
 
 
-def _lines_changed(old, new):
+def _lines_changed(old: bytes, new: bytes) -> int:
     """Added plus removed lines; exact via difflib when small, a multiset count when huge."""
     a, b = old.splitlines(), new.splitlines()
     start = 0
@@ -791,7 +939,7 @@ def _lines_changed(old, new):
 # -- preview (for the host's approval prompt; not a tool the model is offered) -----------------
 
 
-def tool_preview(ctx, tool, args):
+def tool_preview(ctx: Context, tool: str, args: dict[str, Any]) -> Result:
     """What a write_file or edit_file call would change, as a unified diff; writes nothing.
 
     The same path checks as the real call; `meta.error` says why the call would fail.
@@ -799,8 +947,8 @@ def tool_preview(ctx, tool, args):
     if tool not in ("write_file", "edit_file"):
         raise ToolError(f"preview is for write_file and edit_file, not '{tool}'")
     clean = validate(tool, TOOLS[tool][1], args)
-    facts = {"path": clean["path"], "resolved": None, "symlink": False, "exists": False,
-             "binary": False, "sha256_before": None, "error": None}
+    facts: PreviewFacts = {"path": clean["path"], "resolved": None, "symlink": False,
+                           "exists": False, "binary": False, "sha256_before": None, "error": None}
     try:
         output = _preview(ctx, tool, clean, facts)
     except ToolError as exc:
@@ -810,28 +958,30 @@ def tool_preview(ctx, tool, args):
     return ok(output, **facts)
 
 
-def _preview(ctx, tool, args, facts):
+def _preview(ctx: Context, tool: str, args: dict[str, Any], facts: PreviewFacts) -> str:
     """The diff text; fills `facts` as it learns them (so an error keeps what was known)."""
     path = args["path"]
     real = resolve(ctx, path, write=True)
-    facts.update(resolved=rel(ctx, real), symlink=_lexical(ctx, path) != rel(ctx, real))
+    facts.update({"resolved": rel(ctx, real), "symlink": _lexical(ctx, path) != rel(ctx, real)})
     before = _read_existing(real, path)
-    facts.update(exists=before is not None,
-                 sha256_before=None if before is None else _digest(before))
+    facts.update({"exists": before is not None,
+                  "sha256_before": None if before is None else _digest(before)})
     if tool == "write_file":
         after = _encode(args["content"], "surrogatepass")
     else:
         after = _edited(path, before, args["new_text"], args.get("old_text"),
                         args.get("replace_all", False))[0]
     (old, why_old), (new, why_new) = _text_of(before), _text_of(after)
-    if why_old or why_new:
+    why = why_old or why_new
+    if why:
         facts["binary"] = NOT_TEXT in (why_old, why_new)
-        return _described(before, after, why_old or why_new)
+        return _described(before, after, why)
+    assert old is not None and new is not None  # _text_of gives the text when no reason
     label = facts["resolved"]
     return _unified(old, new, f"a/{label}" if before is not None else "/dev/null", f"b/{label}")
 
 
-def _lexical(ctx, raw):
+def _lexical(ctx: Context, raw: str) -> str:
     """`raw` relative to the root without following links, to tell a path through a symlink."""
     if os.path.isabs(raw):
         norm = os.path.normpath(raw)
@@ -840,7 +990,7 @@ def _lexical(ctx, raw):
     return os.path.normpath(raw)
 
 
-def _text_of(data):
+def _text_of(data: bytes | None) -> tuple[str | None, str | None]:
     """(text, None) of a file's bytes (None: no file yet), or (None, why it is not shown)."""
     if data is None:
         return "", None
@@ -854,21 +1004,21 @@ def _text_of(data):
         return None, NOT_TEXT
 
 
-def _described(before, after, why):
+def _described(before: bytes | None, after: bytes, why: str) -> str:
     """Sizes and hashes instead of a diff."""
     old = "no file" if before is None else f"{len(before)} bytes, sha256 {_digest(before)}"
     return (f"content not shown ({why})\nbefore: {old}\n"
             f"after:  {len(after)} bytes, sha256 {_digest(after)}")
 
 
-def _unified(old, new, from_label, to_label):
+def _unified(old: str, new: str, from_label: str, to_label: str) -> str:
     """A unified diff (3 lines of context) of two texts; '' when they are the same."""
     lines = difflib.unified_diff(_keep_ends(old), _keep_ends(new), from_label, to_label)
     return "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n"
                    for line in lines)
 
 
-def _keep_ends(text):
+def _keep_ends(text: str) -> list[str]:
     """Lines split at "\\n" only (a CR or form feed inside a line stays where it is)."""
     parts = text.split("\n")
     lines = [part + "\n" for part in parts[:-1]]
@@ -878,7 +1028,8 @@ def _keep_ends(text):
 # -- search_files -----------------------------------------------------------------------------
 
 
-def tool_search_files(ctx, pattern, path=".", max_results=100):
+def tool_search_files(ctx: Context, pattern: str, path: str = ".",
+                      max_results: int = 100) -> Result:
     """Lines matching a regex as path:line:text, via ripgrep or a Python scan."""
     if pattern == "":
         raise ToolError("pattern is empty; give a regular expression, e.g. 'def main'")
@@ -904,7 +1055,8 @@ def tool_search_files(ctx, pattern, path=".", max_results=100):
     return result
 
 
-def _search(ctx, pattern, real, limit, deadline):
+def _search(ctx: Context, pattern: str, real: str, limit: int,
+            deadline: float) -> tuple[Hits, str]:
     """(hits, engine): ripgrep's, or Python's when rg is missing or rejects the pattern."""
     hits = _search_rg(ctx, pattern, rel(ctx, real), limit, deadline) if ctx.rg else None
     if hits is None:
@@ -912,16 +1064,16 @@ def _search(ctx, pattern, real, limit, deadline):
     return hits, "rg"
 
 
-def _compile(pattern):
+def _compile(pattern: str) -> re.Pattern[str]:
     try:
         return re.compile(pattern, re.MULTILINE)
     except (re.error, OverflowError, RecursionError) as exc:
         raise ToolError(f"invalid regex '{pattern}': {exc}") from exc
 
 
-def _search_result(pattern, path, hits, limit, engine):
-    timed_out = hits and hits[-1] is None
-    hits = sorted(h for h in hits if h is not None)
+def _search_result(pattern: str, path: str, found: Hits, limit: int, engine: str) -> Result:
+    timed_out = found and found[-1] is None
+    hits = sorted(h for h in found if h is not None)
     more = len(hits) > limit
     lines, chars = [], 0
     for name, number, text in hits[:limit]:
@@ -942,8 +1094,10 @@ def _search_result(pattern, path, hits, limit, engine):
     return ok("\n".join(lines), **meta)
 
 
-def _search_rg(ctx, pattern, target, limit, deadline):
+def _search_rg(ctx: Context, pattern: str, target: str, limit: int,
+               deadline: float) -> Hits | None:
     """Hits from ripgrep; None when rg cannot run or rejects a pattern Python's re accepts."""
+    assert ctx.rg is not None  # _search calls this only when there is an rg
     cmd = [ctx.rg, "--no-config", "--null", "--line-number", "--with-filename", "--no-heading",
            "--color", "never", "--max-columns", str(SEARCH_COLUMNS), "--max-columns-preview",
            "--hidden", "--glob", "!.git"]
@@ -959,12 +1113,14 @@ def _search_rg(ctx, pattern, target, limit, deadline):
         proc.kill()
     _finish(proc)
     if proc.returncode == 2 and not out.lines and not reason:
-        return _rg_error(pattern, err.text())
-    hits = [_parse_rg(line) for line in out.done()]
+        _rg_error(pattern, err.text())  # raises, unless Python's re takes the pattern
+        return None
+    hits: Hits = [_parse_rg(line) for line in out.done()]
     return [*hits, None] if reason == "timeout" else hits
 
 
-def _rg_error(pattern, stderr):
+def _rg_error(pattern: str, stderr: str) -> None:
+    """Raise the ToolError for an rg failure; return when only rg rejects the pattern."""
     if "regex" not in stderr and "error:" not in stderr:
         raise ToolError(f"search failed: {stderr.strip()[-500:]}")
     try:
@@ -975,17 +1131,18 @@ def _rg_error(pattern, stderr):
         raise ToolError(f"invalid regex '{pattern}': {reason}") from None
 
 
-def _parse_rg(line):
-    name, _, rest = line.partition(b"\0")
+def _parse_rg(line: bytes) -> Hit:
+    raw, _, rest = line.partition(b"\0")
     number, _, text = rest.partition(b":")
-    name = name.decode("utf-8", "replace")
+    name = raw.decode("utf-8", "replace")
     name = name[2:] if name.startswith("./") else name
     return name, int(number) if number.isdigit() else 0, text.decode("utf-8", "replace")
 
 
-def _search_py(ctx, real, regex, limit, deadline):
+def _search_py(ctx: Context, real: str, regex: re.Pattern[str], limit: int,
+               deadline: float) -> Hits:
     """Hits from a Python scan in path order; a trailing None marks a timeout."""
-    hits = []
+    hits: Hits = []
     for name in _walk_files(ctx, real):
         hits.extend(_grep_file(ctx, name, regex))
         if len(hits) > limit:
@@ -995,7 +1152,7 @@ def _search_py(ctx, real, regex, limit, deadline):
     return hits
 
 
-def _walk_files(ctx, real):
+def _walk_files(ctx: Context, real: str) -> Iterator[str]:
     """Regular files under real (or real itself), skipping .git, hidden names and symlinks."""
     if not os.path.isdir(real):
         yield real
@@ -1009,11 +1166,11 @@ def _walk_files(ctx, real):
                 yield path
 
 
-def _skipped(ctx, parent, name):
+def _skipped(ctx: Context, parent: str, name: str) -> bool:
     return name == ".git" or (name in ctx.hidden and parent == ctx.root)
 
 
-def _grep_file(ctx, path, regex):
+def _grep_file(ctx: Context, path: str, regex: re.Pattern[str]) -> list[Hit]:
     try:
         with open(path, "rb") as f:
             if os.fstat(f.fileno()).st_size > FALLBACK_MAX_BYTES:
@@ -1033,7 +1190,7 @@ def _grep_file(ctx, path, regex):
     return [(name, n, _clip(line)) for n, line in enumerate(lines, 1) if regex.search(line)]
 
 
-def _clip(line):
+def _clip(line: str) -> str:
     if len(line.encode("utf-8", "replace")) <= SEARCH_COLUMNS:
         return line
     return line.encode("utf-8", "replace")[:SEARCH_COLUMNS].decode("utf-8", "ignore") + (
@@ -1043,7 +1200,8 @@ def _clip(line):
 # -- list_files -------------------------------------------------------------------------------
 
 
-def tool_list_files(ctx, path=".", glob=None, depth=None):
+def tool_list_files(ctx: Context, path: str = ".", glob: str | None = None,
+                    depth: int | None = None) -> Result:
     """Entries under a directory, relative to the root, directories ending in '/'."""
     if depth is not None and depth < 1:
         raise ToolError("argument 'depth' must be 1 or more")
@@ -1064,8 +1222,10 @@ def tool_list_files(ctx, path=".", glob=None, depth=None):
     return ok("\n".join(lines), entries=len(found), truncated=more, depth=depth)
 
 
-def _collect(ctx, top, glob, depth):
+def _collect(ctx: Context, top: str, glob: str | None,
+             depth: int) -> tuple[list[str], bool, bool]:
     """Breadth first, so a cap keeps the top levels whole: (entries, capped, deeper dirs)."""
+    found: list[str]
     found, queue, deeper = [], deque([(top, 1)]), False
     while queue:
         directory, level = queue.popleft()
@@ -1084,7 +1244,7 @@ def _collect(ctx, top, glob, depth):
     return found, False, deeper
 
 
-def _scan(directory, first):
+def _scan(directory: str, first: bool) -> list[os.DirEntry[str]]:
     """Sorted directory entries; an unreadable subdirectory is skipped, not fatal."""
     try:
         with os.scandir(directory) as it:
@@ -1095,7 +1255,7 @@ def _scan(directory, first):
         return []
 
 
-def _glob_match(glob, name):
+def _glob_match(glob: str, name: str) -> bool:
     name = name.rstrip("/")
     base = name.rsplit("/", 1)[-1]
     if "/" not in glob:
@@ -1115,40 +1275,44 @@ class Snapshot:
     keeps its hash without being read again. `gits` lists the `.git` entries met (not entered).
     """
 
-    def __init__(self, stats, complete, gits):
+    hashes: dict[str, str]  # sha256 of regular files
+    unhashed: dict[str, str]  # why a regular file has no hash
+    targets: dict[str, str]  # symlink targets
+
+    def __init__(self, stats: dict[str, Lstat], complete: bool, gits: list[str]) -> None:
         self.stats, self.complete, self.gits = stats, complete, gits
         self.hashes, self.unhashed, self.targets = {}, {}, {}
         self.hash_left = HASH_WALK_MAX
 
     @property
-    def size(self):
+    def size(self) -> int:
         """Bytes the tree takes on disk."""
         return _size(self.stats)
 
 
-def _entry(st):
+def _entry(st: os.stat_result) -> Lstat:
     return (st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_blocks,
             st.st_nlink)
 
 
-def _opaque(name):
+def _opaque(name: str) -> bool:
     """Names a copy's manifest lists but never brings back: git's files, and quarantined ones."""
     return _is_git(name) or name.startswith(QUARANTINE)
 
 
-def _is_git(name):
+def _is_git(name: str) -> bool:
     # Any case: on a case-insensitive host file system git takes .GIT for .git.
     return len(name) == 4 and name.lower() == ".git"
 
 
-def _walk(ctx):
+def _walk(ctx: Context) -> Walk:
     """(stats, complete, .git paths, directories that could not be listed) under the root.
 
     Everything is entered except read-only mount points (the protected .git and hook paths:
     nothing below them can change). A directory a command made unreadable is opened for the
     walk and closed again after it: what it holds still counts, for the audit and the budget.
     """
-    reopened: list[tuple[str, int, int]] = []
+    reopened: Reopened = []
     try:
         return _walk_tree(ctx, reopened)
     finally:
@@ -1157,8 +1321,8 @@ def _walk(ctx):
                 _chmod_nofollow(ctx.root, path, ino, mode, kind=stat.S_IFDIR)
 
 
-def _walk_tree(ctx, reopened):
-    stats: dict[str, tuple[int, ...]] = {}
+def _walk_tree(ctx: Context, reopened: Reopened) -> Walk:
+    stats: dict[str, Lstat] = {}
     gits: list[str] = []
     unlisted: list[str] = []
     stack = [("", ctx.root)]
@@ -1184,7 +1348,8 @@ def _walk_tree(ctx, reopened):
     return stats, True, gits, unlisted
 
 
-def _listing(ctx, directory, unlisted, prefix, reopened):
+def _listing(ctx: Context, directory: str, unlisted: list[str], prefix: str,
+             reopened: Reopened) -> list[os.DirEntry[str]]:
     try:
         with os.scandir(directory) as it:
             return list(it)
@@ -1198,7 +1363,7 @@ def _listing(ctx, directory, unlisted, prefix, reopened):
     return []
 
 
-def _reopen(ctx, directory, prefix, reopened):
+def _reopen(ctx: Context, directory: str, prefix: str, reopened: Reopened) -> bool:
     """Give a directory a command made unreadable (ours: same uid) read and search rights
     for the walk; _walk puts its mode back afterwards."""
     if not prefix:
@@ -1216,7 +1381,7 @@ def _reopen(ctx, directory, prefix, reopened):
     return True
 
 
-def _size(stats):
+def _size(stats: dict[str, Lstat]) -> int:
     """Bytes allocated (st_blocks), hard links counted once."""
     total = sum(st[5] for st in stats.values())
     linked: dict[int, tuple[int, int]] = {}  # inode -> (blocks, names counted)
@@ -1227,18 +1392,18 @@ def _size(stats):
     return (total - sum(blocks * (seen - 1) for blocks, seen in linked.values())) * 512
 
 
-def _tree_size(ctx):
+def _tree_size(ctx: Context) -> int:
     """The project's size on disk now (a stat-only walk)."""
     return _size(_walk(ctx)[0])
 
 
-def _tree_measure(ctx):
+def _tree_measure(ctx: Context) -> tuple[int, int, bool]:
     """(bytes on disk, entries, whether the walk saw everything) of the project now."""
     stats, complete, _, unlisted = _walk(ctx)
     return _size(stats), len(stats), complete and not unlisted
 
 
-def _snapshot(ctx, old):
+def _snapshot(ctx: Context, old: Snapshot | None) -> Snapshot:
     """A new walk; what did not change is taken from `old`, what did is hashed or read."""
     stats, complete, gits, unlisted = _walk(ctx)
     snap = Snapshot(stats, complete and not unlisted, gits)
@@ -1255,7 +1420,7 @@ def _snapshot(ctx, old):
     return snap
 
 
-def _carry_unseen(old, snap, complete, unlisted):
+def _carry_unseen(old: Snapshot, snap: Snapshot, complete: bool, unlisted: list[str]) -> None:
     """Keep what a capped walk or an unreadable directory hid: unknown is not deleted."""
     if complete and not unlisted:
         return
@@ -1266,12 +1431,12 @@ def _carry_unseen(old, snap, complete, unlisted):
                 snap.gits.append(path)
 
 
-def _forget(snap, path):
+def _forget(snap: Snapshot, path: str) -> None:
     for table in (snap.hashes, snap.unhashed, snap.targets):
         table.pop(path, None)
 
 
-def _describe(ctx, snap, path, st):
+def _describe(ctx: Context, snap: Snapshot, path: str, st: Lstat) -> None:
     """Hash a new or changed regular file, read a new or changed symlink."""
     _forget(snap, path)
     if stat.S_ISREG(st[0]):
@@ -1281,7 +1446,7 @@ def _describe(ctx, snap, path, st):
             snap.targets[path] = os.readlink(os.path.join(ctx.root, path))
 
 
-def _hash_into(ctx, snap, path, st):
+def _hash_into(ctx: Context, snap: Snapshot, path: str, st: Lstat) -> None:
     size = st[1]
     if size > HASH_FILE_MAX:
         snap.unhashed[path] = f"not hashed: larger than {HASH_FILE_MAX >> 20} MiB"
@@ -1293,10 +1458,11 @@ def _hash_into(ctx, snap, path, st):
         if digest:
             snap.hashes[path] = digest
         else:
+            assert why is not None  # _sha256 says why whenever it gives no digest
             snap.unhashed[path] = why
 
 
-def _sha256(path, ino):
+def _sha256(path: str, ino: int) -> tuple[str | None, str | None]:
     """(hex digest, None) of a regular file, or (None, why not); never follows a link or blocks."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -1312,7 +1478,7 @@ def _sha256(path, ino):
     return digest.hexdigest(), None
 
 
-def _kind(mode):
+def _kind(mode: int) -> str:
     if stat.S_ISREG(mode):
         return "file"
     if stat.S_ISDIR(mode):
@@ -1320,9 +1486,9 @@ def _kind(mode):
     return "symlink" if stat.S_ISLNK(mode) else "other"
 
 
-def _diff(old, new):
+def _diff(old: Snapshot, new: Snapshot) -> list[Change]:
     """Sorted (path, change) pairs from `old` to `new`; contents, not timestamps, decide."""
-    found = []
+    found: list[Change] = []
     for path, st in new.stats.items():
         prev = old.stats.get(path)
         if prev is None:
@@ -1336,7 +1502,7 @@ def _diff(old, new):
     return found
 
 
-def _change_kind(old, new, path, prev, st):
+def _change_kind(old: Snapshot, new: Snapshot, path: str, prev: Lstat, st: Lstat) -> str | None:
     if _kind(prev[0]) != _kind(st[0]):
         return "type"
     if stat.S_ISREG(st[0]) and _content_changed(old, new, path, prev, st):
@@ -1346,7 +1512,7 @@ def _change_kind(old, new, path, prev, st):
     return "mode" if stat.S_IMODE(prev[0]) != stat.S_IMODE(st[0]) else None
 
 
-def _content_changed(old, new, path, prev, st):
+def _content_changed(old: Snapshot, new: Snapshot, path: str, prev: Lstat, st: Lstat) -> bool:
     before, after = old.hashes.get(path), new.hashes.get(path)
     if before and after:
         return before != after
@@ -1354,34 +1520,37 @@ def _content_changed(old, new, path, prev, st):
     return prev[1] != st[1] or prev[2] != st[2] or prev[3] != st[3]
 
 
-def _change_record(old, new, path, change):
+def _change_record(old: Snapshot, new: Snapshot, path: str, change: str) -> ChangeRecord:
     """One entry of meta["changes"] / meta["outside_changes"]."""
     a, b = old.stats.get(path), new.stats.get(path)
-    record = {"path": path, "change": change, "kind": _kind((b or a)[0]),
-              "sha256_before": _file_hash(old, path, a), "sha256_after": _file_hash(new, path, b),
-              "size_before": _file_size(a), "size_after": _file_size(b),
-              "mode_before": _octal(a), "mode_after": _octal(b),
-              "target": new.targets.get(path) if b else old.targets.get(path)}
+    st = b or a
+    assert st is not None  # a change is of a path in one walk or the other
+    record: ChangeRecord = {
+        "path": path, "change": change, "kind": _kind(st[0]),
+        "sha256_before": _file_hash(old, path, a), "sha256_after": _file_hash(new, path, b),
+        "size_before": _file_size(a), "size_after": _file_size(b),
+        "mode_before": _octal(a), "mode_after": _octal(b),
+        "target": new.targets.get(path) if b else old.targets.get(path)}
     why = (b and new.unhashed.get(path)) or (a and old.unhashed.get(path))
     if why:
         record["unhashed"] = why
     return record
 
 
-def _file_hash(snap, path, st):
+def _file_hash(snap: Snapshot, path: str, st: Lstat | None) -> str | None:
     return snap.hashes.get(path) if st and stat.S_ISREG(st[0]) else None
 
 
-def _file_size(st):
+def _file_size(st: Lstat | None) -> int | None:
     return st[1] if st and stat.S_ISREG(st[0]) else None
 
 
-def _octal(st):
+def _octal(st: Lstat | None) -> str | None:
     """Permission bits as the 4-digit octal text chmod takes, e.g. '0644' or '4755'."""
     return None if st is None else f"{stat.S_IMODE(st[0]):04o}"
 
 
-def _counts(found):
+def _counts(found: list[Change]) -> str:
     """'2 created, 1 modified' for a list of (path, change)."""
     count = Counter(change for _, change in found)
     words = (("created", "created"), ("modified", "modified"), ("deleted", "deleted"),
@@ -1389,7 +1558,7 @@ def _counts(found):
     return ", ".join(f"{count[key]} {word}" for key, word in words if count[key])
 
 
-def _coarse_now_ns():
+def _coarse_now_ns() -> int:
     """Now, on the clock file timestamps come from (Linux stamps files with the coarse clock,
     up to a tick behind time.time_ns(): a file made right after us must not look older)."""
     try:
@@ -1401,41 +1570,47 @@ def _coarse_now_ns():
 class Tracker:
     """The index of the project between calls, and which .git entries were there before."""
 
-    def __init__(self, ctx):
+    def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
-        self.index: Any = None  # the _Snapshot of the last walk (None before the first)
+        self.index: Snapshot | None = None  # the last walk (None before the first)
         self.started_ns = _coarse_now_ns()
-        self.known_git = {}  # .git entries older than the session: path -> identity
-        self.own_git = set()  # .git entries our commands made that could not be disabled
+        # .git entries older than the session: path -> identity
+        self.known_git: dict[str, Identity | None] = {}
+        # .git entries our commands made that could not be disabled
+        self.own_git: set[str] = set()
 
-    def start(self):
+    def start(self) -> None:
         """The first index; .git entries made since the toolbox started count as new."""
         self.index = _snapshot(self.ctx, None)
         self.known_git = {path: self.identity(self.index, path) for path in self.index.gits
                           if self.index.stats[path][3] < self.started_ns}
 
-    def rewalk(self):
+    def rewalk(self) -> tuple[Snapshot, Snapshot, list[Change]]:
         """(old index, new index, changes between them); the new one becomes the index."""
+        assert self.index is not None  # start() came first
         old, self.index = self.index, _snapshot(self.ctx, self.index)
         return old, self.index, _diff(old, self.index)
 
     @staticmethod
-    def identity(snap, path):
+    def identity(snap: Snapshot, path: str) -> Identity | None:
         """What makes a .git entry the same one: its kind, inode and link target."""
         st = snap.stats.get(path)
         return None if st is None else (_kind(st[0]), st[4], snap.targets.get(path))
 
-    def foreign_git(self):
+    def foreign_git(self) -> list[str]:
         """.git entries that appeared or were replaced during the session, not by our commands."""
+        assert self.index is not None  # start() came first
         return [path for path in self.index.gits if path not in self.own_git
                 and self.known_git.get(path) != self.identity(self.index, path)]
 
-    def refresh(self, path):
+    def refresh(self, path: str) -> None:
         """Re-read one entry's lstat after we changed it ourselves (its content is the same)."""
+        assert self.index is not None  # start() came first
         self.index.stats[path] = _entry(os.lstat(os.path.join(self.ctx.root, path)))
 
-    def rename(self, path, new_path):
+    def rename(self, path: str, new_path: str) -> None:
         """Move an entry we renamed, and everything indexed below it, to its new name."""
+        assert self.index is not None  # start() came first
         below = path + "/"
         for old in [p for p in self.index.stats if p == path or p.startswith(below)]:
             moved = new_path + old[len(path):]
@@ -1446,7 +1621,7 @@ class Tracker:
         self.index.gits = [g for g in self.index.gits if g != path and not g.startswith(below)]
         self.refresh(new_path)
 
-    def note_write(self, real, digest):
+    def note_write(self, real: str, digest: str) -> None:
         """A write_file/edit_file result, so the next walk does not call it an outside change."""
         path = rel(self.ctx, real)
         parts = path.split("/")
@@ -1465,11 +1640,16 @@ class Tracker:
 class _Tracking:
     """What tracking adds to one shell call's result: meta keys, lines for the model, verdict."""
 
-    def __init__(self):
+    meta: dict[str, Any]
+    lines: list[str]
+    status: str | None  # the status line, when tracking decides it (the disk budget)
+    fsize_note: str | None
+
+    def __init__(self) -> None:
         self.meta, self.lines, self.failed, self.status = {}, [], False, None
         self.fsize_note = None
 
-    def add_changes(self, key, old, new, found):
+    def add_changes(self, key: str, old: Snapshot, new: Snapshot, found: list[Change]) -> None:
         """meta[key] (capped), key_total and key_truncated for a list of (path, change)."""
         self.meta[key] = [_change_record(old, new, path, change)
                           for path, change in found[:CHANGES_MAX]]
@@ -1477,9 +1657,10 @@ class _Tracking:
         self.meta[f"{key}_truncated"] = len(found) > CHANGES_MAX
 
 
-def _track_before(ctx, report):
+def _track_before(ctx: Context, report: _Tracking) -> Result | None:
     """Index the tree before a command: outside changes, the disk baseline, the git guard."""
     tracker = ctx.tracker
+    assert tracker is not None  # called only when tracking is on
     if tracker.index is None:
         tracker.start()
     else:
@@ -1488,13 +1669,15 @@ def _track_before(ctx, report):
             report.add_changes("outside_changes", old, new, found)
             report.lines.append("note: files changed outside the sandbox since the last call "
                                 f"(not by you): {_counts(found)}")
+    assert tracker.index is not None  # made just above
     if ctx.disk is not None:
         ctx.disk.settle(tracker.index.size, len(tracker.index.stats))
     return _git_guard(ctx, report) if ctx.git_guard else None
 
 
-def _git_guard(ctx, report):
+def _git_guard(ctx: Context, report: _Tracking) -> Result | None:
     """A refusal when a .git appeared from outside and is not mounted read-only; else None."""
+    assert ctx.tracker is not None  # called only when tracking is on
     mounts = _readonly_mounts(ctx.root)
     found = [path for path in ctx.tracker.foreign_git()
              if os.path.join(ctx.root, path) not in mounts]
@@ -1506,14 +1689,14 @@ def _git_guard(ctx, report):
                 "with it mounted read-only first.", remount_needed=found, **report.meta)
 
 
-def _mount_table(root, mountinfo="/proc/self/mountinfo"):
+def _mount_table(root: str, mountinfo: str = "/proc/self/mountinfo") -> dict[bytes, str]:
     """{mount id: mount point} of the mounts below root (their ids survive a rename)."""
     try:
         with open(mountinfo, "rb") as f:
             lines = f.read().splitlines()
     except OSError:
         return {}
-    table = {}
+    table: dict[bytes, str] = {}
     for line in lines:
         fields = line.split(b" ")
         if len(fields) > 5:
@@ -1524,7 +1707,7 @@ def _mount_table(root, mountinfo="/proc/self/mountinfo"):
     return table
 
 
-def _restore_mounts(ctx, report):
+def _restore_mounts(ctx: Context, report: _Tracking) -> None:
     """Put back a protected mount a command moved by renaming a directory above it.
 
     A read-only mount (a hooks dir, an included git config) moves with its parent: `mv .husky
@@ -1533,7 +1716,7 @@ def _restore_mounts(ctx, report):
     """
     moved = [(ctx.mounts[i], now) for i, now in _mount_table(ctx.root).items()
              if i in ctx.mounts and now != ctx.mounts[i]]
-    done = []
+    done: list[MountRecord] = []
     for was, now in moved:
         a, b = rel(ctx, was).split("/"), rel(ctx, now).split("/")
         keep = 0
@@ -1550,11 +1733,12 @@ def _restore_mounts(ctx, report):
                                else f"it could not be put back: {record['error']}"))
     if done:
         report.meta["protected_restored"] = done
+        assert ctx.tracker is not None  # called only when tracking is on
         ctx.tracker.index = _snapshot(ctx, ctx.tracker.index)  # our renames are not theirs
 
 
-def _move_back(ctx, old_dir, new_dir, was):
-    record = {"path": rel(ctx, was), "moved_to": rel(ctx, new_dir)}
+def _move_back(ctx: Context, old_dir: str, new_dir: str, was: str) -> MountRecord:
+    record: MountRecord = {"path": rel(ctx, was), "moved_to": rel(ctx, new_dir)}
     try:
         if os.path.lexists(old_dir):
             aside = old_dir + ".replaced-" + os.urandom(4).hex()
@@ -1566,14 +1750,14 @@ def _move_back(ctx, old_dir, new_dir, was):
     return record
 
 
-def _readonly_mounts(root, mountinfo="/proc/self/mountinfo"):
+def _readonly_mounts(root: str, mountinfo: str = "/proc/self/mountinfo") -> set[str]:
     """Mount points at or under root that are mounted read-only."""
     try:
         with open(mountinfo, "rb") as f:
             lines = f.read().splitlines()
     except OSError:
         return set()
-    found = set()
+    found: set[str] = set()
     for line in lines:
         fields = line.split(b" ")
         if len(fields) > 5 and b"ro" in fields[5].split(b","):
@@ -1584,8 +1768,9 @@ def _readonly_mounts(root, mountinfo="/proc/self/mountinfo"):
     return found
 
 
-def _track_after(ctx, report, reason):
+def _track_after(ctx: Context, report: _Tracking, reason: str | None) -> None:
     """Index the tree after a command: its changes, then set-id bits and new .git entries."""
+    assert ctx.tracker is not None  # called only when tracking is on
     old, new, found = ctx.tracker.rewalk()
     report.add_changes("changes", old, new, found)
     report.meta["changes_incomplete"] = not (old.complete and new.complete)
@@ -1607,9 +1792,10 @@ def _track_after(ctx, report, reason):
 # -- set-id bits and new .git entries ---------------------------------------------------------
 
 
-def _clear_setid(ctx, old, found, report):
+def _clear_setid(ctx: Context, old: Snapshot, found: list[Change], report: _Tracking) -> None:
     """Drop set-id bits a command added: on the host such a file runs with its owner's rights."""
-    cleared = []
+    assert ctx.tracker is not None and ctx.tracker.index is not None  # after _track_before
+    cleared: list[SetidRecord] = []
     for path, _ in found:
         st, prev = ctx.tracker.index.stats.get(path), old.stats.get(path)
         if st is None or not stat.S_ISREG(st[0]):
@@ -1629,10 +1815,11 @@ def _clear_setid(ctx, old, found, report):
         report.meta["setid_cleared"] = cleared
 
 
-def _drop_bits(ctx, path, st, bits):
+def _drop_bits(ctx: Context, path: str, st: Lstat, bits: int) -> SetidRecord:
     names = [name for flag, name in ((stat.S_ISUID, "set-uid"), (stat.S_ISGID, "set-gid"))
              if bits & flag]
-    record = {"path": path, "removed": names, "mode_before": _octal(st)}
+    record: SetidRecord = {"path": path, "removed": names, "mode_before": _octal(st)}
+    assert ctx.tracker is not None and ctx.tracker.index is not None  # after _track_before
     try:
         _chmod_nofollow(ctx.root, path, st[4], stat.S_IMODE(st[0]) & ~bits)
         ctx.tracker.refresh(path)
@@ -1642,7 +1829,7 @@ def _drop_bits(ctx, path, st, bits):
     return record
 
 
-def _open_parent(root, path):
+def _open_parent(root: str, path: str) -> tuple[int, str]:
     """(fd of path's directory, opened from the root without following any link; last name)."""
     *dirs, leaf = path.split("/")
     fd = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -1658,7 +1845,7 @@ def _open_parent(root, path):
     return fd, leaf
 
 
-def _chmod_nofollow(root, path, ino, mode, kind=stat.S_IFREG):
+def _chmod_nofollow(root: str, path: str, ino: int, mode: int, kind: int = stat.S_IFREG) -> None:
     """chmod root/path; a symlink swapped in anywhere on the way cannot redirect it."""
     parent, leaf = _open_parent(root, path)
     try:
@@ -1674,9 +1861,10 @@ def _chmod_nofollow(root, path, ino, mode, kind=stat.S_IFREG):
         os.close(fd)
 
 
-def _quarantine_git(ctx, old, report):
+def _quarantine_git(ctx: Context, old: Snapshot, report: _Tracking) -> None:
     """Rename .git entries a command made or replaced, so git on the host never honours them."""
     tracker = ctx.tracker
+    assert tracker is not None and tracker.index is not None  # after _track_before
     made = [path for path in tracker.index.gits
             if tracker.identity(old, path) != tracker.identity(tracker.index, path)]
     if not made:
@@ -1693,7 +1881,8 @@ def _quarantine_git(ctx, old, report):
         report.meta["git_quarantined"] = done
 
 
-def _disable_git(ctx, path):
+def _disable_git(ctx: Context, path: str) -> QuarantineRecord:
+    assert ctx.tracker is not None and ctx.tracker.index is not None  # after _track_before
     kind = _kind(ctx.tracker.index.stats[path][0])
     renamed = path[:-4] + QUARANTINE + os.urandom(4).hex()
     try:
@@ -1707,7 +1896,7 @@ def _disable_git(ctx, path):
     return {"path": path, "kind": kind, "renamed_to": renamed}
 
 
-def _rename_in_place(ctx, path, renamed):
+def _rename_in_place(ctx: Context, path: str, renamed: str) -> None:
     """Rename an entry within its directory, never through a link; a directory the command
     made read-only (ours: same uid) is opened for the rename and closed again."""
     try:
@@ -1726,7 +1915,7 @@ def _rename_in_place(ctx, path, renamed):
                             kind=stat.S_IFDIR)
 
 
-def _rename_at(root, path, renamed):
+def _rename_at(root: str, path: str, renamed: str) -> None:
     parent, leaf = _open_parent(root, path)
     try:
         os.rename(leaf, renamed.rsplit("/", 1)[-1], src_dir_fd=parent, dst_dir_fd=parent)
@@ -1740,7 +1929,7 @@ GITDIR_CODE = ("HEAD", "objects", "refs", "commondir", "config", "hooks")
 """Its parts a command may not write or complete: git on the host would act on them."""
 
 
-def gitdir_shape(modes):
+def gitdir_shape(modes: dict[str, int]) -> bool:
     """Whether git could take a directory with these entries (name -> lstat mode) for a
     repository. Looser than git on purpose: git's own test (setup.c, is_git_directory) takes a
     HEAD that is a file or a symlink, and checks objects/ and refs/ with access(), which follows
@@ -1751,15 +1940,16 @@ def gitdir_shape(modes):
     return ("objects" in modes and "refs" in modes) or "commondir" in modes
 
 
-def _disable_gitdirs(ctx, found, report):
+def _disable_gitdirs(ctx: Context, found: list[Change], report: _Tracking) -> None:
     """Directories a command turned into something git takes for a repository, whatever their
     name (`fake/` with HEAD, objects/, refs/ and a config with core.fsmonitor): their HEAD is
     renamed, so git on the host no longer sees a repository there."""
+    assert ctx.tracker is not None and ctx.tracker.index is not None  # after _track_before
     index, mounts = ctx.tracker.index, _readonly_mounts(ctx.root)
     touched = {path.rsplit("/", 1)[0] if "/" in path else "" for path, _ in found}
     suspects = sorted(d for d in touched | {p for p, _ in found} if _looks_like_gitdir(index, d)
                       and os.path.join(ctx.root, d) not in mounts)
-    done = []
+    done: list[QuarantineRecord] = []
     for folder in suspects:
         prefix = folder + "/" if folder else ""
         if not any(p == prefix + part or p.startswith(prefix + part + "/")
@@ -1767,7 +1957,7 @@ def _disable_gitdirs(ctx, found, report):
             continue  # the command neither completed it nor wrote what git would run
         head = prefix + "HEAD"
         renamed = head + "." + QUARANTINE.strip(".") + os.urandom(4).hex()
-        record = {"path": folder or ".", "kind": "gitdir", "renamed_to": renamed}
+        record: QuarantineRecord = {"path": folder or ".", "kind": "gitdir", "renamed_to": renamed}
         try:
             _rename_in_place(ctx, head, renamed)
             index.stats.pop(head)
@@ -1775,7 +1965,7 @@ def _disable_gitdirs(ctx, found, report):
             if folder:
                 ctx.tracker.refresh(folder)
         except OSError as exc:
-            record.update(renamed_to=None, error=exc.strerror or str(exc))
+            record.update({"renamed_to": None, "error": exc.strerror or str(exc)})
         done.append(record)
         report.lines.append(f"{record['path']} was made to look like a git repository; its HEAD "
                             + (f"was renamed to {renamed}" if record["renamed_to"]
@@ -1785,8 +1975,9 @@ def _disable_gitdirs(ctx, found, report):
         report.meta.setdefault("git_quarantined", []).extend(done)
 
 
-def _rename_head(ctx, folder):
+def _rename_head(ctx: Context, folder: str) -> None:
     head = folder + "/HEAD"
+    assert ctx.tracker is not None and ctx.tracker.index is not None  # after _track_before
     if head in ctx.tracker.index.stats:
         renamed = head + "." + QUARANTINE.strip(".") + os.urandom(4).hex()
         with contextlib.suppress(OSError):
@@ -1796,7 +1987,7 @@ def _rename_head(ctx, folder):
             ctx.tracker.refresh(folder)
 
 
-def _looks_like_gitdir(index, folder):
+def _looks_like_gitdir(index: Snapshot, folder: str) -> bool:
     prefix = folder + "/" if folder else ""
     stats = {part: index.stats.get(prefix + part) for part in GITDIR_PARTS}
     return gitdir_shape({part: st[0] for part, st in stats.items() if st is not None})
@@ -1812,37 +2003,47 @@ class Disk:
     else's (the person on the host): it moves the base, not the growth.
     """
 
-    def __init__(self, budget, min_free):
+    # None until the first settle() (stopped: until a watch kills a command); see __init__
+    base: int | None
+    size: int | None
+    before: int | None
+    base_entries: int | None
+    entries: int | None
+    stopped: tuple[int, int] | None
+
+    def __init__(self, budget: int, min_free: int) -> None:
         self.budget, self.min_free = budget, min_free
         self.base = self.size = self.before = None  # project bytes: no growth / now / at start
         self.base_entries = self.entries = None  # files and directories: at the start / now
         self.stopped = None  # (growth, free) when a watch killed the last command
 
-    def growth(self):
+    def growth(self) -> int:
         """Bytes the project grew by in our calls."""
-        return 0 if self.base is None else self.size - self.base
+        return 0 if self.base is None or self.size is None else self.size - self.base
 
-    def new_entries(self):
+    def new_entries(self) -> int:
         """Files and directories the project gained in our calls."""
-        return 0 if self.base_entries is None else self.entries - self.base_entries
+        if self.base_entries is None or self.entries is None:
+            return 0
+        return self.entries - self.base_entries
 
-    def too_many(self):
+    def too_many(self) -> bool:
         """Whether the session added more entries than ENTRY_BUDGET (empty files cost inodes)."""
         return bool(self.budget) and self.new_entries() > ENTRY_BUDGET
 
-    def settle(self, size, entries=None):
+    def settle(self, size: int, entries: int | None = None) -> None:
         """Before a command (or the first write), with the project's size now."""
-        if self.base is None:
+        if self.base is None or self.size is None:
             self.base = self.size = size
         self.base += size - self.size
         self.size = self.before = size
         if entries is not None:
-            if self.base_entries is None:
+            if self.base_entries is None or self.entries is None:
                 self.base_entries = self.entries = entries
             self.base_entries += entries - self.entries
             self.entries = entries
 
-    def text(self, growth, free=None):
+    def text(self, growth: int, free: int | None = None) -> str:
         """Why the disk is over its limit, for the model."""
         if self.too_many() and not 0 < self.budget < growth:
             return (f"disk budget exceeded: the project gained {self.new_entries():,} files and "
@@ -1854,7 +2055,7 @@ class Disk:
                 f"(budget {_human(self.budget)})")
 
 
-def _human(size):
+def _human(size: float) -> str:
     """1536 -> '1.5 KB' (binary units, as budgets are given)."""
     if size < 1024:
         return f"{size} bytes"
@@ -1865,12 +2066,12 @@ def _human(size):
     return ""
 
 
-def _fs_usage(root):
+def _fs_usage(root: str) -> tuple[int, int]:
     """(used, free for us) bytes of the file system holding root; (0, huge) when unknown."""
     return _fs_counts(root)[:2]
 
 
-def _fs_counts(root):
+def _fs_counts(root: str) -> tuple[int, int, int]:
     """(used bytes, free bytes for us, inodes used) of the file system holding root."""
     try:
         st = os.statvfs(root)
@@ -1887,20 +2088,23 @@ class _DiskWatch:
     hint (anything on the host writes there), confirmed by a walk measuring the project.
     """
 
-    def __init__(self, ctx):
+    disk: Disk
+
+    def __init__(self, ctx: Context) -> None:
+        assert ctx.disk is not None  # watched only when there is a disk to watch
         self.ctx, self.disk = ctx, ctx.disk
         self.next_poll = self.next_walk = 0.0
         self.used0, _, self.inodes0 = _fs_counts(ctx.root)
         self.trigger = self._trigger(self.used0, self.disk.growth())
         self.inode_trigger = self.inodes0 + ENTRY_STEP
 
-    def _trigger(self, used, growth):
+    def _trigger(self, used: int, growth: int) -> int | None:
         """The file system usage at which to measure the project again."""
         if not self.disk.budget:
             return None
         return used + max(self.disk.budget - growth, DISK_STEP)
 
-    def __call__(self):
+    def __call__(self) -> str | None:
         now = time.monotonic()
         if now < self.next_poll:
             return None
@@ -1911,6 +2115,7 @@ class _DiskWatch:
         many = bool(self.disk.budget) and inodes >= self.inode_trigger
         if now < self.next_walk or not (low or grew or many):
             return None
+        assert self.disk.before is not None and self.disk.base is not None  # settled first
         size, entries, complete = _tree_measure(self.ctx)
         if not complete:  # a walk that could not see everything: all new space may be ours
             size = max(size, self.disk.before + used - self.used0)
@@ -1927,13 +2132,15 @@ class _DiskWatch:
         return None
 
 
-def _disk_verdict(disk, report, reason):
+def _disk_verdict(disk: Disk, report: _Tracking, reason: str | None) -> None:
     """The disk lines of a shell result; ok false when this command took the project over."""
+    assert disk.size is not None and disk.before is not None  # settled before the command
     growth = disk.growth()
     if disk.budget:
         report.meta["disk_growth"] = growth
     over = 0 < disk.budget < growth or disk.too_many()
     if reason == "disk":
+        assert disk.stopped is not None  # the watch that said "disk" set it
         seen, free = disk.stopped
         report.status = (disk.text(max(growth, seen), free) + "; the command was killed. "
                          "Delete files you do not need to go on.")
@@ -1946,7 +2153,7 @@ def _disk_verdict(disk, report, reason):
     report.failed = report.meta["disk_budget_exceeded"] = True
 
 
-def _check_write(ctx, real, size):
+def _check_write(ctx: Context, real: str, size: int) -> int:
     """Refuse a write that takes the project over its disk budget; returns the old allocation."""
     disk = ctx.disk
     try:
@@ -1970,7 +2177,7 @@ def _check_write(ctx, real, size):
     return old
 
 
-def _note_write(ctx, real, old, digest):
+def _note_write(ctx: Context, real: str, old: int, digest: str) -> None:
     """Keep the index and the disk's size in step with a write of ours."""
     if ctx.tracker is not None:
         ctx.tracker.note_write(real, digest)
@@ -1981,7 +2188,8 @@ def _note_write(ctx, real, old, digest):
 # -- run_shell_command ------------------------------------------------------------------------
 
 
-def tool_run_shell_command(ctx, command, timeout_seconds=None):
+def tool_run_shell_command(ctx: Context, command: str,
+                           timeout_seconds: float | None = None) -> Result:
     """Run `sh -c command` in the root with a timeout, capped output and full cleanup."""
     timeout = ctx.default_timeout if timeout_seconds is None else timeout_seconds
     if timeout <= 0:
@@ -1999,7 +2207,8 @@ def tool_run_shell_command(ctx, command, timeout_seconds=None):
     return _shell_result(proc, reason, timeout, shell_exit, left, hits, out, err, report)
 
 
-def _run(ctx, command, timeout):
+def _run(ctx: Context, command: str, timeout: float) -> tuple[
+        subprocess.Popen[bytes], str | None, int | None, int, tuple[int, int], _Capture, _Capture]:
     """(proc, reason it was stopped, shell exit, processes left, limit hits, stdout, stderr)."""
     forks, ooms = _limit_counters(ctx)
     proc, deadline = _spawn(ctx, command), time.monotonic() + timeout
@@ -2007,10 +2216,10 @@ def _run(ctx, command, timeout):
     out, err = _Capture(ctx.max_output), _Capture(ctx.max_output)
     disk = _DiskWatch(ctx) if ctx.disk is not None else None
     progress = ctx.progress
-    sinks = (out, err) if progress is None else (progress.tee("stdout", out),
-                                                  progress.tee("stderr", err))
+    sinks: tuple[Sink, Sink] = (out, err) if progress is None else (
+        progress.tee("stdout", out), progress.tee("stderr", err))
 
-    def stop():
+    def stop() -> str | None:
         """Stop a command drowning us in output or filling the disk."""
         if progress is not None:
             progress.flush()
@@ -2034,7 +2243,7 @@ def _run(ctx, command, timeout):
     return proc, reason, shell_exit, left, (forks_now - forks, ooms_now - ooms), out, err
 
 
-def _fsize_note(ctx):
+def _fsize_note(ctx: Context) -> str | None:
     """What exit code 153 (128 + SIGXFSZ) means here, when a file size limit is set."""
     if ctx.fsize_limit is None:
         return None
@@ -2042,7 +2251,7 @@ def _fsize_note(ctx):
     return "file size limit exceeded" + " (the disk budget)" * bool(budget)
 
 
-def _spawn(ctx, command):
+def _spawn(ctx: Context, command: str) -> subprocess.Popen[bytes]:
     env = dict(os.environ)
     env[TOKEN_VAR] = ctx.token  # marks every process this call starts, see the docstring
     try:
@@ -2056,7 +2265,9 @@ def _spawn(ctx, command):
                         "out of processes or memory; wait a moment and try again.") from exc
 
 
-def _wait(proc, deadline, should_stop=None, tick=None):
+def _wait(proc: subprocess.Popen[bytes], deadline: float,
+          should_stop: Callable[[], str | None] | None = None,
+          tick: float | None = None) -> str | None:
     """None when the shell exited by the deadline, else 'timeout' or what should_stop() says."""
     while True:
         left = max(0.0, deadline - time.monotonic())
@@ -2071,7 +2282,7 @@ def _wait(proc, deadline, should_stop=None, tick=None):
             return reason
 
 
-def _finish(proc):
+def _finish(proc: subprocess.Popen[bytes]) -> None:
     """Reap a child whose pipes we are done with."""
     for pipe in (proc.stdout, proc.stderr):
         if pipe is not None:
@@ -2083,7 +2294,7 @@ def _finish(proc):
         proc.wait()
 
 
-def _reap():
+def _reap() -> None:
     """Collect exited children other than our own Popen ones (matters when we are PID 1)."""
     try:
         while os.waitpid(-1, os.WNOHANG)[0] > 0:
@@ -2092,8 +2303,12 @@ def _reap():
         pass
 
 
-def _shell_result(proc, reason, timeout, shell_exit, left, hits, out, err, report=None):
+def _shell_result(proc: subprocess.Popen[bytes], reason: str | None, timeout: float,
+                  shell_exit: int | None, left: int, hits: tuple[int, int], out: _Capture,
+                  err: _Capture, report: _Tracking | None = None) -> Result:
     report = report or _Tracking()
+    code: int | None
+    sig: str | None
     code, sig = proc.returncode, None
     if reason:
         code, sig = None, "SIGKILL"
@@ -2117,7 +2332,7 @@ def _shell_result(proc, reason, timeout, shell_exit, left, hits, out, err, repor
     return {"ok": good, "output": text, "meta": meta}
 
 
-def _runaway_notes(forks_refused, oom_kills, left):
+def _runaway_notes(forks_refused: int, oom_kills: int, left: int) -> list[str]:
     notes = []
     if forks_refused:
         notes.append(f"process limit hit: the sandbox refused {forks_refused} forks (a fork "
@@ -2131,12 +2346,12 @@ def _runaway_notes(forks_refused, oom_kills, left):
     return notes
 
 
-def _limit_counters(ctx):
+def _limit_counters(ctx: Context) -> tuple[int, int]:
     """(forks refused at the pids limit, OOM kills) so far in our cgroup; 0 when unknown."""
     return (_counter(ctx.pids_events, b"max"), _counter(ctx.memory_events, b"oom_kill"))
 
 
-def _counter(path, key):
+def _counter(path: str | None, key: bytes) -> int:
     if path is None:
         return 0
     try:
@@ -2150,7 +2365,8 @@ def _counter(path, key):
     return 0
 
 
-def _status_line(reason, timeout, code, sig, shell_exit, oom_kills):
+def _status_line(reason: str | None, timeout: float, code: int | None, sig: str | None,
+                 shell_exit: int | None, oom_kills: int) -> str:
     if reason == "timeout":
         line = f"timed out after {timeout:g}s; the command and its processes were killed"
         if shell_exit is not None:
@@ -2166,7 +2382,7 @@ def _status_line(reason, timeout, code, sig, shell_exit, oom_kills):
     return f"exit_code: {code}"
 
 
-def _signal_name(number):
+def _signal_name(number: int) -> str:
     try:
         return signal.Signals(number).name
     except ValueError:
@@ -2176,12 +2392,12 @@ def _signal_name(number):
 class _Capture:
     """Head (2/3) and tail (1/3) of one output stream within a byte budget."""
 
-    def __init__(self, limit):
+    def __init__(self, limit: int) -> None:
         self.head_cap = limit * 2 // 3
         self.tail_cap = limit - self.head_cap
         self.head, self.tail, self.total = bytearray(), bytearray(), 0
 
-    def add(self, chunk):
+    def add(self, chunk: bytes) -> None:
         """Count a chunk; keep it if it falls in the head or the tail."""
         self.total += len(chunk)
         room = self.head_cap - len(self.head)
@@ -2193,11 +2409,11 @@ class _Capture:
             del self.tail[:max(0, len(self.tail) - self.tail_cap)]
 
     @property
-    def cut(self):
+    def cut(self) -> bool:
         """Whether bytes were dropped between head and tail."""
         return self.total > len(self.head) + len(self.tail)
 
-    def text(self):
+    def text(self) -> str:
         """What the model sees, with a marker where bytes were dropped."""
         head = self.head.decode("utf-8", "replace")
         tail = self.tail.decode("utf-8", "replace")
@@ -2210,21 +2426,23 @@ class _Capture:
 class _Lines:
     """Complete lines of a stream, up to a count."""
 
-    def __init__(self, limit):
+    lines: list[bytes]
+
+    def __init__(self, limit: int) -> None:
         self.limit, self.lines, self.partial = limit, [], b""
 
-    def add(self, chunk):
+    def add(self, chunk: bytes) -> None:
         """Split a chunk into lines, until there are enough."""
         if not self.full():
             parts = (self.partial + chunk).split(b"\n")
             self.partial = parts.pop()
             self.lines.extend(parts)
 
-    def full(self):
+    def full(self) -> bool:
         """Whether the limit is reached."""
         return len(self.lines) >= self.limit
 
-    def done(self):
+    def done(self) -> list[bytes]:
         """The lines, including an unterminated last one."""
         tail = [self.partial] if self.partial and not self.full() else []
         return (self.lines + tail)[:self.limit]
@@ -2233,7 +2451,7 @@ class _Lines:
 class _Progress:
     """A running command's output, sent as progress lines while it runs (rate-limited, capped)."""
 
-    def __init__(self, out, rid):
+    def __init__(self, out: Writer, rid: int | None) -> None:
         self.out, self.rid = out, rid
         self.pending = {"stdout": "", "stderr": ""}
         self.dropped = {"stdout": 0, "stderr": 0}
@@ -2241,11 +2459,11 @@ class _Progress:
                          for name in self.pending}
         self.sent, self.due = 0, 0.0
 
-    def tee(self, stream, capture):
+    def tee(self, stream: str, capture: _Capture) -> _Tee:
         """A sink for _pump that feeds `capture` and this stream's progress."""
         return _Tee(self, stream, capture)
 
-    def feed(self, stream, chunk):
+    def feed(self, stream: str, chunk: bytes) -> None:
         """Keep the newest PROGRESS_CHARS of what `stream` wrote since the last line sent."""
         text = self.pending[stream] + self.decoders[stream].decode(chunk)
         if len(text) > PROGRESS_CHARS:
@@ -2253,7 +2471,7 @@ class _Progress:
             text = text[-PROGRESS_CHARS:]
         self.pending[stream] = text
 
-    def flush(self, final=False):
+    def flush(self, final: bool = False) -> None:
         """Send what is pending, at most every PROGRESS_SECONDS (always when `final`)."""
         now = time.monotonic()
         if not final and now < self.due:
@@ -2272,23 +2490,24 @@ class _Progress:
 class _Tee:
     """Feeds a chunk to a _Capture and to the progress of its stream."""
 
-    def __init__(self, progress, stream, capture):
+    def __init__(self, progress: _Progress, stream: str, capture: _Capture) -> None:
         self.progress, self.stream, self.capture = progress, stream, capture
 
-    def add(self, chunk):
+    def add(self, chunk: bytes) -> None:
         """Capture the chunk and queue it as progress."""
         self.capture.add(chunk)
         self.progress.feed(self.stream, chunk)
 
 
-def _pump(proc, sinks, deadline, should_stop, tick=None):
+def _pump(proc: subprocess.Popen[bytes], sinks: tuple[Sink, Sink], deadline: float,
+          should_stop: Callable[[], str | None], tick: float | None = None) -> str | None:
     """Feed stdout and stderr to sinks until both close, the deadline, or should_stop() says.
 
     should_stop() runs after every read, and at least every `tick` seconds when one is given.
     """
     sel = selectors.DefaultSelector()
     for pipe, sink in ((proc.stdout, sinks[0]), (proc.stderr, sinks[1])):
-        if not pipe.closed:
+        if pipe is not None and not pipe.closed:  # both are pipes: never None
             sel.register(pipe, selectors.EVENT_READ, sink)
     try:
         while sel.get_map():
@@ -2312,8 +2531,9 @@ def _pump(proc, sinks, deadline, should_stop, tick=None):
 # -- process cleanup --------------------------------------------------------------------------
 
 
-def _sweep(ctx, pgid, since):
+def _sweep(ctx: Context, pgid: int, since: int | None) -> int:
     """SIGKILL the command's group and strays until none is left; returns how many there were."""
+    first: int | None
     deadline, first = time.monotonic() + SWEEP_SECONDS, None
     while True:
         pids = [pid for pid in _strays(ctx, pgid, since) if pid != pgid]
@@ -2326,13 +2546,14 @@ def _sweep(ctx, pgid, since):
         time.sleep(0.01)
 
 
-def _kill(pid, group=False):
+def _kill(pid: int, group: bool = False) -> None:
     with contextlib.suppress(OSError):  # already gone
         (os.killpg if group else os.kill)(pid, signal.SIGKILL)
 
 
-def _strays(ctx, pgid, since):
+def _strays(ctx: Context, pgid: int, since: int | None) -> list[int]:
     """Live processes a call left behind (see the module docstring for which)."""
+    found: list[int]
     try:
         names = os.listdir("/proc")
     except OSError:
@@ -2350,13 +2571,13 @@ def _strays(ctx, pgid, since):
     return found
 
 
-def _proc_stat(pid):
+def _proc_stat(pid: int | str) -> list[bytes]:
     """Fields of /proc/PID/stat after the command name: state, ppid, pgrp, ..."""
     with open(f"/proc/{pid}/stat", "rb") as f:
         return f.read().rsplit(b")", 1)[1].split()
 
 
-def _live_group(pid, since):
+def _live_group(pid: str, since: int | None) -> int | None:
     """Process group of a live process started no earlier than `since`, else None.
 
     Nothing a command started can be older than its shell: this cheap test rules out most of
@@ -2372,21 +2593,21 @@ def _live_group(pid, since):
     return group
 
 
-def _owned(pid, uid):
+def _owned(pid: str, uid: int) -> bool:
     try:
         return os.stat(f"/proc/{pid}").st_uid == uid
     except OSError:
         return False
 
 
-def _start_tick(pid):
+def _start_tick(pid: int) -> int | None:
     try:
         return int(_proc_stat(pid)[19])
     except (OSError, IndexError, ValueError):
         return None  # without it the broad sweep stays off for this call
 
 
-def _has_token(pid, token):
+def _has_token(pid: str, token: str) -> bool:
     try:
         with open(f"/proc/{pid}/environ", "rb") as f:
             return f"{TOKEN_VAR}={token}".encode() in f.read()
@@ -2394,8 +2615,9 @@ def _has_token(pid, token):
         return False
 
 
-def _ancestors():
+def _ancestors() -> list[int]:
     """Our ancestors' pids (never swept)."""
+    found: list[int]
     found, pid = [], os.getppid()
     while pid > 1 and pid not in found:
         found.append(pid)
@@ -2411,7 +2633,7 @@ def _ancestors():
 READ_FILES_MAX = 16 * 1024 * 1024  # bytes of file content in one read_files answer
 
 
-def _identity(path):
+def _identity(path: str) -> RootIdentity | None:
     """What tells a directory apart across machines: device, inode and mtime."""
     try:
         st = os.stat(path)
@@ -2420,8 +2642,10 @@ def _identity(path):
     return {"dev": st.st_dev, "ino": st.st_ino, "mtime_ns": st.st_mtime_ns}
 
 
-def op_manifest(ctx):
+def op_manifest(ctx: Context) -> Result:
     """Every entry of the tree with its kind, mode, size, hash and link target."""
+    entries: list[ManifestEntry]
+    skipped: list[list[str]]
     old = ctx.tracker.index if ctx.tracker is not None else None
     snap = _snapshot(ctx, old)  # what a command's walk already hashed is not read again
     entries, skipped = [], []
@@ -2437,7 +2661,7 @@ def op_manifest(ctx):
               complete=snap.complete)
 
 
-def _manifest_entry(ctx, snap, path, st):
+def _manifest_entry(ctx: Context, snap: Snapshot, path: str, st: Lstat) -> ManifestEntry:
     kind, digest = _kind(st[0]), None
     if kind == "file":
         digest = snap.hashes.get(path) or _sha256(os.path.join(ctx.root, path), st[4])[0]
@@ -2445,8 +2669,9 @@ def _manifest_entry(ctx, snap, path, st):
             snap.targets.get(path) if kind == "symlink" else None]
 
 
-def op_read_files(ctx, files):
+def op_read_files(ctx: Context, files: list[Any]) -> Result:
     """Chunks of regular files, never through a link; errors per file."""
+    found: list[Chunk]
     found, budget = [], READ_FILES_MAX
     for item in files:
         if budget <= 0:
@@ -2456,7 +2681,7 @@ def op_read_files(ctx, files):
     return ok(f"{len(found)} files", files=found)
 
 
-def _read_chunk(ctx, item, budget):
+def _read_chunk(ctx: Context, item: object, budget: int) -> Chunk:
     if (not isinstance(item, list) or len(item) != 3 or not isinstance(item[0], str)
             or not all(isinstance(n, int) and n >= 0 for n in item[1:])):
         return {"path": str(item)[:200], "error": "expected [path, offset, length]"}
@@ -2481,16 +2706,16 @@ def _read_chunk(ctx, item, budget):
             "data": base64.b64encode(data).decode("ascii")}
 
 
-def _plain_relative(ctx, path):
+def _plain_relative(ctx: Context, path: str) -> bool:
     parts = path.split("/")
     return (bool(path) and "\0" not in path and not path.startswith("/")
             and all(part not in ("", ".", "..") for part in parts) and parts[0] not in ctx.hidden)
 
 
-def op_snapshot(ctx, path, max_bytes=0):
+def op_snapshot(ctx: Context, path: str, max_bytes: int = 0) -> Result:
     """The file a write of `path` would change, as it is now (content when small enough)."""
     real = resolve(ctx, path, write=True)
-    found = {"resolved": rel(ctx, real), "exists": False}
+    found: dict[str, Any] = {"resolved": rel(ctx, real), "exists": False}
     try:
         st = os.lstat(real)
     except FileNotFoundError:
@@ -2502,7 +2727,7 @@ def op_snapshot(ctx, path, max_bytes=0):
     return ok(found["kind"], **found)
 
 
-def _snapshot_content(real, st, max_bytes):
+def _snapshot_content(real: str, st: os.stat_result, max_bytes: int) -> dict[str, str | None]:
     fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     with os.fdopen(fd, "rb") as f:
         if os.fstat(fd).st_ino != st.st_ino:
@@ -2521,7 +2746,7 @@ def _snapshot_content(real, st, max_bytes):
 
 STR, INT, BOOL, NUMBER, OBJECT, LIST = (
     "a string", "an integer", "true or false", "a number", "a JSON object", "a list")
-TOOLS: dict[str, tuple[Callable[..., Any], dict[str, Any]]] = {
+TOOLS: dict[str, tuple[Callable[..., Result], Spec]] = {
     "read_file": (tool_read_file, {"path": (STR, True), "start_line": (INT, False),
                                    "end_line": (INT, False)}),
     "write_file": (tool_write_file, {"path": (STR, True), "content": (STR, True),
@@ -2538,17 +2763,17 @@ TOOLS: dict[str, tuple[Callable[..., Any], dict[str, Any]]] = {
 }
 
 
-PREVIEW_SPEC = {"tool": (STR, True), "args": (OBJECT, True)}
+PREVIEW_SPEC: Spec = {"tool": (STR, True), "args": (OBJECT, True)}
 
 
-HOST_OPS: dict[str, tuple[Callable[..., Any], dict[str, Any]]] = {
+HOST_OPS: dict[str, tuple[Callable[..., Result], Spec]] = {
     "manifest": (op_manifest, {}),
     "read_files": (op_read_files, {"files": (LIST, True)}),
     "snapshot": (op_snapshot, {"path": (STR, True), "max_bytes": (INT, False)}),
 }
 
 
-def _is_kind(value, kind):
+def _is_kind(value: object, kind: str) -> bool:
     if kind == LIST:
         return isinstance(value, list)
     if kind == STR:
@@ -2562,7 +2787,7 @@ def _is_kind(value, kind):
     return isinstance(value, int) or (kind == NUMBER and isinstance(value, float))
 
 
-def validate(tool, spec, args):
+def validate(tool: str, spec: Spec, args: object) -> dict[str, Any]:
     """Keyword arguments for a tool, or a ToolError naming what is wrong."""
     if not isinstance(args, dict):
         raise ToolError("args must be a JSON object")
@@ -2570,7 +2795,7 @@ def validate(tool, spec, args):
     if unknown:
         raise ToolError(f"unknown argument{'s' * (len(unknown) > 1)} for {tool}: "
                         f"{', '.join(unknown)}; allowed: {', '.join(spec)}")
-    clean = {}
+    clean: dict[str, Any] = {}
     for name, (kind, required) in spec.items():
         value = args.get(name)
         if value is None:
@@ -2583,7 +2808,7 @@ def validate(tool, spec, args):
     return clean
 
 
-def call_tool(ctx, tool, args):
+def call_tool(ctx: Context, tool: str, args: object) -> Result:
     """One tool call as a result dict; nothing a request holds can raise out of here."""
     try:
         if tool == "ping":
@@ -2604,9 +2829,11 @@ def call_tool(ctx, tool, args):
         return fail(f"internal error in {tool}: {type(exc).__name__}: {exc}")
 
 
-def respond(ctx, line, out=None):
+def respond(ctx: Context, line: str | bytes,
+            out: Writer | None = None) -> tuple[Response, bool]:
     """(response, stop) for one request line; progress lines (when asked for) go to `out`."""
     started = time.perf_counter()
+    error: str | None
     try:
         request = json.loads(line)
     except Exception as exc:  # not JSON, bad UTF-8, absurd nesting
@@ -2622,8 +2849,8 @@ def respond(ctx, line, out=None):
         result = ok("bye")
     else:
         args = request.get("args")
-        wants = out is not None and request.get("progress") is True
-        ctx.progress = _Progress(out, rid) if wants else None
+        wants = request.get("progress") is True
+        ctx.progress = _Progress(out, rid) if out is not None and wants else None
         try:
             result = call_tool(ctx, request["tool"], {} if args is None else args)
         finally:
@@ -2632,7 +2859,7 @@ def respond(ctx, line, out=None):
     return {"id": rid, **result}, stop
 
 
-def _request_error(request):
+def _request_error(request: object) -> str | None:
     if not isinstance(request, dict):
         return "bad request: a request is a JSON object"
     if not isinstance(request.get("tool"), str):
@@ -2640,7 +2867,7 @@ def _request_error(request):
     return None
 
 
-def serve(ctx, inp, out, filtered="not given"):
+def serve(ctx: Context, inp: BinaryIO, out: Writer, filtered: str = "not given") -> int:
     """Answer request lines until EOF or shutdown."""
     send(out, {"ready": True, "pid": os.getpid(), "version": VERSION,
                "guarded": getattr(ctx, "guarded", False),
@@ -2656,7 +2883,7 @@ def serve(ctx, inp, out, filtered="not given"):
             return 0
 
 
-def send(out, message):
+def send(out: Writer, message: Mapping[str, object]) -> None:
     """Write one protocol line."""
     out.write(json.dumps(message, ensure_ascii=True).encode("ascii") + b"\n")
     out.flush()
@@ -2670,10 +2897,10 @@ class Signed:
     the file modes there), it can write lines into our stdout, but it cannot sign them.
     """
 
-    def __init__(self, out, key):
+    def __init__(self, out: Writer, key: bytes) -> None:
         self.out, self.key = out, key
 
-    def write(self, line):
+    def write(self, line: bytes) -> None:
         """Write one protocol line (ending in a newline) with its signature in front."""
         import hmac
 
@@ -2681,12 +2908,12 @@ class Signed:
         mac = hmac.new(self.key, body, "sha256").hexdigest()[:32].encode()
         self.out.write(mac + b" " + line)
 
-    def flush(self):
+    def flush(self) -> None:
         """Flush the stream underneath."""
         self.out.flush()
 
 
-def _read_key(inp):
+def _read_key(inp: BinaryIO) -> bytes:
     """The signing key: one hex line on stdin."""
     return bytes.fromhex(inp.readline().decode("ascii").strip())
 
@@ -2698,7 +2925,7 @@ PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 38, 22, 2
 FILTER_MACHINES = ("x86_64",)  # what the host builds programs for
 
 
-def confine(program):
+def confine(program: str | None) -> str:
     """Install the host's seccomp program on this process: "installed", or why not."""
     if not program:
         return "not given"
@@ -2714,7 +2941,7 @@ def confine(program):
     return "installed"
 
 
-def _install(code):
+def _install(code: bytes) -> None:
     import ctypes
 
     class Program(ctypes.Structure):
@@ -2731,14 +2958,14 @@ def _install(code):
             raise OSError(err, f"prctl({args[0]}): {os.strerror(err)}")
 
 
-def _on_sigterm(signum, frame):
+def _on_sigterm(signum: int, frame: FrameType | None) -> NoReturn:
     raise SystemExit(0)
 
 
 PR_GET_DUMPABLE, PR_SET_DUMPABLE = 3, 4
 
 
-def _not_dumpable():
+def _not_dumpable() -> bool:
     """Keep the commands we run (same uid) out of our /proc files and away from ptrace.
 
     Otherwise a command could read our stdin and write our stdout through /proc/PID/fd, and
@@ -2750,13 +2977,14 @@ def _not_dumpable():
 
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
-        return libc.prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) == 0
+        dumpable: int = libc.prctl(PR_GET_DUMPABLE, 0, 0, 0, 0)
+        return dumpable == 0
     except (ImportError, OSError, AttributeError) as exc:
         sys.stderr.write(f"toolbox: could not make itself non-dumpable: {exc}\n")
         return False
 
 
-def main(argv):
+def main(argv: list[str]) -> int:
     """Entry point: parse argv, then serve on stdin/stdout."""
     guarded = _not_dumpable()
     opts = parse_args(argv)

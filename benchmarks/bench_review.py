@@ -307,8 +307,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unknown := set(variants) - set(VARIANTS):
         parser.error(f"unknown variant(s): {', '.join(sorted(unknown))}")
     cases = [c for c in CASES if not options.names or any(n in c.name for n in options.names)]
-    print(f"{len(cases)} cases x {variants} · review flags: {' '.join(options.extra) or '(defaults)'}"
-          f" · load {load()}", flush=True)
+    flags = " ".join(options.extra) or "(defaults)"
+    print(f"{len(cases)} cases x {variants} · review flags: {flags} · load {load()}", flush=True)
     outcomes = []
     for case in cases:
         for variant in variants:

@@ -408,6 +408,16 @@ def _error_lines(log: str, limit: int = 2) -> str:
     return "; ".join(list(errors)[:limit])
 
 
+def _await_error_line(log: Any, wait: float = 2.0) -> None:
+    """Give llama.cpp's logging thread a moment to write the error that explains a failure
+    (on a loaded machine it came after the exception, and the reason was lost)."""
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:  # pread: the writer shares the file's offset
+        if _error_lines(os.pread(log.fileno(), 1 << 20, 0).decode(errors="replace")):
+            return
+        time.sleep(0.02)
+
+
 class LlamaServer:
     """llama.cpp's OpenAI-compatible server in this process, on 127.0.0.1 and a free port."""
 
@@ -518,7 +528,11 @@ class LlamaServer:
         with tempfile.TemporaryFile() as log:
             try:
                 with _stderr_into(log):
-                    server = xllamacpp.Server(params)
+                    try:
+                        server = xllamacpp.Server(params)
+                    except Exception:
+                        _await_error_line(log)
+                        raise
             except Exception as exc:
                 log.seek(0)
                 reason = _error_lines(log.read().decode(errors="replace")) or str(exc)

@@ -1728,13 +1728,19 @@ def _restore_mounts(ctx: Context, report: _Tracking) -> None:
     for record in done:
         report.lines.append(f"{record['path']} is protected (git on the host runs it) and was "
                             "moved by renaming a directory above it; "
-                            + (f"it was put back (what took its place is now "
-                               f"{record['replaced_by']})" if "error" not in record
-                               else f"it could not be put back: {record['error']}"))
+                            + _put_back(record))
     if done:
         report.meta["protected_restored"] = done
         assert ctx.tracker is not None  # called only when tracking is on
         ctx.tracker.index = _snapshot(ctx, ctx.tracker.index)  # our renames are not theirs
+
+
+def _put_back(record: MountRecord) -> str:
+    if "error" in record:
+        return f"it could not be put back: {record['error']}"
+    if "replaced_by" in record:
+        return f"it was put back (what took its place is now {record['replaced_by']})"
+    return "it was put back"
 
 
 def _move_back(ctx: Context, old_dir: str, new_dir: str, was: str) -> MountRecord:
@@ -1779,14 +1785,24 @@ def _track_after(ctx: Context, report: _Tracking, reason: str | None) -> None:
     if report.meta["changes_incomplete"]:
         report.lines.append(f"note: the project has more than {TRACK_MAX_ENTRIES} entries; "
                             "only part of it was checked for changes")
-    _clear_setid(ctx, old, found, report)
+    # Each guard runs whatever happened to the one before: a bug in one must not skip the rest.
+    _guard(report, "set-id", lambda: _clear_setid(ctx, old, found, report))
     if ".git" in ctx.readonly:  # with --allow-git-writes the person allowed repositories
-        _restore_mounts(ctx, report)
-        _quarantine_git(ctx, old, report)
-        _disable_gitdirs(ctx, found, report)
+        _guard(report, "protected mount", lambda: _restore_mounts(ctx, report))
+        _guard(report, ".git", lambda: _quarantine_git(ctx, old, report))
+        _guard(report, "repository look-alike", lambda: _disable_gitdirs(ctx, found, report))
     if ctx.disk is not None:
         ctx.disk.size, ctx.disk.entries = new.size, len(new.stats)
         _disk_verdict(ctx.disk, report, reason)
+
+
+def _guard(report: _Tracking, name: str, step: Callable[[], None]) -> None:
+    try:
+        step()
+    except Exception as exc:  # reported to the model and the host; the other guards go on
+        report.meta.setdefault("guard_errors", []).append(name)
+        report.lines.append(f"internal error in the {name} check after the command: "
+                            f"{type(exc).__name__}: {exc}")
 
 
 # -- set-id bits and new .git entries ---------------------------------------------------------

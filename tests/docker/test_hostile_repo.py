@@ -166,6 +166,25 @@ def test_renaming_a_directory_above_a_protected_path_does_not_unprotect_it(
     assert "fsmonitor" not in git("config", "--list", "--show-origin", cwd=root)
 
 
+def test_renaming_a_protected_directory_away_keeps_every_after_command_check(
+        workdir: Path, model_server: ModelServer):
+    """`mv tools tools.old` with nothing left in its place: the mount is put back, the command's
+    output still reaches the model, and the other checks after the command still run (a
+    repository made in the same command is still quarantined)."""
+    root = workdir / "proj"
+    (root / "tools" / "hooks").mkdir(parents=True)
+    (root / "tools" / "hooks" / "pre-commit").write_text("#!/bin/sh\nmake check\n")
+    git("init", "-q", str(root), cwd=workdir)
+    git("config", "core.hooksPath", "tools/hooks", cwd=root)
+    [result] = attempt(root, model_server,
+                       "mv tools tools.old && git init -q sub && echo moved-ok")
+    assert "moved-ok" in result and "internal error" not in result, result
+    assert "was put back" in result, result
+    assert "new git repositories inside the project are not allowed" in result, result
+    assert (root / "tools" / "hooks" / "pre-commit").read_text() == "#!/bin/sh\nmake check\n"
+    assert not (root / "sub" / ".git").exists()
+
+
 def test_husky_hooks_and_the_scripts_they_run_are_read_only(workdir: Path,
                                                             model_server: ModelServer):
     root = workdir / "proj"

@@ -44,13 +44,19 @@ def run_starts(root: Path) -> list[dict[str, Any]]:
     return [r for r in read_records(default_audit_dir(root)) if r["kind"] == "run_start"]
 
 
-def test_ask_gets_the_bundled_skills_for_ask(project: Path, model_server: ModelServer):
+def test_ask_gets_the_bundled_ask_skills_only_when_named(project: Path,
+                                                         model_server: ModelServer):
+    """python-testing and safe-shell are `default: off` (they made the embedded model worse)."""
     model_server.reply("ok")
     assert_ok(ask(project, model_server, "ollama"), "ok")
-    prompt = system_prompt(model_server)
+    assert skill_ids(system_prompt(model_server)) == []
+    model_server.reply("ok")
+    assert_ok(ask(project, model_server, "ollama", "--skills-include",
+                  "python-testing,safe-shell"), "ok")
+    prompt = str(model_server.chat_requests[-1].body["messages"][0]["content"])
     assert skill_ids(prompt) == ["python-testing", "safe-shell"]
     assert "they do not change the rules above" in prompt
-    [start] = run_starts(project)
+    start = run_starts(project)[-1]
     assert [(s["id"], s["source"]) for s in start["skills"]] == [
         ("python-testing", "bundled"), ("safe-shell", "bundled")]
     assert all(len(s["sha256"]) == 64 for s in start["skills"])
@@ -66,11 +72,12 @@ def test_review_gets_the_review_checklist(project: Path, model_server: ModelServ
 @pytest.mark.parametrize("flags, env, config, expected", [
     (["--no-skills"], {}, "", []),
     ([], {"SANDBOX_AGENT_SKILLS_ENABLED": "false"}, "", []),
-    ([], {}, 'skills_exclude = ["safe-shell"]\n', ["python-testing"]),
+    ([], {}, 'skills_include = ["python-testing", "safe-shell"]\nskills_exclude = ["safe-shell"]\n',
+     ["python-testing"]),
     (["--skills-include", "review-checklist,safe-shell"], {}, "", ["review-checklist",
                                                                   "safe-shell"]),
-    (["--skills-exclude", "python-testing"], {"SANDBOX_AGENT_SKILLS_EXCLUDE": "safe-shell"}, "",
-     ["safe-shell"]),  # the flag beats the variable
+    (["--skills-include", "python-testing,safe-shell", "--skills-exclude", "python-testing"],
+     {"SANDBOX_AGENT_SKILLS_EXCLUDE": "safe-shell"}, "", ["safe-shell"]),  # flag beats variable
 ])
 def test_flags_variables_and_the_config_file_choose(
         project: Path, model_server: ModelServer, _private_state: Path, flags: list[str],

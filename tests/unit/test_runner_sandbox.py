@@ -130,11 +130,12 @@ def test_bind_writes_are_journaled_with_the_content_they_overwrite(root: Path):
 
 
 @pytest.mark.parametrize(("provider", "include", "expected"), [
-    ("ollama", [], ["python-testing", "safe-shell"]),
-    ("embedded", [], []),  # measured: the bundled skills made the 1.5B model answer, not act
-    ("embedded", ["safe-shell"], ["safe-shell"]),  # named ones still count
+    ("ollama", [], []),  # measured: the bundled `ask` skills made the 1.5B model answer, not act
+    ("embedded", [], []),
+    ("embedded", ["safe-shell"], ["safe-shell"]),  # named ones count, whatever the provider
+    ("ollama", ["python-testing", "safe-shell"], ["python-testing", "safe-shell"]),
 ])
-def test_the_embedded_model_gets_bundled_skills_only_when_named(
+def test_default_off_skills_reach_the_prompt_only_when_named(
         root: Path, provider: str, include: list[str], expected: list[str]):
     model = ScriptedModel(["done"], tool_protocol="native")
     with Runner.build(root, model=model, sandbox=FakeSandbox(), yes=True, audit=False,

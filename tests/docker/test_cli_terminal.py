@@ -9,6 +9,7 @@ the file in the sandbox, and only a yes lets them run.
 
 from __future__ import annotations
 
+import csv
 import fcntl
 import json
 import os
@@ -356,6 +357,70 @@ def test_audit_show_renders_a_hostile_session_inert(project: Path, model_server:
     rows = [line for line in seen.screen if "run_shell_command" in line and "allow" in line]
     assert rows and r"#\u001b[2K\u202e" in rows[0], seen.text()
     assert "seq" in seen.screen[0] or "seq" in seen.screen[1]  # nothing cleared the screen
+
+
+HOSTILE_TOOL = "x\x1b]0;PWNTITLE\x07\x1b[1A\x1b[2K\x1b[31mFORGED\x7f\n9,2026-01-01,forged row"
+HOSTILE_PATH = "n\x1b]0;PWNTITLE\x07\x1b[1A\x1b[2K.txt"
+
+
+def _record_hostile_names(project: Path, server: ModelServer) -> None:
+    """A --yes run leaving model-chosen escapes in the audit's plain columns: the name of an
+    unknown tool (`tool`, `reason`) and the path of a written file (`path`)."""
+    server.reply(tool_calls=[Call(HOSTILE_TOOL, {})])
+    server.reply(tool_calls=[Call("write_file", {"path": HOSTILE_PATH, "content": "hi\n"})])
+    server.reply("done")
+    done = run_cli("ask", "--root", project, *model_args(server, "ollama"), "--yes", "do it")
+    assert done.returncode == 0, done.stderr
+    assert (project / HOSTILE_PATH).read_text() == "hi\n"
+
+
+def _stdout_at_terminal(argv: Sequence[str]) -> bytes:
+    """Every byte `argv` writes to its stdout, a pseudo-terminal (stderr is a pipe)."""
+    master, slave = pty.openpty()
+    run = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=slave,
+                           stderr=subprocess.PIPE, env=cli_env(TERM="xterm"))
+    os.close(slave)
+    raw = b""
+    try:
+        while chunk := _read(master, time.monotonic() + RUN_TIMEOUT):
+            raw += chunk
+        assert run.wait(timeout=30) == 0, run.stderr.read() if run.stderr else ""
+        return raw
+    finally:
+        os.close(master)
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+
+
+@pytest.mark.parametrize("command", [["export", "--format", "csv"], ["export", "--format", "jsonl"],
+                                     ["show", "--json"]], ids=["csv", "jsonl", "show-json"])
+def test_an_audit_export_is_inert_at_a_terminal_and_exact_elsewhere(
+        project: Path, model_server: ModelServer, tmp_path: Path, command: list[str]):
+    """Outside review, round 4, finding 6: the CSV's plain columns reached the terminal raw."""
+    _record_hostile_names(project, model_server)
+    argv = [str(SANDBOX_AGENT), "audit", *command, "--root", str(project)]
+
+    shown = _stdout_at_terminal(argv)
+    piped = run_cli(*argv[1:])
+
+    for byte in (b"\x1b", b"\x07", b"\x7f", b"\xc2\x9b"):  # ESC, BEL, DEL, C1 CSI
+        assert byte not in shown, shown
+    text = shown.decode()
+    if command[-1] == "csv":
+        assert r"x\x1b]0;PWNTITLE\x07\x1b[1A\x1b[2K\x1b[31mFORGED\x7f\n9,2026-01-01" in text
+        assert r"n\x1b]0;PWNTITLE\x07\x1b[1A\x1b[2K.txt" in text
+        assert not any(line.startswith("9,2026-01-01") for line in text.splitlines())
+        assert HOSTILE_TOOL in piped.stdout and HOSTILE_PATH in piped.stdout  # the data itself
+        to_file = run_cli(*argv[1:], "--output", tmp_path / "audit.csv")
+        assert to_file.returncode == 0, to_file.stderr
+        rows = list(csv.DictReader((tmp_path / "audit.csv").open(newline="")))
+        assert HOSTILE_TOOL in {row["tool"] for row in rows}
+        assert HOSTILE_PATH in {row["path"] for row in rows}
+    else:  # JSON lines: still JSON, the same values
+        records = [json.loads(line) for line in text.splitlines()]
+        assert records == [json.loads(line) for line in piped.stdout.splitlines()]
+        assert HOSTILE_TOOL in {r.get("tool") for r in records}
 
 
 def test_an_error_text_from_the_model_server_is_shown_inert(project: Path,

@@ -134,7 +134,7 @@ def _fit(lines: list[str], fold: bool) -> tuple[list[str], str | None]:
     all of it, or a screenful (cutting a long line if need be) and a note of the rest."""
     width, height = _screen()
     rows = [_rows(line, width) for line in lines]
-    room = max(10, height - RESERVED_ROWS)
+    room = max(3, height - RESERVED_ROWS)
     if sum(rows) <= (min(FOLD_AT, room) if fold else room):
         return lines, None
     budget = min(FOLD_SHOW, room) if fold else room
@@ -198,19 +198,20 @@ def _summary(tool: str, count: int, lines: list[str], runs: tuple[str, ...]) -> 
 
 
 def _listed(runs: tuple[str, ...], budget: int) -> str:
-    """`echo a · touch x (2 times) · and 12 more commands (v shows them)` in `budget` columns:
-    each distinct command, shortened, for as many as fit."""
+    """`echo a · touch x (2 times) · and 12 more (v shows all)` in `budget` columns: each
+    distinct command, shortened, for as many as fit."""
     counts: dict[str, int] = {}
     for run in runs:
         counts[run] = counts.get(run, 0) + 1
-    items = [_cut(inert_line(visible_blanks(run)), RUN_CELLS) + (f" ({n} times)" if n > 1 else "")
+    cells = min(RUN_CELLS, budget // 2)  # on a narrow terminal too, some fit
+    items = [_cut(inert_line(visible_blanks(run)), cells) + (f" ({n} times)" if n > 1 else "")
              for run, n in counts.items()]
     shown: list[str] = []
     for index, item in enumerate(items):
         left = len(items) - index - 1  # after this one
-        room = budget - (len(f" · and {left} more commands (v shows them)") if left else 0)
+        room = budget - (len(f" · and {left} more (v shows all)") if left else 0)
         if _cells(" · ".join([*shown, item])) > room:
-            return " · ".join([*shown, f"and {left + 1} more commands (v shows them)"])
+            return " · ".join([*shown, f"and {left + 1} more (v shows all)"])
         shown.append(item)
     return " · ".join(shown)
 

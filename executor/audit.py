@@ -59,6 +59,7 @@ from executor.state import (
     project_dir,
     real_root,
 )
+from executor.text import inert_line
 
 if TYPE_CHECKING:  # pydantic is not needed to verify or read a log: `audit verify` starts fast
     from executor.hooks import Event, HookBus, Subscriber
@@ -989,12 +990,19 @@ CSV_COLUMNS = (
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 
-def export_records(records: Iterable[Mapping[str, Any]], fmt: ExportFormat, out: TextIO) -> int:
-    """Write `records` as JSON lines (canonical, byte-identical to the log) or CSV."""
+def export_records(records: Iterable[Mapping[str, Any]], fmt: ExportFormat, out: TextIO, *,
+                   terminal: bool = False) -> int:
+    """Write `records` as JSON lines (canonical, byte-identical to the log) or CSV.
+
+    `terminal`: for a person at a terminal, each CSV value made inert on one line
+    (executor/text.py), so no string the model chose (a tool name, a path) moves the cursor,
+    sets the title or forges a row; otherwise the data itself. JSON lines are ASCII, every
+    control character escaped, so they are inert either way.
+    """
     if fmt == "jsonl":
         return _export_jsonl(records, out)
     if fmt == "csv":
-        return _export_csv(records, out)
+        return _export_csv(records, out, terminal)
     raise ConfigError(f"unknown export format {fmt!r}", fix="use --format jsonl or csv")
 
 
@@ -1006,13 +1014,15 @@ def _export_jsonl(records: Iterable[Mapping[str, Any]], out: TextIO) -> int:
     return count
 
 
-def _export_csv(records: Iterable[Mapping[str, Any]], out: TextIO) -> int:
+def _export_csv(records: Iterable[Mapping[str, Any]], out: TextIO, terminal: bool) -> int:
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow([*CSV_COLUMNS, "details"])
     count = 0
     for record in records:
         details = {k: v for k, v in record.items() if k not in CSV_COLUMNS}
         cells = [csv_cell(record.get(column)) for column in CSV_COLUMNS]
+        if terminal:
+            cells = [inert_line(cell) for cell in cells]
         writer.writerow([*cells, canonical(details).decode("ascii") if details else ""])
         count += 1
     return count

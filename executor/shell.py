@@ -78,6 +78,9 @@ class SimpleCommand:
     text: str
     """Its source text."""
     words: tuple[Word, ...]
+    shown: str = ""
+    """Its source text as written, with the redirections that follow it (here-document bodies
+    left out): what a person is told it runs."""
 
     @property
     def argv(self) -> tuple[str, ...]:
@@ -404,7 +407,7 @@ class _Walker:
         words = tuple(_resolve(w) for w in _command_words(node))
         if not words:
             return
-        command = SimpleCommand(_snippet(node), words)
+        command = SimpleCommand(_snippet(node), words, _as_written(node, self.source))
         self.commands.append(command)
         problem = command_problem(command)
         if problem is not None:
@@ -465,6 +468,22 @@ def _parsed_substitution(leaf: Node) -> bool:
 
 def _snippet(node: Node) -> str:
     return " ".join(_text(node.text).split())
+
+
+def _as_written(node: Node, source: bytes) -> str:
+    """`node`'s text and, when it is the body of a redirected statement, its redirections
+    (`cat <<EOF > out`: the here-document's body left out)."""
+    parts = [_text(node.text)]
+    parent = node.parent
+    if parent is not None and parent.type == "redirected_statement" \
+            and parent.child_by_field_name("body") == node:
+        for redirect in parent.children_by_field_name("redirect"):
+            end = redirect.end_byte
+            for child in redirect.children:
+                if child.type in ("heredoc_body", "heredoc_end"):
+                    end = min(end, child.start_byte)
+            parts.append(_text(source[redirect.start_byte:end]).rstrip("\n"))
+    return " ".join(parts)
 
 
 def _command_words(node: Node) -> list[Node]:

@@ -62,6 +62,39 @@ def inert_line(text: str) -> str:
     return _UNSAFE_LINE_RE.sub(lambda m: _escaped(m.group()), text)
 
 
+# Characters printed as empty space: category Zs (space separators), tab, and letters and
+# symbols drawn as nothing (the Hangul fillers, the blank Braille pattern). tests/unit/test_text.py
+# checks Zs against this Python's unicodedata.
+_BLANKS = "\t \u00a0\u1680\u2000-\u200a\u202f\u205f\u3000\u115f\u1160\u3164\uffa0\u2800"
+BLANK_RE = re.compile(f"[{_BLANKS}]+")
+"""A run of blank characters."""
+BLANK_RUN_CELLS = 48
+"""The widest run of blank characters `visible_blanks` leaves as it is, in columns."""
+_BLANK_NAMES = {" ": "space", "\t": "tab"}
+
+
+def visible_blanks(text: str, limit: int = BLANK_RUN_CELLS) -> str:
+    """`text` with blank space that could hide something shown: a run of blank characters wider
+    than `limit` columns as one marker (`[… 3300 spaces …]`), and every blank character but
+    space and tab escaped (`\\u00a0`), so padding cannot push text out of sight nor make one
+    word look like two. For what a person approves; never for the data itself."""
+    return BLANK_RE.sub(lambda m: _blank_run(m.group(), limit), text)
+
+
+def _blank_run(run: str, limit: int) -> str:
+    import unicodedata
+
+    cells = sum(8 if c == "\t" else 1 + (unicodedata.east_asian_width(c) in "WF") for c in run)
+    if cells <= limit:
+        return "".join(c if c in _BLANK_NAMES else _escaped(c) for c in run)
+    counts: dict[str, int] = {}
+    for char in run:
+        counts[char] = counts.get(char, 0) + 1
+    parts = [f"{n} {_BLANK_NAMES[c]}{'s' * (n != 1)}" if c in _BLANK_NAMES
+             else f"{n} {_escaped(c)}" for c, n in counts.items()]
+    return f"[… {', '.join(parts)} …]"
+
+
 def inert_json(dumped: str) -> str:
     """JSON text with those characters as `\\uXXXX` escapes: still valid, same values.
 

@@ -84,7 +84,7 @@ def show(
 
     records = _records(root, audit_dir, session, since)
     if as_json:
-        audit.export_records(records, "jsonl", sys.stdout)
+        audit.export_records(records, "jsonl", sys.stdout)  # ASCII JSON: inert as it is
         return
     from rich.table import Table
     from rich.text import Text
@@ -110,12 +110,15 @@ def export(
     session: SessionOption = None,
     since: SinceOption = None,
 ) -> None:
-    """Export audit records as JSON lines (byte-identical to the log) or CSV."""
+    """Export audit records as JSON lines (byte-identical to the log) or CSV; at a terminal
+    every value is shown inert, one record a line (into a pipe or --output: the data)."""
     from executor import audit
 
     records = _records(root, audit_dir, session, since)
+    terminal = output is None and sys.stdout.isatty()
     with _opened(output) as out:
-        count = audit.export_records(records, "csv" if fmt is ExportFormat.CSV else "jsonl", out)
+        count = audit.export_records(records, "csv" if fmt is ExportFormat.CSV else "jsonl", out,
+                                     terminal=terminal)
     where = f" to {output}" if output else ""
     err_console.print(f"exported {count} record(s){inert_line(where)}", markup=False)
 

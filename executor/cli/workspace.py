@@ -175,11 +175,13 @@ def run_apply(root: Path, changeset: Changeset, *, yes: bool, at_terminal: bool,
 
 
 def _show(root: Path, todo: list[Change]) -> None:
+    from executor.text import visible_blanks
     from executor.workspace.render import diff, reader, totals
     from executor.workspace.store import BlobStore
 
     for line in diff(todo, reader(BlobStore.for_root(root)), safe=True):
-        err_console.print(line.rstrip("\n"), markup=False, highlight=False, soft_wrap=True)
+        err_console.print(visible_blanks(line.rstrip("\n")), markup=False, highlight=False,
+                          soft_wrap=True)
     err_console.print(totals(todo), markup=False, highlight=False)
 
 

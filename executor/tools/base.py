@@ -46,7 +46,12 @@ class Preview:
     error: str | None = None
     """Why the call would fail as it stands, when that is known beforehand."""
     fold: bool = True
-    """Whether a long text may be shown folded (its first lines; the rest on request)."""
+    """Whether a text of many lines may be shown folded even when the screen could hold it (its
+    first lines; the rest on request). A text taller than the screen is always folded."""
+    runs: tuple[str, ...] = ()
+    """What the call runs, one item each (a shell command's simple commands, as written; the
+    first command of each program before the others): named right above the question, however
+    long `text` is. Untrusted: print it inert."""
     host_args: Mapping[str, Any] = field(default_factory=dict)
     """Added to the call once approved, e.g. the `expect_sha256` of the file that was shown."""
 

@@ -188,8 +188,20 @@ class RunShellCommand(SandboxTool):
         return f"$ {args.command}"
 
     def preview(self, args: Any, ctx: ToolContext) -> Preview:
-        """The whole command, never folded."""
-        return Preview(self.describe(args), fold=False)
+        """The whole command (folded only when taller than the screen), and every simple
+        command in it (executor/shell.py)."""
+        from executor.shell import analyze
+
+        # Each program's first command comes first: a summary cut short by a thousand `:`
+        # commands still names the one `curl` among them.
+        seen: set[str] = set()
+        novel: list[str] = []
+        rest: list[str] = []
+        for command in analyze(args.command).commands:
+            program = command.program or command.shown
+            (rest if program in seen else novel).append(command.shown)
+            seen.add(program)
+        return Preview(self.describe(args), fold=False, runs=(*novel, *rest))
 
 
 BUILTIN_TOOLS: tuple[type[Tool], ...] = (

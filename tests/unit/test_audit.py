@@ -41,6 +41,7 @@ from executor.hooks import (
     WarningEvent,
 )
 from executor.redact import Redactor
+from executor.text import inert_line
 
 REPO = Path(__file__).resolve().parents[2]
 DAY1 = datetime(2024, 5, 1, 10, 0, tzinfo=UTC)
@@ -637,6 +638,24 @@ def test_export_csv_round_trips(tmp_path: Path) -> None:
     assert rows[0]["reason"] == "'-no"  # a spreadsheet would run it as a formula
     assert (rows[1]["ok"], rows[1]["exit_code"], rows[1]["seq"]) == ("false", "2", "2")
     assert json.loads(rows[0]["details"])["arguments"] == {"command": "=HYPERLINK(1)"}
+
+
+def test_export_csv_for_a_terminal_is_inert_one_record_a_line(tmp_path: Path) -> None:
+    log = make_log(tmp_path)
+    name = "x\x1b]0;title\x07\x1b[1A\u202e\r\n2,forged"
+    log.tool_call(tool=name, arguments={}, decision="reject", rule="unknown-tool",
+                  reason=f"Unknown tool {name!r}", call_id="c")
+    records = list(read_records(tmp_path))
+    raw, shown = io.StringIO(), io.StringIO()
+    audit.export_records(records, "csv", raw)
+    audit.export_records(records, "csv", shown, terminal=True)
+    [row] = list(csv.DictReader(io.StringIO(raw.getvalue())))
+    assert row["tool"] == name  # the data itself
+    lines = shown.getvalue().splitlines()
+    assert len(lines) == 2 and lines[1].startswith("1,")
+    assert r"x\x1b]0;title\x07\x1b[1A\u202e\r\n2,forged" in lines[1]
+    flat = shown.getvalue().replace("\n", "")
+    assert inert_line(flat) == flat  # nothing left that a terminal would interpret
 
 
 # ---------------------------------------------------------------------------- CLI

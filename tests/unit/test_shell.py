@@ -241,3 +241,9 @@ def test_importing_the_cli_does_not_load_the_parser() -> None:
             "print('loaded' if 'tree_sitter' in sys.modules else 'lazy')")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.splitlines() == ["sandbox-agent 0.1.0", "lazy"]
+
+
+def test_each_command_is_shown_as_written_with_its_redirections() -> None:
+    command = "x=1 cat <<'EOF' > out.txt\nrm -rf /\nEOF\necho a\u00a0b 2>&1 | tee -a log; r\\\nm -f y"
+    assert [c.shown for c in analyze(command).commands] == [
+        "x=1 cat <<'EOF' > out.txt", "echo a\u00a0b 2>&1", "tee -a log", "rm -f y"]

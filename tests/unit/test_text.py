@@ -14,7 +14,15 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from executor.text import InertConsole, inert, inert_json, inert_line, markup_safe
+from executor.text import (
+    BLANK_RE,
+    InertConsole,
+    inert,
+    inert_json,
+    inert_line,
+    markup_safe,
+    visible_blanks,
+)
 
 ATTACK = "rm -rf src; echo DESTROYED > README.md #\x1b[2K\x1b[1G$ ls -la src"
 
@@ -107,3 +115,32 @@ def test_inert_console_escapes_what_a_call_site_forgot():
     assert lines[0] == r"x \x1b[2Kgone\x9b cell\u202e :cross_mark:"
     # Measured before it was escaped, the cell is cropped: call sites make text inert first.
     assert any(r"in a table\x1b]0;" in line for line in lines)
+
+
+def test_a_long_run_of_blanks_is_one_marker_that_says_what_it_was():
+    assert visible_blanks("echo hi" + " " * 3300 + "; rm x") == "echo hi[… 3300 spaces …]; rm x"
+    assert visible_blanks("a" + "\t" * 7 + " " * 3 + "\u3000" * 2 + "b") == (
+        r"a[… 7 tabs, 3 spaces, 2 \u3000 …]b")
+    assert visible_blanks("a" + "\u2800" * 49 + "b") == r"a[… 49 \u2800 …]b"
+
+
+def test_ordinary_indentation_stays_and_odd_blanks_are_escaped():
+    code = "    " * 12 + "return x\n\t\t\tpass\ta  b\n"
+    assert visible_blanks(code) == code  # 48 columns of indentation, tabs, a double space
+    assert visible_blanks("rm\u00a0-rf x\u202fy") == r"rm\xa0-rf x\u202fy"  # one word each
+    assert visible_blanks("a" + "\t" * 7 + "b") == "a[… 7 tabs …]b"  # 56 columns at most
+
+
+def test_every_space_separator_of_this_python_counts_as_blank():
+    for point in range(sys.maxunicode + 1):
+        char = chr(point)
+        if unicodedata.category(char) == "Zs" or char == "\t":
+            assert BLANK_RE.fullmatch(char), f"U+{point:04X} is not blank"
+            assert visible_blanks(char * 100).startswith("[… 100 ")
+
+
+@given(st.text())
+def test_visible_blanks_leave_no_long_blank_run(text: str):
+    shown = visible_blanks(inert(text))
+    assert all(len(run) <= 48 for run in BLANK_RE.findall(shown))
+    assert all(char in " \t" for char in "".join(BLANK_RE.findall(shown)))

@@ -494,15 +494,18 @@ def summarize_trim(
     """Like `trim`, but the dropped messages are replaced by one system message summarizing them.
 
     `summarizer` gets the dropped messages in order (they may exceed the model's window: it
-    should trim them itself); if it raises or returns nothing, plain `trim` is used.
+    should trim them itself); if it raises or returns nothing, plain `trim` is used. When
+    truncating long messages is enough, nothing is dropped and the summarizer is not asked.
     """
     target = _target(budget, target_ratio)
     if _fits(messages, target, counter):
         return list(messages)
     reserve = max(counter.count(omitted_note(len(messages))), min(target // 4, SUMMARY_MAX_TOKENS))
     plan = _plan(messages, target, reserve, counter)
-    summary = _summarize([messages[i] for i in plan.dropped], summarizer) if plan.dropped else None
-    if summary is None:  # nothing to summarize, or the summarizer failed
+    if not plan.dropped:  # truncating was enough (trim's smaller reserve may drop instead)
+        return _assemble(messages, plan, None)
+    summary = _summarize([messages[i] for i in plan.dropped], summarizer)
+    if summary is None:  # the summarizer failed
         return trim(messages, budget, counter, target_ratio=target_ratio)
     note = Message.system(SUMMARY_HEADER.format(n=len(plan.dropped)) + summary)
     return _assemble(messages, plan, truncate_message(note, reserve, counter))

@@ -274,10 +274,17 @@ def test_summarizer_gets_exactly_the_dropped_messages(messages: list[Message], b
 @PROPERTY
 @given(conversations(), BUDGETS)
 def test_failing_summarizer_falls_back_to_the_window(messages: list[Message], budget: int) -> None:
+    asked: list[int] = []
+
     def broken(segment: list[Message]) -> str:
+        asked.append(len(segment))
         raise ConnectionError("model down")
 
-    assert summarize_trim(messages, budget, CHARS, broken) == trim(messages, budget, CHARS)
+    out = summarize_trim(messages, budget, CHARS, broken)
+    if asked:  # something had to go: the plain window, as if there were no summarizer
+        assert out == trim(messages, budget, CHARS)
+    else:  # truncating was enough: the summarizer plays no part
+        assert out == summarize_trim(messages, budget, CHARS, lambda segment: "unused")
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -171,6 +171,8 @@ class GitPaths:
         """Links in the tree that git passes on the way to one of these paths."""
         self.unsure: dict[str, str] = {}
         """Config files git reads that cannot be read with certainty -> why."""
+        self.configs: dict[str, set[tuple[Path, Path]]] = {}
+        """Config files in the tree -> (work tree, directory includes are taken from)."""
         self._read: set[tuple[Path, Path]] = set()
         self._parsed: dict[Path, gitconfig.Parsed] = {}
 
@@ -238,6 +240,9 @@ class GitPaths:
             return  # read already (an include cycle, which git refuses, ends here too)
         self._read.add((worktree, real))
         self.add(real, why)
+        rel = _relative(self.root, real)
+        if rel is not None:  # what a new version of it would name is taken from these
+            self.configs.setdefault(rel, set()).add((worktree, config.parent))
         parsed = self._parsed.get(real) or self._parsed.setdefault(real, gitconfig.read(real))
         if parsed.error:
             self.unsure.setdefault(str(config), parsed.error)

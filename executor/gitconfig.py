@@ -40,6 +40,9 @@ _KEYCHAR = _ALPHA | frozenset(b"0123456789-")
 _ESCAPES = {ord("t"): 0x09, ord("b"): 0x08, ord("n"): 0x0A, ord("\\"): ord("\\"),
             ord('"'): ord('"')}
 _DEV_NULL = os.makedev(1, 3)
+_OPTIONAL = ":(optional)"
+_PREFIX = "%(prefix)/"
+_PREFIXES = ("/usr", "/usr/local", "/opt/homebrew")
 
 
 @dataclass(frozen=True)
@@ -230,6 +233,19 @@ def _lower(char: int) -> int:
 def _text(raw: bytes | bytearray) -> str:
     """A C string's text: up to the first NUL, undecodable bytes kept as surrogates."""
     return os.fsdecode(bytes(raw).split(b"\0", 1)[0])
+
+
+def path_readings(value: str) -> list[str]:
+    """What a pathname value can name, across git versions: as written (older git), without
+    the `:(optional)` mark git 2.50 strips, and with `%(prefix)/` (git 2.35) as the usual
+    install prefixes. `~` is left to the caller (expanduser)."""
+    readings = [value]
+    if value.startswith(_OPTIONAL):
+        readings.append(value[len(_OPTIONAL):])
+    for reading in list(readings):
+        if reading.startswith(_PREFIX):
+            readings += [f"{prefix}/{reading[len(_PREFIX):]}" for prefix in _PREFIXES]
+    return readings
 
 
 # ---------------------------------------------------------------------------- files

@@ -248,7 +248,8 @@ class GitPaths:
             self.unsure.setdefault(str(config), parsed.error)
         for entry in parsed.entries:
             for value in entry.values:
-                self._config_value(worktree, config, entry.key, value)
+                for reading in gitconfig.path_readings(value):
+                    self._config_value(worktree, config, entry.key, reading)
 
     def _config_value(self, worktree: Path, config: Path, key: str, value: str) -> None:
         if key == "core.hookspath":

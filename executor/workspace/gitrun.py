@@ -156,8 +156,9 @@ def _named(entries: list[gitconfig.Entry], where: _WHERE) -> list[tuple[str, str
         if key != "core.hookspath" and not include:
             continue
         for value in entry.values:
-            path = os.path.expanduser(value)
-            found.append((key, os.path.join(base if include else worktree, path)))
+            for reading in gitconfig.path_readings(value):
+                path = os.path.expanduser(reading)
+                found.append((key, os.path.join(base if include else worktree, path)))
     return found
 
 

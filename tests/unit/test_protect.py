@@ -229,3 +229,9 @@ def test_the_persons_own_config_is_read_through_a_link(tmp_path: Path) -> None:
     (tmp_path / ".gitconfig").symlink_to(dotfiles / "gitconfig")
     found = protected_paths(root, scan(root), global_configs=[tmp_path / ".gitconfig"])
     assert found.missing == ("githooks",)
+
+
+def test_a_hooks_path_marked_optional_is_protected_as_newer_git_reads_it(tmp_path: Path) -> None:
+    root = _repo(tmp_path)
+    git("config", "core.hooksPath", ":(optional)tools/hooks", cwd=root)  # git 2.50 drops the mark
+    assert "tools/hooks" in protect(root)[1]

@@ -441,12 +441,13 @@ def check_apply(runner: Runner, apply: bool) -> None:
 
 def show_changes(runner: Runner) -> None:
     """After a copy session: what changed, and how to review and apply it (on stderr)."""
+    from executor.cli.workspace import git_marked
     from executor.workspace.apply import pending
     from executor.workspace.render import summary
 
     changes = runner.changes
     if changes is None:
         return
-    todo = pending(runner.options.root, changes)
+    todo = git_marked(runner.options.root, pending(runner.options.root, changes))
     for line in summary(changes, todo, root=str(runner.options.root)):
         err_console.print(line, markup=False, highlight=False, soft_wrap=True)

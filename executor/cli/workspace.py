@@ -6,6 +6,7 @@ stderr. Text that came from the sandbox is made inert before it reaches a termin
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -18,6 +19,7 @@ from executor.errors import (
     ApplyDeclinedError,
     ConfigError,
     ConflictError,
+    SandboxAgentError,
     SessionNotFoundError,
 )
 from executor.state import real_root
@@ -26,6 +28,7 @@ if TYPE_CHECKING:  # imported where used: `--help` loads neither Rich nor pydant
     from executor.audit import AuditLog
     from executor.workspace.apply import Outcome
     from executor.workspace.changes import Change, Changeset
+    from executor.workspace.gitrun import GitRun
 
 SessionOpt = Annotated[
     str | None,
@@ -101,6 +104,7 @@ def diff_command(
         _nothing(root)
         return
     applied = set(applied_paths(root, changeset))
+    changeset = dataclasses.replace(changeset, changes=git_marked(root, changeset.changes))
     if as_json_:
         typer.echo(json.dumps(as_json(changeset, applied), indent=2, ensure_ascii=True))
         return
@@ -112,6 +116,26 @@ def diff_command(
             typer.echo(line)
         return
     sys.stdout.writelines(diff(todo, reader(BlobStore.for_root(root)), safe=safe))
+
+
+def git_marked(root: Path, changes: list[Change], git: GitRun | None = None) -> list[Change]:
+    """`changes` flagged where git on the host runs or reads the path (apply refuses those);
+    a warning when that cannot be worked out (apply then refuses everything)."""
+    from executor.workspace.gitrun import git_run
+    from executor.workspace.render import inert, reader
+    from executor.workspace.store import BlobStore
+
+    try:
+        git = git or git_run(root)
+    except SandboxAgentError as exc:
+        err_console.print(f"warning: cannot tell which files git on the host runs ({exc}); "
+                          "apply will refuse to write", markup=False, highlight=False)
+        return changes
+    for config, why in git.unsure.items():
+        err_console.print(f"warning: git on the host reads {inert(config)} as config, but it "
+                          f"cannot be read with certainty ({why}); apply will refuse to write "
+                          "until it is fixed", markup=False, highlight=False)
+    return git.mark(changes, reader(BlobStore.for_root(root)))
 
 
 def _heading(changeset: Changeset, todo: list[Change], applied: set[str]) -> None:
@@ -153,6 +177,7 @@ def run_apply(root: Path, changeset: Changeset, *, yes: bool, at_terminal: bool,
               audit: bool = True, to_stderr: bool = False) -> Outcome | None:
     """Show, ask (unless --yes), apply; ConflictError when files were left alone."""
     from executor.workspace.apply import apply_changes, pending
+    from executor.workspace.gitrun import git_run
 
     todo = pending(root, changeset)
     if not todo:
@@ -160,15 +185,18 @@ def run_apply(root: Path, changeset: Changeset, *, yes: bool, at_terminal: bool,
                           "already in the tree (`sandbox-agent undo` takes them back)",
                           markup=False, highlight=False)
         return None
+    git = git_run(root)
+    git.check_certain()  # nothing to ask about when nothing can be applied
     if not yes:
         if not at_terminal:
             raise ConfigError("apply asks before it writes, and there is no terminal to ask",
                               fix="review with `sandbox-agent diff`, then pass --yes")
-        _show(root, todo)
+        _show(root, git_marked(root, todo, git))
         if not _confirm(f"Apply these {len(todo)} changes to {root}?"):
             raise ApplyDeclinedError("nothing applied; the changes stay pending")
     log = _audit(root, changeset.session) if audit else None
-    outcome = apply_changes(root, changeset, approved_by="--yes" if yes else "user", audit=log)
+    outcome = apply_changes(root, changeset, approved_by="--yes" if yes else "user", audit=log,
+                            git=git)
     _report(outcome, "applied", to_stderr=to_stderr)
     _raise_conflicts(outcome, "applied", CONFLICT_FIX)
     return outcome
@@ -224,7 +252,8 @@ def _report(outcome: Outcome, verb: str, *, to_stderr: bool = False) -> None:
     for path in outcome.already:
         say(f"already {inert(path)}")
     for path, reason in outcome.conflicts:
-        err_console.print(f"not {verb}: {inert(path)}: {reason}", markup=False, highlight=False)
+        err_console.print(f"not {verb}: {inert(path)}: {inert(reason)}", markup=False,
+                          highlight=False)
 
 
 def _raise_conflicts(outcome: Outcome, verb: str, fix: str) -> None:

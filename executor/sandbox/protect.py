@@ -1,31 +1,40 @@
 """What in the project tree git on the host would run, so it can be mounted read-only.
 
 Git runs code from a repository's own files: hooks in `.git/hooks` (or wherever `core.hooksPath`
-points), `core.fsmonitor` and friends in `.git/config`, and any config file that config
-includes. A repository can be a `.git` directory, a `gitdir:` file pointing elsewhere, or a
-symlink, at any depth (vendored code and `node_modules` included). `protected_paths` finds all
-of them before the container starts; the sandbox mounts each read-only over the read-write root,
-so the kernel refuses writes to them. Paths that do not exist yet but would be honoured
-(a `hooksPath` or include target) get an empty read-only mount so they cannot be created.
+points, and whatever a hook there links to), `core.fsmonitor` and friends in `.git/config` and
+`config.worktree`, and any config file that config includes, at any depth. A repository can be
+a `.git` directory, a `gitdir:` file pointing elsewhere, or a symlink, at any depth (vendored
+code and `node_modules` included). `protected_paths` finds all of them before the container
+starts; the sandbox mounts each read-only over the read-write root, so the kernel refuses
+writes to them. Paths that do not exist yet but would be honoured (a `hooksPath` or include
+target) get an empty read-only mount so they cannot be created. `git_paths` is the same set
+with reasons, for a copy workspace's `apply` (executor/workspace/gitrun.py).
+
+Config files are read as git reads them (executor/gitconfig.py: byte-order mark, escapes,
+continued lines, both git versions' whitespace), following links as git does, and an include
+is taken from the directory of the path git built, not of the file a link led to. What
+cannot be known for certain is refused, never guessed: a config git would read that we cannot
+(a FIFO, a device, over 1 MiB, a syntax error git stops at), and a link in the tree on the way
+to any of these paths (a mount holds the file in place, not the link that leads to it).
 
 After a bind-mode session `sweep` clears set-id bits the session left (the seccomp profile
 refuses them in the first place; this is defence in depth) and reports `.git` entries that
 appeared (the toolbox quarantines those a command creates).
 
-Reading `.git` files here is safe: they are opened without following links, only when they are
-small regular files, and only parsed, never executed.
+Reading these files here is safe: they are opened without blocking, only when they are small
+regular files, and only parsed, never executed.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import re
 import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from executor import gitconfig
 from executor.errors import ConfigError
 from executor.workspace.paths import GITDIR_PARTS, gitdir_shape
 
@@ -34,8 +43,9 @@ MAX_ENTRIES = 2_000_000
 MAX_MOUNTS = 512
 """Read-only mounts before the tree is refused (the engine slows down well before thousands)."""
 _MAX_CONFIG = 1 << 20
-_SECTION = re.compile(r'^\s*\[\s*([A-Za-z0-9.-]+)(?:\s+"((?:[^"\\]|\\.)*)")?\s*\]\s*(.*)$')
-_KEY = re.compile(r"^\s*([A-Za-z][A-Za-z0-9-]*)\s*(?:=\s*(.*))?$")
+_MAX_HOOKS = 1000
+"""Entries of a hooks directory looked at for links."""
+_MAX_HOPS = 40
 _SETID = stat.S_ISUID | stat.S_ISGID
 
 
@@ -109,21 +119,33 @@ def _kind(entry: os.DirEntry[str]) -> str:
 
 def protected_paths(root: Path, tree: TreeScan, *, global_configs: list[Path] | None = None
                     ) -> Protected:
-    """Every path under `root` that git on the host would run code from."""
+    """Every path under `root` that git on the host would run code from, as read-only mounts.
+
+    A config git reads that cannot be read with certainty, or a link in the tree on the way to
+    what git runs (a mount cannot hold a link in place), is an error: the sandbox cannot be
+    told what to protect.
+    """
+    found = git_paths(root, tree, global_configs=global_configs)
+    found.refuse_unsure()
+    return found.result()
+
+
+def git_paths(root: Path, tree: TreeScan, *, global_configs: list[Path] | None = None
+              ) -> GitPaths:
+    """What git on the host reads as config or runs from the tree at `root`, and why."""
     root = Path(os.path.realpath(root))
-    found = _Found(root)
+    found = GitPaths(root)
     configs = global_configs if global_configs is not None else user_git_configs()
     repos = [(root / rel, kind) for rel, kind in tree.git_entries.items()]
     for rel in tree.git_dirs:  # a bare repository: its hooks run when someone pushes to it
-        found.add(root / rel)
-        found.config_paths(root / rel, root / rel / "config")
+        found.add(root / rel, "a bare git repository")
+        found.repository(root / rel, [root / rel])
     for entry, kind in repos + enclosing_repos(root):
         worktree = entry.parent
-        for git_dir in found.git_dirs(entry, kind):
-            found.config_paths(worktree, git_dir / "config")
+        found.repository(worktree, found.git_dirs(entry, kind))
         for config in configs:
             found.config_paths(worktree, config)
-    return found.result()
+    return found
 
 
 def enclosing_repos(root: Path) -> list[tuple[Path, str]]:
@@ -137,26 +159,56 @@ def enclosing_repos(root: Path) -> list[tuple[Path, str]]:
     return repos
 
 
-class _Found:
-    """Paths to mount read-only, collected while reading repositories and their config."""
+class GitPaths:
+    """Paths git on the host reads as config or runs, collected while reading repositories
+    and their config (relative to the root, each with the reason it counts)."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        self.existing: set[str] = set()
-        self.missing: set[str] = set()
+        self.existing: dict[str, str] = {}
+        self.missing: dict[str, str] = {}
+        self.links: dict[str, str] = {}
+        """Links in the tree that git passes on the way to one of these paths."""
+        self.unsure: dict[str, str] = {}
+        """Config files git reads that cannot be read with certainty -> why."""
+        self.configs: dict[str, set[tuple[Path, Path]]] = {}
+        """Config files in the tree -> (work tree, directory includes are taken from)."""
+        self._read: set[tuple[Path, Path]] = set()
+        self._parsed: dict[Path, gitconfig.Parsed] = {}
 
-    def add(self, target: Path) -> None:
+    def add(self, target: Path, why: str) -> None:
         """Protect `target` when it lies inside the root."""
         rel = _relative(self.root, target)
         if rel is not None:
-            (self.existing if os.path.lexists(target) else self.missing).add(rel)
+            into = self.existing if os.path.lexists(target) else self.missing
+            into.setdefault(rel, why)
+
+    def resolve(self, path: Path, why: str) -> Path:
+        """`path` with every link followed (as the kernel does for git); links met inside the
+        root are kept: re-pointed, they would send git elsewhere."""
+        real, links = _resolve(path)
+        for link in links:
+            rel = _relative(self.root, link)
+            if rel is not None and rel != "." and ".git" not in rel.lower().split("/"):
+                # (a .git link is the toolbox's to guard: it quarantines a new one)
+                self.links.setdefault(rel, f"a link git follows to {self.show(path)} ({why})")
+        return real
+
+    def show(self, path: Path) -> str:
+        """`path` relative to the root when inside it (for messages)."""
+        rel = _relative(self.root, Path(os.path.abspath(path)))
+        return str(path) if rel is None else rel
+
+    def paths(self) -> dict[str, str]:
+        """Every path found (existing, missing, links) -> why git reads or runs it."""
+        return {**self.missing, **self.existing, **self.links}
 
     def git_dirs(self, entry: Path, kind: str) -> list[Path]:
         """The git directories a `.git` entry stands for, each protected."""
         if kind == "dir":
             dirs = [entry]
         elif kind == "file":
-            self.add(entry)  # the pointer itself: rewritten, it would point at a planted repo
+            self.add(entry, "a .git file")  # rewritten, it would point at a planted repository
             target = _gitdir_target(entry)
             dirs = [target] if target else []
         elif kind == "symlink":
@@ -166,27 +218,83 @@ class _Found:
         dirs += [c for d in dirs if (c := _common_dir(d)) is not None]
         for git_dir in dirs:
             if os.path.isdir(git_dir):
-                self.add(git_dir)
+                self.add(git_dir, "a git directory")
         return dirs
 
-    def config_paths(self, worktree: Path, config: Path, depth: int = 0) -> None:
-        """hooksPath and include targets of one config file (and what it includes)."""
-        if depth > 5:
+    def repository(self, worktree: Path, git_dirs: list[Path]) -> None:
+        """The config files and hooks of one repository (its git dirs and their common dir)."""
+        for git_dir in git_dirs:
+            self.hook_links(git_dir / "hooks")
+            for name in ("config", "config.worktree"):
+                self.config_paths(worktree, git_dir / name)
+
+    def config_paths(self, worktree: Path, config: Path,
+                     why: str = "git reads it as config") -> None:
+        """hooksPath and include targets of one config file (and of what it includes).
+
+        `config` is the path as git builds it (not resolved): a relative include is taken
+        from its directory, and the kernel resolves what is in between.
+        """
+        real = self.resolve(config, why)
+        if (worktree, real) in self._read:
+            return  # read already (an include cycle, which git refuses, ends here too)
+        self._read.add((worktree, real))
+        self.add(real, why)
+        rel = _relative(self.root, real)
+        if rel is not None:  # what a new version of it would name is taken from these
+            self.configs.setdefault(rel, set()).add((worktree, config.parent))
+        parsed = self._parsed.get(real) or self._parsed.setdefault(real, gitconfig.read(real))
+        if parsed.error:
+            self.unsure.setdefault(str(config), parsed.error)
+        for entry in parsed.entries:
+            for value in entry.values:
+                for reading in gitconfig.path_readings(value):
+                    self._config_value(worktree, config, entry.key, reading)
+
+    def _config_value(self, worktree: Path, config: Path, key: str, value: str) -> None:
+        if key == "core.hookspath":
+            why = f"git runs the hooks in it (core.hooksPath in {self.show(config)})"
+            hooks = self.resolve(_expand(value, worktree), why)
+            self.add(hooks, why)
+            if hooks.name == "_":  # husky: .husky/_/pre-commit runs .husky/pre-commit
+                self.add(hooks.parent, why)
+            self.hook_links(hooks)
+        elif key == "include.path" or (key.startswith("includeif.") and key.endswith(".path")):
+            # an included file can set hooksPath, fsmonitor, more includes
+            self.config_paths(worktree, _expand(value, config.parent),
+                              f"git reads it as config (included by {self.show(config)})")
+
+    def hook_links(self, hooks: Path) -> None:
+        """What the links in a hooks directory point at: git runs the target."""
+        try:
+            with os.scandir(hooks) as entries:
+                links = [e.path for _, e in zip(range(_MAX_HOOKS), entries, strict=False)
+                         if e.is_symlink()]
+        except OSError:
             return
-        for key, value in config_values(config):
-            if key == "core.hookspath":
-                hooks = _expand(value, worktree)
-                self.add(hooks)
-                if hooks.name == "_":  # husky: .husky/_/pre-commit runs .husky/pre-commit
-                    self.add(hooks.parent)
-            elif key == "include.path" or (key.startswith("includeif.") and key.endswith(".path")):
-                target = _expand(value, config.parent)
-                self.add(target)  # an included file can set hooksPath, fsmonitor, more includes
-                self.config_paths(worktree, target, depth + 1)
+        for link in links:
+            why = f"git runs it (the hook {self.show(Path(link))} links to it)"
+            self.add(self.resolve(Path(link), why), why)
+
+    def refuse_unsure(self) -> None:
+        """A ConfigError when something git reads or passes cannot be protected."""
+        for config, why in self.unsure.items():
+            raise ConfigError(
+                f"git on the host reads {config} as config, but it cannot be read with "
+                f"certainty ({why}): the files it names cannot be protected",
+                fix=f"fix or remove it (`git config --file {config} --list` shows what git "
+                    "makes of it), or run with --workspace copy or --read-only")
+        uncovered = {rel: why for rel, why in self.links.items()
+                     if not _covered(rel, set(self.existing))}
+        for rel, why in uncovered.items():
+            raise ConfigError(
+                f"{rel} in the project is {why}: the sandbox could point it elsewhere",
+                fix="replace the link with what it points to, or run with --workspace copy "
+                    "or --read-only")
 
     def result(self) -> Protected:
         """The outermost paths (one mount covers what is inside it), within the mount cap."""
-        existing = _outermost(self.existing)
+        existing = _outermost(set(self.existing))
         missing = {m for m in self.missing if not _covered(m, existing)}
         if len(existing) + len(missing) > MAX_MOUNTS:
             raise ConfigError(
@@ -195,6 +303,33 @@ class _Found:
                 fix="point --root at a smaller directory, or pass --allow-git-writes",
             )
         return Protected(tuple(sorted(existing)), tuple(sorted(missing)))
+
+
+def _resolve(path: Path) -> tuple[Path, list[Path]]:
+    """`os.path.realpath(path)`, and the links met on the way (as their own paths)."""
+    todo = os.path.join(os.getcwd(), path).split("/")[::-1]  # (abspath would drop `x/..`)
+    here, links, hops = "", [], 0
+    while todo:
+        name = todo.pop()
+        if name in ("", "."):
+            continue
+        if name == "..":
+            here = os.path.dirname(here) if here else ""
+            continue
+        step = f"{here}/{name}"
+        try:
+            target = os.readlink(step)
+        except OSError:
+            here = step  # not a link (or not there: the rest is taken as written)
+            continue
+        links.append(Path(step))
+        hops += 1
+        if hops > _MAX_HOPS:
+            return Path(os.path.realpath(path)), links
+        todo.extend(target.split("/")[::-1])
+        if target.startswith("/"):
+            here = ""
+    return Path(here or "/"), links
 
 
 def _common_dir(git_dir: Path) -> Path | None:
@@ -212,46 +347,17 @@ def _gitdir_target(entry: Path) -> Path | None:
 
 
 def _expand(value: str, base: Path) -> Path:
+    """A path value as git takes it (interpolate_path: `~` and `~user`), relative to `base`;
+    not resolved (the caller follows links)."""
     path = Path(os.path.expanduser(value))
-    return Path(os.path.realpath(path if path.is_absolute() else base / path))
+    return path if path.is_absolute() else base / path
 
 
 def config_values(path: Path) -> list[tuple[str, str]]:
-    """`(section[.subsection].key lowercased, value)` pairs of a git config file.
-
-    A small reader for the keys that matter here; it is conservative where git's syntax is rich
-    (a value it cannot unquote is taken as written, which only ever adds a mount).
-    """
-    text = small_text(path)
-    if text is None:
-        return []
-    pairs, section = [], ""
-    for line in text.splitlines():
-        header = _SECTION.match(line)
-        if header:
-            name, sub, rest = header.groups()
-            section = name.lower() + (f".{sub}" if sub is not None else "")
-            line = rest
-            if not line.strip():
-                continue
-        key = _KEY.match(line)
-        if key and section:
-            pairs.append((f"{section}.{key.group(1).lower()}", _unquote(key.group(2) or "")))
-    return pairs
-
-
-def _unquote(raw: str) -> str:
-    out, quoted = [], False
-    for index, char in enumerate(raw):
-        if char == '"':
-            quoted = not quoted
-        elif char in "#;" and not quoted:
-            break
-        elif char == "\\" and index + 1 < len(raw):
-            continue
-        else:
-            out.append(char)
-    return "".join(out).strip()
+    """`(section[.subsection].key lowercased, value)` pairs of a git config file, as git reads
+    them (up to where git would stop; both readings of a value where git versions differ)."""
+    return [(entry.key, value) for entry in gitconfig.read(path).entries
+            for value in entry.values]
 
 
 def small_text(path: Path) -> str | None:

@@ -7,9 +7,11 @@ is left alone; anything else is a conflict, reported and never merged. Removals 
 (files and links, then directories deepest first), then new directories (shallowest first),
 then files and links, each written atomically.
 
-`apply_changes` runs a changeset's pending changes; `undo` runs the inverse of the last apply
-of a session (copy mode) or of a bind session's recorded writes. Both append to the
-session's journal and to the audit log: who approved, which files, hashes before and after.
+`apply_changes` runs a changeset's pending changes, except those to what git on the host runs
+or reads as config (hooks, included configs: gitrun.py), which it refuses whatever was
+approved; `undo` runs the inverse of the last apply of a session (copy mode) or of a bind
+session's recorded writes. Both append to the session's journal and to the audit log: who
+approved, which files, hashes before and after.
 """
 
 from __future__ import annotations
@@ -27,8 +29,10 @@ from executor.audit import AuditLog
 from executor.errors import WorkspaceError
 from executor.workspace import hostfs
 from executor.workspace.changes import Change, Changeset, utc_now
+from executor.workspace.gitrun import GitRun, git_run
 from executor.workspace.manifest import Entry, from_row
 from executor.workspace.paths import GITDIR_PARTS, gitdir_shape, problem, sort_key
+from executor.workspace.render import reader
 from executor.workspace.store import (
     BlobStore,
     append_line,
@@ -61,12 +65,16 @@ class Outcome:
 # ---------------------------------------------------------------------------- the writer
 
 
-def execute(root: Path, changes: Iterable[Change], blobs: BlobStore) -> Outcome:
-    """Apply `changes` to the tree at `root` where it still is in their before state."""
+def execute(root: Path, changes: Iterable[Change], blobs: BlobStore,
+            refuse: dict[str, str] | None = None) -> Outcome:
+    """Apply `changes` to the tree at `root` where it still is in their before state;
+    `refuse`: paths never written, each with the reason reported."""
     outcome = Outcome()
     ready = []
     for change in sorted(changes, key=lambda c: sort_key(c.path)):
         verdict = _check(root, change, blobs)
+        if refuse and change.path in refuse and verdict != "already":
+            verdict = refuse[change.path]
         if verdict == "ready":
             ready.append(change)
         elif verdict == "already":
@@ -239,10 +247,13 @@ def pending(root: Path, changeset: Changeset) -> list[Change]:
 
 
 def apply_changes(root: Path, changeset: Changeset, *, approved_by: str,
-                  audit: AuditLog | None = None) -> Outcome:
-    """Write the pending changes of `changeset` into the tree; journal and audit it."""
+                  audit: AuditLog | None = None, git: GitRun | None = None) -> Outcome:
+    """Write the pending changes of `changeset` into the tree; journal and audit it. What git
+    on the host runs or reads as config (`git`, else worked out now) is never written."""
     blobs = BlobStore.for_root(root)
-    outcome = execute(root, pending(root, changeset), blobs)
+    todo = pending(root, changeset)
+    refuse = (git or git_run(root)).refusals(todo, reader(blobs))
+    outcome = execute(root, todo, blobs, refuse)
     record = {"type": "apply", "id": secrets.token_hex(8), "ts": utc_now(),
               "session": changeset.session, "changeset": changeset.id,
               "approved_by": approved_by, "user": _user(), "host": socket.gethostname(),

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import Engine
-from tests.docker.cli_support import ask, explain, run_cli
+from tests.docker.cli_support import ask, assert_user_error, explain, run_cli
 from tests.fakes.model_server import Call, ModelServer, RecordedRequest, Reply
 
 pytestmark = [pytest.mark.docker, pytest.mark.engines]
@@ -104,6 +104,56 @@ def test_hooks_path_and_included_config_in_the_tree_are_read_only(workdir: Path,
     assert all("Read-only file system" in r for r in results[:2]), results
     assert (root / ".husky" / "pre-commit").read_text() == "#!/bin/sh\nnpm test\n"
     assert (root / "shared.gitconfig").read_text() == "[user]\n\tname = dev\n"
+
+
+# A repository ships the config the person is told to include; each spelling makes git read
+# `tools/local.gitconfig` (or run hooks from `tools/git hooks`), whatever a simpler reader sees.
+SHIPPED = {
+    "a byte-order mark": b"\xef\xbb\xbf[include]\n\tpath = tools/local.gitconfig\n",
+    "a tab escape": b"[include]\n\tpath = tools/local\\t.gitconfig\n",
+    "a continued line": b"[include]\n\tpath = tools/lo\\\ncal.gitconfig\n",
+    "a NUL in the subsection": b'[include "path\x00"]\n\tx = tools/local.gitconfig\n',
+    "a tab inside the value": b"[core]\n\thooksPath = tools/git\thooks\n",
+}
+PLANT = ("mkdir -p tools && for f in local.gitconfig \"local$(printf '\\t').gitconfig\"; do "
+         "printf '[core]\\n\\tfsmonitor = \"touch {marker}; false\"\\n' > \"tools/$f\"; done; "
+         "for d in 'git hooks' \"git$(printf '\\t')hooks\"; do mkdir -p \"tools/$d\" && "
+         "printf '#!/bin/sh\\ntouch {marker}\\n' > \"tools/$d/pre-commit\" && "
+         "chmod +x \"tools/$d/pre-commit\"; done; ls -A tools")
+
+
+@pytest.mark.parametrize("spelling", list(SHIPPED))
+def test_a_shipped_config_git_includes_is_protected_however_it_is_spelled(
+        workdir: Path, model_server: ModelServer, spelling: str):
+    root = workdir / "proj"
+    root.mkdir()
+    git("init", "-q", str(root), cwd=workdir)
+    (root / ".gitconfig").write_bytes(SHIPPED[spelling])
+    git("add", ".gitconfig", cwd=root)
+    git("-c", "user.email=a@b", "-c", "user.name=a", "commit", "-q", "-m", "init", cwd=root)
+    git("config", "include.path", "../.gitconfig", cwd=root)  # as the README says
+    marker = workdir / "PWNED"
+    attempt(root, model_server, PLANT.format(marker=marker))
+    git("status", "--short", cwd=root)  # runs core.fsmonitor, wherever git found it
+    git("-c", "user.email=a@b", "-c", "user.name=a", "commit", "-q", "--allow-empty", "-m", "x",
+        cwd=root)  # runs the pre-commit hook
+    assert not marker.exists(), f"host git ran what the sandbox planted ({spelling})"
+    assert "fsmonitor" not in git("config", "--list", cwd=root)
+
+
+def test_a_git_config_that_cannot_be_read_with_certainty_stops_a_bind_session(
+        workdir: Path, model_server: ModelServer):
+    root = workdir / "proj"
+    root.mkdir()
+    git("init", "-q", str(root), cwd=workdir)
+    (root / "team.gitconfig").write_bytes(b"[include]\n\tpath = \"tools/local.gitconfig\n")
+    git("config", "include.path", "../team.gitconfig", cwd=root)
+    model_server.reply(tool_calls=[Call("run_shell_command", {"command": "echo x > a.txt"})])
+    model_server.reply("done")
+    done = ask(root, model_server, "ollama", "--yes")
+    assert_user_error(done, 2, "team.gitconfig as config, but it cannot be read with certainty")
+    assert "--workspace copy" in done.stderr
+    assert not (root / "a.txt").exists()  # the sandbox never started
 
 
 def test_a_hooks_path_that_does_not_exist_cannot_be_created(workdir: Path,

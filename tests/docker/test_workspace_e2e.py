@@ -5,10 +5,12 @@ them back; bind sessions can be undone as far as their content was kept."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
 import stat
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -165,6 +167,52 @@ def test_the_copy_keeps_the_invariants(project: Path, model_server: ModelServer)
     assert cli("apply", "--root", project, "--yes").returncode == 0
     assert not (project / "sub" / ".git").exists() and os.listdir(project / "sub") == []
     assert (project / "tool").stat().st_mode & 0o7777 == 0o755
+
+
+def test_apply_never_writes_what_git_on_the_host_runs_or_reads_as_config(
+        project: Path, model_server: ModelServer):
+    """The repository's hooksPath and the config .git/config includes are ordinary files in a
+    copy: `diff` flags a change to them loudly, `apply` refuses it (exit 61) and lands the rest,
+    and git on the host runs nothing the sandbox wrote, also through what a refused config
+    change would have included."""
+    git = functools.partial(subprocess.run, check=True, capture_output=True, text=True,
+                            cwd=project)
+    (project / "tools" / "hooks").mkdir(parents=True)
+    (project / "tools" / "repo.gitconfig").write_text("[core]\n\tautocrlf = false\n")
+    (project / "tools" / "hooks" / "pre-commit").write_text("#!/bin/sh\nexit 0\n")
+    (project / "tools" / "hooks" / "pre-commit").chmod(0o755)
+    git(["git", "config", "core.hooksPath", "tools/hooks"])
+    git(["git", "config", "include.path", "../tools/repo.gitconfig"])
+    marker = project.parent / "PWNED"
+    fsmonitor = f'[core]\\n\\tfsmonitor = \\"touch {marker}; false\\"\\n'
+    script(model_server, Call("run_shell_command", {"command": (
+        f"printf '{fsmonitor}' >> tools/repo.gitconfig && "
+        f"printf '#!/bin/sh\\ntouch {marker}\\n' > tools/hooks/pre-commit && "
+        "printf '[include]\\n\\tpath = ../extra.gitconfig\\n' >> tools/repo.gitconfig && "
+        f"printf '{fsmonitor}' > extra.gitconfig && echo fixed >> hello.py")}))
+    assert_ok(ask(project, model_server, "ollama", "--yes", "--workspace", "copy"), "done")
+
+    shown = cli("diff", "--root", project)
+    assert shown.returncode == 0, explain(shown)
+    assert ("!! git on the host runs or reads this: git reads it as config (included by "
+            ".git/config) — apply refuses it\ndiff --sandbox-agent a/tools/repo.gitconfig"
+            in shown.stdout), explain(shown)
+    assert ("!! git on the host runs or reads this: inside tools/hooks: git runs the hooks in "
+            "it (core.hooksPath in .git/config) — apply refuses it\n" in shown.stdout)
+    assert ("!! git on the host runs or reads this: git would read it as config if the change "
+            "to tools/repo.gitconfig were made — apply refuses it\n" in shown.stdout)
+    applied = cli("apply", "--root", project, "--yes")
+
+    assert applied.returncode == 61, explain(applied)
+    for path in ("tools/repo.gitconfig", "tools/hooks/pre-commit", "extra.gitconfig"):
+        assert f"not applied: {path}: git on the host runs or reads this" in applied.stderr
+    assert (project / "hello.py").read_text().endswith("fixed\n")
+    assert (project / "tools" / "repo.gitconfig").read_text() == "[core]\n\tautocrlf = false\n"
+    assert not (project / "extra.gitconfig").exists()
+    git(["git", "status", "--short"])
+    git(["git", "-c", "user.email=a@b", "-c", "user.name=a", "commit", "-q", "--allow-empty",
+         "-m", "x"])
+    assert not marker.exists()
 
 
 def test_a_resumed_copy_session_goes_on_from_its_own_changes(project: Path,

@@ -7,6 +7,9 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
+
+from executor.errors import ConfigError
 from executor.sandbox.protect import (
     Sweep,
     check_replaced,
@@ -131,3 +134,104 @@ def test_look_alikes_that_were_there_before_the_session_are_left_to_the_person(
     root.mkdir()
     _plant_look_alikes(root)
     assert sweep(root, scan(root), 0).disabled == []
+
+
+# ---------------------------------------------------------------------------- git's config, as git reads it
+
+
+def _repo(tmp_path: Path) -> Path:
+    root = tmp_path / "proj"
+    root.mkdir()
+    git("init", "-q", ".", cwd=root)
+    return root
+
+
+def _git_names(root: Path, key: str) -> str:
+    """What git itself makes of `key` in the repository (the oracle)."""
+    return subprocess.run(["git", "config", "--get", key], cwd=root, capture_output=True,
+                          check=True, text=True,
+                          env={**os.environ, "GIT_CONFIG_NOSYSTEM": "1",
+                               "GIT_CONFIG_GLOBAL": "/dev/null"}).stdout.rstrip("\n")
+
+
+def test_an_include_git_reads_is_protected_however_it_is_spelled(tmp_path: Path) -> None:
+    root = _repo(tmp_path)
+    shipped = (b"\xef\xbb\xbf[include]\n\tpath = a.gitconfig\n"  # a byte-order mark
+               b'[include "path\x00"]\n\tx = b.gitconfig\n'  # a NUL: git reads include.path
+               b"[include]\n\tpath = c.git\\\nconfig\n")  # a continued line
+    (root / ".gitconfig").write_bytes(shipped)
+    git("config", "include.path", "../.gitconfig", cwd=root)
+    (root / "a.gitconfig").write_text("[core]\n\tfsmonitor = x\n")
+    assert _git_names(root, "core.fsmonitor") == "x"  # git does read through the BOM
+    existing, missing = protect(root)
+    assert ".gitconfig" in existing and "a.gitconfig" in existing
+    assert {"b.gitconfig", "c.gitconfig"} <= set(missing)
+
+
+def test_a_hooks_path_is_protected_as_every_git_version_reads_it(tmp_path: Path) -> None:
+    root = _repo(tmp_path)
+    with (root / ".git" / "config").open("a") as config:
+        config.write("[core]\n\thooksPath = .hooks\\tx\n[core]\n\thooksPath = tools/a\tb\n")
+    _, missing = protect(root)
+    assert {".hooks\tx", "tools/a\tb", "tools/a b"} <= set(missing)  # git < 2.45: a space
+
+
+def test_an_include_chain_is_followed_as_deep_as_git_goes(tmp_path: Path) -> None:
+    root = _repo(tmp_path)
+    git("config", "include.path", "../c0", cwd=root)
+    for n in range(10):
+        (root / f"c{n}").write_text(f"[include]\n\tpath = c{n + 1}\n")
+    assert "c10" in protect(root)[1]
+
+
+def test_a_config_that_cannot_be_read_with_certainty_is_refused(tmp_path: Path) -> None:
+    root = _repo(tmp_path)
+    git("config", "include.path", "../shared.gitconfig", cwd=root)
+    (root / "shared.gitconfig").write_bytes(b"[include]\n\tpath = \"x\n")  # git stops here
+    with pytest.raises(ConfigError, match="cannot be read with certainty"):
+        protect(root)
+    (root / "shared.gitconfig").unlink()
+    os.mkfifo(root / "shared.gitconfig")  # never read, never waited on
+    with pytest.raises(ConfigError, match="not a regular file"):
+        protect(root)
+
+
+def test_a_link_on_the_way_to_what_git_reads_is_refused(tmp_path: Path) -> None:
+    root = _repo(tmp_path)
+    (root / "tools").mkdir()
+    (root / "conf").symlink_to("tools")  # re-pointed, git would read another file
+    git("config", "include.path", "../conf/team.gitconfig", cwd=root)
+    with pytest.raises(ConfigError, match="conf in the project is a link git follows"):
+        protect(root)
+
+
+def test_what_git_reads_or_runs_through_a_link_out_of_git_dir_is_protected(
+        tmp_path: Path) -> None:
+    root = _repo(tmp_path)
+    (root / "scripts").mkdir()
+    (root / "scripts" / "pre-commit").write_text("#!/bin/sh\n")
+    (root / ".git" / "hooks" / "pre-commit").symlink_to("../../scripts/pre-commit")
+    os.rename(root / ".git" / "config", root / "scripts" / "repo.config")
+    (root / ".git" / "config").symlink_to("../scripts/repo.config")
+    git("config", "include.path", "more.gitconfig", cwd=root)
+    (root / ".git" / "more.gitconfig").write_text("[core]\n\tfsmonitor = y\n")
+    assert _git_names(root, "core.fsmonitor") == "y"  # taken from the link's directory
+    existing, missing = protect(root)
+    assert {"scripts/pre-commit", "scripts/repo.config"} <= set(existing)
+    assert "scripts/more.gitconfig" not in missing  # (the target's directory is not git's)
+
+
+def test_the_persons_own_config_is_read_through_a_link(tmp_path: Path) -> None:
+    root = _repo(tmp_path)
+    dotfiles = tmp_path / "dotfiles"
+    dotfiles.mkdir()
+    (dotfiles / "gitconfig").write_text("[core]\n\thooksPath = githooks\n")
+    (tmp_path / ".gitconfig").symlink_to(dotfiles / "gitconfig")
+    found = protected_paths(root, scan(root), global_configs=[tmp_path / ".gitconfig"])
+    assert found.missing == ("githooks",)
+
+
+def test_a_hooks_path_marked_optional_is_protected_as_newer_git_reads_it(tmp_path: Path) -> None:
+    root = _repo(tmp_path)
+    git("config", "core.hooksPath", ":(optional)tools/hooks", cwd=root)  # git 2.50 drops the mark
+    assert "tools/hooks" in protect(root)[1]

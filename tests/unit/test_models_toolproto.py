@@ -69,7 +69,8 @@ def test_with_the_built_in_tools_the_prompt_has_rules_and_a_worked_multi_step_ex
     calls = [json.loads(line.removeprefix("assistant: ")) for line in example
              if line.startswith("assistant: ")]
     assert [c.get("name") for c in calls] == ["search_files", "read_file", "edit_file", None,
-                                              "read_file", "edit_file", None]
+                                              "read_file", "edit_file", None,
+                                              "search_files", "read_file", None]
     offered_args = {s.name: set(offered(s).parameters["required"])
                     for s in default_registry().specs()}
     assert all(set(c["arguments"]) == offered_args[c["name"]] for c in calls if "name" in c)

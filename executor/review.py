@@ -29,7 +29,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from executor.agent import RunResult
 from executor.errors import ConfigError, SandboxAgentError
+from executor.hooks import WarningEvent
 from executor.messages import ToolResult
 from executor.models.parsing import json_objects
 from executor.runner import Runner
@@ -54,6 +56,14 @@ REVIEW_PROMPT = (
     "body. After that, reply with a one-sentence final answer."
 )
 SUBMITTED_RESULT = "Review recorded ({count} findings). Now reply with a one-sentence final answer."
+SUBMIT_AGAIN = (
+    "You answered without calling submit_review, so your review was not recorded. Call "
+    "submit_review now: a one-paragraph summary and every problem you found in the code, each "
+    "with its file, line, severity, title and suggested fix (an empty list only if there is "
+    "no problem at all)."
+)
+"""Sent once when the model answers in prose with no findings a report can read: small models
+(the embedded 1.5B) did so every time and their reviews came out empty."""
 
 
 class Finding(BaseModel):
@@ -555,6 +565,8 @@ def run_review(runner: Runner, request: ReviewRequest, tool: SubmitReview) -> Re
     try:
         with runner:
             result = runner.run(review_prompt(diff, scope))
+            if tool.submitted is None and parse_answer(result.answer)[2] == "none":
+                result = _ask_to_submit(runner, result)
     except SandboxAgentError as exc:
         report.status, report.error = "error", error_report(exc)
         report.session = runner.session_name
@@ -564,6 +576,18 @@ def run_review(runner: Runner, request: ReviewRequest, tool: SubmitReview) -> Re
                                          ok=r.result.ok) for r in result.tool_calls]
     _read_findings(report, result.answer, tool)
     return report
+
+
+def _ask_to_submit(runner: Runner, first: RunResult) -> RunResult:
+    """Ask once more for the findings (SUBMIT_AGAIN); the first answer stands if that fails."""
+    try:
+        again = runner.run(SUBMIT_AGAIN)
+    except SandboxAgentError as exc:
+        runner.hooks.emit(WarningEvent(
+            message=f"asking the model again for its findings failed: {exc.message}"))
+        return first
+    return RunResult(again.answer or first.answer, first.turns + again.turns,
+                     [*first.tool_calls, *again.tool_calls])
 
 
 def _read_findings(report: ReviewReport, answer: str, tool: SubmitReview) -> None:

@@ -398,7 +398,7 @@ def test_untracked_files_are_reviewed_unless_told_not_to(project: Path,
     _git(project, "add", "-A")
     _git(project, "commit", "-q", "-m", "initial")
     (project / "new.py").write_text("import os\nos.system('rm -rf /')\n")
-    model_server.reply("One new file.")
+    model_server.reply("- new.py:2 high: deletes everything")  # findings: not asked again
 
     done = run_cli("review", "--root", project, *model_args(model_server, "ollama"),
                    "--diff-base", "HEAD")
@@ -409,4 +409,36 @@ def test_untracked_files_are_reviewed_unless_told_not_to(project: Path,
     prompt = model_server.chat_requests[0].body["messages"][1]["content"]
     assert "+++ b/new.py\n@@ -0,0 +1,2 @@\n+import os\n+os.system('rm -rf /')" in prompt
     assert skipped.returncode == 0 and "No changes since HEAD" in skipped.stderr
+    assert len(model_server.chat_requests) == 1
+
+
+def test_a_review_answered_in_prose_is_asked_once_for_its_findings(project: Path, workdir: Path,
+                                                                  model_server: ModelServer):
+    """Small models answer a review in prose and never call submit_review: the report came out
+    empty. They are asked once more, and what they then submit is the report."""
+    model_server.reply("The add function looks wrong to me.")
+    model_server.reply(tool_calls=[Call("submit_review", {"summary": "One bug.",
+                                                          "findings": FINDINGS[:1]})])
+    model_server.reply("Reviewed.")
+    report = workdir / "report.json"
+
+    done = run_cli("review", "--root", project, *model_args(model_server, "ollama"),
+                   "--format", "json", "--output", report)
+
+    assert done.returncode == 0, explain(done)
+    data = json.loads(report.read_text())
+    assert data["findings_source"] == "tool" and data["findings"] == FINDINGS[:1]
+    asked = [m["content"] for m in model_server.chat_requests[1].body["messages"]
+             if m["role"] == "user"]
+    assert "without calling submit_review" in asked[-1]
+    assert len(model_server.chat_requests) == 3  # asked once, not again after the submission
+
+
+def test_a_review_whose_answer_holds_findings_is_not_asked_again(project: Path, workdir: Path,
+                                                                model_server: ModelServer):
+    model_server.reply(REVIEW)
+    done = run_cli("review", "--root", project, *model_args(model_server, "ollama"),
+                   "--format", "json")
+    assert done.returncode == 0, explain(done)
+    assert json.loads(done.stdout)["findings_source"] == "text"
     assert len(model_server.chat_requests) == 1

@@ -66,6 +66,11 @@ SUBMIT_AGAIN = (
 (the embedded 1.5B) did so every time and their reviews came out empty."""
 
 
+MAX_TITLE, MAX_TEXT, MAX_FINDINGS = 200, 1200, 50
+"""Bounds in the schema the server is given: a small model at temperature 0 repeated one
+sentence in its summary until its reply was cut off, invalid, every time it was asked."""
+
+
 class Finding(BaseModel):
     """One problem the review found."""
 
@@ -76,9 +81,9 @@ class Finding(BaseModel):
     line: int | None = Field(default=None, ge=1)
     """1-based line, when the finding is about one."""
     severity: Severity
-    title: str = Field(min_length=1)
+    title: str = Field(min_length=1, max_length=MAX_TITLE)
     """One line."""
-    body: str = ""
+    body: str = Field(default="", max_length=MAX_TEXT)
     """What is wrong and what to do about it."""
 
 
@@ -87,8 +92,10 @@ class SubmitReviewArgs(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    summary: str = Field(description="One paragraph: what the code or change does, how it is.")
-    findings: list[Finding] = Field(description="Problems seen in the code; [] for none.")
+    summary: str = Field(max_length=MAX_TEXT,
+                         description="One paragraph: what the code or change does, how it is.")
+    findings: list[Finding] = Field(max_length=MAX_FINDINGS,
+                                    description="Problems seen in the code; [] for none.")
 
 
 class SubmitReview(Tool):
@@ -497,8 +504,8 @@ def _finding(raw: Any) -> Finding | None:
     try:
         return Finding(file=clean_path(file), line=line if isinstance(line, int) else None,
                        severity=severity if severity in SEVERITIES else "medium",
-                       title=title.splitlines()[0][:200] if title else "",
-                       body=str(raw.get("body") or raw.get("suggestion") or ""))
+                       title=title.splitlines()[0][:MAX_TITLE] if title else "",
+                       body=str(raw.get("body") or raw.get("suggestion") or "")[:MAX_TEXT])
     except ValidationError:
         return None
 
@@ -525,7 +532,8 @@ def _from_lines(text: str) -> tuple[str, list[Finding]]:
         title = re.split(r"(?<=[.!?])\s", rest, maxsplit=1)[0]
         findings.append(Finding(file=clean_path(match["file"]), severity=match["sev"].lower(),
                                 line=int(match["line"]) if match["line"] else None,
-                                title=title[:200], body=rest[len(title):].strip()))
+                                title=title[:MAX_TITLE],
+                                body=rest[len(title):].strip()[:MAX_TEXT]))
     return "\n".join(kept).strip(), findings
 
 

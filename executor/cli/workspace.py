@@ -115,7 +115,7 @@ def diff_command(
 
 
 def _heading(changeset: Changeset, todo: list[Change], applied: set[str]) -> None:
-    from executor.workspace.render import inert
+    from executor.text import inert
 
     done = f", {len(applied)} already applied" if applied else ""
     err_console.print(f"session {changeset.session}: {len(todo)} pending change"
@@ -208,7 +208,7 @@ _UNDONE = {"A": "put back", "D": "removed", "M": "restored", "T": "restored"}
 
 
 def _report(outcome: Outcome, verb: str, *, to_stderr: bool = False) -> None:
-    from executor.workspace.render import inert
+    from executor.text import inert
 
     def say(line: str) -> None:
         if to_stderr:  # `ask --apply`: stdout carries the answer alone
@@ -226,7 +226,7 @@ def _report(outcome: Outcome, verb: str, *, to_stderr: bool = False) -> None:
 
 
 def _raise_conflicts(outcome: Outcome, verb: str, fix: str) -> None:
-    from executor.workspace.render import inert
+    from executor.text import inert
 
     if not outcome.conflicts:
         return
@@ -247,8 +247,8 @@ def undo_command(
     """Take back the last apply of a copy session, or what a bind session wrote; a file
     changed since is left alone (exit 61). Files a shell command changed in bind mode have
     hashes but no kept content: those are named, not restored."""
+    from executor.text import inert
     from executor.workspace.apply import plan_undo, undo
-    from executor.workspace.render import inert
 
     root = real_root(root)
     name = session or _latest_undoable(root)

@@ -1,43 +1,25 @@
 """What a person reads about pending changes: a unified diff, a stat, JSON, a summary.
 
 Text from the sandbox (paths, file contents, link targets) is made inert before it reaches a
-terminal: control characters (escape sequences, carriage returns, backspaces) and Unicode
-bidirectional overrides are shown as `\\x1b`-style escapes, never interpreted.
+terminal by `executor.text.inert`, the one function every command uses: control characters
+(escape sequences, carriage returns, backspaces), Unicode bidirectional overrides and invisible
+format characters (zero-width, U+2028/2029, U+FEFF, tags) are shown as `\\x1b`-style escapes,
+never interpreted.
 """
 
 from __future__ import annotations
 
 import re
-import unicodedata
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from executor.text import inert
 from executor.workspace.changes import Change, Changeset, Matcher, text_lines
 from executor.workspace.manifest import Entry
 from executor.workspace.store import BlobStore
 
 Content = Callable[[str], bytes | None]
-_BIDI = set("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f\u061c")
-_UNSAFE = re.compile(r"[^\t\n\x20-\x7e]")
 MAX_SUMMARY_LINES = 15
-
-
-def inert(text: str) -> str:
-    """`text` with every control character and bidi override escaped (tab and newline kept)."""
-    if not _UNSAFE.search(text):
-        return text
-    return "".join(_escape(c) for c in text)
-
-
-def _escape(char: str) -> str:
-    if char in "\t\n" or not (char in _BIDI or unicodedata.category(char) in ("Cc", "Cs")):
-        return char
-    if char == "\r":
-        return "\\r"
-    code = ord(char)
-    if code < 0x100:
-        return f"\\x{code:02x}"
-    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
 def reader(blobs: BlobStore) -> Content:

@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from executor.text import inert
 from executor.workspace.changes import Change, Changeset
 from executor.workspace.manifest import Entry
-from executor.workspace.render import diff, inert, stat_lines, summary
+from executor.workspace.render import diff, stat_lines, summary
 from executor.workspace.risk import flags
 from executor.workspace.store import BlobStore
 
@@ -119,3 +120,10 @@ def test_the_unified_diff_turns_the_old_text_into_the_new():
     assert list(unified(many, [*many[:2500], "new\n", *many[2500:]], "a", "b"))[2:] == [
         "@@ -2498,6 +2498,7 @@\n", " same\n", " same\n", " same\n", "+new\n", " same\n",
         " same\n", " same\n"]
+
+
+def test_diff_at_a_terminal_escapes_invisible_characters(tmp_path: Path):
+    blobs = BlobStore(tmp_path)
+    change = Change("x", None, put(blobs, "a\u200b\u2028\ufeff\U000e0041\u00ad\n".encode()))
+    shown = "".join(diff([change], blobs.get, safe=True))
+    assert "+a\\u200b\\u2028\\ufeff\\U000e0041\\xad\n" in shown

@@ -1,0 +1,93 @@
+"""`diff`, `apply` and `undo` against a hostile sandbox, through the real CLI and real
+containers (the fourth outside review): what is applied never lands in the person's own config
+dir, never widens a private file's mode, never hides what runs behind "binary" or invisible
+characters, judges links by where they really lead, and an undo never wipes out an edit the
+person made while the session ran."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.docker.cli_support import SANDBOX_AGENT, ask, assert_ok
+from tests.fakes.model_server import Call, ModelServer
+
+pytestmark = pytest.mark.docker
+
+ALLOW_ALL = ('[defaults]\nmedium = "allow"\nhigh = "allow"\ncritical = "allow"\n\n'
+             '[[rules]]\ntool = "*"\ndecision = "allow"\n')
+
+
+def script(server: ModelServer, *calls: Call, answer: str = "done") -> None:
+    for call in calls:
+        server.reply(tool_calls=[call])
+    server.reply(answer)
+
+
+def shell(command: str) -> Call:
+    return Call("run_shell_command", {"command": command})
+
+
+def copy_session(project: Path, server: ModelServer, *calls: Call,
+                 env: dict[str, str] | None = None) -> None:
+    script(server, *calls)
+    assert_ok(ask(project, server, "ollama", "--yes", "--workspace", "copy", env=env), "done")
+
+
+def at_terminal(*args: Any) -> tuple[int, str]:
+    """Run `sandbox-agent ARGS` with stdout and stderr on a pseudo-terminal; all it printed."""
+    import pty
+    import select
+    import subprocess
+    import time
+
+    from tests.docker.cli_support import RUN_TIMEOUT, cli_env
+
+    master, slave = pty.openpty()
+    run = subprocess.Popen([str(SANDBOX_AGENT), *map(str, args)], stdin=subprocess.DEVNULL,
+                           stdout=slave, stderr=slave, env=cli_env(COLUMNS="200"))
+    os.close(slave)
+    shown, deadline = b"", time.monotonic() + RUN_TIMEOUT
+    try:
+        while select.select([master], [], [], max(0.0, deadline - time.monotonic()))[0]:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO: the child closed the pty
+                break
+            if not chunk:
+                break
+            shown += chunk
+        return run.wait(timeout=30), shown.decode("utf-8", "replace")
+    finally:
+        os.close(master)
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.lstat().st_mode)
+
+
+# -- finding 9: invisible characters at a terminal -------------------------------------------
+
+
+def test_diff_at_a_terminal_shows_invisible_characters_escaped(project: Path,
+                                                               model_server: ModelServer):
+    hidden = "echo safe\u200b\u2028\ufeff\U000e0063\U000e0075\u00ad\u2060\n"
+    copy_session(project, model_server,
+                 Call("write_file", {"path": "run.sh", "content": hidden}),
+                 Call("write_file", {"path": "a\u200bb.txt", "content": "x\n"}))
+
+    code, shown = at_terminal("diff", "--root", project)
+    stat_code, stat_shown = at_terminal("diff", "--root", project, "--stat")
+
+    assert code == 0 and stat_code == 0, shown + stat_shown
+    assert "+echo safe\\u200b\\u2028\\ufeff\\U000e0063\\U000e0075\\xad\\u2060" in shown, shown
+    assert "a\\u200bb.txt" in shown and "a\\u200bb.txt" in stat_shown, stat_shown
+    for char in "\u200b\u2028\ufeff\U000e0063\u00ad\u2060":
+        assert char not in shown + stat_shown, ascii(char)

@@ -325,8 +325,9 @@ def _keep_before(root: Path, files: list[tuple[str, Entry]], blobs: BlobStore) -
 
 def _change(path: str, before: Entry | None, after: Entry | None, blobs: BlobStore) -> Change:
     content = _reader(blobs)
-    added, removed = line_counts(before, after, content)
-    return Change(path, before, after, flags(path, before, after, content), added, removed)
+    found = flags(path, before, after, content)
+    added, removed = line_counts(before, after, content, as_text=bool(found))
+    return Change(path, before, after, found, added, removed)
 
 
 def _reader(blobs: BlobStore) -> Callable[[str], bytes | None]:
@@ -339,13 +340,14 @@ def _reader(blobs: BlobStore) -> Callable[[str], bytes | None]:
 
 
 def line_counts(before: Entry | None, after: Entry | None,
-                content: Callable[[str], bytes | None]) -> tuple[int | None, int | None]:
+                content: Callable[[str], bytes | None], *, as_text: bool = False
+                ) -> tuple[int | None, int | None]:
     """(+lines, -lines) of a text change; (None, None) for binary or unknown content, and
-    when neither side is a file."""
+    when neither side is a file. `as_text`: a NUL does not make it binary (text_lines)."""
     if "file" not in (before and before.kind, after and after.kind):
         return None, None
-    old = text_lines(before, content)
-    new = text_lines(after, content)
+    old = text_lines(before, content, as_text=as_text)
+    new = text_lines(after, content, as_text=as_text)
     if old is None or new is None:
         return None, None
     if len(old) + len(new) > DIFF_LINES_MAX:
@@ -394,14 +396,22 @@ class Matcher(difflib.SequenceMatcher[str]):
         return merged or [("equal", 0, 0, 0, 0)]
 
 
-def text_lines(entry: Entry | None, content: Callable[[str], bytes | None]) -> list[str] | None:
-    """The lines of a text file's content; [] when absent or not a file; None when binary."""
+def text_lines(entry: Entry | None, content: Callable[[str], bytes | None], *,
+               as_text: bool = False) -> list[str] | None:
+    """The lines of a text file's content; [] when absent or not a file; None when binary or
+    not kept.
+
+    A NUL in the first 8 KiB makes a file binary, unless `as_text`: a flagged file (a
+    Makefile, a script, a hook) is always shown as text, because make and the shells run a
+    file with a NUL in it all the same; at a terminal its NULs and undecodable bytes are
+    shown escaped.
+    """
     if entry is None or entry.kind != "file":
         return []
     if entry.sha256 is None:
         return None
     data = content(entry.sha256)
-    if data is None or b"\0" in data[:TEXT_SNIFF]:
+    if data is None or (b"\0" in data[:TEXT_SNIFF] and not as_text):
         return None
     # Only "\n" ends a line: str.splitlines would also split at "\r", "\x0c", U+2028 and more,
     # and a diff that hides where a line really ends could hide what it does.

@@ -50,7 +50,7 @@ def _file_diff(change: Change, content: Content) -> Iterator[str]:
     yield from _headers(before, after)
     if {_kind(before), _kind(after)} <= {"dir", None}:
         return  # a directory has no content to show
-    yield from _content_lines(path, before, after, content)
+    yield from _content_lines(path, before, after, content, as_text=bool(change.flags))
 
 
 def _kind(entry: Entry | None) -> str | None:
@@ -75,9 +75,9 @@ def _what(entry: Entry) -> str:
     return "symlink" if entry.kind == "symlink" else "directory"
 
 
-def _content_lines(path: str, before: Entry | None, after: Entry | None, content: Content
-                   ) -> Iterator[str]:
-    old, new = _side(before, content), _side(after, content)
+def _content_lines(path: str, before: Entry | None, after: Entry | None, content: Content, *,
+                   as_text: bool) -> Iterator[str]:
+    old, new = _side(before, content, as_text), _side(after, content, as_text)
     if old is None or new is None:
         yield _unshown(before, after, content)
         return
@@ -113,11 +113,12 @@ def _range(start: int, stop: int) -> str:
     return str(first) if length == 1 else f"{first},{length}"
 
 
-def _side(entry: Entry | None, content: Content) -> list[str] | None:
-    """The lines one side shows: a file's text, a link's target, nothing for the rest."""
+def _side(entry: Entry | None, content: Content, as_text: bool) -> list[str] | None:
+    """The lines one side shows: a file's text, a link's target, nothing for the rest;
+    `as_text`: a flagged file is text even with a NUL in it (what runs is what you read)."""
     if entry is not None and entry.kind == "symlink":
         return [f"-> {entry.target}\n"]
-    return text_lines(entry, content)
+    return text_lines(entry, content, as_text=as_text)
 
 
 def _unshown(before: Entry | None, after: Entry | None, content: Content) -> str:

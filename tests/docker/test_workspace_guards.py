@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.docker.cli_support import SANDBOX_AGENT, ask, assert_ok
+from tests.docker.cli_support import SANDBOX_AGENT, ask, assert_ok, explain, run_cli
 from tests.fakes.model_server import Call, ModelServer
 
 pytestmark = pytest.mark.docker
@@ -91,3 +91,24 @@ def test_diff_at_a_terminal_shows_invisible_characters_escaped(project: Path,
     assert "a\\u200bb.txt" in shown and "a\\u200bb.txt" in stat_shown, stat_shown
     for char in "\u200b\u2028\ufeff\U000e0063\u00ad\u2060":
         assert char not in shown + stat_shown, ascii(char)
+
+
+# -- finding 10: a NUL in a file that runs on the host ---------------------------------------
+
+
+def test_a_makefile_with_a_nul_is_shown_as_text(project: Path, model_server: ModelServer):
+    """A NUL made the Makefile "binary": diff and the apply prompt showed only "Binary files
+    differ", while make runs the recipe all the same."""
+    (project / "Makefile").write_text("all:\n\t@echo building\n")
+    copy_session(project, model_server, shell(
+        "printf 'all:\\n\\t@echo building; touch ../PWNED\\n# \\000\\n' > Makefile && "
+        "printf '\\000\\001' > data.bin"))
+
+    piped = run_cli("diff", "--root", project)
+    code, shown = at_terminal("diff", "--root", project)
+    counted = run_cli("diff", "--root", project, "--stat")
+
+    assert "+\t@echo building; touch ../PWNED\n+# \x00\n" in piped.stdout, explain(piped)
+    assert code == 0 and "+# \\x00" in shown and "\x00" not in shown, shown
+    assert "Binary files differ (none -> 2 bytes)" in piped.stdout  # not flagged: binary
+    assert " M Makefile  +2 -1" in counted.stdout, explain(counted)

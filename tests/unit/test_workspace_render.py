@@ -127,3 +127,13 @@ def test_diff_at_a_terminal_escapes_invisible_characters(tmp_path: Path):
     change = Change("x", None, put(blobs, "a\u200b\u2028\ufeff\U000e0041\u00ad\n".encode()))
     shown = "".join(diff([change], blobs.get, safe=True))
     assert "+a\\u200b\\u2028\\ufeff\\U000e0041\\xad\n" in shown
+
+
+def test_a_flagged_file_with_a_nul_is_shown_as_text(tmp_path: Path):
+    blobs = BlobStore(tmp_path)
+    old, new = put(blobs, b"all:\n"), put(blobs, b"all:\n\ttouch x\n#\0\n")
+    flagged = Change("Makefile", old, new, ["runs on the host (Makefile)"])
+    shown = "".join(diff([flagged], blobs.get, safe=True))
+    assert "+\ttouch x\n+#\\x00\n" in shown and "Binary" not in shown
+    plain = "".join(diff([Change("data", old, new)], blobs.get, safe=True))
+    assert "Binary files differ (5 bytes -> 17 bytes)" in plain

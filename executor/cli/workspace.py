@@ -91,7 +91,7 @@ def diff_command(
 ) -> None:
     """Show the pending changes of a copy session as a unified diff (flags mark paths people
     later run, or that steer their tools)."""
-    from executor.workspace.apply import applied_paths
+    from executor.workspace.apply import applied_paths, for_review
     from executor.workspace.render import as_json, diff, reader, stat_lines
     from executor.workspace.store import BlobStore
 
@@ -104,14 +104,15 @@ def diff_command(
     if as_json_:
         typer.echo(json.dumps(as_json(changeset, applied), indent=2, ensure_ascii=True))
         return
-    todo = [c for c in changeset.changes if c.path not in applied]
+    content = reader(BlobStore.for_root(root))
+    todo = for_review(root, [c for c in changeset.changes if c.path not in applied], content)
     safe = sys.stdout.isatty()
     _heading(changeset, todo, applied)
     if stat:
         for line in stat_lines(todo, safe=safe):
             typer.echo(line)
         return
-    sys.stdout.writelines(diff(todo, reader(BlobStore.for_root(root)), safe=safe))
+    sys.stdout.writelines(diff(todo, content, safe=safe))
 
 
 def _heading(changeset: Changeset, todo: list[Change], applied: set[str]) -> None:
@@ -152,9 +153,11 @@ def at_terminal() -> bool:
 def run_apply(root: Path, changeset: Changeset, *, yes: bool, at_terminal: bool,
               audit: bool = True, to_stderr: bool = False) -> Outcome | None:
     """Show, ask (unless --yes), apply; ConflictError when files were left alone."""
-    from executor.workspace.apply import apply_changes, pending
+    from executor.workspace.apply import apply_changes, for_review, pending
+    from executor.workspace.render import reader
+    from executor.workspace.store import BlobStore
 
-    todo = pending(root, changeset)
+    todo = for_review(root, pending(root, changeset), reader(BlobStore.for_root(root)))
     if not todo:
         err_console.print(f"nothing to apply: the changes of session {changeset.session} are "
                           "already in the tree (`sandbox-agent undo` takes them back)",
@@ -175,6 +178,7 @@ def run_apply(root: Path, changeset: Changeset, *, yes: bool, at_terminal: bool,
 
 
 def _show(root: Path, todo: list[Change]) -> None:
+    """The diff of what is about to be applied, inert, on stderr."""
     from executor.workspace.render import diff, reader, totals
     from executor.workspace.store import BlobStore
 

@@ -18,8 +18,8 @@ import getpass
 import os
 import secrets
 import socket
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +51,9 @@ class Outcome:
     """Paths that were already in their after state."""
     conflicts: list[tuple[str, str]] = field(default_factory=list)
     """(path, why) left alone."""
+    bits: dict[str, int] = field(default_factory=dict)
+    """The permission bits each file replaced or removed had (an undo that puts it back uses
+    them)."""
 
     @property
     def touched(self) -> list[str]:
@@ -82,7 +85,7 @@ def execute(root: Path, changes: Iterable[Change], blobs: BlobStore) -> Outcome:
             if _blocked(change, failed):
                 continue
             try:
-                _act(root, action, change, blobs)
+                _act(root, action, change, blobs, outcome)
             except (OSError, WorkspaceError) as exc:
                 failed.add(change.path)
                 why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
@@ -178,14 +181,16 @@ def _keep_current(root: Path, path: str, current: Entry | None, blobs: BlobStore
         blobs.put(data)
 
 
+def _kind(entry: Entry | None) -> str | None:
+    return None if entry is None else entry.kind
+
+
 def _phases(ready: list[Change]) -> list[tuple[str, list[Change]]]:
     """Removals (files and links, then directories deepest first), new directories, writes.
 
     A file replaced by a link (or the reverse) is one atomic rename in the write phase.
     """
-    def kind(entry: Entry | None) -> str | None:
-        return None if entry is None else entry.kind
-
+    kind = _kind
     remove = [c for c in ready if kind(c.before) in ("file", "symlink")
               and kind(c.after) in (None, "dir")]
     rmdir = [c for c in ready if kind(c.before) == "dir" and kind(c.after) != "dir"]
@@ -200,8 +205,11 @@ def _blocked(change: Change, failed: set[str]) -> bool:
     return change.path in failed or any(change.path.startswith(p + "/") for p in failed)
 
 
-def _act(root: Path, action: str, change: Change, blobs: BlobStore) -> None:
+def _act(root: Path, action: str, change: Change, blobs: BlobStore, outcome: Outcome) -> None:
     after = change.after
+    bits = hostfs.file_bits(root, change.path) if _kind(change.before) == "file" else None
+    if bits is not None:  # what an undo gives the file it puts back
+        outcome.bits[change.path] = bits
     if action == "remove":
         hostfs.remove(root, change.path, "file")
     elif action == "rmdir":
@@ -211,7 +219,19 @@ def _act(root: Path, action: str, change: Change, blobs: BlobStore) -> None:
     elif after is not None and after.kind == "symlink":
         hostfs.write_link(root, change.path, after.target or "")
     elif after is not None:
-        hostfs.write_file(root, change.path, blobs.get(after.sha256 or ""), after.mode)
+        hostfs.write_file(root, change.path, blobs.get(after.sha256 or ""), after.mode,
+                          bits=change.bits)
+
+
+# ---------------------------------------------------------------------------- reviewing
+
+
+def for_review(root: Path, changes: list[Change], content: Callable[[str], bytes | None]
+               ) -> list[Change]:
+    """`changes` as a person should see them before they are applied, against the tree as it
+    is now: with each file's current permission bits (a mode change shown as it will be)."""
+    return [replace(change, host_bits=hostfs.file_bits(root, change.path))
+            for change in changes]
 
 
 # ---------------------------------------------------------------------------- applying
@@ -246,7 +266,7 @@ def apply_changes(root: Path, changeset: Changeset, *, approved_by: str,
     record = {"type": "apply", "id": secrets.token_hex(8), "ts": utc_now(),
               "session": changeset.session, "changeset": changeset.id,
               "approved_by": approved_by, "user": _user(), "host": socket.gethostname(),
-              "files": [_file_record(c) for c in outcome.done], "already": outcome.already,
+              "files": [_file_record(c, outcome) for c in outcome.done], "already": outcome.already,
               "conflicts": [{"path": p, "reason": r} for p, r in outcome.conflicts]}
     _journal(root, changeset.session, record)
     if audit is not None:
@@ -258,9 +278,12 @@ def _journal(root: Path, session: str, record: dict[str, Any]) -> None:
     append_line(ensure_session_dir(root, session) / "journal.ndjson", record)
 
 
-def _file_record(change: Change) -> dict[str, Any]:
-    return {"path": change.path, "before": change.before.row() if change.before else None,
-            "after": change.after.row() if change.after else None}
+def _file_record(change: Change, outcome: Outcome) -> dict[str, Any]:
+    record = {"path": change.path, "before": change.before.row() if change.before else None,
+              "after": change.after.row() if change.after else None}
+    if change.path in outcome.bits:
+        record["bits_before"] = f"{outcome.bits[change.path]:04o}"
+    return record
 
 
 def _paths(files: Any) -> list[str]:
@@ -352,8 +375,16 @@ def _inverse(files: list[dict[str, Any]]) -> tuple[list[Change], list[tuple[str,
         except (KeyError, TypeError, ValueError) as exc:
             cannot.append((str(item.get("path")), f"unreadable journal record ({exc})"))
             continue
-        changes.append(Change(str(item["path"]), after, before))
+        changes.append(Change(str(item["path"]), after, before, bits=_bits(item)))
     return changes, cannot
+
+
+def _bits(record: dict[str, Any], key: str = "bits_before", *, most: int = 0o777) -> int | None:
+    """The permission bits a journal record names (no more than `most`); None without."""
+    try:
+        return int(str(record[key]), 8) & most
+    except (KeyError, ValueError):
+        return None
 
 
 def _inverse_writes(writes: list[dict[str, Any]], blobs: BlobStore
@@ -372,7 +403,8 @@ def _inverse_writes(writes: list[dict[str, Any]], blobs: BlobStore
             cannot.append((path, reason))
             continue
         before = _row_entry(first[path].get("before"))
-        changes.append(Change(path, _row_entry(last[path].get("after")), before))
+        changes.append(Change(path, _row_entry(last[path].get("after")), before,
+                              bits=_bits(first[path], most=0o755)))  # as the sandbox saw them
     return changes, cannot
 
 
@@ -408,7 +440,7 @@ def undo(root: Path, plan: UndoPlan, *, audit: AuditLog | None = None) -> Outcom
     record = {"type": "undo", "id": secrets.token_hex(8), "ts": utc_now(),
               "session": plan.session, "undoes": plan.undoes, "user": _user(),
               "host": socket.gethostname(),
-              "files": [_file_record(c) for c in outcome.done]
+              "files": [_file_record(c, outcome) for c in outcome.done]
               + [{"path": p} for p in outcome.already],
               "conflicts": [{"path": p, "reason": r} for p, r in outcome.conflicts],
               "cannot": [{"path": p, "reason": r} for p, r in plan.cannot]}

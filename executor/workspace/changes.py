@@ -84,6 +84,12 @@ class Change:
     flags: list[str] = field(default_factory=list)
     added: int | None = None
     removed: int | None = None
+    bits: int | None = None
+    """The permission bits a file this change writes where none is gets (an undo putting a
+    removed file back: the bits it had); None: its normal mode."""
+    host_bits: int | None = None
+    """The permission bits of the file at this path in the tree now (for display: a mode
+    change is shown as it will really happen); None: not looked at, or not a file."""
 
     @property
     def status(self) -> str:

@@ -10,12 +10,13 @@ never interpreted.
 from __future__ import annotations
 
 import re
+import stat
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from executor.text import inert
 from executor.workspace.changes import Change, Changeset, Matcher, text_lines
-from executor.workspace.manifest import Entry
+from executor.workspace.manifest import Entry, applied_mode
 from executor.workspace.store import BlobStore
 
 Content = Callable[[str], bytes | None]
@@ -47,7 +48,7 @@ def _file_diff(change: Change, content: Content) -> Iterator[str]:
     for flag in change.flags:
         yield f"!! {flag}\n"
     yield f"diff --sandbox-agent a/{path} b/{path}\n"
-    yield from _headers(before, after)
+    yield from _headers(before, after, change.host_bits)
     if {_kind(before), _kind(after)} <= {"dir", None}:
         return  # a directory has no content to show
     yield from _content_lines(path, before, after, content, as_text=bool(change.flags))
@@ -57,22 +58,32 @@ def _kind(entry: Entry | None) -> str | None:
     return None if entry is None else entry.kind
 
 
-def _headers(before: Entry | None, after: Entry | None) -> Iterator[str]:
+def _headers(before: Entry | None, after: Entry | None, host_bits: int | None
+             ) -> Iterator[str]:
+    """`new file mode`, `deleted file mode`, `old mode`/`new mode` as git writes them; with
+    the file's bits in the tree now (`host_bits`), the modes it has and will have."""
     if before is None and after is not None:
         yield f"new {_what(after)}\n"
     elif after is None and before is not None:
-        yield f"deleted {_what(before)}\n"
+        yield f"deleted {_what(before, host_bits)}\n"
     elif before is not None and after is not None:
         if before.kind != after.kind:
-            yield f"was {_what(before)}, now {_what(after)}\n"
-        elif before.kind == "file" and before.mode != after.mode:
-            yield f"old mode 100{before.mode:o}\nnew mode 100{after.mode:o}\n"
+            yield f"was {_what(before, host_bits)}, now {_what(after)}\n"
+        elif before.kind == "file":
+            old = before.mode if host_bits is None else host_bits
+            new = after.mode if host_bits is None else applied_mode(host_bits, after.mode)
+            if old != new:
+                yield f"old mode {_mode(old)}\nnew mode {_mode(new)}\n"
 
 
-def _what(entry: Entry) -> str:
+def _what(entry: Entry, host_bits: int | None = None) -> str:
     if entry.kind == "file":
-        return f"file mode 100{entry.mode:o}"
+        return f"file mode {_mode(entry.mode if host_bits is None else host_bits)}"
     return "symlink" if entry.kind == "symlink" else "directory"
+
+
+def _mode(bits: int) -> str:
+    return f"{stat.S_IFREG | bits:o}"
 
 
 def _content_lines(path: str, before: Entry | None, after: Entry | None, content: Content, *,

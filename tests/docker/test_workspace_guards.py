@@ -73,6 +73,51 @@ def mode(path: Path) -> int:
     return stat.S_IMODE(path.lstat().st_mode)
 
 
+# -- finding 7: modes ------------------------------------------------------------------------
+
+
+def test_apply_and_undo_keep_a_private_file_private(project: Path, model_server: ModelServer):
+    """`.env` is 0600. apply rewrote it 0644 (only the executable bit was kept), undo too,
+    and a deleted private file came back 0644; diff showed no mode change either way."""
+    env_file, key, tool = project / ".env", project / "id.key", project / "tool.sh"
+    env_file.write_text("API_KEY=abc\n")
+    key.write_text("KEY\n")
+    tool.write_text("echo hi\n")
+    env_file.chmod(0o600)
+    key.chmod(0o600)
+    tool.chmod(0o640)
+    copy_session(project, model_server,
+                 shell("echo DEBUG=1 >> .env && rm id.key && chmod +x tool.sh"))
+
+    shown = run_cli("diff", "--root", project)
+    applied = run_cli("apply", "--root", project, "--yes")
+
+    assert "diff --sandbox-agent a/.env b/.env\n--- a/.env" in shown.stdout, explain(shown)
+    assert "old mode 100640\nnew mode 100750\n" in shown.stdout, explain(shown)
+    assert "deleted file mode 100600\n" in shown.stdout, explain(shown)
+    assert applied.returncode == 0, explain(applied)
+    assert env_file.read_text() == "API_KEY=abc\nDEBUG=1\n" and mode(env_file) == 0o600
+    assert not key.exists() and mode(tool) == 0o750
+    undone = run_cli("undo", "--root", project)
+    assert undone.returncode == 0, explain(undone)
+    assert env_file.read_text() == "API_KEY=abc\n" and mode(env_file) == 0o600
+    assert key.read_text() == "KEY\n" and mode(key) == 0o600
+    assert mode(tool) == 0o640
+
+
+def test_apply_drops_a_set_id_bit_and_says_so(project: Path, model_server: ModelServer):
+    tool = project / "tool"
+    tool.write_text("#!/bin/sh\n")
+    tool.chmod(0o4755)
+    copy_session(project, model_server, shell("echo 'echo hi' >> tool"))
+
+    shown = run_cli("diff", "--root", project)
+    applied = run_cli("apply", "--root", project, "--yes")
+
+    assert "old mode 104755\nnew mode 100755\n" in shown.stdout, explain(shown)
+    assert applied.returncode == 0 and mode(tool) == 0o755, explain(applied)
+
+
 # -- finding 9: invisible characters at a terminal -------------------------------------------
 
 

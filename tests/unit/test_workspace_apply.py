@@ -219,3 +219,33 @@ def test_apply_does_not_complete_a_look_alike_the_host_half_has(root: Path):
     assert [p for p, _ in outcome.conflicts] == ["src/HEAD"] and not outcome.done
     plain = execute(root, [Change("src/config", None, file(b"ref: refs/heads/main\n"))], blobs)
     assert [c.path for c in plain.done] == ["src/config"]  # a config alone is just a file
+
+
+def test_apply_keeps_permission_bits_and_undo_puts_them_back(root: Path):
+    blobs = BlobStore.for_root(root)
+    blobs.put(b"v2\n")
+    (root / "src" / "app.py").chmod(0o600)
+    (root / "old.txt").chmod(0o4640)
+    changeset = Changeset("s2", str(root), [
+        Change("src/app.py", file(b"v1\n"), file(b"v2\n", 0o755)),
+        Change("old.txt", file(b"old\n"), None)])
+    apply_changes(root, changeset, approved_by="--yes")
+    assert (root / "src" / "app.py").stat().st_mode & 0o7777 == 0o700
+    plan = plan_undo(root, "s2")
+    assert plan is not None
+    undo(root, plan)
+    assert (root / "src" / "app.py").stat().st_mode & 0o7777 == 0o600
+    assert (root / "old.txt").stat().st_mode & 0o7777 == 0o640  # never a set-id bit
+
+
+def test_a_private_file_replaced_by_a_link_comes_back_private(root: Path):
+    (root / "old.txt").chmod(0o600)
+    changeset = Changeset("s3", str(root), [
+        Change("old.txt", file(b"old\n"), Entry("symlink", target="/etc/passwd"))])
+    apply_changes(root, changeset, approved_by="--yes")
+    assert (root / "old.txt").is_symlink()
+    plan = plan_undo(root, "s3")
+    assert plan is not None
+    undo(root, plan)
+    assert (root / "old.txt").read_bytes() == b"old\n"
+    assert (root / "old.txt").stat().st_mode & 0o7777 == 0o600

@@ -137,3 +137,18 @@ def test_a_flagged_file_with_a_nul_is_shown_as_text(tmp_path: Path):
     assert "+\ttouch x\n+#\\x00\n" in shown and "Binary" not in shown
     plain = "".join(diff([Change("data", old, new)], blobs.get, safe=True))
     assert "Binary files differ (5 bytes -> 17 bytes)" in plain
+
+
+def test_modes_are_shown_as_they_are_and_will_be(tmp_path: Path):
+    blobs = BlobStore(tmp_path)
+    old, new = put(blobs, b"a\n"), put(blobs, b"b\n")
+    executable = Entry("file", 0o755, new.size, new.sha256)
+    def headers(change: Change) -> str:
+        return "".join(diff([change], blobs.get, safe=True)).split("---")[0]
+    assert "mode" not in headers(Change("f", old, new, host_bits=0o600))
+    assert "old mode 100600\nnew mode 100700\n" in headers(
+        Change("f", old, executable, host_bits=0o600))
+    assert "old mode 104755\nnew mode 100755\n" in headers(
+        Change("f", executable, executable, host_bits=0o4755))
+    assert "deleted file mode 100600\n" in headers(Change("f", old, None, host_bits=0o600))
+    assert "old mode 100644\nnew mode 100755\n" in headers(Change("f", old, executable))

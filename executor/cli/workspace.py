@@ -101,11 +101,11 @@ def diff_command(
         _nothing(root)
         return
     applied = set(applied_paths(root, changeset))
-    if as_json_:
-        typer.echo(json.dumps(as_json(changeset, applied), indent=2, ensure_ascii=True))
-        return
     content = reader(BlobStore.for_root(root))
     todo = for_review(root, [c for c in changeset.changes if c.path not in applied], content)
+    if as_json_:
+        typer.echo(json.dumps(as_json(changeset, applied, todo), indent=2, ensure_ascii=True))
+        return
     safe = sys.stdout.isatty()
     _heading(changeset, todo, applied)
     if stat:

@@ -29,6 +29,8 @@ from executor.workspace import hostfs
 from executor.workspace.changes import Change, Changeset, utc_now
 from executor.workspace.manifest import Entry, from_row
 from executor.workspace.paths import GITDIR_PARTS, gitdir_shape, problem, sort_key
+from executor.workspace.resolve import after_state, leaves_root
+from executor.workspace.risk import flags
 from executor.workspace.store import (
     BlobStore,
     append_line,
@@ -229,9 +231,20 @@ def _act(root: Path, action: str, change: Change, blobs: BlobStore, outcome: Out
 def for_review(root: Path, changes: list[Change], content: Callable[[str], bytes | None]
                ) -> list[Change]:
     """`changes` as a person should see them before they are applied, against the tree as it
-    is now: with each file's current permission bits (a mode change shown as it will be)."""
-    return [replace(change, host_bits=hostfs.file_bits(root, change.path))
-            for change in changes]
+    is now: flags worked out again (a link judged by where it leads once the changes are in,
+    following the links on the way), and each file's current permission bits (a mode change
+    shown as it will be)."""
+    lookup = after_state(root, {c.path: c.after for c in changes})
+
+    def leaves(path: str, target: str) -> bool:
+        return leaves_root(root, path, target, lookup)
+
+    shown = []
+    for change in changes:
+        found = flags(change.path, change.before, change.after, content, leaves=leaves)
+        shown.append(replace(change, flags=list(dict.fromkeys(found + change.flags)),
+                             host_bits=hostfs.file_bits(root, change.path)))
+    return shown
 
 
 # ---------------------------------------------------------------------------- applying

@@ -46,6 +46,7 @@ from executor.workspace.manifest import (
     normal,
 )
 from executor.workspace.paths import problem, sort_key
+from executor.workspace.resolve import Lookup, after_state, leaves_root
 from executor.workspace.risk import flags
 from executor.workspace.store import BlobStore, read_json, session_dir, write_json
 
@@ -215,9 +216,10 @@ def collect(call: Caller, root: Path, session: str, base: Base, blobs: BlobStore
     _keep_before(root, [(p, b) for p, b, _ in pending if b is not None and b.kind == "file"],
                  blobs)
     failed = {r["path"] for r in changeset.refused}
+    lookup = after_state(root, {p: a for p, _, a in pending if p not in failed})
     for path, before, entry in pending:
         if path not in failed:
-            changeset.changes.append(_change(path, before, entry, blobs))
+            changeset.changes.append(_change(root, path, before, entry, blobs, lookup))
     return changeset
 
 
@@ -329,9 +331,11 @@ def _keep_before(root: Path, files: list[tuple[str, Entry]], blobs: BlobStore) -
             blobs.put(data)
 
 
-def _change(path: str, before: Entry | None, after: Entry | None, blobs: BlobStore) -> Change:
+def _change(root: Path, path: str, before: Entry | None, after: Entry | None, blobs: BlobStore,
+            lookup: Lookup) -> Change:
     content = _reader(blobs)
-    found = flags(path, before, after, content)
+    found = flags(path, before, after, content,
+                  leaves=lambda link, target: leaves_root(root, link, target, lookup))
     added, removed = line_counts(before, after, content, as_text=bool(found))
     return Change(path, before, after, found, added, removed)
 

@@ -76,6 +76,21 @@ def state(root: Path, path: str) -> Entry | None:
         raise Unsafe(errno.ENOTDIR, f"a parent of {path} is not a directory") from exc
 
 
+def peek(root: Path, path: str) -> Entry | None:
+    """What `path` is on the host, without reading a file's content: its kind, and a link's
+    target (None: absent); Unsafe for a link on the way."""
+    try:
+        with parent_dir(root, path) as (fd, leaf):
+            st = os.lstat(leaf, dir_fd=fd)
+            what = kind_of(st.st_mode)
+            target = os.readlink(leaf, dir_fd=fd) if what == "symlink" else None
+            return Entry(what, st.st_mode, target=target)
+    except FileNotFoundError:
+        return None
+    except NotADirectoryError as exc:
+        raise Unsafe(errno.ENOTDIR, f"a parent of {path} is not a directory") from exc
+
+
 def _entry_of(fd: int, leaf: str, st: os.stat_result) -> Entry:
     kind = kind_of(st.st_mode)
     if kind == "file":

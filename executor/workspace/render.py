@@ -213,14 +213,18 @@ def _quote(text: str) -> str:
 # ---------------------------------------------------------------------------- json
 
 
-def as_json(changeset: Changeset, applied: set[str]) -> dict[str, Any]:
-    """The changeset for machines: every change with its states, flags and counts."""
+def as_json(changeset: Changeset, applied: set[str], reviewed: list[Change] | None = None
+            ) -> dict[str, Any]:
+    """The changeset for machines: every change with its states, flags and counts; the flags
+    of a pending change from `reviewed` (apply.for_review) when given."""
+    flagged = {c.path: c.flags for c in reviewed or []}
     return {
         "session": changeset.session, "changeset": changeset.id, "root": changeset.root,
         "collected_at": changeset.collected_at,
         "changes": [{"path": c.path, "status": c.status,
                      "before": c.before.describe() if c.before else None,
-                     "after": c.after.describe() if c.after else None, "flags": c.flags,
+                     "after": c.after.describe() if c.after else None,
+                     "flags": flagged.get(c.path, c.flags),
                      "added": c.added, "removed": c.removed, "applied": c.path in applied}
                     for c in changeset.changes],
         "refused": changeset.refused, "notes": changeset.notes,

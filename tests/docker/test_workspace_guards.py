@@ -6,6 +6,7 @@ person made while the session ran."""
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from pathlib import Path
@@ -116,6 +117,33 @@ def test_apply_drops_a_set_id_bit_and_says_so(project: Path, model_server: Model
 
     assert "old mode 104755\nnew mode 100755\n" in shown.stdout, explain(shown)
     assert applied.returncode == 0 and mode(tool) == 0o755, explain(applied)
+
+
+# -- finding 8: links through links ----------------------------------------------------------
+
+
+def test_a_link_through_another_link_that_leaves_the_project_is_flagged(
+        project: Path, model_server: ModelServer):
+    """`notes.txt -> docs/root/../secret.txt` reads as staying inside, but `docs/root -> ..`
+    (also new) makes it lead to the secret beside the project; `up -> ..` already in the
+    tree does the same for `more.txt -> up/secret.txt`. Both were flagged only as new links."""
+    (project / "docs").mkdir()
+    (project / "up").symlink_to("..")
+    copy_session(project, model_server, shell(
+        "ln -s .. docs/root && ln -s docs/root/../secret.txt notes.txt && "
+        "ln -s up/secret.txt more.txt && ln -s docs/../hello.py fine.txt"))
+
+    shown = run_cli("diff", "--root", project, "--stat")
+
+    lines = {line.split()[1]: line for line in shown.stdout.splitlines()[:-1]}
+    assert "link leaving the project (-> docs/root/../secret.txt)" in lines["notes.txt"], (
+        explain(shown))
+    assert "link leaving the project (-> up/secret.txt)" in lines["more.txt"], explain(shown)
+    assert "new link (-> ..)" in lines["docs/root"], explain(shown)  # docs/.. is the root
+    assert "new link (-> docs/../hello.py)" in lines["fine.txt"], explain(shown)
+    flagged = {c["path"]: c["flags"] for c in json.loads(
+        run_cli("diff", "--root", project, "--json").stdout)["changes"]}
+    assert flagged["notes.txt"] == ["link leaving the project (-> docs/root/../secret.txt)"]
 
 
 # -- finding 9: invisible characters at a terminal -------------------------------------------

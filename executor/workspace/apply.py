@@ -25,11 +25,12 @@ from typing import Any
 
 from executor.audit import AuditLog
 from executor.errors import WorkspaceError
+from executor.state import config_home, state_home
 from executor.workspace import hostfs
 from executor.workspace.changes import Change, Changeset, utc_now
 from executor.workspace.manifest import Entry, from_row
 from executor.workspace.paths import GITDIR_PARTS, gitdir_shape, problem, sort_key
-from executor.workspace.resolve import after_state, leaves_root
+from executor.workspace.resolve import after_state, host_state, leaves_root, resolve
 from executor.workspace.risk import flags
 from executor.workspace.store import (
     BlobStore,
@@ -78,9 +79,10 @@ def execute(root: Path, changes: Iterable[Change], blobs: BlobStore) -> Outcome:
             outcome.already.append(change.path)
         else:
             outcome.conflicts.append((change.path, verdict))
-    for change, why in _gitdir_lookalikes(root, ready):
-        ready.remove(change)
-        outcome.conflicts.append((change.path, why))
+    for refuse in (_gitdir_lookalikes, _reserved):
+        for change, why in refuse(root, ready):
+            ready.remove(change)
+            outcome.conflicts.append((change.path, why))
     failed = {path for path, _ in outcome.conflicts}
     for action, phase in _phases(ready):
         for change in phase:
@@ -123,6 +125,63 @@ def _gitdir_lookalikes(root: Path, ready: list[Change]) -> list[tuple[Change, st
                    "on the host would run its config): not applied")
             refused.update((c.path, (c, why)) for c in changes if c.path not in refused)
     return list(refused.values())
+
+
+@dataclass(frozen=True)
+class _Reserved:
+    """Where one of our own directories lies in the tree, now or once the changes are in."""
+
+    what: str
+    place: Path
+    inside: set[str]
+    """Where it is (relative to the root; '' is the root itself)."""
+    steps: set[str]
+    """The paths the way to it goes through."""
+
+    def why(self, change: Change) -> str | None:
+        """Why `change` may not be made, or None."""
+        path = change.path
+        if any(not p or path == p or path.startswith(p + "/") for p in self.inside):
+            return f"inside {self.what} {self.place}: never applied (it steers your later runs)"
+        if path in self.steps and "symlink" in (_kind(change.before), _kind(change.after)):
+            return f"a link on the way to {self.what} {self.place}: never applied"
+        return None
+
+
+def reserved_places(root: Path, planned: dict[str, Entry | None]) -> list[_Reserved]:
+    """The person's sandbox-agent config dir and state dir, where they lie in the tree at
+    `root` now or once `planned` (path -> state after) is in: followed through links (in the
+    tree, in the changes and outside), so a look-alike path that leads there counts too."""
+    found = []
+    for what, place in (("your sandbox-agent config dir", config_home()),
+                        ("the sandbox-agent state dir", state_home())):
+        inside, steps = set(), set()
+        for lookup in (host_state(root), after_state(root, planned)):
+            walk = resolve(root, [], str(place), lookup)
+            steps.update(walk.steps)
+            where = walk.inside(root)
+            if where is not None:
+                inside.add(where)
+        if inside or steps:
+            found.append(_Reserved(what, place, inside, steps))
+    return found
+
+
+def _reserved(root: Path, ready: list[Change]) -> list[tuple[Change, str]]:
+    """The changes that would write into the person's config or state dir (or redirect the
+    way to one): refused, in copy mode as in an undo. A `policy.toml` planted there would be
+    the person's own policy for every project."""
+    places = reserved_places(root, {c.path: c.after for c in ready})
+    refused = []
+    for change in ready:
+        why = next((w for p in places if (w := p.why(change))), None)
+        if why:
+            refused.append((change, why))
+    return refused
+
+
+def _kind(entry: Entry | None) -> str | None:
+    return None if entry is None else entry.kind
 
 
 def _kind_after(root: Path, path: str, ready: list[Change]) -> str | None:
@@ -183,10 +242,6 @@ def _keep_current(root: Path, path: str, current: Entry | None, blobs: BlobStore
         blobs.put(data)
 
 
-def _kind(entry: Entry | None) -> str | None:
-    return None if entry is None else entry.kind
-
-
 def _phases(ready: list[Change]) -> list[tuple[str, list[Change]]]:
     """Removals (files and links, then directories deepest first), new directories, writes.
 
@@ -232,9 +287,11 @@ def for_review(root: Path, changes: list[Change], content: Callable[[str], bytes
                ) -> list[Change]:
     """`changes` as a person should see them before they are applied, against the tree as it
     is now: flags worked out again (a link judged by where it leads once the changes are in,
-    following the links on the way), and each file's current permission bits (a mode change
-    shown as it will be)."""
-    lookup = after_state(root, {c.path: c.after for c in changes})
+    following the links on the way; a path into our own config or state dir marked as never
+    applied), and each file's current permission bits (a mode change shown as it will be)."""
+    planned = {c.path: c.after for c in changes}
+    lookup = after_state(root, planned)
+    places = reserved_places(root, planned)
 
     def leaves(path: str, target: str) -> bool:
         return leaves_root(root, path, target, lookup)
@@ -242,6 +299,7 @@ def for_review(root: Path, changes: list[Change], content: Callable[[str], bytes
     shown = []
     for change in changes:
         found = flags(change.path, change.before, change.after, content, leaves=leaves)
+        found += [why for place in places if (why := place.why(change))]
         shown.append(replace(change, flags=list(dict.fromkeys(found + change.flags)),
                              host_bits=hostfs.file_bits(root, change.path)))
     return shown

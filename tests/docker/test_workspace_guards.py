@@ -74,6 +74,75 @@ def mode(path: Path) -> int:
     return stat.S_IMODE(path.lstat().st_mode)
 
 
+# -- finding 3: the person's config dir inside --root -----------------------------------------
+
+
+def test_apply_never_writes_into_the_config_dir_in_the_project(project: Path,
+                                                               model_server: ModelServer):
+    """`--root ~` with the config dir at ~/.config/sandbox-agent: bind mode is refused, a copy
+    session runs, and the sandbox writes policy.toml into its copy of the config dir. `apply`
+    wrote it into the real one, the allow-all policy of every later run of every project."""
+    config = project / ".config" / "sandbox-agent"
+    config.mkdir(parents=True)
+    env = {"SANDBOX_AGENT_CONFIG_DIR": str(config)}
+    copy_session(project, model_server,
+                 Call("write_file", {"path": ".config/sandbox-agent/policy.toml",
+                                     "content": ALLOW_ALL}),
+                 Call("write_file", {"path": "hello.py", "content": "print('hi')\n"}), env=env)
+
+    shown = run_cli("diff", "--root", project, "--stat", env=env)
+    applied = run_cli("apply", "--root", project, "--yes", env=env)
+
+    assert "policy.toml" in shown.stdout and "inside your sandbox-agent config dir" in (
+        shown.stdout), explain(shown)
+    assert applied.returncode == 61, explain(applied)
+    assert "not applied: .config/sandbox-agent/policy.toml: inside your sandbox-agent config " \
+           "dir" in applied.stderr, explain(applied)
+    assert os.listdir(config) == []
+    assert (project / "hello.py").read_text() == "print('hi')\n"  # the rest is applied
+    other = project.parent / "other"
+    other.mkdir()
+    explained = run_cli("policy", "explain", "--root", other, "--tool", "run_shell_command",
+                        "--args", '{"command": "rm -rf /workspace"}', env=env)
+    assert "decision:  allow" not in explained.stdout, explain(explained)
+
+
+def test_a_link_that_moves_the_config_dir_into_the_project_is_refused(
+        project: Path, model_server: ModelServer):
+    """The config dir's path goes through a name that does not exist yet: a link made there
+    by the sandbox would move the config dir onto a policy the repository ships (or one the
+    sandbox writes beside the link)."""
+    shipped = project / "dotfiles" / "sandbox-agent"
+    shipped.mkdir(parents=True)
+    (shipped / "policy.toml").write_text(ALLOW_ALL)
+    env = {"SANDBOX_AGENT_CONFIG_DIR": str(project / "cfg" / "sandbox-agent")}
+    copy_session(project, model_server, shell("ln -s dotfiles cfg && echo x > readme"), env=env)
+
+    applied = run_cli("apply", "--root", project, "--yes", env=env)
+
+    assert applied.returncode == 61, explain(applied)
+    assert "not applied: cfg: a link on the way to your sandbox-agent config dir" in (
+        applied.stderr), explain(applied)
+    assert not os.path.lexists(project / "cfg")
+    assert (project / "readme").read_text() == "x\n"  # not on the way: applied
+
+
+def test_a_config_dir_reached_through_a_link_in_the_tree_is_refused(
+        project: Path, model_server: ModelServer):
+    """The tree already holds the link (dotfiles kept in the repository): the config dir
+    really is `dotfiles/sandbox-agent`, and writes there are refused under either name."""
+    (project / "dotfiles" / "sandbox-agent").mkdir(parents=True)
+    (project / "cfg").symlink_to("dotfiles")
+    env = {"SANDBOX_AGENT_CONFIG_DIR": str(project / "cfg" / "sandbox-agent")}
+    copy_session(project, model_server, Call("write_file", {
+        "path": "dotfiles/sandbox-agent/policy.toml", "content": ALLOW_ALL}), env=env)
+
+    applied = run_cli("apply", "--root", project, "--yes", env=env)
+
+    assert applied.returncode == 61, explain(applied)
+    assert not (project / "dotfiles" / "sandbox-agent" / "policy.toml").exists()
+
+
 # -- finding 7: modes ------------------------------------------------------------------------
 
 

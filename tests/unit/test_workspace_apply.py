@@ -249,3 +249,23 @@ def test_a_private_file_replaced_by_a_link_comes_back_private(root: Path):
     undo(root, plan)
     assert (root / "old.txt").read_bytes() == b"old\n"
     assert (root / "old.txt").stat().st_mode & 0o7777 == 0o600
+
+
+def test_nothing_is_written_into_our_config_or_state_dir(root: Path, tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("SANDBOX_AGENT_CONFIG_DIR", str(root / "cfg" / "sandbox-agent"))
+    blobs = BlobStore.for_root(root)
+    data = blobs.put(b"[[rules]]\n")
+    policy = Entry("file", 0o644, 10, data)
+    outcome = execute(root, [
+        Change("cfg/sandbox-agent/policy.toml", None, policy),
+        Change("other", None, Entry("symlink", target="docs")),
+        Change("cfg", None, Entry("symlink", target="docs")),
+        Change("docs/sandbox-agent/policy.toml", None, policy),
+        Change("docs", None, Entry("dir")), Change("docs/sandbox-agent", None, Entry("dir")),
+    ], blobs)
+    assert sorted(outcome.touched) == ["docs", "other"]
+    assert sorted(p for p, _ in outcome.conflicts) == [
+        "cfg", "cfg/sandbox-agent/policy.toml", "docs/sandbox-agent",
+        "docs/sandbox-agent/policy.toml"]
+    assert "a link on the way to your sandbox-agent config dir" in dict(outcome.conflicts)["cfg"]

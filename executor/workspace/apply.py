@@ -15,6 +15,7 @@ session's journal and to the audit log: who approved, which files, hashes before
 from __future__ import annotations
 
 import getpass
+import itertools
 import os
 import secrets
 import socket
@@ -405,6 +406,8 @@ class UndoPlan:
     changes: list[Change]
     cannot: list[tuple[str, str]]
     """(path, why it cannot be restored)."""
+    conflicts: list[tuple[str, str]] = field(default_factory=list)
+    """(path, why) left alone because it changed outside the session while it ran."""
 
 
 def plan_undo(root: Path, session: str) -> UndoPlan | None:
@@ -459,40 +462,63 @@ def _bits(record: dict[str, Any], key: str = "bits_before", *, most: int = 0o777
 
 
 def _inverse_writes(writes: list[dict[str, Any]], blobs: BlobStore
-                    ) -> tuple[list[Change], list[tuple[str, str]]]:
-    """Per path: from the last recorded after back to the first recorded before."""
-    first: dict[str, dict[str, Any]] = {}
-    last: dict[str, dict[str, Any]] = {}
+                    ) -> tuple[list[Change], list[tuple[str, str]], list[tuple[str, str]]]:
+    """Per path: from the last recorded after back to the first recorded before, when the
+    records form a chain (each write found the path as the write before it had left it);
+    (changes, what cannot be restored, conflicts)."""
+    by_path: dict[str, list[dict[str, Any]]] = {}
     for record in writes:
-        path = str(record.get("path"))
-        first.setdefault(path, record)
-        last[path] = record
-    changes, cannot = [], []
-    for path in first:
-        reason = _unrestorable(path, first[path], last[path], blobs)
-        if reason:
+        by_path.setdefault(str(record.get("path")), []).append(record)
+    changes, cannot, conflicts = [], [], []
+    for path, records in by_path.items():
+        reason = _unreadable(path, records)
+        gap = None if reason else _gap(records)
+        reason = reason or (None if gap else _unrestorable(records, blobs))
+        if gap:
+            conflicts.append((path, gap))
+        elif reason:
             cannot.append((path, reason))
-            continue
-        before = _row_entry(first[path].get("before"))
-        changes.append(Change(path, _row_entry(last[path].get("after")), before,
-                              bits=_bits(first[path], most=0o755)))  # as the sandbox saw them
-    return changes, cannot
+        else:
+            first, last = records[0], records[-1]
+            changes.append(Change(path, _row_entry(last.get("after")),
+                                  _row_entry(first.get("before")),
+                                  bits=_bits(first, most=0o755)))  # as the sandbox saw them
+    return changes, cannot, conflicts
 
 
 def _row_entry(row: Any) -> Entry | None:
     return from_row(row) if row else None
 
 
-def _unrestorable(path: str, first: dict[str, Any], last: dict[str, Any],
-                  blobs: BlobStore) -> str | None:
+def _unreadable(path: str, records: list[dict[str, Any]]) -> str | None:
+    """Why one path's records cannot be followed at all."""
     if problem(path):
         return str(problem(path))
-    if first.get("unknown_before") or last.get("unknown_after"):
+    if any(r.get("unknown_before") or r.get("unknown_after") for r in records):
         return "changed by a shell command in a way that was not fully recorded"
     try:
-        before, after = _row_entry(first.get("before")), _row_entry(last.get("after"))
+        for record in records:
+            _row_entry(record.get("before"))
+            _row_entry(record.get("after"))
     except (TypeError, ValueError) as exc:
         return f"unreadable journal record ({exc})"
+    return None
+
+
+def _gap(records: list[dict[str, Any]]) -> str | None:
+    """Why one path's records do not form a chain: something outside the session (you, at
+    your editor while the model was thinking) changed it between two of the session's
+    writes. Going back to the first state would silently undo that change too."""
+    for earlier, later in itertools.pairwise(records):
+        if not _same(_row_entry(earlier.get("after")), _row_entry(later.get("before"))):
+            return ("conflict: changed outside the session between two of its writes (before "
+                    f"the write at {later.get('ts')}); left as it is, so that change is kept")
+    return None
+
+
+def _unrestorable(records: list[dict[str, Any]], blobs: BlobStore) -> str | None:
+    first = records[0]
+    before, after = _row_entry(first.get("before")), _row_entry(records[-1].get("after"))
     if before is not None and before.kind == "file" and not blobs.has(before.sha256 or ""):
         source = "a shell command" if first.get("source") == "command" else "a tool"
         return (f"changed by {source}; its earlier content (sha256 {str(before.sha256)[:12]}) "
@@ -507,7 +533,7 @@ def undo(root: Path, plan: UndoPlan, *, audit: AuditLog | None = None) -> Outcom
     blobs = BlobStore.for_root(root)
     outcome = execute(root, plan.changes, blobs)
     outcome.conflicts = [(p, r.replace("since the copy", "since it was written"))
-                         for p, r in outcome.conflicts]
+                         for p, r in outcome.conflicts] + plan.conflicts
     record = {"type": "undo", "id": secrets.token_hex(8), "ts": utc_now(),
               "session": plan.session, "undoes": plan.undoes, "user": _user(),
               "host": socket.gethostname(),

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from tests.docker.cli_support import SANDBOX_AGENT, ask, assert_ok, explain, run_cli
-from tests.fakes.model_server import Call, ModelServer
+from tests.fakes.model_server import Call, ModelServer, RecordedRequest, Reply
 
 pytestmark = pytest.mark.docker
 
@@ -141,6 +141,38 @@ def test_a_config_dir_reached_through_a_link_in_the_tree_is_refused(
 
     assert applied.returncode == 61, explain(applied)
     assert not (project / "dotfiles" / "sandbox-agent" / "policy.toml").exists()
+
+
+# -- finding 5: a bind session's undo and the person's own edit ------------------------------
+
+
+def test_undo_keeps_an_edit_the_person_made_between_two_writes(project: Path,
+                                                               model_server: ModelServer):
+    """The model edits notes.txt twice; while it thinks, the person edits the same file. The
+    second write's snapshot holds the person's version. Undo went back to the state before
+    the session (the file matched the last write), wiping the person's line without a word."""
+    notes = project / "notes.txt"
+    notes.write_text("a\nb\nc\n")
+
+    def meanwhile(request: RecordedRequest) -> Reply:
+        notes.write_text(notes.read_text().replace("c\n", "C-by-the-person\n"))
+        return Reply(tool_calls=(Call("edit_file", {"path": "notes.txt", "old_text": "b\n",
+                                                    "new_text": "B\n"}),))
+
+    model_server.reply(tool_calls=[Call("edit_file", {"path": "notes.txt", "old_text": "a\n",
+                                                      "new_text": "A\n"})])
+    model_server.respond(meanwhile)
+    script(model_server, Call("write_file", {"path": "hello.py", "content": "changed\n"}))
+    assert_ok(ask(project, model_server, "ollama", "--yes"), "done")
+    assert notes.read_text() == "A\nB\nC-by-the-person\n"
+
+    undone = run_cli("undo", "--root", project)
+
+    assert undone.returncode == 61, explain(undone)
+    assert notes.read_text() == "A\nB\nC-by-the-person\n"
+    assert "notes.txt: conflict: changed outside the session between two of its writes" in (
+        undone.stderr), explain(undone)
+    assert (project / "hello.py").read_text() == 'print("hello")\n'  # the rest is undone
 
 
 # -- finding 7: modes ------------------------------------------------------------------------

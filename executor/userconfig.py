@@ -106,7 +106,8 @@ def check_outside_project(root: Path, *, writable: bool = True) -> None:
     """ConfigError when the user config lies inside the project `root` (dotfiles kept in a
     repository, a config dir linked into it, `--root ~`): the sandbox could rewrite it between
     runs. A run that can write the tree is refused when the config *dir* is in it, even
-    empty: a session could plant `config.toml` or `policy.toml` that later runs obey."""
+    empty: a session could plant `config.toml` or `policy.toml` that later runs obey. A copy
+    workspace may run: `apply` and `undo` never write into the config dir (apply._reserved)."""
     path = user_config_path()
     if path.is_file():
         check_outside(real_root(root), path, "your config file")
@@ -117,4 +118,5 @@ def check_outside_project(root: Path, *, writable: bool = True) -> None:
             raise ConfigError(
                 exc.message + " (a session could plant config.toml or policy.toml there)",
                 fix="set SANDBOX_AGENT_CONFIG_DIR to a directory outside the project, or run "
-                    "with --read-only or --workspace copy") from None
+                    "with --read-only, or with --workspace copy (whose `apply` never writes "
+                    "into your config dir)") from None

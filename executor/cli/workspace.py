@@ -6,7 +6,6 @@ stderr. Text that came from the sandbox is made inert before it reaches a termin
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -94,7 +93,7 @@ def diff_command(
 ) -> None:
     """Show the pending changes of a copy session as a unified diff (flags mark paths people
     later run, or that steer their tools)."""
-    from executor.workspace.apply import applied_paths
+    from executor.workspace.apply import applied_paths, for_review
     from executor.workspace.render import as_json, diff, reader, stat_lines
     from executor.workspace.store import BlobStore
 
@@ -104,25 +103,27 @@ def diff_command(
         _nothing(root)
         return
     applied = set(applied_paths(root, changeset))
-    changeset = dataclasses.replace(changeset, changes=git_marked(root, changeset.changes))
+    content = reader(BlobStore.for_root(root))
+    todo = git_marked(root, for_review(
+        root, [c for c in changeset.changes if c.path not in applied], content))
     if as_json_:
-        typer.echo(json.dumps(as_json(changeset, applied), indent=2, ensure_ascii=True))
+        typer.echo(json.dumps(as_json(changeset, applied, todo), indent=2, ensure_ascii=True))
         return
-    todo = [c for c in changeset.changes if c.path not in applied]
     safe = sys.stdout.isatty()
     _heading(changeset, todo, applied)
     if stat:
         for line in stat_lines(todo, safe=safe):
             typer.echo(line)
         return
-    sys.stdout.writelines(diff(todo, reader(BlobStore.for_root(root)), safe=safe))
+    sys.stdout.writelines(diff(todo, content, safe=safe))
 
 
 def git_marked(root: Path, changes: list[Change], git: GitRun | None = None) -> list[Change]:
     """`changes` flagged where git on the host runs or reads the path (apply refuses those);
     a warning when that cannot be worked out (apply then refuses everything)."""
+    from executor.text import inert
     from executor.workspace.gitrun import git_run
-    from executor.workspace.render import inert, reader
+    from executor.workspace.render import reader
     from executor.workspace.store import BlobStore
 
     try:
@@ -139,7 +140,7 @@ def git_marked(root: Path, changes: list[Change], git: GitRun | None = None) -> 
 
 
 def _heading(changeset: Changeset, todo: list[Change], applied: set[str]) -> None:
-    from executor.workspace.render import inert
+    from executor.text import inert
 
     done = f", {len(applied)} already applied" if applied else ""
     err_console.print(f"session {changeset.session}: {len(todo)} pending change"
@@ -176,10 +177,12 @@ def at_terminal() -> bool:
 def run_apply(root: Path, changeset: Changeset, *, yes: bool, at_terminal: bool,
               audit: bool = True, to_stderr: bool = False) -> Outcome | None:
     """Show, ask (unless --yes), apply; ConflictError when files were left alone."""
-    from executor.workspace.apply import apply_changes, pending
+    from executor.workspace.apply import apply_changes, for_review, pending
     from executor.workspace.gitrun import git_run
+    from executor.workspace.render import reader
+    from executor.workspace.store import BlobStore
 
-    todo = pending(root, changeset)
+    todo = for_review(root, pending(root, changeset), reader(BlobStore.for_root(root)))
     if not todo:
         err_console.print(f"nothing to apply: the changes of session {changeset.session} are "
                           "already in the tree (`sandbox-agent undo` takes them back)",
@@ -203,6 +206,7 @@ def run_apply(root: Path, changeset: Changeset, *, yes: bool, at_terminal: bool,
 
 
 def _show(root: Path, todo: list[Change]) -> None:
+    """The diff of what is about to be applied, inert, on stderr."""
     from executor.text import visible_blanks
     from executor.workspace.render import diff, reader, totals
     from executor.workspace.store import BlobStore
@@ -238,7 +242,7 @@ _UNDONE = {"A": "put back", "D": "removed", "M": "restored", "T": "restored"}
 
 
 def _report(outcome: Outcome, verb: str, *, to_stderr: bool = False) -> None:
-    from executor.workspace.render import inert
+    from executor.text import inert
 
     def say(line: str) -> None:
         if to_stderr:  # `ask --apply`: stdout carries the answer alone
@@ -257,7 +261,7 @@ def _report(outcome: Outcome, verb: str, *, to_stderr: bool = False) -> None:
 
 
 def _raise_conflicts(outcome: Outcome, verb: str, fix: str) -> None:
-    from executor.workspace.render import inert
+    from executor.text import inert
 
     if not outcome.conflicts:
         return
@@ -278,8 +282,8 @@ def undo_command(
     """Take back the last apply of a copy session, or what a bind session wrote; a file
     changed since is left alone (exit 61). Files a shell command changed in bind mode have
     hashes but no kept content: those are named, not restored."""
+    from executor.text import inert
     from executor.workspace.apply import plan_undo, undo
-    from executor.workspace.render import inert
 
     root = real_root(root)
     name = session or _latest_undoable(root)

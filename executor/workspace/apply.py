@@ -17,22 +17,26 @@ approved, which files, hashes before and after.
 from __future__ import annotations
 
 import getpass
+import itertools
 import os
 import secrets
 import socket
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from executor.audit import AuditLog
 from executor.errors import WorkspaceError
+from executor.state import config_home, state_home
 from executor.workspace import hostfs
 from executor.workspace.changes import Change, Changeset, utc_now
 from executor.workspace.gitrun import GitRun, git_run
 from executor.workspace.manifest import Entry, from_row
 from executor.workspace.paths import GITDIR_PARTS, gitdir_shape, problem, sort_key
 from executor.workspace.render import reader
+from executor.workspace.resolve import after_state, host_state, leaves_root, resolve
+from executor.workspace.risk import flags
 from executor.workspace.store import (
     BlobStore,
     append_line,
@@ -55,6 +59,9 @@ class Outcome:
     """Paths that were already in their after state."""
     conflicts: list[tuple[str, str]] = field(default_factory=list)
     """(path, why) left alone."""
+    bits: dict[str, int] = field(default_factory=dict)
+    """The permission bits each file replaced or removed had (an undo that puts it back uses
+    them)."""
 
     @property
     def touched(self) -> list[str]:
@@ -81,16 +88,17 @@ def execute(root: Path, changes: Iterable[Change], blobs: BlobStore,
             outcome.already.append(change.path)
         else:
             outcome.conflicts.append((change.path, verdict))
-    for change, why in _gitdir_lookalikes(root, ready):
-        ready.remove(change)
-        outcome.conflicts.append((change.path, why))
+    for never in (_gitdir_lookalikes, _reserved):
+        for change, why in never(root, ready):
+            ready.remove(change)
+            outcome.conflicts.append((change.path, why))
     failed = {path for path, _ in outcome.conflicts}
     for action, phase in _phases(ready):
         for change in phase:
             if _blocked(change, failed):
                 continue
             try:
-                _act(root, action, change, blobs)
+                _act(root, action, change, blobs, outcome)
             except (OSError, WorkspaceError) as exc:
                 failed.add(change.path)
                 why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
@@ -126,6 +134,63 @@ def _gitdir_lookalikes(root: Path, ready: list[Change]) -> list[tuple[Change, st
                    "on the host would run its config): not applied")
             refused.update((c.path, (c, why)) for c in changes if c.path not in refused)
     return list(refused.values())
+
+
+@dataclass(frozen=True)
+class _Reserved:
+    """Where one of our own directories lies in the tree, now or once the changes are in."""
+
+    what: str
+    place: Path
+    inside: set[str]
+    """Where it is (relative to the root; '' is the root itself)."""
+    steps: set[str]
+    """The paths the way to it goes through."""
+
+    def why(self, change: Change) -> str | None:
+        """Why `change` may not be made, or None."""
+        path = change.path
+        if any(not p or path == p or path.startswith(p + "/") for p in self.inside):
+            return f"inside {self.what} {self.place}: never applied (it steers your later runs)"
+        if path in self.steps and "symlink" in (_kind(change.before), _kind(change.after)):
+            return f"a link on the way to {self.what} {self.place}: never applied"
+        return None
+
+
+def reserved_places(root: Path, planned: dict[str, Entry | None]) -> list[_Reserved]:
+    """The person's sandbox-agent config dir and state dir, where they lie in the tree at
+    `root` now or once `planned` (path -> state after) is in: followed through links (in the
+    tree, in the changes and outside), so a look-alike path that leads there counts too."""
+    found = []
+    for what, place in (("your sandbox-agent config dir", config_home()),
+                        ("the sandbox-agent state dir", state_home())):
+        inside, steps = set(), set()
+        for lookup in (host_state(root), after_state(root, planned)):
+            walk = resolve(root, [], str(place), lookup)
+            steps.update(walk.steps)
+            where = walk.inside(root)
+            if where is not None:
+                inside.add(where)
+        if inside or steps:
+            found.append(_Reserved(what, place, inside, steps))
+    return found
+
+
+def _reserved(root: Path, ready: list[Change]) -> list[tuple[Change, str]]:
+    """The changes that would write into the person's config or state dir (or redirect the
+    way to one): refused, in copy mode as in an undo. A `policy.toml` planted there would be
+    the person's own policy for every project."""
+    places = reserved_places(root, {c.path: c.after for c in ready})
+    refused = []
+    for change in ready:
+        why = next((w for p in places if (w := p.why(change))), None)
+        if why:
+            refused.append((change, why))
+    return refused
+
+
+def _kind(entry: Entry | None) -> str | None:
+    return None if entry is None else entry.kind
 
 
 def _kind_after(root: Path, path: str, ready: list[Change]) -> str | None:
@@ -191,9 +256,7 @@ def _phases(ready: list[Change]) -> list[tuple[str, list[Change]]]:
 
     A file replaced by a link (or the reverse) is one atomic rename in the write phase.
     """
-    def kind(entry: Entry | None) -> str | None:
-        return None if entry is None else entry.kind
-
+    kind = _kind
     remove = [c for c in ready if kind(c.before) in ("file", "symlink")
               and kind(c.after) in (None, "dir")]
     rmdir = [c for c in ready if kind(c.before) == "dir" and kind(c.after) != "dir"]
@@ -208,8 +271,11 @@ def _blocked(change: Change, failed: set[str]) -> bool:
     return change.path in failed or any(change.path.startswith(p + "/") for p in failed)
 
 
-def _act(root: Path, action: str, change: Change, blobs: BlobStore) -> None:
+def _act(root: Path, action: str, change: Change, blobs: BlobStore, outcome: Outcome) -> None:
     after = change.after
+    bits = hostfs.file_bits(root, change.path) if _kind(change.before) == "file" else None
+    if bits is not None:  # what an undo gives the file it puts back
+        outcome.bits[change.path] = bits
     if action == "remove":
         hostfs.remove(root, change.path, "file")
     elif action == "rmdir":
@@ -219,7 +285,33 @@ def _act(root: Path, action: str, change: Change, blobs: BlobStore) -> None:
     elif after is not None and after.kind == "symlink":
         hostfs.write_link(root, change.path, after.target or "")
     elif after is not None:
-        hostfs.write_file(root, change.path, blobs.get(after.sha256 or ""), after.mode)
+        hostfs.write_file(root, change.path, blobs.get(after.sha256 or ""), after.mode,
+                          bits=change.bits)
+
+
+# ---------------------------------------------------------------------------- reviewing
+
+
+def for_review(root: Path, changes: list[Change], content: Callable[[str], bytes | None]
+               ) -> list[Change]:
+    """`changes` as a person should see them before they are applied, against the tree as it
+    is now: flags worked out again (a link judged by where it leads once the changes are in,
+    following the links on the way; a path into our own config or state dir marked as never
+    applied), and each file's current permission bits (a mode change shown as it will be)."""
+    planned = {c.path: c.after for c in changes}
+    lookup = after_state(root, planned)
+    places = reserved_places(root, planned)
+
+    def leaves(path: str, target: str) -> bool:
+        return leaves_root(root, path, target, lookup)
+
+    shown = []
+    for change in changes:
+        found = flags(change.path, change.before, change.after, content, leaves=leaves)
+        found += [why for place in places if (why := place.why(change))]
+        shown.append(replace(change, flags=list(dict.fromkeys(found + change.flags)),
+                             host_bits=hostfs.file_bits(root, change.path)))
+    return shown
 
 
 # ---------------------------------------------------------------------------- applying
@@ -257,7 +349,7 @@ def apply_changes(root: Path, changeset: Changeset, *, approved_by: str,
     record = {"type": "apply", "id": secrets.token_hex(8), "ts": utc_now(),
               "session": changeset.session, "changeset": changeset.id,
               "approved_by": approved_by, "user": _user(), "host": socket.gethostname(),
-              "files": [_file_record(c) for c in outcome.done], "already": outcome.already,
+              "files": [_file_record(c, outcome) for c in outcome.done], "already": outcome.already,
               "conflicts": [{"path": p, "reason": r} for p, r in outcome.conflicts]}
     _journal(root, changeset.session, record)
     if audit is not None:
@@ -269,9 +361,12 @@ def _journal(root: Path, session: str, record: dict[str, Any]) -> None:
     append_line(ensure_session_dir(root, session) / "journal.ndjson", record)
 
 
-def _file_record(change: Change) -> dict[str, Any]:
-    return {"path": change.path, "before": change.before.row() if change.before else None,
-            "after": change.after.row() if change.after else None}
+def _file_record(change: Change, outcome: Outcome) -> dict[str, Any]:
+    record = {"path": change.path, "before": change.before.row() if change.before else None,
+              "after": change.after.row() if change.after else None}
+    if change.path in outcome.bits:
+        record["bits_before"] = f"{outcome.bits[change.path]:04o}"
+    return record
 
 
 def _paths(files: Any) -> list[str]:
@@ -322,6 +417,8 @@ class UndoPlan:
     changes: list[Change]
     cannot: list[tuple[str, str]]
     """(path, why it cannot be restored)."""
+    conflicts: list[tuple[str, str]] = field(default_factory=list)
+    """(path, why) left alone because it changed outside the session while it ran."""
 
 
 def plan_undo(root: Path, session: str) -> UndoPlan | None:
@@ -363,44 +460,76 @@ def _inverse(files: list[dict[str, Any]]) -> tuple[list[Change], list[tuple[str,
         except (KeyError, TypeError, ValueError) as exc:
             cannot.append((str(item.get("path")), f"unreadable journal record ({exc})"))
             continue
-        changes.append(Change(str(item["path"]), after, before))
+        changes.append(Change(str(item["path"]), after, before, bits=_bits(item)))
     return changes, cannot
+
+
+def _bits(record: dict[str, Any], key: str = "bits_before", *, most: int = 0o777) -> int | None:
+    """The permission bits a journal record names (no more than `most`); None without."""
+    try:
+        return int(str(record[key]), 8) & most
+    except (KeyError, ValueError):
+        return None
 
 
 def _inverse_writes(writes: list[dict[str, Any]], blobs: BlobStore
-                    ) -> tuple[list[Change], list[tuple[str, str]]]:
-    """Per path: from the last recorded after back to the first recorded before."""
-    first: dict[str, dict[str, Any]] = {}
-    last: dict[str, dict[str, Any]] = {}
+                    ) -> tuple[list[Change], list[tuple[str, str]], list[tuple[str, str]]]:
+    """Per path: from the last recorded after back to the first recorded before, when the
+    records form a chain (each write found the path as the write before it had left it);
+    (changes, what cannot be restored, conflicts)."""
+    by_path: dict[str, list[dict[str, Any]]] = {}
     for record in writes:
-        path = str(record.get("path"))
-        first.setdefault(path, record)
-        last[path] = record
-    changes, cannot = [], []
-    for path in first:
-        reason = _unrestorable(path, first[path], last[path], blobs)
-        if reason:
+        by_path.setdefault(str(record.get("path")), []).append(record)
+    changes, cannot, conflicts = [], [], []
+    for path, records in by_path.items():
+        reason = _unreadable(path, records)
+        gap = None if reason else _gap(records)
+        reason = reason or (None if gap else _unrestorable(records, blobs))
+        if gap:
+            conflicts.append((path, gap))
+        elif reason:
             cannot.append((path, reason))
-            continue
-        before = _row_entry(first[path].get("before"))
-        changes.append(Change(path, _row_entry(last[path].get("after")), before))
-    return changes, cannot
+        else:
+            first, last = records[0], records[-1]
+            changes.append(Change(path, _row_entry(last.get("after")),
+                                  _row_entry(first.get("before")),
+                                  bits=_bits(first, most=0o755)))  # as the sandbox saw them
+    return changes, cannot, conflicts
 
 
 def _row_entry(row: Any) -> Entry | None:
     return from_row(row) if row else None
 
 
-def _unrestorable(path: str, first: dict[str, Any], last: dict[str, Any],
-                  blobs: BlobStore) -> str | None:
+def _unreadable(path: str, records: list[dict[str, Any]]) -> str | None:
+    """Why one path's records cannot be followed at all."""
     if problem(path):
         return str(problem(path))
-    if first.get("unknown_before") or last.get("unknown_after"):
+    if any(r.get("unknown_before") or r.get("unknown_after") for r in records):
         return "changed by a shell command in a way that was not fully recorded"
     try:
-        before, after = _row_entry(first.get("before")), _row_entry(last.get("after"))
+        for record in records:
+            _row_entry(record.get("before"))
+            _row_entry(record.get("after"))
     except (TypeError, ValueError) as exc:
         return f"unreadable journal record ({exc})"
+    return None
+
+
+def _gap(records: list[dict[str, Any]]) -> str | None:
+    """Why one path's records do not form a chain: something outside the session (you, at
+    your editor while the model was thinking) changed it between two of the session's
+    writes. Going back to the first state would silently undo that change too."""
+    for earlier, later in itertools.pairwise(records):
+        if not _same(_row_entry(earlier.get("after")), _row_entry(later.get("before"))):
+            return ("conflict: changed outside the session between two of its writes (before "
+                    f"the write at {later.get('ts')}); left as it is, so that change is kept")
+    return None
+
+
+def _unrestorable(records: list[dict[str, Any]], blobs: BlobStore) -> str | None:
+    first = records[0]
+    before, after = _row_entry(first.get("before")), _row_entry(records[-1].get("after"))
     if before is not None and before.kind == "file" and not blobs.has(before.sha256 or ""):
         source = "a shell command" if first.get("source") == "command" else "a tool"
         return (f"changed by {source}; its earlier content (sha256 {str(before.sha256)[:12]}) "
@@ -415,11 +544,11 @@ def undo(root: Path, plan: UndoPlan, *, audit: AuditLog | None = None) -> Outcom
     blobs = BlobStore.for_root(root)
     outcome = execute(root, plan.changes, blobs)
     outcome.conflicts = [(p, r.replace("since the copy", "since it was written"))
-                         for p, r in outcome.conflicts]
+                         for p, r in outcome.conflicts] + plan.conflicts
     record = {"type": "undo", "id": secrets.token_hex(8), "ts": utc_now(),
               "session": plan.session, "undoes": plan.undoes, "user": _user(),
               "host": socket.gethostname(),
-              "files": [_file_record(c) for c in outcome.done]
+              "files": [_file_record(c, outcome) for c in outcome.done]
               + [{"path": p} for p in outcome.already],
               "conflicts": [{"path": p, "reason": r} for p, r in outcome.conflicts],
               "cannot": [{"path": p, "reason": r} for p, r in plan.cannot]}

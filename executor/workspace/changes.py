@@ -46,6 +46,7 @@ from executor.workspace.manifest import (
     normal,
 )
 from executor.workspace.paths import problem, sort_key
+from executor.workspace.resolve import Lookup, after_state, leaves_root
 from executor.workspace.risk import flags
 from executor.workspace.store import BlobStore, read_json, session_dir, write_json
 
@@ -84,6 +85,12 @@ class Change:
     flags: list[str] = field(default_factory=list)
     added: int | None = None
     removed: int | None = None
+    bits: int | None = None
+    """The permission bits a file this change writes where none is gets (an undo putting a
+    removed file back: the bits it had); None: its normal mode."""
+    host_bits: int | None = None
+    """The permission bits of the file at this path in the tree now (for display: a mode
+    change is shown as it will really happen); None: not looked at, or not a file."""
 
     @property
     def status(self) -> str:
@@ -209,9 +216,10 @@ def collect(call: Caller, root: Path, session: str, base: Base, blobs: BlobStore
     _keep_before(root, [(p, b) for p, b, _ in pending if b is not None and b.kind == "file"],
                  blobs)
     failed = {r["path"] for r in changeset.refused}
+    lookup = after_state(root, {p: a for p, _, a in pending if p not in failed})
     for path, before, entry in pending:
         if path not in failed:
-            changeset.changes.append(_change(path, before, entry, blobs))
+            changeset.changes.append(_change(root, path, before, entry, blobs, lookup))
     return changeset
 
 
@@ -323,10 +331,13 @@ def _keep_before(root: Path, files: list[tuple[str, Entry]], blobs: BlobStore) -
             blobs.put(data)
 
 
-def _change(path: str, before: Entry | None, after: Entry | None, blobs: BlobStore) -> Change:
+def _change(root: Path, path: str, before: Entry | None, after: Entry | None, blobs: BlobStore,
+            lookup: Lookup) -> Change:
     content = _reader(blobs)
-    added, removed = line_counts(before, after, content)
-    return Change(path, before, after, flags(path, before, after, content), added, removed)
+    found = flags(path, before, after, content,
+                  leaves=lambda link, target: leaves_root(root, link, target, lookup))
+    added, removed = line_counts(before, after, content, as_text=bool(found))
+    return Change(path, before, after, found, added, removed)
 
 
 def _reader(blobs: BlobStore) -> Callable[[str], bytes | None]:
@@ -339,13 +350,14 @@ def _reader(blobs: BlobStore) -> Callable[[str], bytes | None]:
 
 
 def line_counts(before: Entry | None, after: Entry | None,
-                content: Callable[[str], bytes | None]) -> tuple[int | None, int | None]:
+                content: Callable[[str], bytes | None], *, as_text: bool = False
+                ) -> tuple[int | None, int | None]:
     """(+lines, -lines) of a text change; (None, None) for binary or unknown content, and
-    when neither side is a file."""
+    when neither side is a file. `as_text`: a NUL does not make it binary (text_lines)."""
     if "file" not in (before and before.kind, after and after.kind):
         return None, None
-    old = text_lines(before, content)
-    new = text_lines(after, content)
+    old = text_lines(before, content, as_text=as_text)
+    new = text_lines(after, content, as_text=as_text)
     if old is None or new is None:
         return None, None
     if len(old) + len(new) > DIFF_LINES_MAX:
@@ -394,14 +406,22 @@ class Matcher(difflib.SequenceMatcher[str]):
         return merged or [("equal", 0, 0, 0, 0)]
 
 
-def text_lines(entry: Entry | None, content: Callable[[str], bytes | None]) -> list[str] | None:
-    """The lines of a text file's content; [] when absent or not a file; None when binary."""
+def text_lines(entry: Entry | None, content: Callable[[str], bytes | None], *,
+               as_text: bool = False) -> list[str] | None:
+    """The lines of a text file's content; [] when absent or not a file; None when binary or
+    not kept.
+
+    A NUL in the first 8 KiB makes a file binary, unless `as_text`: a flagged file (a
+    Makefile, a script, a hook) is always shown as text, because make and the shells run a
+    file with a NUL in it all the same; at a terminal its NULs and undecodable bytes are
+    shown escaped.
+    """
     if entry is None or entry.kind != "file":
         return []
     if entry.sha256 is None:
         return None
     data = content(entry.sha256)
-    if data is None or b"\0" in data[:TEXT_SNIFF]:
+    if data is None or (b"\0" in data[:TEXT_SNIFF] and not as_text):
         return None
     # Only "\n" ends a line: str.splitlines would also split at "\r", "\x0c", U+2028 and more,
     # and a diff that hides where a line really ends could hide what it does.

@@ -5,7 +5,9 @@ O_NOFOLLOW | O_DIRECTORY, so a link anywhere on the way (planted by a repository
 sandbox in bind mode, or swapped in meanwhile) is an error, never followed. Files are opened
 with O_NOFOLLOW | O_NONBLOCK and checked to be regular: a FIFO never blocks us. Writes are
 atomic per file: a new file is written under a temporary name in the same directory, fsynced,
-given its mode (0644 or 0755; never a set-id bit) and renamed over the old name.
+given its mode and renamed over the old name. The mode is the permission bits of the file it
+replaces, with the executable bits as asked (a private 0600 file stays 0600), or 0644/0755 for
+a new one (or the bits a removed file had, when `undo` puts it back); never a set-id bit.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import stat
 from collections.abc import Iterator
 from pathlib import Path
 
-from executor.workspace.manifest import Entry, kind_of, normal
+from executor.workspace.manifest import Entry, applied_mode, kind_of, normal
 
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -74,6 +76,21 @@ def state(root: Path, path: str) -> Entry | None:
         raise Unsafe(errno.ENOTDIR, f"a parent of {path} is not a directory") from exc
 
 
+def peek(root: Path, path: str) -> Entry | None:
+    """What `path` is on the host, without reading a file's content: its kind, and a link's
+    target (None: absent); Unsafe for a link on the way."""
+    try:
+        with parent_dir(root, path) as (fd, leaf):
+            st = os.lstat(leaf, dir_fd=fd)
+            what = kind_of(st.st_mode)
+            target = os.readlink(leaf, dir_fd=fd) if what == "symlink" else None
+            return Entry(what, st.st_mode, target=target)
+    except FileNotFoundError:
+        return None
+    except NotADirectoryError as exc:
+        raise Unsafe(errno.ENOTDIR, f"a parent of {path} is not a directory") from exc
+
+
 def _entry_of(fd: int, leaf: str, st: os.stat_result) -> Entry:
     kind = kind_of(st.st_mode)
     if kind == "file":
@@ -111,15 +128,19 @@ def read_file(root: Path, path: str, limit: int) -> bytes | None:
     return data if len(data) <= limit else None
 
 
-def write_file(root: Path, path: str, data: bytes, mode: int) -> None:
-    """Put `data` at `path` atomically with `mode` (0644 or 0755), replacing what is there."""
+def write_file(root: Path, path: str, data: bytes, mode: int, *, bits: int | None = None
+               ) -> None:
+    """Put `data` at `path` atomically, replacing what is there. `mode` (0644 or 0755) says
+    whether it is executable; its permission bits are those of the file it replaces, else
+    `bits` (a removed file's, put back), else `mode` (manifest.applied_mode)."""
     with parent_dir(root, path) as (fd, leaf):
+        current = _file_bits(fd, leaf)
         temporary = _temporary_name(leaf)
         out = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
                       | os.O_CLOEXEC, 0o600, dir_fd=fd)
         try:
             _write_all(out, data)
-            os.fchmod(out, normal("file", mode))
+            os.fchmod(out, applied_mode(current if current is not None else bits, mode))
             os.fsync(out)
         except BaseException:
             os.close(out)
@@ -127,6 +148,24 @@ def write_file(root: Path, path: str, data: bytes, mode: int) -> None:
             raise
         os.close(out)
         _rename_into_place(fd, temporary, leaf)
+
+
+def _file_bits(fd: int, leaf: str) -> int | None:
+    """The permission bits of the regular file `leaf` (None: absent or not a file)."""
+    try:
+        st = os.lstat(leaf, dir_fd=fd)
+    except FileNotFoundError:
+        return None
+    return stat.S_IMODE(st.st_mode) if stat.S_ISREG(st.st_mode) else None
+
+
+def file_bits(root: Path, path: str) -> int | None:
+    """The permission bits of the regular file at `path` (None: absent or not a file)."""
+    try:
+        with parent_dir(root, path) as (fd, leaf):
+            return _file_bits(fd, leaf)
+    except OSError:
+        return None
 
 
 def write_link(root: Path, path: str, target: str) -> None:

@@ -1,8 +1,9 @@
 """The state of one path in a tree: kind, mode, size, content hash, link target.
 
-A manifest maps relative paths to entries. Modes are normalised the way changes are
-applied: a regular file is 0644 or 0755 (only the executable bit travels; set-id never does),
-a directory 0755, a link 0777.
+A manifest maps relative paths to entries. Modes are normalised: a regular file is 0644 or
+0755 (only the executable bit travels; set-id never does), a directory 0755, a link 0777. A
+new file is written with its normal mode; a file written over an existing one keeps that
+one's permission bits (`applied_mode`), so a private 0600 file stays private.
 """
 
 from __future__ import annotations
@@ -71,6 +72,20 @@ def file_mode(mode: int) -> int:
 def normal(kind: str, mode: int) -> int:
     """The mode a path of this kind is copied and applied with."""
     return {"file": file_mode(mode), "dir": 0o755}.get(kind, 0o777)
+
+
+def applied_mode(current: int | None, wanted: int) -> int:
+    """The permission bits a file is written with: `wanted`'s normal mode for a new one; over
+    an existing file with bits `current`, those bits (never wider, never set-id or sticky)
+    with the executable bits following `wanted` (added where the file can be read)."""
+    if current is None:
+        return file_mode(wanted)
+    bits = current & 0o777
+    if not wanted & 0o111:
+        return bits & ~0o111
+    if bits & 0o111:
+        return bits
+    return bits | 0o100 | (bits & 0o044) >> 2
 
 
 def kind_of(mode: int) -> str:

@@ -1,43 +1,26 @@
 """What a person reads about pending changes: a unified diff, a stat, JSON, a summary.
 
 Text from the sandbox (paths, file contents, link targets) is made inert before it reaches a
-terminal: control characters (escape sequences, carriage returns, backspaces) and Unicode
-bidirectional overrides are shown as `\\x1b`-style escapes, never interpreted.
+terminal by `executor.text.inert`, the one function every command uses: control characters
+(escape sequences, carriage returns, backspaces), Unicode bidirectional overrides and invisible
+format characters (zero-width, U+2028/2029, U+FEFF, tags) are shown as `\\x1b`-style escapes,
+never interpreted.
 """
 
 from __future__ import annotations
 
 import re
-import unicodedata
+import stat
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from executor.text import inert
 from executor.workspace.changes import Change, Changeset, Matcher, text_lines
-from executor.workspace.manifest import Entry
+from executor.workspace.manifest import Entry, applied_mode
 from executor.workspace.store import BlobStore
 
 Content = Callable[[str], bytes | None]
-_BIDI = set("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f\u061c")
-_UNSAFE = re.compile(r"[^\t\n\x20-\x7e]")
 MAX_SUMMARY_LINES = 15
-
-
-def inert(text: str) -> str:
-    """`text` with every control character and bidi override escaped (tab and newline kept)."""
-    if not _UNSAFE.search(text):
-        return text
-    return "".join(_escape(c) for c in text)
-
-
-def _escape(char: str) -> str:
-    if char in "\t\n" or not (char in _BIDI or unicodedata.category(char) in ("Cc", "Cs")):
-        return char
-    if char == "\r":
-        return "\\r"
-    code = ord(char)
-    if code < 0x100:
-        return f"\\x{code:02x}"
-    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
 def reader(blobs: BlobStore) -> Content:
@@ -65,37 +48,47 @@ def _file_diff(change: Change, content: Content) -> Iterator[str]:
     for flag in change.flags:
         yield f"!! {flag}\n"
     yield f"diff --sandbox-agent a/{path} b/{path}\n"
-    yield from _headers(before, after)
+    yield from _headers(before, after, change.host_bits)
     if {_kind(before), _kind(after)} <= {"dir", None}:
         return  # a directory has no content to show
-    yield from _content_lines(path, before, after, content)
+    yield from _content_lines(path, before, after, content, as_text=bool(change.flags))
 
 
 def _kind(entry: Entry | None) -> str | None:
     return None if entry is None else entry.kind
 
 
-def _headers(before: Entry | None, after: Entry | None) -> Iterator[str]:
+def _headers(before: Entry | None, after: Entry | None, host_bits: int | None
+             ) -> Iterator[str]:
+    """`new file mode`, `deleted file mode`, `old mode`/`new mode` as git writes them; with
+    the file's bits in the tree now (`host_bits`), the modes it has and will have."""
     if before is None and after is not None:
         yield f"new {_what(after)}\n"
     elif after is None and before is not None:
-        yield f"deleted {_what(before)}\n"
+        yield f"deleted {_what(before, host_bits)}\n"
     elif before is not None and after is not None:
         if before.kind != after.kind:
-            yield f"was {_what(before)}, now {_what(after)}\n"
-        elif before.kind == "file" and before.mode != after.mode:
-            yield f"old mode 100{before.mode:o}\nnew mode 100{after.mode:o}\n"
+            yield f"was {_what(before, host_bits)}, now {_what(after)}\n"
+        elif before.kind == "file":
+            old = before.mode if host_bits is None else host_bits
+            new = after.mode if host_bits is None else applied_mode(host_bits, after.mode)
+            if old != new:
+                yield f"old mode {_mode(old)}\nnew mode {_mode(new)}\n"
 
 
-def _what(entry: Entry) -> str:
+def _what(entry: Entry, host_bits: int | None = None) -> str:
     if entry.kind == "file":
-        return f"file mode 100{entry.mode:o}"
+        return f"file mode {_mode(entry.mode if host_bits is None else host_bits)}"
     return "symlink" if entry.kind == "symlink" else "directory"
 
 
-def _content_lines(path: str, before: Entry | None, after: Entry | None, content: Content
-                   ) -> Iterator[str]:
-    old, new = _side(before, content), _side(after, content)
+def _mode(bits: int) -> str:
+    return f"{stat.S_IFREG | bits:o}"
+
+
+def _content_lines(path: str, before: Entry | None, after: Entry | None, content: Content, *,
+                   as_text: bool) -> Iterator[str]:
+    old, new = _side(before, content, as_text), _side(after, content, as_text)
     if old is None or new is None:
         yield _unshown(before, after, content)
         return
@@ -131,11 +124,12 @@ def _range(start: int, stop: int) -> str:
     return str(first) if length == 1 else f"{first},{length}"
 
 
-def _side(entry: Entry | None, content: Content) -> list[str] | None:
-    """The lines one side shows: a file's text, a link's target, nothing for the rest."""
+def _side(entry: Entry | None, content: Content, as_text: bool) -> list[str] | None:
+    """The lines one side shows: a file's text, a link's target, nothing for the rest;
+    `as_text`: a flagged file is text even with a NUL in it (what runs is what you read)."""
     if entry is not None and entry.kind == "symlink":
         return [f"-> {entry.target}\n"]
-    return text_lines(entry, content)
+    return text_lines(entry, content, as_text=as_text)
 
 
 def _unshown(before: Entry | None, after: Entry | None, content: Content) -> str:
@@ -219,14 +213,18 @@ def _quote(text: str) -> str:
 # ---------------------------------------------------------------------------- json
 
 
-def as_json(changeset: Changeset, applied: set[str]) -> dict[str, Any]:
-    """The changeset for machines: every change with its states, flags and counts."""
+def as_json(changeset: Changeset, applied: set[str], reviewed: list[Change] | None = None
+            ) -> dict[str, Any]:
+    """The changeset for machines: every change with its states, flags and counts; the flags
+    of a pending change from `reviewed` (apply.for_review) when given."""
+    flagged = {c.path: c.flags for c in reviewed or []}
     return {
         "session": changeset.session, "changeset": changeset.id, "root": changeset.root,
         "collected_at": changeset.collected_at,
         "changes": [{"path": c.path, "status": c.status,
                      "before": c.before.describe() if c.before else None,
-                     "after": c.after.describe() if c.after else None, "flags": c.flags,
+                     "after": c.after.describe() if c.after else None,
+                     "flags": flagged.get(c.path, c.flags),
                      "added": c.added, "removed": c.removed, "applied": c.path in applied}
                     for c in changeset.changes],
         "refused": changeset.refused, "notes": changeset.notes,

@@ -3,8 +3,9 @@
 A change is flagged when it touches what runs on the host without anyone reading it first:
 git and CI configuration, hook directories, build and task files, shell scripts, a
 `package.json` whose `scripts` changed, a file that gains the executable bit, and links
-(a new link, or one whose target leaves the project). The flags are words for a person, not
-a verdict: `diff` and `apply` show them above the change.
+(a new link, or one that leads out of the project: judged by following the links on the way,
+not by the target's text). The flags are words for a person, not a verdict: `diff` and
+`apply` show them above the change.
 """
 
 from __future__ import annotations
@@ -48,17 +49,21 @@ _TOP_DIRS = {"hooks": "hooks directory", "scripts": "scripts directory", "bin": 
 
 
 def flags(path: str, before: Entry | None, after: Entry | None,
-          content: Callable[[str], bytes | None]) -> list[str]:
+          content: Callable[[str], bytes | None], *,
+          leaves: Callable[[str, str], bool] | None = None) -> list[str]:
     """Why this change deserves a second look (empty: nothing special).
 
-    `content(sha256)` returns a blob's bytes, or None when it is not kept.
+    `content(sha256)` returns a blob's bytes, or None when it is not kept. `leaves(path,
+    target)` says whether a link leads out of the project once the changes are applied
+    (resolve.leaves_root, which follows the links on the way); without it only the target's
+    text is judged.
     """
     found = _by_path(path)
     if after is not None and after.kind == "file" and after.executable and not (
             before is not None and before.executable):
         found.append("gains the executable bit")
     if after is not None and after.kind == "symlink":
-        found.append(_link_flag(path, before, after))
+        found.append(_link_flag(path, before, after, leaves or leaves_root))
     if posixpath.basename(path) == "package.json" and after is not None:
         found += _package_scripts(before, after, content)
     return list(dict.fromkeys(found))
@@ -82,9 +87,10 @@ def _by_path(path: str) -> list[str]:
     return found
 
 
-def _link_flag(path: str, before: Entry | None, after: Entry) -> str:
+def _link_flag(path: str, before: Entry | None, after: Entry,
+               leaves: Callable[[str, str], bool]) -> str:
     target = after.target or ""
-    if leaves_root(path, target):
+    if leaves_root(path, target) or leaves(path, target):
         return f"link leaving the project (-> {target})"
     if before is None or before.kind != "symlink":
         return f"new link (-> {target})"
@@ -92,7 +98,7 @@ def _link_flag(path: str, before: Entry | None, after: Entry) -> str:
 
 
 def leaves_root(path: str, target: str) -> bool:
-    """Whether a link at `path` pointing at `target` resolves outside the project."""
+    """Whether the text of `target` alone (a link at `path`) leads outside the project."""
     if target.startswith("/"):
         return True
     resolved = posixpath.normpath(posixpath.join(posixpath.dirname(path), target))

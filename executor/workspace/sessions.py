@@ -224,6 +224,7 @@ def _tool_write(tool: str, before: dict[str, Any], meta: dict[str, Any]) -> dict
     new = _row("file", mode, meta.get("bytes"), meta.get("sha256_after"), None)
     return {"type": "write", "ts": utc_now(), "source": "tool", "tool": tool,
             "path": before.get("resolved"), "before": old, "after": new,
+            "bits_before": _bits(mode) if existed else None,
             "unknown_before": unknown or None, "unknown_after": new is None or None}
 
 
@@ -240,8 +241,15 @@ def _command_write(tool: str, change: dict[str, Any]) -> dict[str, Any]:
         kind == "symlink" and what == "modified"))
     return {"type": "write", "ts": utc_now(), "source": "command", "tool": tool,
             "path": change["path"], "before": old, "after": new,
+            "bits_before": _bits(_octal(change.get("mode_before"))) if old else None,
             "unknown_before": unknown_before or None,
             "unknown_after": (what != "deleted" and new is None) or None}
+
+
+def _bits(mode: Any) -> str | None:
+    """A file's permission bits as the journal keeps them ('0600'): an undo that puts the
+    file back gives it these (never wider than its normal mode)."""
+    return f"{mode & 0o777:04o}" if isinstance(mode, int) else None
 
 
 def _octal(text: Any) -> int | None:

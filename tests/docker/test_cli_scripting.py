@@ -270,7 +270,8 @@ def test_a_writable_run_is_refused_when_the_config_dir_is_in_the_project(
     """The third outside review: dotfiles kept in a repository (or `--root ~`) put the config
     dir in the project, and a --yes session planted policy.toml / config.toml there that a
     later run on another project obeyed. A run that can write the tree is refused at once,
-    even while the dir is empty; a read-only or copy run cannot plant anything."""
+    even while the dir is empty; a read-only run cannot plant anything, and a copy run's
+    `apply` never writes there (test_workspace_guards.py)."""
     inside = {"SANDBOX_AGENT_CONFIG_DIR": str(project / "dotfiles" / "sandbox-agent")}
     model_server.reply("Read only.").reply("A copy.")
 

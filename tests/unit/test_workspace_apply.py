@@ -219,3 +219,77 @@ def test_apply_does_not_complete_a_look_alike_the_host_half_has(root: Path):
     assert [p for p, _ in outcome.conflicts] == ["src/HEAD"] and not outcome.done
     plain = execute(root, [Change("src/config", None, file(b"ref: refs/heads/main\n"))], blobs)
     assert [c.path for c in plain.done] == ["src/config"]  # a config alone is just a file
+
+
+def test_undo_leaves_a_path_changed_between_two_recorded_writes(root: Path):
+    """The chain v1 -> v2, (someone else: v2 -> v2b), v2b -> v3 has a gap: going back to v1
+    would silently undo the outside change too, so the path is a conflict."""
+    journal = ensure_session_dir(root, "b3") / "journal.ndjson"
+    blobs = BlobStore.for_root(root)
+    blobs.put(b"v1\n")
+    (root / "src" / "app.py").write_bytes(b"v3\n")
+    (root / "made.txt").write_bytes(b"made\n")
+    for record in [
+        {"path": "src/app.py", "before": file(b"v1\n").row(), "after": file(b"v2\n").row()},
+        {"path": "src/app.py", "before": file(b"v2b\n").row(), "after": file(b"v3\n").row(),
+         "ts": "T2"},
+        {"path": "made.txt", "before": None, "after": file(b"made\n").row()},
+    ]:
+        append_line(journal, {"type": "write", "source": "tool", **record})
+    plan = plan_undo(root, "b3")
+    assert plan is not None and [c.path for c in plan.changes] == ["made.txt"]
+    outcome = undo(root, plan)
+    assert outcome.conflicts == [("src/app.py", "conflict: changed outside the session between "
+                                  "two of its writes (before the write at T2); left as it is, "
+                                  "so that change is kept")]
+    assert (root / "src" / "app.py").read_bytes() == b"v3\n" and not (root / "made.txt").exists()
+
+
+def test_apply_keeps_permission_bits_and_undo_puts_them_back(root: Path):
+    blobs = BlobStore.for_root(root)
+    blobs.put(b"v2\n")
+    (root / "src" / "app.py").chmod(0o600)
+    (root / "old.txt").chmod(0o4640)
+    changeset = Changeset("s2", str(root), [
+        Change("src/app.py", file(b"v1\n"), file(b"v2\n", 0o755)),
+        Change("old.txt", file(b"old\n"), None)])
+    apply_changes(root, changeset, approved_by="--yes")
+    assert (root / "src" / "app.py").stat().st_mode & 0o7777 == 0o700
+    plan = plan_undo(root, "s2")
+    assert plan is not None
+    undo(root, plan)
+    assert (root / "src" / "app.py").stat().st_mode & 0o7777 == 0o600
+    assert (root / "old.txt").stat().st_mode & 0o7777 == 0o640  # never a set-id bit
+
+
+def test_nothing_is_written_into_our_config_or_state_dir(root: Path, tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("SANDBOX_AGENT_CONFIG_DIR", str(root / "cfg" / "sandbox-agent"))
+    blobs = BlobStore.for_root(root)
+    data = blobs.put(b"[[rules]]\n")
+    policy = Entry("file", 0o644, 10, data)
+    outcome = execute(root, [
+        Change("cfg/sandbox-agent/policy.toml", None, policy),
+        Change("other", None, Entry("symlink", target="docs")),
+        Change("cfg", None, Entry("symlink", target="docs")),
+        Change("docs/sandbox-agent/policy.toml", None, policy),
+        Change("docs", None, Entry("dir")), Change("docs/sandbox-agent", None, Entry("dir")),
+    ], blobs)
+    assert sorted(outcome.touched) == ["docs", "other"]
+    assert sorted(p for p, _ in outcome.conflicts) == [
+        "cfg", "cfg/sandbox-agent/policy.toml", "docs/sandbox-agent",
+        "docs/sandbox-agent/policy.toml"]
+    assert "a link on the way to your sandbox-agent config dir" in dict(outcome.conflicts)["cfg"]
+
+
+def test_a_private_file_replaced_by_a_link_comes_back_private(root: Path):
+    (root / "old.txt").chmod(0o600)
+    changeset = Changeset("s3", str(root), [
+        Change("old.txt", file(b"old\n"), Entry("symlink", target="/etc/passwd"))])
+    apply_changes(root, changeset, approved_by="--yes")
+    assert (root / "old.txt").is_symlink()
+    plan = plan_undo(root, "s3")
+    assert plan is not None
+    undo(root, plan)
+    assert (root / "old.txt").read_bytes() == b"old\n"
+    assert (root / "old.txt").stat().st_mode & 0o7777 == 0o600

@@ -72,3 +72,18 @@ def test_a_fifo_is_refused_without_blocking(tree: Path):
     with pytest.raises(hostfs.Unsafe):
         hostfs.state(tree, "pipe")
     assert hostfs.read_file(tree, "pipe", 10) is None
+
+
+@pytest.mark.parametrize(("current", "wanted", "written"), [
+    (None, 0o644, 0o644), (None, 0o755, 0o755),   # a new file: its normal mode
+    (0o600, 0o644, 0o600), (0o600, 0o755, 0o700),  # private stays private
+    (0o640, 0o755, 0o750), (0o755, 0o644, 0o644), (0o4755, 0o755, 0o755),
+    (0o200, 0o755, 0o300), (0o666, 0o644, 0o666),
+])
+def test_a_file_written_over_another_keeps_its_permission_bits(tree: Path, current: int | None,
+                                                               wanted: int, written: int):
+    if current is not None:
+        (tree / "f").write_text("old\n")
+        (tree / "f").chmod(current)
+    hostfs.write_file(tree, "f", b"new\n", wanted)
+    assert (tree / "f").stat().st_mode & 0o7777 == written

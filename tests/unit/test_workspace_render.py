@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from executor.text import inert
 from executor.workspace.changes import Change, Changeset
 from executor.workspace.manifest import Entry
-from executor.workspace.render import diff, inert, stat_lines, summary
+from executor.workspace.render import diff, stat_lines, summary
 from executor.workspace.risk import flags
 from executor.workspace.store import BlobStore
 
@@ -119,3 +120,35 @@ def test_the_unified_diff_turns_the_old_text_into_the_new():
     assert list(unified(many, [*many[:2500], "new\n", *many[2500:]], "a", "b"))[2:] == [
         "@@ -2498,6 +2498,7 @@\n", " same\n", " same\n", " same\n", "+new\n", " same\n",
         " same\n", " same\n"]
+
+
+def test_diff_at_a_terminal_escapes_invisible_characters(tmp_path: Path):
+    blobs = BlobStore(tmp_path)
+    change = Change("x", None, put(blobs, "a\u200b\u2028\ufeff\U000e0041\u00ad\n".encode()))
+    shown = "".join(diff([change], blobs.get, safe=True))
+    assert "+a\\u200b\\u2028\\ufeff\\U000e0041\\xad\n" in shown
+
+
+def test_a_flagged_file_with_a_nul_is_shown_as_text(tmp_path: Path):
+    blobs = BlobStore(tmp_path)
+    old, new = put(blobs, b"all:\n"), put(blobs, b"all:\n\ttouch x\n#\0\n")
+    flagged = Change("Makefile", old, new, ["runs on the host (Makefile)"])
+    shown = "".join(diff([flagged], blobs.get, safe=True))
+    assert "+\ttouch x\n+#\\x00\n" in shown and "Binary" not in shown
+    plain = "".join(diff([Change("data", old, new)], blobs.get, safe=True))
+    assert "Binary files differ (5 bytes -> 17 bytes)" in plain
+
+
+def test_modes_are_shown_as_they_are_and_will_be(tmp_path: Path):
+    blobs = BlobStore(tmp_path)
+    old, new = put(blobs, b"a\n"), put(blobs, b"b\n")
+    executable = Entry("file", 0o755, new.size, new.sha256)
+    def headers(change: Change) -> str:
+        return "".join(diff([change], blobs.get, safe=True)).split("---")[0]
+    assert "mode" not in headers(Change("f", old, new, host_bits=0o600))
+    assert "old mode 100600\nnew mode 100700\n" in headers(
+        Change("f", old, executable, host_bits=0o600))
+    assert "old mode 104755\nnew mode 100755\n" in headers(
+        Change("f", executable, executable, host_bits=0o4755))
+    assert "deleted file mode 100600\n" in headers(Change("f", old, None, host_bits=0o600))
+    assert "old mode 100644\nnew mode 100755\n" in headers(Change("f", old, executable))

@@ -22,7 +22,7 @@ DEMO_FOLLOW_UP ?= Now run python3 greet.py and tell me what it prints.
 export TESTCONTAINERS_RYUK_DISABLED := true
 
 .PHONY: help install install-local engine podman host-tools base-image image test test-fast \
-        test-docker test-embedded lint demo bench bench-venv bench-agent gc clean
+        test-docker test-embedded lint demo bench bench-venv bench-agent bench-review gc clean
 
 help:
 	@echo "make demo           one command: set up and run a real ask with the embedded model"
@@ -40,6 +40,7 @@ help:
 	@echo "make bench          benchmarks (print figures), the peers side by side included"
 	@echo "make bench-venv     mini-swe-agent and llm-sandbox in $(BENCH_VENV), for bench_peers"
 	@echo "make bench-agent    the agent on everyday tasks with the embedded model (slow)"
+	@echo "make bench-review   review finding planted defects, with and without the checklist (slow)"
 	@echo "make gc             remove orphaned sandbox containers"
 
 $(BIN)/python:
@@ -141,6 +142,9 @@ bench: install image podman host-tools bench-venv
 # Everyday tasks through the real CLI with the embedded model; BENCH_ARGS e.g. "--split dev".
 bench-agent: install-local image
 	$(BIN)/python benchmarks/bench_agent.py $(BENCH_ARGS)
+
+bench-review: install-local image
+	$(BIN)/python benchmarks/bench_review.py $(BENCH_ARGS)
 
 gc: install
 	$(BIN)/sandbox-agent gc

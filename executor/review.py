@@ -300,12 +300,26 @@ def _refuse_borrowed(top: Path, git_dir: Path, common: Path) -> None:
                           f"({common})", fix=fix)
     if not _inside(common, top):
         return  # the host's own linked worktree or submodule: the project wrote none of it
-    objects = common / "objects"
-    for line in _read_optional(objects / "info" / "alternates").splitlines():
-        line = line.strip()
-        if line and not line.startswith("#") and not _inside((objects / line).resolve(), top):
-            raise ConfigError(f"{objects}/info/alternates borrows objects from outside the "
-                              f"project ({line[:200]})", fix=fix)
+    # The object store, and every alternate git would follow from it (git goes 5 deep), must
+    # stay in the project: a linked `objects` or a chain of alternates reaches any clone.
+    todo, seen = [(common / "objects", 0)], set()
+    while todo:
+        objects, depth = todo.pop()
+        real = objects.resolve()
+        if not _inside(real, top):
+            raise ConfigError(f"{objects} leads to objects outside the project ({real})",
+                              fix=fix)
+        if real in seen or depth > _MAX_ALTERNATES_DEPTH:
+            continue
+        seen.add(real)
+        for line in _read_optional(real / "info" / "alternates").splitlines():
+            line = line.strip()
+            if line and not line.startswith("#"):
+                todo.append((real / line, depth + 1))
+
+
+_MAX_ALTERNATES_DEPTH = 5
+"""How deep git follows alternates of alternates."""
 
 
 def _names_back(git_dir: Path, top: Path) -> bool:

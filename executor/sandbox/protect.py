@@ -171,6 +171,9 @@ class GitPaths:
         """Links in the tree that git passes on the way to one of these paths."""
         self.unsure: dict[str, str] = {}
         """Config files git reads that cannot be read with certainty -> why."""
+        self.hardlinked: dict[str, int] = {}
+        """Hooks with more than one name -> how many: a read-only mount guards a name, not the
+        file, so a write through another name in the tree would change what git runs."""
         self.configs: dict[str, set[tuple[Path, Path]]] = {}
         """Config files in the tree -> (work tree, directory includes are taken from)."""
         self._read: set[tuple[Path, Path]] = set()
@@ -224,7 +227,12 @@ class GitPaths:
     def repository(self, worktree: Path, git_dirs: list[Path]) -> None:
         """The config files and hooks of one repository (its git dirs and their common dir)."""
         for git_dir in git_dirs:
-            self.hook_links(git_dir / "hooks")
+            hooks = git_dir / "hooks"
+            if os.path.islink(hooks):  # `ln -s ../githooks .git/hooks`: git runs what is there
+                why = f"git runs the hooks in it ({self.show(hooks)} links to it)"
+                hooks = self.resolve(hooks, why)
+                self.add(hooks, why)
+            self.hook_links(hooks)
             for name in ("config", "config.worktree"):
                 self.config_paths(worktree, git_dir / name)
 
@@ -268,8 +276,13 @@ class GitPaths:
         """What the links in a hooks directory point at: git runs the target."""
         try:
             with os.scandir(hooks) as entries:
-                links = [e.path for _, e in zip(range(_MAX_HOOKS), entries, strict=False)
-                         if e.is_symlink()]
+                listed = list(zip(range(_MAX_HOOKS), entries, strict=False))
+                links = [e.path for _, e in listed if e.is_symlink()]
+                for _, entry in listed:
+                    if entry.is_file(follow_symlinks=False) and \
+                            entry.stat(follow_symlinks=False).st_nlink > 1:
+                        self.hardlinked[self.show(Path(entry.path))] = \
+                            entry.stat(follow_symlinks=False).st_nlink
         except OSError:
             return
         for link in links:
@@ -284,6 +297,12 @@ class GitPaths:
                 f"certainty ({why}): the files it names cannot be protected",
                 fix=f"fix or remove it (`git config --file {config} --list` shows what git "
                     "makes of it), or run with --workspace copy or --read-only")
+        for hook, names in self.hardlinked.items():
+            raise ConfigError(
+                f"the git hook {hook} has {names} names (hard links): a write to another name "
+                "in the project would change what git on the host runs",
+                fix="replace it with a copy (`cp --remove-destination`) or a symbolic link, or "
+                    "run with --workspace copy or --read-only")
         uncovered = {rel: why for rel, why in self.links.items()
                      if not _covered(rel, set(self.existing))}
         for rel, why in uncovered.items():

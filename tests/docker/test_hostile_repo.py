@@ -7,6 +7,8 @@ would run are exactly as they were, and git on the host sees no planted reposito
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -235,6 +237,38 @@ def test_renaming_a_protected_directory_away_keeps_every_after_command_check(
     assert not (root / "sub" / ".git").exists()
 
 
+def test_a_hooks_dir_that_links_into_the_project_is_read_only(workdir: Path,
+                                                                model_server: ModelServer):
+    """`ln -s ../githooks .git/hooks` (a team's shared hooks): git runs what is in githooks/,
+    so the sandbox must not write there (fifth outside review)."""
+    root = workdir / "proj"
+    (root / "githooks").mkdir(parents=True)
+    (root / "githooks" / "pre-commit").write_text("#!/bin/sh\nexit 0\n")
+    git("init", "-q", str(root), cwd=workdir)
+    shutil.rmtree(root / ".git" / "hooks")
+    (root / ".git" / "hooks").symlink_to("../githooks")
+    [result] = attempt(root, model_server, "echo 'touch PWNED' >> githooks/pre-commit; echo tried")
+    assert "Read-only file system" in result, result
+    assert (root / "githooks" / "pre-commit").read_text() == "#!/bin/sh\nexit 0\n"
+
+
+def test_a_hard_linked_hook_stops_a_bind_session(workdir: Path, model_server: ModelServer):
+    """A hook hard-linked to a file in the tree: a read-only mount guards the name, not the
+    file, so a write to the other name would change what git runs. Refused, with the fix."""
+    root = workdir / "proj"
+    (root / "scripts").mkdir(parents=True)
+    (root / "scripts" / "pre-commit").write_text("#!/bin/sh\nexit 0\n")
+    git("init", "-q", str(root), cwd=workdir)
+    os.link(root / "scripts" / "pre-commit", root / ".git" / "hooks" / "pre-commit")
+    model_server.reply(tool_calls=[Call("run_shell_command", {
+        "command": "echo 'touch PWNED' >> scripts/pre-commit"})])
+    model_server.reply("done")
+    done = ask(root, model_server, "ollama", "--yes")
+    assert done.returncode == 2 and "Traceback" not in done.stderr, explain(done)
+    assert "hard links" in done.stderr and "--workspace copy" in done.stderr, explain(done)
+    assert (root / "scripts" / "pre-commit").read_text() == "#!/bin/sh\nexit 0\n"
+
+
 def test_husky_hooks_and_the_scripts_they_run_are_read_only(workdir: Path,
                                                             model_server: ModelServer):
     root = workdir / "proj"
@@ -356,7 +390,8 @@ def _private_repo(workdir: Path) -> tuple[Path, str]:
     return private, git("rev-parse", "HEAD", cwd=private).strip()
 
 
-@pytest.mark.parametrize("how", ["gitdir-file", "commondir", "alternates"])
+@pytest.mark.parametrize("how", ["gitdir-file", "commondir", "alternates", "alternates-chain",
+                                 "objects-link"])
 def test_review_never_reads_another_repositorys_history(workdir: Path, model_server: ModelServer,
                                                        how: str):
     """A project (an unpacked archive, an earlier bind-mode session) whose `.git` file,
@@ -372,9 +407,18 @@ def test_review_never_reads_another_repositorys_history(workdir: Path, model_ser
         git("init", "-q", str(root), cwd=workdir)
         if how == "commondir":
             (root / ".git" / "commondir").write_text(f"{private / '.git'}\n")
-        else:
+        elif how == "alternates":
             (root / ".git" / "objects" / "info" / "alternates").write_text(
                 f"{private / '.git' / 'objects'}\n")
+        elif how == "alternates-chain":  # through an object store inside the project
+            hop = root / "vendor" / "objects"
+            (hop / "info").mkdir(parents=True)
+            (hop / "info" / "alternates").write_text(f"{private / '.git' / 'objects'}\n")
+            (root / ".git" / "objects" / "info" / "alternates").write_text(
+                "../../vendor/objects\n")
+        else:
+            shutil.rmtree(root / ".git" / "objects")
+            (root / ".git" / "objects").symlink_to(private / ".git" / "objects")
         (root / ".git" / "refs" / "heads" / "main").write_text(commit + "\n")
         (root / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
     model_server.default = Reply("No findings.")

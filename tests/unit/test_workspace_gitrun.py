@@ -111,3 +111,21 @@ def test_a_config_git_cannot_be_read_with_certainty_stops_the_apply(root: Path) 
     with pytest.raises(WorkspaceError, match="cannot be read with certainty"):
         apply_changes(root, changeset, approved_by="--yes")
     assert (root / "notes.txt").read_bytes() == b"a\n"
+
+
+def test_hooks_in_a_directory_the_hooks_dir_links_to_are_refused(tmp_path: Path) -> None:
+    """`ln -s ../githooks .git/hooks`: git runs what is in githooks/ (fifth outside review)."""
+    import shutil
+
+    root = tmp_path / "proj"
+    (root / "githooks").mkdir(parents=True)
+    (root / "githooks" / "pre-commit").write_bytes(b"#!/bin/sh\nexit 0\n")
+    git("init", "-q", ".", cwd=root)
+    shutil.rmtree(root / ".git" / "hooks")
+    (root / ".git" / "hooks").symlink_to("../githooks")
+    changeset = changes(root, ("githooks/pre-commit", b"#!/bin/sh\nexit 0\n",
+                               b"#!/bin/sh\ntouch /tmp/x\n"))
+    outcome = apply_changes(root, changeset, approved_by="--yes")
+    assert outcome.done == []
+    assert "git runs the hooks in it" in dict(outcome.conflicts)["githooks/pre-commit"]
+    assert (root / "githooks" / "pre-commit").read_bytes() == b"#!/bin/sh\nexit 0\n"

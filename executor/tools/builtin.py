@@ -192,18 +192,37 @@ class RunShellCommand(SandboxTool):
         command in it (executor/shell.py)."""
         from executor.shell import analyze
 
-        # Each program's first command comes first: a summary cut short by a thousand `:`
-        # commands still names the one `curl` among them.
+        # Each program's first command comes first, and of those the ones that may change
+        # something before the ones that only look: a summary cut short by a thousand `:`
+        # commands, or by seventy different harmless ones, still names the one `curl`.
         seen: set[str] = set()
-        novel: list[str] = []
+        novel: list[tuple[str, str]] = []
         rest: list[str] = []
         for command in analyze(args.command).commands:
             program = command.program or command.shown
-            (rest if program in seen else novel).append(command.shown)
+            if program in seen:
+                rest.append(command.shown)
+            else:
+                novel.append((program, command.shown))
             seen.add(program)
-        return Preview(self.describe(args), fold=False, runs=(*novel, *rest))
+        novel.sort(key=lambda item: _only_looks(*item))  # stable: the order within each kind
+        return Preview(self.describe(args), fold=False,
+                       runs=(*(shown for _, shown in novel), *rest))
 
 
 BUILTIN_TOOLS: tuple[type[Tool], ...] = (
     ReadFile, ListFiles, SearchFiles, WriteFile, EditFile, RunShellCommand,
 )
+
+
+_LOOKING_PROGRAMS = frozenset({
+    ":", "true", "false", "echo", "printf", "cat", "ls", "pwd", "head", "tail", "wc", "grep",
+    "rg", "date", "whoami", "id", "uname", "test", "[", "basename", "dirname", "which", "type",
+    "stat", "file", "sort", "uniq", "cut", "tr", "nl", "less", "more", "diff", "cmp", "du", "df",
+    "hostname", "sleep", "seq", "yes", "expr",
+})
+"""Programs that only print (with no redirection): listed after the others in a summary."""
+
+
+def _only_looks(program: str, shown: str) -> bool:
+    return program in _LOOKING_PROGRAMS and ">" not in shown

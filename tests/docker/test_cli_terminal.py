@@ -507,8 +507,13 @@ def unwrapped(screen: list[str], columns: int) -> list[str]:
     f"echo hello{chr(0x2800) * PAD}; {HIDDEN}{chr(0x2800) * PAD}# print a greeting",
     f"echo {'x' * 20_000}; {HIDDEN}; echo {'y' * 20_000}",
     "\n".join([*(f": step {n}" for n in range(500)), HIDDEN, *(f": step {n}" for n in range(500))]),
+    "; ".join([*(f"{program} step" for program in (
+        "echo", "printf", "cat", "ls", "pwd", "head", "tail", "wc", "grep", "date", "whoami",
+        "id", "uname", "test", "basename", "dirname", "which", "stat", "file", "sort", "uniq",
+        "cut", "nl", "diff", "cmp", "du", "df", "hostname", "seq", "expr", "true", "false")),
+        HIDDEN]),
 ], ids=["spaces", "tabs", "no-break-spaces", "ideographic-spaces", "blank-braille",
-        "long-words", "many-lines"])
+        "long-words", "many-lines", "many-programs"])
 def test_padding_or_length_cannot_push_a_command_out_of_sight(
         project: Path, model_server: ModelServer, command: str):
     """On an 80x40 terminal the whole question is on one screen, from its heading to `Allow
@@ -525,7 +530,7 @@ def test_padding_or_length_cannot_push_a_command_out_of_sight(
     assert any("run_shell_command needs approval" in line for line in screen), shown
     assert screen[-1].startswith("Allow this call?"), shown
     runs = next(line for line in screen if SUMMARY.match(line))
-    assert f" · {HIDDEN}" in runs, shown
+    assert HIDDEN in runs.split("runs: ", 1)[1], shown
     assert not (project / "PWNED").exists()
 
 

@@ -67,8 +67,10 @@ def _env() -> dict[str, str]:
 
 
 def system_prompt(root: Path) -> str:
-    """The system prompt of an `ask` on `root`: the built-in one, then the bundled skills."""
-    return f"{SYSTEM_PROMPT}\n\n{load_skills(root, command='ask').prompt()}"
+    """The system prompt of an `ask` on `root`: the built-in one, then the skills used by
+    default (none of the bundled ones for `ask`: they are `default: off`)."""
+    skills = load_skills(root, command="ask").prompt()
+    return f"{SYSTEM_PROMPT}\n\n{skills}" if skills else SYSTEM_PROMPT
 
 
 def ask_args(root: Path, server: ModelServer, *args: str, hostname: str | None = None) -> list[str]:

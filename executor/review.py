@@ -257,20 +257,16 @@ def config_values_of(path: Path) -> list[tuple[str, str]]:
 def _find_repository(root: Path) -> tuple[Path, Path, Path]:
     """(work tree top, git dir, common dir) of the repository `root` is in: the nearest `.git`
     at or above it (a directory, or a `gitdir:` file and its `commondir`)."""
+    from executor.sandbox.protect import common_dir, gitdir_target
+
     for top in (root, *root.parents):
         entry = top / ".git"
         if entry.is_symlink() or not os.path.lexists(entry):
             continue
-        if entry.is_dir():
-            git_dir = entry
-        else:
-            text = _read_small(entry).strip()
-            if not text.startswith("gitdir:"):
-                break
-            git_dir = (top / text.removeprefix("gitdir:").strip()).resolve()
-        commondir = git_dir / "commondir"
-        common = (git_dir / _read_small(commondir).strip()).resolve() \
-            if commondir.is_file() and not commondir.is_symlink() else git_dir
+        git_dir = entry if entry.is_dir() else gitdir_target(entry)
+        if git_dir is None:
+            break
+        common = common_dir(git_dir) or git_dir
         if not (common / "objects").is_dir():
             break
         _refuse_borrowed(top, git_dir, common)
@@ -335,15 +331,6 @@ def _read_optional(path: Path) -> str:
     from executor.sandbox.protect import small_text
 
     return small_text(path) or ""
-
-
-def _read_small(path: Path) -> str:
-    try:
-        fd = open_private(path, os.O_RDONLY, owner=False)
-    except OSError as exc:
-        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from exc
-    with os.fdopen(fd, "rb") as stream:
-        return stream.read(1 << 16).decode("utf-8", "replace")
 
 
 def _copy_regular(source: Path, target: Path) -> None:

@@ -212,13 +212,13 @@ class GitPaths:
             dirs = [entry]
         elif kind == "file":
             self.add(entry, "a .git file")  # rewritten, it would point at a planted repository
-            target = _gitdir_target(entry)
+            target = gitdir_target(entry)
             dirs = [target] if target else []
         elif kind == "symlink":
             dirs = [Path(os.path.realpath(entry))]
         else:
             dirs = []
-        dirs += [c for d in dirs if (c := _common_dir(d)) is not None]
+        dirs += [c for d in dirs if (c := common_dir(d)) is not None]
         for git_dir in dirs:
             if os.path.isdir(git_dir):
                 self.add(git_dir, "a git directory")
@@ -351,13 +351,13 @@ def _resolve(path: Path) -> tuple[Path, list[Path]]:
     return Path(here or "/"), links
 
 
-def _common_dir(git_dir: Path) -> Path | None:
+def common_dir(git_dir: Path) -> Path | None:
     """A linked worktree's main git dir (`commondir`), which holds the shared config and hooks."""
     text = small_text(git_dir / "commondir")
     return Path(os.path.realpath(git_dir / text.strip())) if text and text.strip() else None
 
 
-def _gitdir_target(entry: Path) -> Path | None:
+def gitdir_target(entry: Path) -> Path | None:
     text = small_text(entry)
     if not text or not text.startswith("gitdir:"):
         return None

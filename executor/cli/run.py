@@ -441,8 +441,8 @@ def check_apply(runner: Runner, apply: bool) -> None:
 
 def show_changes(runner: Runner) -> None:
     """After a copy session: what changed, and how to review and apply it (on stderr)."""
-    from executor.cli.workspace import git_marked
-    from executor.workspace.apply import for_review, pending
+    from executor.cli.workspace import reviewed
+    from executor.workspace.apply import pending
     from executor.workspace.render import reader, summary
     from executor.workspace.store import BlobStore
 
@@ -450,7 +450,6 @@ def show_changes(runner: Runner) -> None:
     if changes is None:
         return
     root = runner.options.root
-    todo = git_marked(root, for_review(root, pending(root, changes),
-                                       reader(BlobStore.for_root(root))))
+    todo = reviewed(root, pending(root, changes), reader(BlobStore.for_root(root)))
     for line in summary(changes, todo, root=str(runner.options.root)):
         err_console.print(line, markup=False, highlight=False, soft_wrap=True)

@@ -28,6 +28,7 @@ if TYPE_CHECKING:  # imported where used: `--help` loads neither Rich nor pydant
     from executor.workspace.apply import Outcome
     from executor.workspace.changes import Change, Changeset
     from executor.workspace.gitrun import GitRun
+    from executor.workspace.render import Content
 
 SessionOpt = Annotated[
     str | None,
@@ -93,7 +94,7 @@ def diff_command(
 ) -> None:
     """Show the pending changes of a copy session as a unified diff (flags mark paths people
     later run, or that steer their tools)."""
-    from executor.workspace.apply import applied_paths, for_review
+    from executor.workspace.apply import applied_paths
     from executor.workspace.render import as_json, diff, reader, stat_lines
     from executor.workspace.store import BlobStore
 
@@ -104,8 +105,7 @@ def diff_command(
         return
     applied = set(applied_paths(root, changeset))
     content = reader(BlobStore.for_root(root))
-    todo = git_marked(root, for_review(
-        root, [c for c in changeset.changes if c.path not in applied], content))
+    todo = reviewed(root, [c for c in changeset.changes if c.path not in applied], content)
     if as_json_:
         typer.echo(json.dumps(as_json(changeset, applied, todo), indent=2, ensure_ascii=True))
         return
@@ -118,25 +118,40 @@ def diff_command(
     sys.stdout.writelines(diff(todo, content, safe=safe))
 
 
-def git_marked(root: Path, changes: list[Change], git: GitRun | None = None) -> list[Change]:
-    """`changes` flagged where git on the host runs or reads the path (apply refuses those);
-    a warning when that cannot be worked out (apply then refuses everything)."""
-    from executor.text import inert
+def reviewed(root: Path, changes: list[Change], content: Content,
+             git: GitRun | None = None) -> list[Change]:
+    """`changes` as a person should see them before they are applied: flags worked out again
+    against the tree as it is (`apply.for_review`), and where git on the host runs or reads
+    the path (apply refuses those)."""
+    from executor.workspace.apply import for_review
+
+    return git_marked(for_review(root, changes, content), content, git or _git_run(root))
+
+
+def _git_run(root: Path) -> GitRun | None:
+    """Which files git on the host runs; None, with a warning, when that cannot be worked
+    out (apply then refuses everything)."""
     from executor.workspace.gitrun import git_run
-    from executor.workspace.render import reader
-    from executor.workspace.store import BlobStore
 
     try:
-        git = git or git_run(root)
+        return git_run(root)
     except SandboxAgentError as exc:
         err_console.print(f"warning: cannot tell which files git on the host runs ({exc}); "
                           "apply will refuse to write", markup=False, highlight=False)
+        return None
+
+
+def git_marked(changes: list[Change], content: Content, git: GitRun | None) -> list[Change]:
+    """`changes` flagged where `git` says git on the host runs or reads the path."""
+    from executor.text import inert
+
+    if git is None:
         return changes
     for config, why in git.unsure.items():
         err_console.print(f"warning: git on the host reads {inert(config)} as config, but it "
                           f"cannot be read with certainty ({why}); apply will refuse to write "
                           "until it is fixed", markup=False, highlight=False)
-    return git.mark(changes, reader(BlobStore.for_root(root)))
+    return git.mark(changes, content)
 
 
 def _heading(changeset: Changeset, todo: list[Change], applied: set[str]) -> None:
@@ -182,7 +197,8 @@ def run_apply(root: Path, changeset: Changeset, *, yes: bool, at_terminal: bool,
     from executor.workspace.render import reader
     from executor.workspace.store import BlobStore
 
-    todo = for_review(root, pending(root, changeset), reader(BlobStore.for_root(root)))
+    content = reader(BlobStore.for_root(root))
+    todo = for_review(root, pending(root, changeset), content)
     if not todo:
         err_console.print(f"nothing to apply: the changes of session {changeset.session} are "
                           "already in the tree (`sandbox-agent undo` takes them back)",
@@ -194,7 +210,7 @@ def run_apply(root: Path, changeset: Changeset, *, yes: bool, at_terminal: bool,
         if not at_terminal:
             raise ConfigError("apply asks before it writes, and there is no terminal to ask",
                               fix="review with `sandbox-agent diff`, then pass --yes")
-        _show(root, git_marked(root, todo, git))
+        _show(git_marked(todo, content, git), content)
         if not _confirm(f"Apply these {len(todo)} changes to {root}?"):
             raise ApplyDeclinedError("nothing applied; the changes stay pending")
     log = _audit(root, changeset.session) if audit else None
@@ -205,13 +221,12 @@ def run_apply(root: Path, changeset: Changeset, *, yes: bool, at_terminal: bool,
     return outcome
 
 
-def _show(root: Path, todo: list[Change]) -> None:
+def _show(todo: list[Change], content: Content) -> None:
     """The diff of what is about to be applied, inert, on stderr."""
     from executor.text import visible_blanks
-    from executor.workspace.render import diff, reader, totals
-    from executor.workspace.store import BlobStore
+    from executor.workspace.render import diff, totals
 
-    for line in diff(todo, reader(BlobStore.for_root(root)), safe=True):
+    for line in diff(todo, content, safe=True):
         err_console.print(visible_blanks(line.rstrip("\n")), markup=False, highlight=False,
                           soft_wrap=True)
     err_console.print(totals(todo), markup=False, highlight=False)

@@ -37,9 +37,15 @@ OnProgress = Callable[[dict[str, Any]], None]
 class Channel:
     """Request/response lines over one attached socket, each read bounded by a deadline."""
 
-    def __init__(self, sock: socket.socket, key: bytes | None = None) -> None:
+    def __init__(self, sock: socket.socket, key: bytes | None = None,
+                 end_mark: bytes | None = None) -> None:
         self._sock = sock
         self._key = key
+        self._end_mark = end_mark
+        """A line on stderr that means the process is gone though the stream stays open (a
+        container's first process: the engine keeps its stdout while the container runs)."""
+        self._err = b""
+        self.ended = False
         self.dropped = 0
         """Lines dropped because their signature was missing or wrong (with `key`)."""
         self._buf = bytearray()
@@ -103,6 +109,10 @@ class Channel:
     def read_line(self, deadline: float) -> bytes:
         """The next complete stdout line (without the newline)."""
         while not self._lines:
+            if self.ended:
+                self.closed = True
+                detail = self.stderr_tail()
+                raise ToolboxError("the toolbox exited" + (f": {detail[-500:]}" if detail else ""))
             self._fill(deadline)
         return self._lines.popleft()
 
@@ -163,7 +173,20 @@ class Channel:
             if stream == _STDOUT:
                 self._add_stdout(payload)
             elif stream == _STDERR:
-                self._stderr.append(payload.decode("utf-8", "replace"))
+                self._add_stderr(payload)
+
+    def _add_stderr(self, payload: bytes) -> None:
+        if self._end_mark is not None:  # the mark may arrive split over frames
+            self._err = self._err[-len(self._end_mark):] + payload
+            self.ended = self.ended or self._end_mark in self._err
+        self._stderr.append(payload.decode("utf-8", "replace"))
+
+    def poll(self) -> None:
+        """Take in what has arrived, without waiting: an exit seen sets `closed` or `ended`."""
+        with contextlib.suppress(ToolboxError):
+            while not self.closed and select.select([self._sock], [], [], 0)[0]:
+                self._buf += self._recv()
+                self._parse_frames()
 
     def _add_stdout(self, payload: bytes) -> None:
         if b"\n" not in payload:  # only scan the new bytes: responses can span many frames

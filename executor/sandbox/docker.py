@@ -106,6 +106,41 @@ _BOOTSTRAP = (
     "sys.argv = ['toolbox'] + sys.argv[1:]\n"
     "exec(code, {'__name__': '__main__'})\n"
 )
+INIT_MARK = b"sandbox-agent-init: the toolbox exited"
+"""What the container's first process writes on stderr when its toolbox child is gone."""
+# The command of a container whose first toolbox is its own first process (`attached_start`):
+# saves the `docker exec` of a second process, about a sixth of a session start. PID 1 forks;
+# the child runs _BOOTSTRAP on the attached stdin/stdout; the parent, made non-dumpable (no
+# command of the same uid may ptrace it or open its fds), lets go of stdin and stdout and reaps
+# what the sandbox leaves. The engine keeps a container's stdout open while PID 1 lives, so the
+# host cannot see the toolbox end there: the parent says so on stderr (`INIT_MARK`).
+_INIT = (
+    "# sandbox-agent init\n"
+    "import os, signal\n"
+    "toolbox = os.fork()\n"
+    "if toolbox:\n"
+    "    try:\n"
+    "        import ctypes\n"
+    "        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)\n"
+    "    except Exception:\n"
+    "        pass\n"
+    "    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})\n"
+    "    null = os.open('/dev/null', os.O_RDWR)\n"
+    "    os.dup2(null, 0)\n"
+    "    os.dup2(null, 1)\n"
+    "    while True:\n"
+    "        try:\n"
+    "            while True:\n"
+    "                pid, status = os.waitpid(-1, os.WNOHANG)\n"
+    "                if not pid:\n"
+    "                    break\n"
+    "                if pid == toolbox:\n"
+    f"                    os.write(2, b'\\n{INIT_MARK.decode()}\\n')\n"
+    "                    os.dup2(null, 2)\n"
+    "        except ChildProcessError:\n"
+    "            pass\n"
+    "        signal.sigwait({signal.SIGCHLD})\n"
+)
 GVISOR_PIDS_FACTOR = 16
 """Host pids per process allowed under runsc (measured: 256 processes took 1,344 host pids)."""
 _CALL_MARGIN = 15.0  # seconds the host waits beyond a tool's own timeout
@@ -113,7 +148,8 @@ _START_TIMEOUT = 30.0
 # Kills a stuck toolbox (argv[1]) and what it left. It runs as the toolbox's own uid, which needs
 # no capability (all are dropped), and in python3 because the image may have no `kill`. Only our
 # processes of that uid live in a session container, so all of them go except this script, PID 1
-# (docker-init) and PID 1's oldest child: the container's command, whose end would stop it.
+# and, when PID 1 is docker-init, its oldest child: the container's command, whose end would
+# stop it (with `_INIT` as PID 1 that child was the first toolbox: it goes too).
 _KILL_TOOLBOX = """\
 import os, signal, sys, time
 old, uid = int(sys.argv[1]), os.getuid()
@@ -131,7 +167,9 @@ def ours(pid):
 procs = {int(p): stat(p) for p in os.listdir("/proc") if p.isdigit() and ours(p)}
 procs = {pid: fields for pid, fields in procs.items() if fields}
 orphans = [pid for pid, fields in procs.items() if fields[1] == b"1"]
-main = min(orphans, key=lambda pid: int(procs[pid][19]), default=0)
+with open("/proc/1/cmdline", "rb") as f:
+    ours_first = b"# sandbox-agent init" in f.read()
+main = 0 if ours_first else min(orphans, key=lambda pid: int(procs[pid][19]), default=0)
 refused = []
 for pid in dict.fromkeys([old, *procs]):
     if pid not in (os.getpid(), 1, main):
@@ -209,10 +247,14 @@ class SandboxConfig(BaseModel):
 
 
 class Toolbox:
-    """The toolbox process inside the container, reached over an exec's attached stream."""
+    """The toolbox process inside the container, reached over an exec's attached stream, or
+    over the container's own (`attached`: a socket from `attach_first`, the container's first
+    process being `_INIT`)."""
 
-    def __init__(self, api: Any, container_id: str, user: str, argv: list[str]) -> None:
+    def __init__(self, api: Any, container_id: str, user: str, argv: list[str],
+                 attached: Any = None) -> None:
         self._api, self._cid, self._user, self._argv = api, container_id, user, argv
+        self._attached = attached
         self._channel: Channel | None = None
         self._next_id = 0
         self.ready: dict[str, Any] = {}
@@ -222,15 +264,19 @@ class Toolbox:
 
     def start(self) -> dict[str, Any]:
         """Start the process, send it the toolbox (code or source, as it asks); its ready line."""
-        with docker_errors("starting the toolbox"):
-            created = self._api.exec_create(
-                self._cid, ["python3", "-I", "-u", "-c", _BOOTSTRAP, *self._argv], stdin=True,
-                stdout=True, stderr=True, user=self._user, workdir="/",
-            )
-            self.exec_id = created["Id"]
-            sock = self._api.exec_start(self.exec_id, socket=True)
+        sock = self._attached
+        # an exec's stream ends with its process; the container's own only with the container
+        end_mark = INIT_MARK if sock is not None else None
+        if sock is None:
+            with docker_errors("starting the toolbox"):
+                created = self._api.exec_create(
+                    self._cid, toolbox_command(self._argv), stdin=True, stdout=True,
+                    stderr=True, user=self._user, workdir="/",
+                )
+                self.exec_id = created["Id"]
+                sock = self._api.exec_start(self.exec_id, socket=True)
         key = secrets.token_bytes(32) if "--sign" in self._argv else None
-        channel = self._channel = Channel(getattr(sock, "_sock", sock), key)
+        channel = self._channel = Channel(getattr(sock, "_sock", sock), key, end_mark)
         signing = key.hex().encode() + b"\n" if key else b""
         magic = self._started(channel.read_line)
         channel.send(toolbox_payload(magic) + signing)
@@ -274,8 +320,13 @@ class Toolbox:
         return reply
 
     def is_running(self) -> bool:
-        """Whether the exec'd process is still alive."""
-        if self._channel is None or self._channel.closed or not self.exec_id:
+        """Whether the process is still alive."""
+        if self._channel is None or self._channel.closed:
+            return False
+        if self._attached is not None:  # the container runs (the caller asked): its stream
+            self._channel.poll()
+            return not (self._channel.closed or self._channel.ended)
+        if not self.exec_id:
             return False
         with docker_errors("inspecting the toolbox"):
             return bool(self._api.exec_inspect(self.exec_id).get("Running"))
@@ -298,6 +349,8 @@ class DockerSandbox:
         self._client = client
         self._warn = warn or (lambda message: None)
         self._container: Any = None
+        self._attached: Any = None
+        """The stream of a container just made with the toolbox as its first process."""
         self._toolbox: Toolbox | None = None
         self._lock_fd: int | None = None
         self._info: SandboxInfo | None = None
@@ -710,8 +763,14 @@ class DockerSandbox:
             container = self._client.containers.create(**options)
             try:
                 self._check_runtime(container)
+                if options.get("stdin_open"):  # the toolbox is its first process: attach first
+                    self._attached = self._client.api.attach_socket(
+                        container.id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})
                 container.start()
             except BaseException:
+                if self._attached is not None:
+                    self._attached.close()
+                    self._attached = None
                 container.remove(force=True)
                 raise
         return container
@@ -737,10 +796,12 @@ class DockerSandbox:
     def create_options(self) -> dict[str, Any]:
         """What the container is created with (`container_options` for this engine)."""
         quick = self.config.workspace == "bind" and not self._podman and not self.config.network
+        first = self.config.workspace == "bind" and not self._podman and not self._gvisor
         return container_options(self.config, self._lock_path(), self._mount_user(),
                                  self._protected, podman_profile=self._seccomp_file,
                                  gvisor=self._gvisor,
-                                 hosts=hosts_file(self._lock_path().parent) if quick else None)
+                                 hosts=hosts_file(self._lock_path().parent) if quick else None,
+                                 toolbox=self.toolbox_argv() if first else None)
 
     def _check_runtime(self, container: Any) -> None:
         """The runtime asked for is the one the engine used (Podman's API ignores it)."""
@@ -753,8 +814,9 @@ class DockerSandbox:
         """Start the toolbox; `running`: the container was just started (no need to ask)."""
         if not running:
             self._ensure_running()
+        attached, self._attached = self._attached, None
         toolbox = Toolbox(self._client.api, self._container.id, self._tool_user(),
-                          self.toolbox_argv())
+                          self.toolbox_argv(), attached)
         ready = toolbox.start()
         self._toolbox = toolbox
         if not self.copying and not self._root_checked:
@@ -846,6 +908,12 @@ def hosts_file(directory: Path) -> Path:
     return seccomp.publish(directory / "hosts", HOSTS, "the hosts file")
 
 
+def toolbox_command(argv: list[str], *, first: bool = False) -> list[str]:
+    """The toolbox's command line in the container; `first`: as the container's own command,
+    under `_INIT` (which stays as PID 1 and reaps)."""
+    return ["python3", "-I", "-u", "-c", (_INIT if first else "") + _BOOTSTRAP, *argv]
+
+
 def toolbox_payload(magic: bytes) -> bytes:
     """What `_BOOTSTRAP` reads once it said its bytecode `magic` (a hex line): the toolbox
     compiled by this interpreter when the formats agree, else its source; zlib-compressed."""
@@ -889,7 +957,8 @@ def default_lock_dir() -> Path:
 def container_options(config: SandboxConfig, lock_path: Path, user: str,
                       protected: Protected | None = None, *,
                       podman_profile: Path | None = None, gvisor: bool = False,
-                      hosts: Path | None = None) -> dict[str, Any]:
+                      hosts: Path | None = None,
+                      toolbox: list[str] | None = None) -> dict[str, Any]:
     """Keyword arguments for `containers.create`: every hardening switch in one place.
 
     `podman_profile`: for Podman, the seccomp profile as a file on its host (it reads a path
@@ -905,8 +974,11 @@ def container_options(config: SandboxConfig, lock_path: Path, user: str,
     network sandbox for it, which took 150 of the 250 ms a start took here (measured with
     Docker 20.10: its libnetwork re-executes dockerd as a prestart hook). That sandbox also
     wrote /etc/hosts, hence the file.
+    `toolbox`: the toolbox's argv, to make it the container's first process (`_INIT`) on a
+    stdin the host attaches to before the start, instead of `sleep` and an exec. The engine
+    logs nothing of its stdout (all tool results would otherwise land in its log files).
     """
-    from docker.types import Mount
+    from docker.types import LogConfig, Mount
 
     root = str(config.root)
     protected = protected or Protected((), ())
@@ -932,9 +1004,13 @@ def container_options(config: SandboxConfig, lock_path: Path, user: str,
     if hosts is not None and not config.network:
         mounts.append(Mount("/etc/hosts", str(hosts), type="bind", read_only=True))
         runtime["network_disabled"] = True
-    return {**runtime,
-        "image": config.image, "name": container_name(config.session_id),
-        "command": ["sleep", "infinity"], "init": True, "user": user,
+    if toolbox is not None:
+        first: dict[str, Any] = {"command": toolbox_command(toolbox, first=True), "init": False,
+                                 "stdin_open": True, "log_config": LogConfig(type="none")}
+    else:
+        first = {"command": ["sleep", "infinity"], "init": True}
+    return {**runtime, **first,
+        "image": config.image, "name": container_name(config.session_id), "user": user,
         "working_dir": WORKSPACE, "hostname": "sandbox", "mounts": mounts, "tmpfs": tmpfs,
         "network_mode": "bridge" if config.network else "none",
         "cap_drop": ["ALL"], "security_opt": ["no-new-privileges", _seccomp_opt(podman_profile)],

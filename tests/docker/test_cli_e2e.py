@@ -282,7 +282,7 @@ def test_repl_keeps_one_session_and_one_container(project: Path, model_server: M
 def test_the_api_key_reaches_the_server_and_nothing_else(project: Path, model_server: ModelServer):
     key = "sk-test-0123456789-never-leak"
     model_server.reply(tool_calls=[Call("run_shell_command",
-                                        {"command": "env; tr '\\0' '\\n' < /proc/1/environ"})])
+                                        {"command": "env; tr '\\0' '\\n' < /proc/1/environ; exit 0"})])
     model_server.reply("Checked.")
 
     done = ask(project, model_server, "openai", "--yes", "--trace",

@@ -122,6 +122,51 @@ def alive(box: DockerSandbox, docker_client: Any, pid: int) -> bool:
     return in_container(box, docker_client, code).strip() not in ("False", "Z")
 
 
+def test_the_first_toolbox_is_the_containers_own_process(sandbox: DockerSandbox,
+                                                        docker_client: Any, project: Path):
+    """No exec for the first toolbox: PID 1 forks it, stays, reaps, cannot be touched, and the
+    engine keeps no log of what the tools returned."""
+    (project / "secret.txt").write_text("TOOL-OUTPUT-7f3a\n")
+    assert "TOOL-OUTPUT-7f3a" in sandbox.call("read_file", {"path": "secret.txt"}).output
+    container = docker_client.containers.get(sandbox.info.container_id)
+    assert container.attrs["HostConfig"]["LogConfig"]["Type"] == "none"
+    assert not container.attrs["HostConfig"]["Init"]
+    assert not container.attrs.get("ExecIDs"), container.attrs.get("ExecIDs")
+    assert sandbox._toolbox is not None and sandbox._toolbox.exec_id == ""
+    probe = sandbox.call("run_shell_command", {"command": (
+        "tr '\\0' ' ' < /proc/1/cmdline | head -c 40; echo; "
+        "echo forged > /proc/1/fd/2 2>&1 || echo write-refused; "
+        "kill -9 1 2>&1; kill -TERM 1 2>&1; sleep 0.2; echo still-here; "
+        "(sleep 0.1 &) ; sleep 0.5; "
+        "for p in /proc/[0-9]*; do grep -l '^State:.*Z' $p/status 2>/dev/null; done; echo reaped")})
+    out = probe.output
+    assert "python3 -I -u -c # sandbox-agent init" in out, out  # PID 1: toolbox_command's
+    assert "write-refused" in out, out  # non-dumpable: its fds are out of reach
+    assert "still-here" in out and "reaped" in out and "/status" not in out, out  # no zombie
+    container.reload()
+    assert container.status == "running" and sandbox.is_alive()
+    logs = docker_client.api.inspect_container(container.id)["LogPath"]
+    assert not logs or not Path(logs).exists() or b"TOOL-OUTPUT" not in Path(logs).read_bytes()
+
+
+def test_an_idle_toolbox_that_dies_is_seen_and_replaced(sandbox: DockerSandbox,
+                                                        docker_client: Any):
+    """Its stream stays open (PID 1 lives): PID 1's word on stderr is what tells the host."""
+    old = sandbox._toolbox.pid if sandbox._toolbox else None
+    assert old and sandbox.is_alive()
+    in_container(sandbox, docker_client, f"import os; os.kill({old}, 9)")
+    deadline = time.monotonic() + 5
+    while sandbox.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not sandbox.is_alive()
+    started = time.monotonic()
+    again = sandbox.call("read_file", {"path": "hello.py"})
+    assert time.monotonic() - started < 10  # not the host's deadline for a stuck call
+    assert not again.ok and "restarted" in again.output  # the call had no result, said so
+    assert sandbox.call("read_file", {"path": "hello.py"}).ok
+    assert sandbox._toolbox is not None and sandbox._toolbox.exec_id  # an exec this time
+
+
 @pytest.mark.parametrize("owner", ["root", "1234:2345"])
 def test_a_stopped_toolbox_is_killed_for_real(project: Path, docker_client: Any, owner: str):
     if owner != "root":
@@ -155,7 +200,8 @@ def test_a_busy_toolbox_dies_with_the_command_it_was_running(sandbox: DockerSand
     commands = in_container(sandbox, docker_client, (
         "import contextlib, os\nfor p in filter(str.isdigit, os.listdir('/proc')):\n"
         "    with contextlib.suppress(OSError): print(repr(open(f'/proc/{p}/cmdline').read()))"))
-    assert "sleep\\x00600" not in commands and "sleep\\x00infinity" in commands
+    assert "sleep\\x00600" not in commands
+    assert "# sandbox-agent init" in commands  # the container's first process (PID 1) stays
     assert sandbox.is_alive()
 
 

@@ -828,7 +828,10 @@ class DockerSandbox:
 
     def toolbox_argv(self) -> list[str]:
         """The toolbox's command line (see its docstring)."""
-        argv = ["--root", WORKSPACE, "--default-timeout", str(self.config.tool_timeout),
+        # --kill-strays: the container is ours alone, whether the toolbox was exec'd (ppid 0)
+        # or forked by `_INIT` (ppid 1), so every process a command leaves can go
+        argv = ["--kill-strays", "--root", WORKSPACE,
+                "--default-timeout", str(self.config.tool_timeout),
                 "--max-output", str(self.config.max_output), "--hidden", LEGACY_DIR,
                 "--disk-budget", str(self.config.disk_budget)]
         if not self.config.allow_git_writes:  # a copy's repositories cannot appear from outside

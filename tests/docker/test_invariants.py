@@ -293,6 +293,18 @@ def test_runaway_commands_end_cleanly(sandbox: DockerSandbox, name: str):
     _still_usable(sandbox)
 
 
+@pytest.mark.engines("runc", "podman")
+def test_a_process_that_sheds_the_calls_marks_still_ends_with_it(sandbox: DockerSandbox):
+    """`env -i` drops the environment token, setsid the process group, the subshell the parent:
+    only the sweep of everything our uid started during the call finds it. It must be on for
+    the first toolbox too, which `_INIT` forked (its ppid is 1, not 0 as for an exec)."""
+    escape = shell(sandbox, "(env -i setsid sh -c 'sleep 7777 & sleep 1' </dev/null >/dev/null "
+                            "2>&1 &); sleep 0.3; echo left")
+    assert escape.ok and "left" in escape.output and "killed" in escape.output, escape.output
+    after = shell(sandbox, "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline; echo; done")
+    assert "sleep 7777" not in after.output, after.output
+
+
 def _still_usable(sandbox: DockerSandbox) -> None:
     follow_up = shell(sandbox, "echo still-alive; python3 -c \"import os; "
                                "print(sum(p.isdigit() for p in os.listdir('/proc')))\"")

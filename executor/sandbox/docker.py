@@ -117,6 +117,7 @@ INIT_MARK = b"sandbox-agent-init: the toolbox exited"
 _INIT = (
     "# sandbox-agent init\n"
     "import os, signal\n"
+    "os.chdir('/')\n"
     "toolbox = os.fork()\n"
     "if toolbox:\n"
     "    try:\n"
@@ -914,7 +915,7 @@ def hosts_file(directory: Path) -> Path:
 def toolbox_command(argv: list[str], *, first: bool = False) -> list[str]:
     """The toolbox's command line in the container; `first`: as the container's own command,
     under `_INIT` (which stays as PID 1 and reaps)."""
-    return ["python3", "-I", "-u", "-c", (_INIT if first else "") + _BOOTSTRAP, *argv]
+    return ["python3", "-I", "-S", "-u", "-c", (_INIT if first else "") + _BOOTSTRAP, *argv]
 
 
 def toolbox_payload(magic: bytes) -> bytes:

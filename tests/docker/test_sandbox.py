@@ -134,13 +134,13 @@ def test_the_first_toolbox_is_the_containers_own_process(sandbox: DockerSandbox,
     assert not container.attrs.get("ExecIDs"), container.attrs.get("ExecIDs")
     assert sandbox._toolbox is not None and sandbox._toolbox.exec_id == ""
     probe = sandbox.call("run_shell_command", {"command": (
-        "tr '\\0' ' ' < /proc/1/cmdline | head -c 40; echo; "
+        "tr '\\0' ' ' < /proc/1/cmdline | head -c 60; echo; "
         "echo forged > /proc/1/fd/2 2>&1 || echo write-refused; "
         "kill -9 1 2>&1; kill -TERM 1 2>&1; sleep 0.2; echo still-here; "
         "(sleep 0.1 &) ; sleep 0.5; "
         "for p in /proc/[0-9]*; do grep -l '^State:.*Z' $p/status 2>/dev/null; done; echo reaped")})
     out = probe.output
-    assert "python3 -I -u -c # sandbox-agent init" in out, out  # PID 1: toolbox_command's
+    assert "python3 -I -S -u -c # sandbox-agent init" in out, out  # PID 1: toolbox_command's
     assert "write-refused" in out, out  # non-dumpable: its fds are out of reach
     assert "still-here" in out and "reaped" in out and "/status" not in out, out  # no zombie
     container.reload()

@@ -108,12 +108,14 @@ _BOOTSTRAP = (
 )
 INIT_MARK = b"sandbox-agent-init: the toolbox exited"
 """What the container's first process writes on stderr when its toolbox child is gone."""
-# The command of a container whose first toolbox is its own first process (`attached_start`):
+# The command of a container whose first toolbox is its own first process (`toolbox_command`):
 # saves the `docker exec` of a second process, about a sixth of a session start. PID 1 forks;
 # the child runs _BOOTSTRAP on the attached stdin/stdout; the parent, made non-dumpable (no
 # command of the same uid may ptrace it or open its fds), lets go of stdin and stdout and reaps
-# what the sandbox leaves. The engine keeps a container's stdout open while PID 1 lives, so the
-# host cannot see the toolbox end there: the parent says so on stderr (`INIT_MARK`).
+# what the sandbox leaves. Python's one handler (SIGINT) is dropped, so no signal a command
+# sends can end it (the kernel drops the others for a namespace's init). The engine keeps a
+# container's stdout open while PID 1 lives, so the host cannot see the toolbox end there:
+# the parent says so on stderr (`INIT_MARK`).
 _INIT = (
     "# sandbox-agent init\n"
     "import os, signal\n"
@@ -125,6 +127,7 @@ _INIT = (
     "        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)\n"
     "    except Exception:\n"
     "        pass\n"
+    "    signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
     "    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})\n"
     "    null = os.open('/dev/null', os.O_RDWR)\n"
     "    os.dup2(null, 0)\n"
@@ -559,7 +562,8 @@ class DockerSandbox:
         try:
             done = sweep(self.config.root, self._tree, self._started_ns)
             check_replaced(self.config.root, self._identities, done)
-            disable_git(self.config.root, sorted(self._undisabled), done)
+            # every new `.git`: the toolbox's own renaming is skipped when a command kills it
+            disable_git(self.config.root, sorted(self._undisabled | set(done.new_git)), done)
         except (OSError, SandboxAgentError) as exc:
             self._warn(f"could not check the project after the session: {exc}")
             return
@@ -567,12 +571,18 @@ class DockerSandbox:
             self._warn(f"{rel} is protected (git runs it) but was replaced during the session; "
                        f"the replacement was moved to {aside}: find the original and review")
         for rel in done.disabled:
-            self._warn(f"disabled the repository (or look-alike) the sandbox made at {rel}")
+            if rel not in done.new_git:
+                self._warn(f"disabled the repository (or look-alike) the sandbox made at {rel}")
         for rel in done.setid_cleared:
             self._warn(f"removed the set-id bits of {rel}: set-id files are not allowed")
         for rel in done.new_git:
-            self._warn(f"a git repository appeared during the session at {rel}; review its "
-                       "hooks and config before running git there")
+            if rel in done.renamed:
+                self._warn(f"a git repository appeared during the session at {rel}: renamed to "
+                           f"{done.renamed[rel]} so git on the host runs nothing from it; review "
+                           "its hooks and config before you rename it back (if you made it)")
+            else:
+                self._warn(f"a git repository appeared during the session at {rel} and could "
+                           "not be renamed; review its hooks and config before running git there")
 
     def detach(self) -> None:
         """Leave the container running for a later `--resume` (stdin closed, lock released)."""
@@ -647,7 +657,7 @@ class DockerSandbox:
         """
         self._warn(f"a git repository appeared in the project during the session "
                    f"({', '.join(found[:3])}); restarting the sandbox with it read-only "
-                   "(files in /tmp are lost)")
+                   "(files in /tmp are lost); it is renamed when the session ends")
         self._copy_abort.abort()  # a copy still arriving ends now, not when the engine says so
         if self._copying is not None:
             self._stop_prefetch()
@@ -658,7 +668,9 @@ class DockerSandbox:
             with docker_errors("removing the sandbox container"):
                 self._container.remove(force=True, v=True)
             self._container = None
+        baseline = self._tree  # what was there at the start: a `.git` found now is still new
         self._protect()
+        self._tree = baseline or self._tree
         self._container = self._create()
         self._start_toolbox()
         assert self._info is not None

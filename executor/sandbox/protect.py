@@ -432,6 +432,8 @@ class Sweep:
     """Protected paths found replaced -> where the replacement was moved aside."""
     disabled: list[str] = field(default_factory=list)
     """`.git` entries the toolbox could not disable, renamed here."""
+    renamed: dict[str, str] = field(default_factory=dict)
+    """Each `.git` renamed by `disable_git` -> its new path."""
 
 
 def identities(root: Path, rels: tuple[str, ...]) -> dict[str, tuple[int, int]]:
@@ -485,9 +487,11 @@ def disable_git(root: Path, rels: list[str], result: Sweep) -> None:
         parts = Path(rel).parts
         if not parts or Path(rel).is_absolute() or ".." in parts or parts[-1].lower() != ".git":
             continue
+        new = f".git.quarantined-{os.urandom(4).hex()}"
         with contextlib.suppress(OSError):
-            _rename_beneath(root, parts[:-1], parts[-1], f".git.quarantined-{os.urandom(4).hex()}")
+            _rename_beneath(root, parts[:-1], parts[-1], new)
             result.disabled.append(rel)
+            result.renamed[rel] = str(Path(rel).with_name(new))
 
 
 def _open_beneath(root: Path, parts: tuple[str, ...]) -> int:

@@ -277,3 +277,65 @@ def test_a_stopped_toolbox_is_replaced_and_gone(project: Path, model_server: Mod
     assert "gone" in check and "STILL-THERE" not in check, check
     assert "restarting the toolbox" in done.stderr, explain(done)
     assert "could not kill" not in done.stderr, explain(done)
+
+
+def test_a_job_that_sheds_the_calls_marks_changes_nothing_after_its_call(
+        project: Path, model_server: ModelServer):
+    """`env -i` drops the call's token, setsid its process group, the subshell its parent: the
+    job is still the call's and ends with it (red-team round 6: it edited a file unaudited)."""
+    (project / "build.sh").write_text("echo building\n")
+    model_server.reply(tool_calls=[Call("run_shell_command", {"command": (
+        "(env -i PATH=/usr/bin:/bin setsid sh -c 'sleep 1.5; echo EVIL >> build.sh' "
+        "</dev/null >/dev/null 2>&1 &); echo started")})])
+    model_server.reply(tool_calls=[Call("run_shell_command", {"command": "sleep 3; echo waited"})])
+    model_server.reply("Nothing changed.")
+
+    done = ask(project, model_server, "ollama", "--yes")
+
+    assert_ok(done, "Nothing changed.")
+    first, second = [r for _, _, r in tool_exchanges(model_server.last_chat)]
+    assert "started" in first and "killed" in first, first
+    assert "waited" in second, second
+    assert (project / "build.sh").read_text() == "echo building\n"
+
+
+def test_a_repository_made_by_a_command_that_kills_its_toolbox_is_renamed(
+        project: Path, model_server: ModelServer, tmp_path: Path):
+    """Killing the toolbox skips its renaming of a new `.git` after the command: the host
+    renames every `.git` that appeared during the session (red-team round 6)."""
+    (project / "sub").mkdir()
+    ran = tmp_path / "fsmonitor-ran"
+    model_server.reply(tool_calls=[Call("run_shell_command", {"command": (
+        f"cd sub && git init -q && git config core.fsmonitor 'touch {ran}; false' && "
+        "touch -d 2030-01-01 .git && kill -9 $PPID; sleep 1")})])
+    model_server.reply(tool_calls=[Call("run_shell_command", {"command": "true"})])
+    model_server.reply("Done.")
+
+    done = ask(project, model_server, "ollama", "--yes")
+
+    assert_ok(done, "Done.")
+    assert not (project / "sub" / ".git").exists()
+    [aside] = (project / "sub").glob(".git.quarantined-*")
+    assert f"renamed to sub/{aside.name}" in done.stderr, explain(done)
+    subprocess.run(["git", "status"], cwd=project / "sub", capture_output=True, check=False)
+    assert not ran.exists()
+
+
+@pytest.mark.engines("runc")
+def test_no_signal_from_a_command_stops_the_container(project: Path, model_server: ModelServer):
+    """PID 1 must outlive whatever a command sends it (red-team round 6: Python's SIGINT
+    handler in the init let `kill -INT 1` stop the container mid-command). Under Podman and
+    gVisor PID 1 is still docker-init/catatonit, which passes signals on to `sleep`: a known
+    limit (docs/SECURITY.md), as harmful as a command killing its toolbox."""
+    signals = "; ".join(f"kill -{name} 1" for name in ("INT", "TERM", "HUP", "QUIT", "USR1"))
+    model_server.reply(tool_calls=[Call("run_shell_command", {"command": (
+        f"{signals}; sh -c 'sleep 0.1 &'; sleep 1; touch made.txt; echo survived")})])
+    model_server.reply("Done.")
+
+    done = ask(project, model_server, "ollama", "--yes")
+
+    assert_ok(done, "Done.")
+    [(_, _, result)] = tool_exchanges(model_server.last_chat)
+    assert result.startswith("exit_code: 0") and "survived" in result, result
+    assert "made.txt" in result or "1 created" in result or (project / "made.txt").exists()
+    assert "starting it" not in done.stderr and "restart" not in done.stderr, explain(done)

@@ -110,9 +110,7 @@ class Channel:
         """The next complete stdout line (without the newline)."""
         while not self._lines:
             if self.ended:
-                self.closed = True
-                detail = self.stderr_tail()
-                raise ToolboxError("the toolbox exited" + (f": {detail[-500:]}" if detail else ""))
+                raise self._exited()
             self._fill(deadline)
         return self._lines.popleft()
 
@@ -158,10 +156,16 @@ class Channel:
             self.closed = True
             raise ToolboxError(f"lost the toolbox connection: {exc}") from exc
         if not chunk:
-            self.closed = True
-            detail = self.stderr_tail()
-            raise ToolboxError("the toolbox exited" + (f": {detail[-500:]}" if detail else ""))
+            raise self._exited()
         return chunk
+
+    def _exited(self) -> ToolboxError:
+        """The error for a process that is gone, with the last of what it said (not the mark)."""
+        self.closed = True
+        detail = self.stderr_tail()
+        if self._end_mark is not None:
+            detail = detail.replace(self._end_mark.decode(), "").strip()
+        return ToolboxError("the toolbox exited" + (f": {detail[-500:]}" if detail else ""))
 
     def _parse_frames(self) -> None:
         while len(self._buf) >= _HEADER.size:

@@ -116,8 +116,10 @@ INIT_MARK = b"sandbox-agent-init: the toolbox exited"
 # sends can end it (the kernel drops the others for a namespace's init). The engine keeps a
 # container's stdout open while PID 1 lives, so the host cannot see the toolbox end there:
 # the parent says so on stderr (`INIT_MARK`).
+_INIT_TAG = "# sandbox-agent init"
+"""The first line of `_INIT`: how the kill script knows PID 1 is ours (in /proc/1/cmdline)."""
 _INIT = (
-    "# sandbox-agent init\n"
+    f"{_INIT_TAG}\n"
     "import os, signal\n"
     "os.chdir('/')\n"
     "toolbox = os.fork()\n"
@@ -172,7 +174,7 @@ procs = {int(p): stat(p) for p in os.listdir("/proc") if p.isdigit() and ours(p)
 procs = {pid: fields for pid, fields in procs.items() if fields}
 orphans = [pid for pid, fields in procs.items() if fields[1] == b"1"]
 with open("/proc/1/cmdline", "rb") as f:
-    ours_first = b"# sandbox-agent init" in f.read()
+    ours_first = INIT_TAG in f.read()
 main = 0 if ours_first else min(orphans, key=lambda pid: int(procs[pid][19]), default=0)
 refused = []
 for pid in dict.fromkeys([old, *procs]):
@@ -189,7 +191,7 @@ while not refused and (stat(old) or [b"Z"])[0] != b"Z":
         refused.append(f"pid {old} still alive after SIGKILL")
     time.sleep(0.02)
 sys.exit("; ".join(refused) or None)
-"""
+""".replace("INIT_TAG", repr(_INIT_TAG.encode()))
 
 Warn = Callable[[str], None]
 T = TypeVar("T")
@@ -252,8 +254,8 @@ class SandboxConfig(BaseModel):
 
 class Toolbox:
     """The toolbox process inside the container, reached over an exec's attached stream, or
-    over the container's own (`attached`: a socket from `attach_first`, the container's first
-    process being `_INIT`)."""
+    over the container's own (`attached`: the socket `DockerSandbox._create` attached before
+    the start, the container's first process being `_INIT`)."""
 
     def __init__(self, api: Any, container_id: str, user: str, argv: list[str],
                  attached: Any = None) -> None:
@@ -452,9 +454,10 @@ class DockerSandbox:
         self._started_ns = self._started_ns or time.time_ns()
         if self.config.read_only:
             return
-        self._tree = scan(self.config.root)
+        tree = scan(self.config.root)
+        self._tree = self._tree or tree  # the start's: a `.git` found at a remount is still new
         if not self.config.allow_git_writes:
-            self._protected = protected_paths(self.config.root, self._tree)
+            self._protected = protected_paths(self.config.root, tree)
             self._identities = identities(self.config.root, self._protected.existing)
         self._made_dirs = [d for rel in self._protected.missing
                            for d in _missing_chain(self.config.root, rel)]
@@ -668,9 +671,7 @@ class DockerSandbox:
             with docker_errors("removing the sandbox container"):
                 self._container.remove(force=True, v=True)
             self._container = None
-        baseline = self._tree  # what was there at the start: a `.git` found now is still new
         self._protect()
-        self._tree = baseline or self._tree
         self._container = self._create()
         self._start_toolbox()
         assert self._info is not None

@@ -38,7 +38,7 @@ from agent_tasks import MULTI_STEP, ONE_STEP, TASKS, Task
 CLI = str(Path(sys.executable).parent / "sandbox-agent")
 IMAGE = os.environ.get("SANDBOX_AGENT_IMAGE", "sandbox-agent:latest")
 TASK_TIMEOUT = 900
-_DONE = re.compile(r"done in (\d+) turn\(s\), (\d+) tool call\(s\)")
+_DONE = re.compile(r"done · .*?(\d+) model turns? · .*?(\d+) tool calls?")
 
 
 @dataclass

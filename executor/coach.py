@@ -7,12 +7,15 @@ would have made it failed or never happened. The `Coach` watches one conversatio
 answers and steps in where that happens:
 
 - `refuse(call)`: a `write_file` over an existing file the model has not read (or written) in
-  this conversation is refused once, with what to do instead; a call that failed, or a read,
-  list or search that succeeded, is not run again unchanged while no file has changed since;
+  this conversation, or one that would delete most of a file it has read, is refused once,
+  with what to do instead; a call that failed, or a read, list or search that succeeded, is
+  not run again unchanged while no file has changed since;
 - `review(answer)`: an answer right after a failed change (or a command that is not
-  installed, or a search that found nothing), or one that claims a change when nothing
-  changed is sent back with what to do (a *nudge*), each at most once and `max_nudges` times
-  a run in all (a check after each change is available, `check_changes`, and off).
+  installed, or a search that found nothing, or an edit that left a name it replaced on other
+  lines), or one that claims a change when nothing changed, or that names a file as changed
+  which the tools showed and no call changed, is sent back with what to do (a *nudge*), each
+  at most once and `max_nudges` times a run in all (a check after each change is available,
+  `check_changes`, and off).
 
 Capable models rarely trigger any of these; each costs a weak model a turn and saves the task.
 The runner gives agents on the json protocols, which weak models use, a coach.
@@ -42,8 +45,14 @@ _CLAIM = re.compile(r"\b(added|updated|changed|modified|created|renamed|fixed|re
                     r"deleted|wrote|written|bumped|edited|inserted)\b", re.IGNORECASE)
 """Words with which an answer says that something was changed."""
 _NOT_FOUND = 127
+_SHRINK_LINES = 5
+"""A write_file over a read file that deletes this many lines, and more than twice as many as
+it adds, is refused once: weak models write only the part they meant to add."""
 """The shell's exit code for a command that does not exist."""
 _MISSING = re.compile(r"(?:^|\s)([\w.+-]+): (?:command )?not found", re.MULTILINE)
+_PATH = re.compile(r"(?<![\w/.-])(?:[\w.-]+/)*[\w-][\w.-]*\.[A-Za-z]\w{0,5}\b")
+"""A file name in text (`shop/cart.py`, `README.md`): what an answer may claim it changed."""
+_SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
 
 
 def norm_path(path: str) -> str:
@@ -87,12 +96,17 @@ class Coach:
     looked: set[str] = field(default_factory=set)
     """Looking calls that succeeded since the last change: the same one again shows nothing new
     (a weak model re-reads one file until its turns run out)."""
+    seen: set[str] = field(default_factory=set)
+    """File names the tools' output or arguments showed in this conversation."""
+    written: set[str] = field(default_factory=set)
+    """Files a call changed in this run; None in it: a command changed files it did not name."""
 
     def begin(self) -> None:
         """A new request: forget the last run's changes and nudges (not what was read)."""
         self.changed, self.failure, self.claimed, self.nudges = False, None, False, 0
         self.failed.clear()
         self.looked.clear()
+        self.written.clear()
         self.unchecked = self.asked_check = False
 
     def learn(self, history: Iterable[Message]) -> None:
@@ -122,16 +136,27 @@ class Coach:
         if call.name != "write_file" or not isinstance(path, str):
             return None
         key = norm_path(path)
-        if key in self.known or key in self.refused:
+        if key in self.refused:
             return None
-        if not sandbox.preview("write_file", dict(call.arguments)).meta.get("exists"):
+        preview = sandbox.preview("write_file", dict(call.arguments))
+        if not preview.meta.get("exists"):
+            return None
+        if key not in self.known:
+            self.refused.add(key)
+            self.vetoed.add(_call_key(call))
+            return "coach:read-before-write", (
+                f"Not written: {path} already exists and you have not read it, so this would "
+                "replace all of it. Read it first with read_file; then change only the part the "
+                "task is about with edit_file and keep the rest.")
+        removed, added = _diff_counts(preview.output)
+        if removed < _SHRINK_LINES or removed <= 2 * added:
             return None
         self.refused.add(key)
         self.vetoed.add(_call_key(call))
-        return "coach:read-before-write", (
-            f"Not written: {path} already exists and you have not read it, so this would "
-            "replace all of it. Read it first with read_file; then change only the part the "
-            "task is about with edit_file and keep the rest.")
+        return "coach:keep-the-rest", (
+            f"Not written: this would delete {removed} lines of {path} and add {added}. To "
+            "add or change part of a file, use edit_file and keep the rest. If you do mean to "
+            "replace the whole file, send the same write_file again.")
 
     def observe(self, call: ToolCall, result: ToolResult) -> None:
         """Note what a finished call showed or changed."""
@@ -142,8 +167,11 @@ class Coach:
             return
         if result.ok or result.meta.get("file_shown"):  # a failed edit may show the file
             self._note(call)
+        self.seen.update(norm_path(p) for p in _PATH.findall(result.output[:200_000]))
         changed = (result.ok and call.name in WRITERS) or bool(result.meta.get("changes"))
         self.changed = self.changed or changed
+        if changed:
+            self._wrote(call, result)
         if changed:
             self.failed.clear()
             self.looked.clear()
@@ -151,6 +179,8 @@ class Coach:
             self.looked.add(key)
         elif not result.ok:
             self.failed[key] = _first_line(result.output)
+            if call.name in WRITERS:  # reading the file again is the way to fix the edit
+                self.looked.clear()
         self.unchecked = changed or (self.unchecked and call.name not in CHECKERS)
 
     def review(self, answer: str) -> str | None:
@@ -163,6 +193,13 @@ class Coach:
             nudge = ("You answered that something was changed, but no file has been changed in "
                      "this task: no write_file or edit_file call succeeded. Make the change now "
                      "with a tool call, or answer that it is not done.")
+        unmade = self._unmade(answer) if nudge is None and not self.claimed else None
+        if unmade is not None:
+            self.claimed = True
+            made = ", ".join(sorted(p for p in self.written if p)) or "none"
+            nudge = (f"You answered that {unmade} was changed, but no call changed it in this "
+                     f"task (files changed: {made}). Change it now with a tool call (read it "
+                     "first), or correct your answer.")
         if nudge is None and self.check_changes and self.unchecked and not self.asked_check:
             self.asked_check = True
             nudge = ("Before you finish, check your change: read the changed file or run it, "
@@ -174,6 +211,33 @@ class Coach:
         path = call.arguments.get("path")
         if call.name in READERS | WRITERS and isinstance(path, str):
             self.known.add(norm_path(path))
+            self.seen.add(norm_path(path))
+
+    def _wrote(self, call: ToolCall, result: ToolResult) -> None:
+        """Note the files a changing call changed (all of them, or that it is not known)."""
+        path = call.arguments.get("path")
+        if call.name in WRITERS and isinstance(path, str):
+            self.written.add(norm_path(path))
+        changes = result.meta.get("changes")
+        if isinstance(changes, list) and not result.meta.get("changes_incomplete"):
+            self.written.update(norm_path(str(c.get("path", ""))) for c in changes
+                                if isinstance(c, dict))
+        elif changes:
+            self.written.add("")  # some files changed, which is not known
+
+    def _unmade(self, answer: str) -> str | None:
+        """A file the answer says was changed that the tools showed and no call changed."""
+        if "" in self.written:
+            return None
+        done = self.written | {posixpath.basename(p) for p in self.written}
+        shown = self.seen | {posixpath.basename(p) for p in self.seen}
+        for sentence in _SENTENCE.split(answer):
+            if not _CLAIM.search(sentence):
+                continue
+            for name in _PATH.findall(sentence):
+                if norm_path(name) in shown and norm_path(name) not in done:
+                    return str(name)
+        return None
 
 
 def _retryable(call: ToolCall, result: ToolResult) -> str | None:
@@ -187,6 +251,13 @@ def _retryable(call: ToolCall, result: ToolResult) -> str | None:
     if call.name == "search_files" and result.ok and result.meta.get("matches") == 0:
         return ("Your search found no matches, which does not answer the question. Look "
                 "another way before you answer: list the files, then read the likely ones.")
+    left = result.meta.get("still_there") if call.name == "edit_file" and result.ok else None
+    if isinstance(left, dict) and left:
+        names = ", ".join(f"'{name}' (line {', '.join(map(str, lines))})"
+                          for name, lines in left.items())
+        return (f"Your edit of {call.arguments.get('path')} left {names} in the file, as its "
+                "result notes. If the task means every use, change those too; if they should "
+                "stay, give your answer again.")
     if result.meta.get("exit_code") == _NOT_FOUND and not result.ok:
         missing = _MISSING.search(result.output)
         program = f"'{missing[1]}'" if missing else "a program it uses"
@@ -195,6 +266,18 @@ def _retryable(call: ToolCall, result: ToolResult) -> str | None:
                 "127). Do it another way with what is there (python3 is; tests run with "
                 "python3 -m unittest or python3 FILE), or answer that it cannot be done.")
     return None
+
+
+def _diff_counts(diff: str) -> tuple[int, int]:
+    """(lines removed, lines added) by a unified diff (0, 0 when it is not one)."""
+    removed = added = 0
+    in_hunk = False
+    for line in diff.split("\n"):
+        in_hunk = in_hunk or line.startswith("@@")
+        if in_hunk:
+            removed += line.startswith("-")
+            added += line.startswith("+")
+    return removed, added
 
 
 def _first_line(output: str) -> str:

@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
 # Build the sandbox base image from Debian packages, for machines that reach Debian's package
-# mirror but no container registry: debootstrap a minimal bookworm with python3, ripgrep and
-# git, then `docker import` it. Usage: scripts/build-base-image.sh [IMAGE_NAME]
+# mirror but no container registry: debootstrap a minimal bookworm with python3, pytest, ripgrep
+# and git, then `docker import` it. Usage: scripts/build-base-image.sh [IMAGE_NAME]
 set -euo pipefail
 
 NAME="${1:-sandbox-agent-base:bookworm}"
 SUITE="${SUITE:-bookworm}"
 
+HAS='command -v rg && command -v git && python3 -m pytest --version'
 if docker image inspect "$NAME" >/dev/null 2>&1; then
-    echo "base image $NAME already present"
-    exit 0
+    if docker run --rm --network none "$NAME" sh -c "$HAS" >/dev/null 2>&1; then
+        echo "base image $NAME already present"
+        exit 0
+    fi
+    echo "base image $NAME lacks a package this script includes: building it again"
 fi
 if [ "$(id -u)" != 0 ]; then
     echo "error: debootstrap needs root; run: sudo $0 $NAME" >&2
@@ -32,7 +36,7 @@ fi
 ROOTFS="$(mktemp -d /tmp/sandbox-agent-rootfs.XXXXXX)"
 trap 'rm -rf "$ROOTFS"' EXIT
 echo "debootstrap $SUITE into $ROOTFS (about a minute) ..."
-debootstrap --variant=minbase --include=python3,ripgrep,git "$SUITE" "$ROOTFS" ${MIRROR:+"$MIRROR"} \
+debootstrap --variant=minbase --include=python3,python3-pytest,ripgrep,git "$SUITE" "$ROOTFS" ${MIRROR:+"$MIRROR"} \
     > "$ROOTFS.log" 2>&1 || { tail -20 "$ROOTFS.log" >&2; exit 1; }
 rm -f "$ROOTFS.log"
 rm -rf "$ROOTFS"/var/cache/apt/archives/*.deb "$ROOTFS"/var/lib/apt/lists/*

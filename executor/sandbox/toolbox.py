@@ -320,6 +320,8 @@ ENTRY_STEP = 5_000  # inode growth on the file system that makes the watch count
 MIN_FREE = 256 * 1024 * 1024
 SHOW_MAX_LINES, SHOW_MAX_CHARS = 120, 6000  # a failed edit shows a file this small in full
 CLOSEST_MAX_LINES = 5000  # a failed edit looks for the closest line in files this long
+SYNTAX_MAX_BYTES = 1024 * 1024  # an edit of a .py file this big or smaller must keep it compiling
+_NAME = re.compile(r"\b[A-Za-z_]\w{2,}\b")  # a name an edit may rename
 
 
 class ToolError(Exception):
@@ -715,16 +717,17 @@ def tool_edit_file(ctx: Context, path: str, new_text: str, old_text: str | None 
     before = _read_existing(real, path)
     _check_unchanged(path, before, expect_sha256)
     try:
-        after, done = _edited(path, before, new_text, old_text, replace_all)
+        edit = _edited(path, before, new_text, old_text, replace_all)
     except ToolError as exc:
         raise _with_file(exc, path, before) from None
-    meta = _write(ctx, real, before, after)
+    meta = _write(ctx, real, before, edit.after)
     if before is None:
         return ok(f"created '{path}' ({meta['bytes']} bytes)" + _gitdir_note(meta),
                   replacements=0, **meta)
-    return ok(f"edited '{path}': {done} replacement{'s' * (done > 1)}, "
-              f"{meta['lines_changed']} lines changed" + _gitdir_note(meta),
-              replacements=done, **meta)
+    extra: dict[str, Any] = {"still_there": edit.still_there} if edit.still_there else {}
+    return ok(f"edited '{path}': {edit.count} replacement{'s' * (edit.count > 1)}, "
+              f"{meta['lines_changed']} lines changed" + edit.note + _gitdir_note(meta),
+              replacements=edit.count, **meta, **extra)
 
 
 def _gitdir_note(meta: WriteRecord) -> str:
@@ -734,15 +737,25 @@ def _gitdir_note(meta: WriteRecord) -> str:
                    for r in records)
 
 
+class Edit:
+    """What an edit makes of a file: its new bytes, replacements, and what to tell the model."""
+
+    def __init__(self, after: bytes, count: int, note: str = "",
+                 still_there: dict[str, list[int]] | None = None) -> None:
+        self.after, self.count, self.note = after, count, note
+        self.still_there = still_there or {}
+        """Names the edit took out of the text it replaced that other lines still use."""
+
+
 def _edited(path: str, before: bytes | None, new_text: str, old_text: str | None,
-            replace_all: bool) -> tuple[bytes, int]:
-    """(the file's new bytes, replacements) after an edit, or the ToolError it fails with."""
+            replace_all: bool) -> Edit:
+    """What an edit makes of the file, or the ToolError it fails with."""
     if old_text is None or (old_text == "" and before is None):
         # Small models send old_text="" to mean "create": treat it like an omitted old_text.
         if before is not None:
             raise ToolError(f"'{path}' already exists. To change it, give old_text (the exact "
                             "text to replace); to overwrite all of it, use write_file.")
-        return _encode(new_text, "surrogatepass"), 0
+        return Edit(_encode(new_text, "surrogatepass"), 0)
     if old_text == "":
         raise ToolError(f"old_text is empty but '{path}' exists. Give the exact text to "
                         "replace, or use write_file to overwrite the whole file.")
@@ -753,7 +766,131 @@ def _edited(path: str, before: bytes | None, new_text: str, old_text: str | None
     old, new, count = _find(text, old_text, new_text)
     _check_count(text, path, old, count, replace_all)
     after = text.replace(old, new) if replace_all else text.replace(old, new, 1)
-    return _encode(after, "surrogateescape"), count if replace_all else 1
+    note = ""
+    error = _broken(path, text, after)
+    if error is not None:
+        moved = None if replace_all else _after_block(text, old, new)
+        if moved is None:
+            raise _syntax_refusal(path, after, error)
+        after, note = moved
+    left = _still_there(after, old, new)
+    return Edit(_encode(after, "surrogateescape"), count if replace_all else 1,
+                note + _still_there_note(after, left), left)
+
+
+def _still_there(after: str, old: str, new: str, limit: int = 3) -> dict[str, list[int]]:
+    """{name: line numbers} of the names (identifiers) old had and new has not that the file
+    still uses: a rename of `calc_total` in one line leaves the import two lines up."""
+    if len(after) > SYNTAX_MAX_BYTES:
+        return {}
+    gone = sorted(set(_NAME.findall(old)) - set(_NAME.findall(new)))
+    if not gone or len(gone) > limit:
+        return {}
+    lines = after.split("\n")
+    found: dict[str, list[int]] = {}
+    for name in gone:
+        word = re.compile(rf"\b{re.escape(name)}\b")
+        numbers = [n for n, line in enumerate(lines, 1) if word.search(line)]
+        if numbers:
+            found[name] = numbers[:limit]
+    return found
+
+
+def _still_there_note(after: str, left: dict[str, list[int]]) -> str:
+    lines = after.split("\n") if left else []
+    return "".join(f"\nnote: '{name}' is still on line {n}: {lines[n - 1].strip()[:200]}"
+                   for name, numbers in left.items() for n in numbers)
+
+
+def _broken(path: str, before: str, after: str) -> SyntaxError | None:
+    """The SyntaxError an edit brings into a Python file that compiled before, or None."""
+    if not path.endswith((".py", ".pyw")) or len(after) > SYNTAX_MAX_BYTES:
+        return None
+    if _syntax_error(before, path) is not None:
+        return None  # it did not compile before: this edit may be one step of a repair
+    return _syntax_error(after, path)
+
+
+def _after_block(text: str, old: str, new: str) -> tuple[str, str] | None:
+    """(text, note) with new's added lines after the block old's last line opens, or None.
+
+    A weak model adds a function with old_text `def add(a, b):` and new_text that line plus
+    the new function: taken literally the new code splits add() from its body. When new_text
+    is old_text plus lines, and old_text ends with the line that opens a block (`...:`), the
+    lines go after the end of that block instead, if the file then compiles.
+    """
+    if not new.startswith(old) or text.count(old) != 1 or not old.rstrip().endswith(":"):
+        return None
+    if "\r" in text:
+        return None
+    end = text.index(old) + len(old)
+    if end < len(text) and text[end] not in "\r\n":
+        return None  # old_text stops inside a line
+    added = new[len(old):].strip("\r\n")
+    if not added.strip():
+        return None
+    opener = text.count("\n", 0, end) + 1
+    block = _block_opened_at(text, opener)
+    if block is None:
+        return None
+    last, top = block
+    lines = text.split("\n")
+    head, rest = "\n".join(lines[:last]), "\n".join(lines[last:]).lstrip("\n")
+    gap = "\n\n\n" if top else "\n\n"  # the end of the last line, then blank lines
+    moved = head + gap + added + (gap + rest if rest.strip() else "\n")
+    if _syntax_error(moved, "<edit>") is not None:
+        return None
+    return moved, (f"\nnote: the new lines went after line {last}, the end of the block that "
+                   f"line {opener} opens: right after line {opener} they would have broken it")
+
+
+def _block_opened_at(text: str, line: int) -> tuple[int, bool] | None:
+    """(last line, whether at the top level) of the compound statement whose header ends on
+    `line`, or None."""
+    import ast
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    found: tuple[int, bool] | None = None
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if not isinstance(node, ast.stmt) or not isinstance(body, list) or not body:
+            continue
+        first = body[0].lineno  # decorators of the first statement come before its def
+        first = min([first] + [d.lineno for d in getattr(body[0], "decorator_list", [])])
+        end = node.end_lineno
+        if node.lineno <= line < first and end is not None and (found is None or end <= found[0]):
+            found = (end, node.col_offset == 0)
+    return found
+
+
+def _syntax_refusal(path: str, after: str, error: SyntaxError) -> ToolError:
+    """Why an edit that would break a Python file changed nothing, with the lines it broke."""
+    line = error.lineno or 1
+    lines = after.split("\n")
+    start, end = max(1, line - 4), min(len(lines), line + 3)
+    shown = "\n".join(f"{n:>6}\t{lines[n - 1].rstrip(chr(13))}" for n in range(start, end + 1))
+    return ToolError(
+        f"not changed: this edit would break '{path}' ({type(error).__name__}: {error.msg}, "
+        f"line {line}). new_text replaces old_text exactly, so it must hold complete lines "
+        "that fit where old_text was. To add code after a function, give its last lines as "
+        "old_text and those lines followed by the new code as new_text. After this edit the "
+        f"file would read:\n{shown}", syntax_error=f"{error.msg} (line {line})")
+
+
+def _syntax_error(source: str, path: str) -> SyntaxError | None:
+    """The SyntaxError compiling `source` raises, or None (also when it cannot be compiled)."""
+    import warnings  # a SyntaxWarning (say, an invalid escape) must not reach stderr
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            compile(source, path, "exec", dont_inherit=True)
+    except SyntaxError as exc:
+        return exc
+    except (ValueError, RecursionError, MemoryError):
+        return None
+    return None
 
 
 def _with_file(exc: ToolError, path: str, before: bytes | None) -> ToolError:
@@ -868,7 +1005,26 @@ def _no_match_hint(text: str, old: str) -> str:
         if line.strip() == wanted[0] and [x.strip() for x in have[i:i + len(wanted)]] == wanted:
             return (f" Hint: lines {i + 1}-{i + len(wanted)} match except for whitespace; "
                     "copy them exactly as read_file shows them.")
-    return _closest_line(have, wanted[0])
+    return _core_lines(have, wanted) or _closest_line(have, wanted[0])
+
+
+def _core_lines(have: list[str], wanted: list[str], limit: int = 3) -> str:
+    """' Hint: ... is on line N' when old_text, less its quotes, punctuation or case, is there.
+
+    A model told "it says Hello" guesses `Hello.` or `'Hello'`; the file has `"Hello, "`.
+    """
+    core = wanted[0].strip(" \t.,;:!?'\"`") if len(wanted) == 1 else ""
+    if len(core) < 3 or len(have) > CLOSEST_MAX_LINES:
+        return ""
+    found = [n for n, line in enumerate(have, 1) if core in line]
+    if not found:
+        found = [n for n, line in enumerate(have, 1) if core.lower() in line.lower()]
+    if not found or len(found) > limit:
+        return ""
+    shown = "\n".join(have[n - 1].rstrip("\r") for n in found)
+    where = "line " + ", ".join(str(n) for n in found)
+    return (f" Hint: {core!r} is on {where}; old_text must match exactly, so copy the whole "
+            f"line:\n{shown}")
 
 
 def _closest_line(have: list[str], wanted: str) -> str:
@@ -980,7 +1136,7 @@ def _preview(ctx: Context, tool: str, args: dict[str, Any], facts: PreviewFacts)
         after = _encode(args["content"], "surrogatepass")
     else:
         after = _edited(path, before, args["new_text"], args.get("old_text"),
-                        args.get("replace_all", False))[0]
+                        args.get("replace_all", False)).after
     (old, why_old), (new, why_new) = _text_of(before), _text_of(after)
     why = why_old or why_new
     if why:
@@ -1049,6 +1205,15 @@ def tool_search_files(ctx: Context, pattern: str, path: str = ".",
     if not os.path.exists(real):
         raise ToolError(f"path not found: {path}")
     deadline = time.monotonic() + ctx.default_timeout
+    if _smart_case(pattern):  # 'port' finds PORT = 8731, not only the word in 'import'
+        try:
+            hits, engine = _search(ctx, "(?i)" + pattern, real, max_results, deadline)
+        except ToolError as exc:  # name the pattern as the model wrote it
+            raise ToolError(str(exc).replace(f"'(?i){pattern}'", f"'{pattern}'", 1),
+                            **exc.meta) from None
+        result = _search_result(pattern, path, hits, max_results, engine)
+        result["meta"]["ignore_case"] = True
+        return result
     hits, engine = _search(ctx, pattern, real, max_results, deadline)
     if hits or pattern.startswith("(?i)"):
         return _search_result(pattern, path, hits, max_results, engine)
@@ -1063,6 +1228,15 @@ def tool_search_files(ctx: Context, pattern: str, path: str = ".",
                             f"upper/lower case:\n{result['output']}")
         result["meta"]["ignore_case"] = True
     return result
+
+
+def _smart_case(pattern: str) -> bool:
+    """Whether a pattern matches regardless of case: it has no upper-case letter of its own
+    (ripgrep's --smart-case; the letters of escapes such as \\S or \\W do not count)."""
+    if pattern.startswith("(?"):
+        return False  # it sets its own flags
+    letters = re.sub(r"\\.", "", pattern)
+    return letters == letters.lower() and letters != letters.upper()
 
 
 def _search(ctx: Context, pattern: str, real: str, limit: int,

@@ -120,7 +120,10 @@ class ListFiles(SandboxTool):
 
 class SearchFiles(SandboxTool):
     name = "search_files"
-    description = "Search file contents for a regular expression; returns path:line:text."
+    description = (
+        "Search file contents for a regular expression; returns path:line:text. A pattern in "
+        "lower case matches any case; one with an upper-case letter matches exactly."
+    )
     Args = SearchFilesArgs
     core_args = ("pattern", "path")
     read_only_safe = True

@@ -1,6 +1,7 @@
 """What the built sandbox image ships, checked by starting it with testcontainers.
 
-The sandbox relies on the image for python3 (the toolbox), ripgrep and git (better tools), and
+The sandbox relies on the image for python3 (the toolbox), ripgrep and git (better tools),
+pytest (what most projects' tests run with), and
 on what it does *not* ship: no set-id binaries, no network clients. The toolbox must bootstrap in
 it exactly as DockerSandbox starts it.
 """
@@ -41,11 +42,12 @@ def run(container: DockerContainer, command: str) -> str:
     return str(output.decode())
 
 
-def test_python3_ripgrep_and_git(image: DockerContainer) -> None:
+def test_python3_pytest_ripgrep_and_git(image: DockerContainer) -> None:
     version = re.search(r"Python (\d+)\.(\d+)", run(image, "python3 --version"))
     assert version and (int(version[1]), int(version[2])) >= (3, 9)
     assert run(image, "rg --version").startswith("ripgrep ")
     assert run(image, "git --version").startswith("git version ")
+    assert run(image, "pytest --version 2>&1").startswith("pytest ")
     run(image, "python3 -c 'import json, selectors, hashlib, difflib, subprocess'")
 
 

@@ -252,3 +252,111 @@ def test_an_answer_right_after_a_search_that_found_nothing_goes_back() -> None:
                      call("read_file", path="config.py"), "Port 8731."], box)
     assert agent.run("which port?").answer == "Port 8731."
     assert told(agent)[1].startswith("Your search found no matches")
+
+
+def searched(output: str) -> FakeSandbox:
+    """A sandbox whose search_files shows `output`."""
+    return FakeSandbox({"search_files": ToolResult(ok=True, output=output, meta={"matches": 3})})
+
+
+RENAME_HITS = ("shop/billing.py:1:def calc_total(prices):\n"
+               "shop/cart.py:1:from shop.billing import calc_total\n")
+
+
+def test_claiming_a_file_was_changed_that_no_call_changed_goes_back_once() -> None:
+    claim = "Renamed it in shop/billing.py. All uses in shop/cart.py have been updated too."
+    agent = coached([call("search_files", pattern="calc_total"),
+                     call("edit_file", path="shop/billing.py", old_text="a", new_text="b"),
+                     claim,
+                     call("edit_file", path="shop/cart.py", old_text="a", new_text="b"),
+                     claim], searched(RENAME_HITS))
+    assert agent.run("rename calc_total").answer == claim
+    nudge = told(agent)[2]
+    assert nudge.startswith("You answered that shop/cart.py was changed, but no call changed it")
+    assert "files changed: shop/billing.py" in nudge
+    assert ran(agent) == ["search_files", "edit_file", "edit_file"]
+
+
+def test_a_file_named_by_its_base_name_counts_as_the_file_the_tools_showed() -> None:
+    agent = coached([call("search_files", pattern="calc_total"),
+                     call("edit_file", path="shop/billing.py", old_text="a", new_text="b"),
+                     "I updated billing.py and cart.py.", "done"], searched(RENAME_HITS))
+    assert agent.run("rename calc_total").answer == "done"
+    assert told(agent)[2].startswith("You answered that cart.py was changed")
+
+
+def test_files_named_beside_a_change_but_not_as_changed_are_accepted() -> None:
+    answer = "I updated shop/billing.py. shop/cart.py imports it and needs no change."
+    agent = coached([call("search_files", pattern="calc_total"),
+                     call("edit_file", path="shop/billing.py", old_text="a", new_text="b"),
+                     answer], searched(RENAME_HITS))
+    assert agent.run("rename calc_total").answer == answer
+
+
+def test_a_file_no_tool_showed_is_not_taken_for_a_claim() -> None:
+    answer = "I updated shop/billing.py; you may want to update docs/notes.md too."
+    agent = coached([call("search_files", pattern="calc_total"),
+                     call("edit_file", path="shop/billing.py", old_text="a", new_text="b"),
+                     answer], searched(RENAME_HITS))
+    assert agent.run("rename calc_total").answer == answer
+
+
+def test_a_command_that_changed_files_it_cannot_list_mutes_the_file_claims() -> None:
+    box = searched(RENAME_HITS)
+    box.results["run_shell_command"] = ToolResult(
+        ok=True, output="exit_code: 0", meta={"exit_code": 0, "changes_incomplete": True,
+                                              "changes": [{"path": "x", "change": "modified"}]})
+    agent = coached([call("search_files", pattern="calc_total"),
+                     call("run_shell_command", command="sed -i s/a/b/ shop/*.py"),
+                     "Updated shop/cart.py."], box)
+    assert agent.run("rename calc_total").answer == "Updated shop/cart.py."
+
+
+def test_a_file_may_be_read_again_after_an_edit_of_it_failed() -> None:
+    box = FakeSandbox({"edit_file": ToolResult.error("old_text not found in 'a.py' (0 matches).")})
+    read = call("read_file", path="a.py")
+    agent = coached([read, read, call("edit_file", path="a.py", old_text="x", new_text="y"),
+                     read, "done"], box)
+    agent.run("fix it")
+    assert ran(agent) == ["read_file", "edit_file", "read_file"]
+    assert told(agent)[1].startswith("You already made this exact read_file call")
+
+
+def shrinking(removed: int, added: int) -> FakeSandbox:
+    """A sandbox whose preview of a write over an existing file removes and adds lines."""
+    diff = "\n".join(["--- a/calc.py", "+++ b/calc.py", "@@ -1,9 +1,2 @@",
+                      *["-old"] * removed, *["+new"] * added])
+    return FakeSandbox({"preview": ToolResult(ok=True, output=diff, meta={"exists": True})})
+
+
+def test_a_write_that_deletes_most_of_a_read_file_is_refused_once() -> None:
+    write = call("write_file", path="calc.py", content="def subtract(a, b): ...")
+    agent = coached([call("read_file", path="calc.py"), write, write, "done"], shrinking(9, 2))
+    agent.run("add multiply to calc.py")
+    assert ran(agent) == ["read_file", "write_file"]
+    assert told(agent)[1] == (
+        "Not written: this would delete 9 lines of calc.py and add 2. To add or change part of "
+        "a file, use edit_file and keep the rest. If you do mean to replace the whole file, "
+        "send the same write_file again.")
+
+
+def test_a_rewrite_that_keeps_the_size_of_a_read_file_is_written() -> None:
+    write = call("write_file", path="calc.py", content="...")
+    for removed, added in ((9, 5), (4, 0)):
+        agent = coached([call("read_file", path="calc.py"), write, "done"],
+                        shrinking(removed, added))
+        agent.run("rewrite calc.py")
+        assert ran(agent) == ["read_file", "write_file"]
+
+
+def test_an_answer_after_an_edit_that_left_a_replaced_name_goes_back_once() -> None:
+    box = FakeSandbox({"edit_file": ToolResult(
+        ok=True, output="edited 'cart.py'\nnote: 'calc_total' is still on line 1: ...",
+        meta={"still_there": {"calc_total": [1]}})})
+    agent = coached([call("edit_file", path="cart.py", old_text="calc_total(x)",
+                          new_text="compute_total(x)"), "Renamed.", "Renamed."], box)
+    assert agent.run("rename calc_total").answer == "Renamed."
+    assert told(agent)[1] == (
+        "Your edit of cart.py left 'calc_total' (line 1) in the file, as its result notes. If "
+        "the task means every use, change those too; if they should stay, give your answer "
+        "again.")

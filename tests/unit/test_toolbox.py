@@ -564,6 +564,83 @@ def test_edit_with_no_match_says_how_to_fix_it(box: Box, root: Path):
     assert (root / "src" / "app.py").read_text() == "def add(a, b):\n    return a + b\n"
 
 
+def test_edit_hint_finds_the_text_without_its_quotes_punctuation_or_case(box: Box, root: Path):
+    (root / "greet.py").write_text('def greet(name):\n    return "Hello, " + name + "!"\n')
+    for guess in ("Hello.", "'hello'", '"Hello!"'):
+        output = failed(box.call("edit_file", path="greet.py", old_text=guess, new_text="Hi"),
+                        "0 matches")
+        assert "Hint: 'Hello' is on line 2" in output.replace("'hello'", "'Hello'")
+        assert 'copy the whole line:\n    return "Hello, " + name + "!"' in output
+    (root / "many.txt").write_text("Hello\n" * 4)
+    assert "is on line" not in failed(box.call("edit_file", path="many.txt", old_text="Hello.",
+                                               new_text="x"), "0 matches")
+
+
+def test_an_edit_that_would_break_a_python_file_is_refused_with_the_result_shown(
+        box: Box, root: Path):
+    source = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n"
+    (root / "calc.py").write_text(source)
+    reply = box.call("edit_file", path="calc.py", old_text="    return a + b",
+                     new_text="    return a +\n  b")
+    output = failed(reply, "not changed: this edit would break 'calc.py' (SyntaxError",
+                    "give its last lines as old_text", "After this edit the file would read:",
+                    "     2\t    return a +", "This is 'calc.py' now")
+    assert "line 2" in reply["meta"]["syntax_error"] and output
+    assert (root / "calc.py").read_text() == source
+    preview = box.request({"id": 99, "tool": "preview", "args": {"tool": "edit_file", "args": {
+        "path": "calc.py", "old_text": "a - b", "new_text": "a -"}}})
+    assert "would break" in preview["meta"]["error"]
+    inside = box.call("edit_file", path="calc.py", old_text="def sub(a, b):",
+                      new_text="def sub(a, b):\ndef mul(a, b):\nreturn a * b")
+    failed(inside, "would break", "IndentationError")  # not after sub() either: no indent
+    assert (root / "calc.py").read_text() == source
+
+
+def test_lines_added_after_a_def_line_go_after_its_body(box: Box, root: Path):
+    source = ('"""Helpers."""\n\n\ndef add(a, b):\n    """Sum."""\n    return a + b\n\n\n'
+              'def sub(a, b):\n    return a - b\n')
+    (root / "calc.py").write_text(source)
+    args = {"path": "calc.py", "old_text": "def add(a, b):",
+            "new_text": "def add(a, b):\n\n\ndef mul(a, b):\n    return a * b"}
+    preview = box.request({"id": 99, "tool": "preview", "args": {"tool": "edit_file",
+                                                                "args": args}})
+    assert "+def mul(a, b):" in preview["output"] and preview["meta"]["error"] is None
+    reply = box.call("edit_file", **args)
+    assert reply["ok"] and "the new lines went after line 6, the end of the block that line 4 " \
+        "opens" in reply["output"]
+    assert (root / "calc.py").read_text() == (
+        '"""Helpers."""\n\n\ndef add(a, b):\n    """Sum."""\n    return a + b\n\n\n'
+        'def mul(a, b):\n    return a * b\n\n\ndef sub(a, b):\n    return a - b\n')
+    (root / "k.py").write_text("class K:\n    def f(self):\n        return 1\n")
+    assert box.call("edit_file", path="k.py", old_text="    def f(self):", new_text=(
+        "    def f(self):\n    def g(self):\n        return 2"))["ok"]
+    assert (root / "k.py").read_text() == (
+        "class K:\n    def f(self):\n        return 1\n\n    def g(self):\n        return 2\n")
+
+
+def test_an_edit_says_which_lines_still_use_a_name_it_replaced(box: Box, root: Path):
+    (root / "cart.py").write_text("from billing import calc_total\n\n\ndef total(items):\n"
+                                  "    return calc_total(items)\n")
+    reply = box.call("edit_file", path="cart.py", old_text="    return calc_total(items)",
+                     new_text="    return compute_total(items)")
+    assert reply["ok"] and reply["meta"]["still_there"] == {"calc_total": [1]}
+    assert reply["output"].endswith(
+        "\nnote: 'calc_total' is still on line 1: from billing import calc_total")
+    done = box.call("edit_file", path="cart.py", old_text="import calc_total",
+                    new_text="import compute_total")
+    assert done["ok"] and "still_there" not in done["meta"] and "note" not in done["output"]
+
+
+def test_a_python_file_that_did_not_compile_may_be_edited_step_by_step(box: Box, root: Path):
+    (root / "half.py").write_text("def f(:\n    return 1\n")
+    assert box.call("edit_file", path="half.py", old_text="return 1", new_text="return (")["ok"]
+    (root / "notes.txt").write_text("def f():\n")
+    assert box.call("edit_file", path="notes.txt", old_text="f()", new_text="f(")["ok"]
+    (root / "warn.py").write_text("x = 1\n")
+    escaped = box.call("edit_file", path="warn.py", old_text="x = 1", new_text="x = '\\d'")
+    assert escaped["ok"] and (root / "warn.py").read_text() == "x = '\\d'\n"
+
+
 def test_a_failed_edit_of_a_small_file_shows_the_file_so_the_fix_needs_no_read(
         box: Box, root: Path):
     reply = box.call("edit_file", path="src/app.py", old_text="a * b", new_text="x")
@@ -790,13 +867,24 @@ def test_search_paths_limits_and_errors(engine_box: Box, root: Path):
     engine_box.alive()
 
 
+def test_a_lower_case_pattern_matches_any_case(engine_box: Box, root: Path):
+    (root / "config.py").write_text("from os import environ\nPORT = 8731\nretries = 2\n")
+    reply = engine_box.call("search_files", pattern="port")
+    assert reply["ok"] and reply["meta"]["ignore_case"] is True
+    assert reply["output"] == "config.py:1:from os import environ\nconfig.py:2:PORT = 8731"
+    assert engine_box.call("search_files", pattern=r"\w+ = \d")["output"] == (
+        "config.py:2:PORT = 8731\nconfig.py:3:retries = 2")
+    exact = engine_box.call("search_files", pattern="PORT")
+    assert exact["output"] == "config.py:2:PORT = 8731" and "ignore_case" not in exact["meta"]
+
+
 def test_a_search_without_matches_says_what_matches_ignoring_case(engine_box: Box, root: Path):
     (root / "config.py").write_text("TIMEOUT_SECONDS = 30\nretries = 2\n")
-    reply = engine_box.call("search_files", pattern="timeout")
+    reply = engine_box.call("search_files", pattern="Timeout")
     assert reply["ok"] and reply["meta"]["ignore_case"] is True
-    assert reply["output"] == ("no matches for 'timeout' in . as written; ignoring upper/lower "
+    assert reply["output"] == ("no matches for 'Timeout' in . as written; ignoring upper/lower "
                                "case:\nconfig.py:1:TIMEOUT_SECONDS = 30")
-    exact = engine_box.call("search_files", pattern="retries")
+    exact = engine_box.call("search_files", pattern="Retries = 2|retries")
     assert exact["output"] == "config.py:2:retries = 2" and "ignore_case" not in exact["meta"]
     assert engine_box.call("search_files", pattern="(?i)zzz")["output"] == (
         "no matches for '(?i)zzz' in .")

@@ -128,7 +128,7 @@ class Agent:
         """Answer `query`, calling tools as the model asks, within `max_turns` model calls."""
         self.add(Message.user(query))
         if self.coach is not None:
-            self.coach.begin()
+            self.coach.begin(query)
         records: list[ToolCallRecord] = []
         bad_replies = 0
         for turn in range(1, self.max_turns + 1):
@@ -146,6 +146,12 @@ class Agent:
                 self.add(Message.user(nudge))
                 continue
             records += [self.execute(call) for call in reply.message.tool_calls]
+            stuck = self.coach.stuck if self.coach else None
+            if stuck is not None:
+                raise MaxTurnsExceeded(
+                    f"no final answer: stopped after {turn} model turns because {stuck}",
+                    fix="say more precisely what to change, or use a more capable model "
+                        "(--provider ollama)")
         raise MaxTurnsExceeded(
             f"no final answer after {self.max_turns} model turns",
             fix="raise --max-turns, or make the request smaller",

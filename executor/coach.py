@@ -7,15 +7,17 @@ would have made it failed or never happened. The `Coach` watches one conversatio
 answers and steps in where that happens:
 
 - `refuse(call)`: a `write_file` over an existing file the model has not read (or written) in
-  this conversation, or one that would delete most of a file it has read, is refused once,
-  with what to do instead; a call that failed, or a read, list or search that succeeded, is
+  this conversation, or one that would delete most of a file it has read, or the first change
+  in answer to a question ("which port does the app use?"), is refused once, with what to do
+  instead; a call that failed, or a read, list or search that succeeded, is
   not run again unchanged while no file has changed since;
 - `review(answer)`: an answer right after a failed change (or a command that is not
   installed, or a search that found nothing, or an edit that left a name it replaced on other
   lines), or one that claims a change when nothing changed, or that names a file as changed
-  which the tools showed and no call changed, is sent back with what to do (a *nudge*), each
-  at most once and `max_nudges` times a run in all (a check after each change is available,
-  `check_changes`, and off).
+  which the tools showed and no call changed, or that comes before a new file the request
+  asks for ("make a script count_lines.py ...") was written, is sent back with what to do
+  (a *nudge*), each at most once and `max_nudges` times a run in all (a check after each
+  change is available, `check_changes`, and off).
 
 Capable models rarely trigger any of these; each costs a weak model a turn and saves the task.
 The runner gives agents on the json protocols, which weak models use, a coach.
@@ -53,6 +55,14 @@ _MISSING = re.compile(r"(?:^|\s)([\w.+-]+): (?:command )?not found", re.MULTILIN
 _PATH = re.compile(r"(?<![\w/.-])(?:[\w.-]+/)*[\w-][\w.-]*\.[A-Za-z]\w{0,5}\b")
 """A file name in text (`shop/cart.py`, `README.md`): what an answer may claim it changed."""
 _SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
+_MAKE = re.compile(r"\b(make|create|write|add|generate|save|put|build)\b", re.IGNORECASE)
+"""Words with which a request asks for a file to be made."""
+_CHANGE = re.compile(r"\b(make|create|write|add|generate|save|put|build|change|fix|rename|"
+                     r"update|remove|delete|replace|edit|modify|set|implement|refactor|move|"
+                     r"bump|insert|convert|correct|improve|format|clean|install|append)\w*",
+                     re.IGNORECASE)
+"""Words with which a request asks for a change: a request ending in '?' without one of them
+is a question, and its answer changes no file."""
 
 
 def norm_path(path: str) -> str:
@@ -99,11 +109,32 @@ class Coach:
     seen: set[str] = field(default_factory=set)
     """File names the tools' output or arguments showed in this conversation."""
     written: set[str] = field(default_factory=set)
-    """Files a call changed in this run; None in it: a command changed files it did not name."""
+    """Files a call changed in this run; "" in it: a command changed files it did not name."""
+    asked: list[str] = field(default_factory=list)
+    """Files the request asks to be made ("make a script count_lines.py that ...")."""
+    specs: dict[str, str] = field(default_factory=dict)
+    """The request's sentence that asks for each of them."""
+    stuck_after: int = 3
+    """Refusals of a repeated failed call in a row after which the run is given up: a weak
+    model sent one failing edit ten more times, four minutes of turns for nothing."""
+    repeats: int = 0
+    """Refusals of a repeated failed call since the last call that ran."""
+    question: bool = False
+    """Whether the request is a question that asks for no change (its first change is refused
+    once: a weak model asked which port the app uses "fixed" the port)."""
 
-    def begin(self) -> None:
+    def begin(self, request: str = "") -> None:
         """A new request: forget the last run's changes and nudges (not what was read)."""
         self.changed, self.failure, self.claimed, self.nudges = False, None, False, 0
+        self.repeats = 0
+        self.asked, self.specs = [], {}
+        self.question = request.rstrip().endswith("?") and not _CHANGE.search(request)
+        for sentence in _SENTENCE.split(request):
+            verb = _MAKE.search(sentence)
+            thing = _PATH.search(sentence, verb.end()) if verb else None
+            if thing:  # what is made is the first file named after the verb
+                self.asked.append(thing[0])
+                self.specs[thing[0]] = sentence.strip()[:500]
         self.failed.clear()
         self.looked.clear()
         self.written.clear()
@@ -122,6 +153,7 @@ class Coach:
         """The audit's rule and the model's reason when `call` should not run (None: run it)."""
         failed = self.failed.get(_call_key(call))
         if failed is not None:  # nothing changed since: it would fail the same way
+            self.repeats += 1
             return "coach:repeated-failure", (
                 f"You made this exact call before and it failed: {failed} Nothing has changed "
                 "since, so it would fail again. Change the arguments (copy text exactly as the "
@@ -132,6 +164,13 @@ class Coach:
                 f"You already made this exact {call.name} call and nothing has changed since: "
                 "its result is above. Use it now: answer with what it says (give the value "
                 "asked for), or take the next step with another call.")
+        if self.question and call.name in WRITERS:
+            self.question = False
+            self.vetoed.add(_call_key(call))
+            return "coach:question", (
+                "Not changed: the task is a question, so answer it with what you found; "
+                "change files only when the task asks for a change. If this change is what "
+                "was asked for, send the same call again.")
         path = call.arguments.get("path")
         if call.name != "write_file" or not isinstance(path, str):
             return None
@@ -158,9 +197,19 @@ class Coach:
             "add or change part of a file, use edit_file and keep the rest. If you do mean to "
             "replace the whole file, send the same write_file again.")
 
+    @property
+    def stuck(self) -> str | None:
+        """Why the run should be given up (the model only repeats a failed call), or None."""
+        if self.repeats < self.stuck_after:
+            return None
+        return (f"the model sent a call that had failed {self.repeats} more times in a row, "
+                "with nothing changed in between")
+
     def observe(self, call: ToolCall, result: ToolResult) -> None:
         """Note what a finished call showed or changed."""
         key = _call_key(call)
+        if key not in self.failed:
+            self.repeats = 0
         self.failure = _retryable(call, result)
         if key in self.vetoed or key in self.failed:  # refused here: not a result of the tool
             self.vetoed.discard(key)
@@ -168,6 +217,8 @@ class Coach:
         if result.ok or result.meta.get("file_shown"):  # a failed edit may show the file
             self._note(call)
         self.seen.update(norm_path(p) for p in _PATH.findall(result.output[:200_000]))
+        self.seen.update(norm_path(p) for value in call.arguments.values()
+                         if isinstance(value, str) for p in _PATH.findall(value[:10_000]))
         changed = (result.ok and call.name in WRITERS) or bool(result.meta.get("changes"))
         self.changed = self.changed or changed
         if changed:
@@ -193,6 +244,12 @@ class Coach:
             nudge = ("You answered that something was changed, but no file has been changed in "
                      "this task: no write_file or edit_file call succeeded. Make the change now "
                      "with a tool call, or answer that it is not done.")
+        missing = self._missing() if nudge is None else None
+        if missing is not None:
+            self.asked.remove(missing)
+            nudge = (f"The task asks for {missing}, but no call has written it. Write it now "
+                     f"with write_file, doing what the task says: {self.specs[missing]!r}. "
+                     "Then answer.")
         unmade = self._unmade(answer) if nudge is None and not self.claimed else None
         if unmade is not None:
             self.claimed = True
@@ -224,6 +281,17 @@ class Coach:
                                 if isinstance(c, dict))
         elif changes:
             self.written.add("")  # some files changed, which is not known
+
+    def _missing(self) -> str | None:
+        """A file the request asks to be made that no call wrote and no tool showed."""
+        if "" in self.written:
+            return None
+        done = self.written | {posixpath.basename(p) for p in self.written}
+        shown = self.seen | {posixpath.basename(p) for p in self.seen}
+        for name in self.asked:
+            if norm_path(name) not in done and norm_path(name) not in shown:
+                return name
+        return None
 
     def _unmade(self, answer: str) -> str | None:
         """A file the answer says was changed that the tools showed and no call changed."""

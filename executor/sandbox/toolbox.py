@@ -292,6 +292,7 @@ LIST_DEPTH, LIST_GLOB_DEPTH = 3, 20
 SEARCH_LIMIT = 1000
 SEARCH_MAX_CHARS = 100_000
 SEARCH_COLUMNS = 500
+SEARCH_FILES_SHOWN = 30  # a search without matches lists the files it searched, up to this many
 FALLBACK_MAX_BYTES = 64 * 1024 * 1024
 OUTPUT_HARD_LIMIT = 20 * 1024 * 1024
 DIFF_MAX_LINES = 5000  # beyond this, lines_changed is counted as a multiset difference
@@ -817,7 +818,8 @@ def _after_block(text: str, old: str, new: str) -> tuple[str, str] | None:
     A weak model adds a function with old_text `def add(a, b):` and new_text that line plus
     the new function: taken literally the new code splits add() from its body. When new_text
     is old_text plus lines, and old_text ends with the line that opens a block (`...:`), the
-    lines go after the end of that block instead, if the file then compiles.
+    lines go after the end of that block instead (indented as that line, see `_indented`), if
+    the file then compiles.
     """
     if not new.startswith(old) or text.count(old) != 1 or not old.rstrip().endswith(":"):
         return None
@@ -833,26 +835,49 @@ def _after_block(text: str, old: str, new: str) -> tuple[str, str] | None:
     block = _block_opened_at(text, opener)
     if block is None:
         return None
-    last, top = block
+    last, column = block
+    placed, shifted = _indented(added, column)
+    if placed is None:
+        return None
     lines = text.split("\n")
     head, rest = "\n".join(lines[:last]), "\n".join(lines[last:]).lstrip("\n")
-    gap = "\n\n\n" if top else "\n\n"  # the end of the last line, then blank lines
-    moved = head + gap + added + (gap + rest if rest.strip() else "\n")
+    gap = "\n\n\n" if column == 0 else "\n\n"  # the end of the last line, then blank lines
+    moved = head + gap + placed + (gap + rest if rest.strip() else "\n")
     if _syntax_error(moved, "<edit>") is not None:
         return None
+    how = f", indented by {shifted} more spaces to stand beside it" if shifted else ""
     return moved, (f"\nnote: the new lines went after line {last}, the end of the block that "
-                   f"line {opener} opens: right after line {opener} they would have broken it")
+                   f"line {opener} opens{how}: right after line {opener} they would have "
+                   "broken it")
 
 
-def _block_opened_at(text: str, line: int) -> tuple[int, bool] | None:
-    """(last line, whether at the top level) of the compound statement whose header ends on
-    `line`, or None."""
+def _indented(added: str, column: int) -> tuple[str | None, int]:
+    """(added indented to `column`, spaces added), or (None, 0) when it cannot be.
+
+    Lines written less indented than the block they follow (a method written at the top level
+    after a method) are moved right as a whole; lines indented more, or with tabs, are not.
+    """
+    lines = added.split("\n")
+    first = next(line for line in lines if line.strip())
+    have = len(first) - len(first.lstrip(" "))
+    if have == column:
+        return added, 0
+    if have > column or "\t" in added:
+        return None, 0
+    if any(line.strip() and len(line) - len(line.lstrip(" ")) < have for line in lines):
+        return None, 0
+    pad = " " * (column - have)
+    return "\n".join(pad + line if line.strip() else line for line in lines), column - have
+
+
+def _block_opened_at(text: str, line: int) -> tuple[int, int] | None:
+    """(last line, column) of the compound statement whose header ends on `line`, or None."""
     import ast
     try:
         tree = ast.parse(text)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
-    found: tuple[int, bool] | None = None
+    found: tuple[int, int] | None = None
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
         if not isinstance(node, ast.stmt) or not isinstance(body, list) or not body:
@@ -861,7 +886,7 @@ def _block_opened_at(text: str, line: int) -> tuple[int, bool] | None:
         first = min([first] + [d.lineno for d in getattr(body[0], "decorator_list", [])])
         end = node.end_lineno
         if node.lineno <= line < first and end is not None and (found is None or end <= found[0]):
-            found = (end, node.col_offset == 0)
+            found = (end, node.col_offset)
     return found
 
 
@@ -1204,6 +1229,13 @@ def tool_search_files(ctx: Context, pattern: str, path: str = ".",
     real = resolve(ctx, path)
     if not os.path.exists(real):
         raise ToolError(f"path not found: {path}")
+    result = _searched(ctx, pattern, path, real, max_results)
+    if result["meta"]["matches"] == 0 and os.path.isdir(real):
+        result["output"] += _files_there(ctx, real)
+    return result
+
+
+def _searched(ctx: Context, pattern: str, path: str, real: str, max_results: int) -> Result:
     deadline = time.monotonic() + ctx.default_timeout
     if _smart_case(pattern):  # 'port' finds PORT = 8731, not only the word in 'import'
         try:
@@ -1217,7 +1249,7 @@ def tool_search_files(ctx: Context, pattern: str, path: str = ".",
     hits, engine = _search(ctx, pattern, real, max_results, deadline)
     if hits or pattern.startswith("(?i)"):
         return _search_result(pattern, path, hits, max_results, engine)
-    # 'timeout' finds TIMEOUT_SECONDS: said so, not silently, so a real miss stays a miss
+    # 'Timeout' finds TIMEOUT_SECONDS: said so, not silently, so a real miss stays a miss
     try:
         folded, engine = _search(ctx, "(?i)" + pattern, real, max_results, deadline)
     except ToolError:  # a pattern whose own flags cannot follow (?i): it simply had no match
@@ -1228,6 +1260,17 @@ def tool_search_files(ctx: Context, pattern: str, path: str = ".",
                             f"upper/lower case:\n{result['output']}")
         result["meta"]["ignore_case"] = True
     return result
+
+
+def _files_there(ctx: Context, real: str) -> str:
+    """The files a search without matches looked at, when they are few: the thing asked about
+    may go by another name (a 'divide' function called ratio), so read the likely ones."""
+    found, more, deeper = _collect(ctx, real, None, LIST_DEPTH)
+    files = [name for name in found if not name.endswith("/")]
+    if not files or more or deeper or len(files) > SEARCH_FILES_SHOWN:
+        return ""
+    return ("\nIt may go by another name: read the likely files. The files searched:\n"
+            + "\n".join(files))
 
 
 def _smart_case(pattern: str) -> bool:

@@ -9,10 +9,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 from pydantic import BaseModel
 
 from executor.agent import Agent, Authorization
 from executor.coach import Coach, norm_path
+from executor.errors import MaxTurnsExceeded
 from executor.hooks import Event
 from executor.messages import Message, ToolCall, ToolResult
 from executor.models import ScriptedModel
@@ -360,3 +362,58 @@ def test_an_answer_after_an_edit_that_left_a_replaced_name_goes_back_once() -> N
         "Your edit of cart.py left 'calc_total' (line 1) in the file, as its result notes. If "
         "the task means every use, change those too; if they should stay, give your answer "
         "again.")
+
+
+def test_an_answer_before_the_file_the_request_asks_for_was_written_goes_back_once() -> None:
+    agent = coached([call("run_shell_command", command="wc -l data.txt"),
+                     "data.txt has 12 lines.",
+                     call("write_file", path="count_lines.py", content="print(12)"),
+                     "count_lines.py prints it."])
+    request = "Make a script count_lines.py that prints how many lines data.txt has."
+    assert agent.run(request).answer == "count_lines.py prints it."
+    assert told(agent)[1] == (
+        "The task asks for count_lines.py, but no call has written it. Write it now with "
+        "write_file, doing what the task says: 'Make a script count_lines.py that prints how "
+        "many lines data.txt has.'. Then answer.")
+
+
+def test_a_file_the_request_names_that_exists_or_is_only_asked_about_is_no_nudge() -> None:
+    agent = coached([call("read_file", path="calc.py"), "calc.py already has multiply()."])
+    assert agent.run("Add multiply to calc.py.").answer == "calc.py already has multiply()."
+    agent = coached(["It prints 12."])
+    assert agent.run("What does count_lines.py print? Run it.").answer == "It prints 12."
+
+
+def test_the_first_change_in_answer_to_a_question_is_refused_once() -> None:
+    edit = call("edit_file", path="config.py", old_text="8731", new_text="8732")
+    agent = coached([call("read_file", path="config.py"), edit, edit, "It listens on 8732."])
+    agent.run("Which port does this app listen on?")
+    assert ran(agent) == ["read_file", "edit_file"]
+    assert told(agent)[1].startswith("Not changed: the task is a question, so answer it")
+
+
+def test_a_question_that_asks_for_a_change_is_no_question() -> None:
+    edit = call("edit_file", path="config.py", old_text="8731", new_text="8732")
+    for request in ("Can you change the port to 8732?", "Which test fails? Fix it?"):
+        agent = coached([edit, "done"])
+        agent.run(request)
+        assert ran(agent) == ["edit_file"], request
+
+
+def test_a_model_that_only_repeats_a_failed_call_is_stopped() -> None:
+    box = FakeSandbox({"edit_file": ToolResult.error("old_text not found in 'a.py' (0 matches).")})
+    edit = call("edit_file", path="a.py", old_text="x", new_text="y")
+    agent = coached([edit] * 10, box)
+    with pytest.raises(MaxTurnsExceeded, match="stopped after 4 model turns because the model "
+                       "sent a call that had failed 3 more times in a row"):
+        agent.run("fix it")
+    assert ran(agent) == ["edit_file"]
+
+
+def test_a_repeat_after_another_call_starts_the_count_again() -> None:
+    box = FakeSandbox({"edit_file": ToolResult.error("old_text not found in 'a.py' (0 matches).")})
+    edit = call("edit_file", path="a.py", old_text="x", new_text="y")
+    agent = coached([edit, edit, edit, call("list_files", path="."), edit, edit, "gave up",
+                     "gave up"], box)
+    assert agent.run("fix it").answer == "gave up"
+    assert ran(agent) == ["edit_file", "list_files"]

@@ -616,6 +616,14 @@ def test_lines_added_after_a_def_line_go_after_its_body(box: Box, root: Path):
         "    def f(self):\n    def g(self):\n        return 2"))["ok"]
     assert (root / "k.py").read_text() == (
         "class K:\n    def f(self):\n        return 1\n\n    def g(self):\n        return 2\n")
+    method = box.call("edit_file", path="k.py", old_text="    def g(self):", new_text=(
+        "    def g(self):\n\ndef h(self):\n    if self:\n        return 3"))
+    assert method["ok"] and "indented by 4 more spaces to stand beside it" in method["output"]
+    assert (root / "k.py").read_text().endswith(
+        "        return 2\n\n    def h(self):\n        if self:\n            return 3\n")
+    deeper = box.call("edit_file", path="k.py", old_text="    def h(self):", new_text=(
+        "    def h(self):\n\n            def i(self):\n                return 4"))
+    failed(deeper, "would break 'k.py' (IndentationError")  # more indented: not guessed
 
 
 def test_an_edit_says_which_lines_still_use_a_name_it_replaced(box: Box, root: Path):
@@ -861,7 +869,15 @@ def test_search_paths_limits_and_errors(engine_box: Box, root: Path):
     assert engine_box.call("search_files", pattern="def add", path="src/app.py")["output"] == (
         "src/app.py:1:def add(a, b):")
     none = engine_box.call("search_files", pattern="zzz")
-    assert none["ok"] and none["output"] == "no matches for 'zzz' in ."
+    assert none["ok"] and none["meta"]["matches"] == 0 and none["output"] == (
+        "no matches for 'zzz' in .\nIt may go by another name: read the likely files. The "
+        "files searched:\nREADME.md\nmany.txt\nsrc/app.py")
+    assert engine_box.call("search_files", pattern="zzz", path="src/app.py")["output"] == (
+        "no matches for 'zzz' in src/app.py")
+    for n in range(31):
+        (root / f"f{n:02}.txt").write_text("x\n")
+    assert engine_box.call("search_files", pattern="zzz")["output"] == (
+        "no matches for 'zzz' in .")
     failed(engine_box.call("search_files", pattern="a("), "invalid regex 'a('")
     failed(engine_box.call("search_files", pattern="x", path="nope"), "path not found: nope")
     engine_box.alive()
@@ -886,8 +902,8 @@ def test_a_search_without_matches_says_what_matches_ignoring_case(engine_box: Bo
                                "case:\nconfig.py:1:TIMEOUT_SECONDS = 30")
     exact = engine_box.call("search_files", pattern="Retries = 2|retries")
     assert exact["output"] == "config.py:2:retries = 2" and "ignore_case" not in exact["meta"]
-    assert engine_box.call("search_files", pattern="(?i)zzz")["output"] == (
-        "no matches for '(?i)zzz' in .")
+    assert engine_box.call("search_files", pattern="(?i)zzz")["output"].startswith(
+        "no matches for '(?i)zzz' in .\nIt may go by another name")
 
 
 def test_patterns_only_python_understands_still_work(engine_box: Box):

@@ -119,6 +119,8 @@ class Coach:
     model sent one failing edit ten more times, four minutes of turns for nothing."""
     repeats: int = 0
     """Refusals of a repeated failed call since the last call that ran."""
+    answer_now: str | None = None
+    """The call refused because the request is a question: an answer after it is no failure."""
     question: bool = False
     """Whether the request is a question that asks for no change (its first change is refused
     once: a weak model asked which port the app uses "fixed" the port)."""
@@ -126,7 +128,7 @@ class Coach:
     def begin(self, request: str = "") -> None:
         """A new request: forget the last run's changes and nudges (not what was read)."""
         self.changed, self.failure, self.claimed, self.nudges = False, None, False, 0
-        self.repeats = 0
+        self.answer_now, self.repeats = None, 0
         self.asked, self.specs = [], {}
         self.question = request.rstrip().endswith("?") and not _CHANGE.search(request)
         for sentence in _SENTENCE.split(request):
@@ -167,6 +169,7 @@ class Coach:
         if self.question and call.name in WRITERS:
             self.question = False
             self.vetoed.add(_call_key(call))
+            self.answer_now = _call_key(call)
             return "coach:question", (
                 "Not changed: the task is a question, so answer it with what you found; "
                 "change files only when the task asks for a change. If this change is what "
@@ -211,6 +214,8 @@ class Coach:
         if key not in self.failed:
             self.repeats = 0
         self.failure = _retryable(call, result)
+        if key == self.answer_now:  # an answer is what the refusal asked for
+            self.failure = self.answer_now = None
         if key in self.vetoed or key in self.failed:  # refused here: not a result of the tool
             self.vetoed.discard(key)
             return
@@ -294,7 +299,8 @@ class Coach:
         return None
 
     def _unmade(self, answer: str) -> str | None:
-        """A file the answer says was changed that the tools showed and no call changed."""
+        """A file the answer says was changed that the tools showed and no call changed (in a
+        sentence that names no file a call changed)."""
         if "" in self.written:
             return None
         done = self.written | {posixpath.basename(p) for p in self.written}
@@ -302,9 +308,12 @@ class Coach:
         for sentence in _SENTENCE.split(answer):
             if not _CLAIM.search(sentence):
                 continue
-            for name in _PATH.findall(sentence):
-                if norm_path(name) in shown and norm_path(name) not in done:
-                    return str(name)
+            names = [str(name) for name in _PATH.findall(sentence)]
+            if any(norm_path(name) in done for name in names):
+                continue  # "made count_lines.py, which counts the lines of data.txt"
+            for name in names:
+                if norm_path(name) in shown:
+                    return name
         return None
 
 

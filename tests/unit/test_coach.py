@@ -282,17 +282,18 @@ def test_claiming_a_file_was_changed_that_no_call_changed_goes_back_once() -> No
 def test_a_file_named_by_its_base_name_counts_as_the_file_the_tools_showed() -> None:
     agent = coached([call("search_files", pattern="calc_total"),
                      call("edit_file", path="shop/billing.py", old_text="a", new_text="b"),
-                     "I updated billing.py and cart.py.", "done"], searched(RENAME_HITS))
+                     "I updated billing.py. I updated cart.py.", "done"], searched(RENAME_HITS))
     assert agent.run("rename calc_total").answer == "done"
     assert told(agent)[2].startswith("You answered that cart.py was changed")
 
 
 def test_files_named_beside_a_change_but_not_as_changed_are_accepted() -> None:
-    answer = "I updated shop/billing.py. shop/cart.py imports it and needs no change."
-    agent = coached([call("search_files", pattern="calc_total"),
-                     call("edit_file", path="shop/billing.py", old_text="a", new_text="b"),
-                     answer], searched(RENAME_HITS))
-    assert agent.run("rename calc_total").answer == answer
+    for answer in ("I updated shop/billing.py. shop/cart.py imports it and needs no change.",
+                   "shop/billing.py was changed to match the import in shop/cart.py."):
+        agent = coached([call("search_files", pattern="calc_total"),
+                         call("edit_file", path="shop/billing.py", old_text="a", new_text="b"),
+                         answer], searched(RENAME_HITS))
+        assert agent.run("rename calc_total").answer == answer
 
 
 def test_a_file_no_tool_showed_is_not_taken_for_a_claim() -> None:
@@ -390,6 +391,8 @@ def test_the_first_change_in_answer_to_a_question_is_refused_once() -> None:
     agent.run("Which port does this app listen on?")
     assert ran(agent) == ["read_file", "edit_file"]
     assert told(agent)[1].startswith("Not changed: the task is a question, so answer it")
+    answered = coached([call("read_file", path="config.py"), edit, "It listens on 8731."])
+    assert answered.run("Which port does this app listen on?").answer == "It listens on 8731."
 
 
 def test_a_question_that_asks_for_a_change_is_no_question() -> None:

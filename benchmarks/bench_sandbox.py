@@ -8,14 +8,16 @@
 2. session start: container created and the toolbox answering its first call;
 3. search_files over a generated tree of N files, against ripgrep run directly on the host;
 4. concurrent sessions: `--sessions` sandboxes started, then each does `--each` small read_file
-   calls at the same time as all the others (one thread a session): back to back, and paced
-   (a random pause between calls, as a session waiting on its model has); p50/p95/p99 of every
-   call, beside one session alone doing the same.
+   calls at the same time as all the others: back to back, and paced (a random pause between
+   calls, as a session waiting on its model has); p50/p95/p99 of every call, beside one
+   session alone doing the same. Twice: one thread a session in this process (the host sides
+   share one GIL), and one process a session, as separate `sandbox-agent` runs are.
 """
 
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import random
 import shutil
 import statistics
@@ -27,6 +29,7 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from executor.config import DEFAULT_IMAGE
 from executor.sandbox.docker import DockerSandbox, SandboxConfig
@@ -145,10 +148,49 @@ def bench_concurrent(root: Path, client: object, sessions: int, each: int) -> No
     finally:
         with ThreadPoolExecutor(4) as pool:
             list(pool.map(lambda box: box.stop(), boxes))
+    apart = _in_processes(root, sessions, each)
     print(f"4. {sessions} concurrent sessions, small read_file, {each} calls each")
     print(f"   one session alone            {percentiles(alone)}")
+    print("   one process, a thread a session (one GIL for all the host sides):")
     print(f"   all back to back             {percentiles(closed)}")
     print(f"   all, {PACE * 1000:.0f} ms apart on average  {percentiles(paced)}")
+    print("   a process a session (as separate sandbox-agent runs are):")
+    print(f"   all back to back             {percentiles(apart[0])}")
+    print(f"   all, {PACE * 1000:.0f} ms apart on average  {percentiles(apart[1])}")
+
+
+def _in_processes(root: Path, sessions: int, each: int) -> tuple[list[float], list[float]]:
+    """(back to back, paced) seconds of every call, each session in a process of its own."""
+    context = multiprocessing.get_context("spawn")
+    gates = (context.Barrier(sessions), context.Barrier(sessions))
+    out: multiprocessing.Queue[tuple[list[float], list[float]]] = context.Queue()
+    workers = [context.Process(target=_session, args=(root, each, i, gates, out))
+               for i in range(sessions)]
+    for worker in workers:
+        worker.start()
+    results = [out.get(timeout=600) for _ in workers]
+    for worker in workers:
+        worker.join()
+    return ([x for closed, _ in results for x in closed],
+            [x for _, paced in results for x in paced])
+
+
+def _session(root: Path, each: int, seed: int, gates: tuple[Any, Any], out: Any) -> None:
+    """One session's process: start a sandbox, then call back to back and paced, in step."""
+    box = _started(root, connect())
+    try:
+        rounds = []
+        for gate, pause in zip(gates, (0.0, PACE), strict=True):
+            rng = random.Random(seed)
+            gate.wait()
+            samples = []
+            for _ in range(each):
+                time.sleep(rng.uniform(0, 2 * pause))
+                samples += timed(lambda: box.call("read_file", {"path": "small.txt"}), 1)
+            rounds.append(samples)
+        out.put((rounds[0], rounds[1]))
+    finally:
+        box.stop()
 
 
 PACE = 0.02

@@ -108,44 +108,52 @@ _BOOTSTRAP = (
 )
 INIT_MARK = b"sandbox-agent-init: the toolbox exited"
 """What the container's first process writes on stderr when its toolbox child is gone."""
-# The command of a container whose first toolbox is its own first process (`toolbox_command`):
-# saves the `docker exec` of a second process, about a sixth of a session start. PID 1 forks;
-# the child runs _BOOTSTRAP on the attached stdin/stdout; the parent, made non-dumpable (no
-# command of the same uid may ptrace it or open its fds), lets go of stdin and stdout and reaps
-# what the sandbox leaves. Python's one handler (SIGINT) is dropped, so no signal a command
-# sends can end it (the kernel drops the others for a namespace's init). The engine keeps a
-# container's stdout open while PID 1 lives, so the host cannot see the toolbox end there:
-# the parent says so on stderr (`INIT_MARK`).
+# PID 1 of every session container is ours, `_REAPER`: made non-dumpable (no command of the
+# same uid may ptrace it or open its fds), it lets go of stdin and stdout, ignores every signal
+# a command could send it (the kernel drops the uncaught ones for a namespace's init under runc;
+# gVisor and Podman's init had passed `kill -INT 1` on to `sleep`, which stopped the container)
+# and reaps what the sandbox leaves. The engine's init (docker-init, catatonit) is not used.
 _INIT_TAG = "# sandbox-agent init"
-"""The first line of `_INIT`: how the kill script knows PID 1 is ours (in /proc/1/cmdline)."""
+"""The first line of PID 1's code: how the kill script knows PID 1 is ours (/proc/1/cmdline)."""
+_REAP = (
+    "try:\n"
+    "    import ctypes\n"
+    "    ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)\n"
+    "except Exception:\n"
+    "    pass\n"
+    "for name in ('SIGINT', 'SIGTERM', 'SIGHUP', 'SIGQUIT', 'SIGUSR1', 'SIGUSR2', 'SIGALRM'):\n"
+    "    signal.signal(getattr(signal, name), signal.SIG_IGN)\n"
+    "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})\n"
+    "null = os.open('/dev/null', os.O_RDWR)\n"
+    "os.dup2(null, 0)\n"
+    "os.dup2(null, 1)\n"
+    "while True:\n"
+    "    try:\n"
+    "        while True:\n"
+    "            pid, status = os.waitpid(-1, os.WNOHANG)\n"
+    "            if not pid:\n"
+    "                break\n"
+    "            if pid == toolbox:\n"
+    f"                os.write(2, b'\\n{INIT_MARK.decode()}\\n')\n"
+    "                os.dup2(null, 2)\n"
+    "    except ChildProcessError:\n"
+    "        pass\n"
+    "    signal.sigwait({signal.SIGCHLD})\n"
+)
+_REAPER = f"{_INIT_TAG}\nimport os, signal\nos.chdir('/')\ntoolbox = 0\n{_REAP}"
+"""PID 1 of a container whose toolboxes are `docker exec`s (Podman, gVisor, a copy)."""
+# PID 1 of a container whose first toolbox is its own first process (`toolbox_command`): saves
+# the `docker exec` of a second process, about a sixth of a session start. It forks; the child
+# runs _BOOTSTRAP on the attached stdin/stdout, the parent is `_REAPER`. The engine keeps a
+# container's stdout open while PID 1 lives, so the host cannot see the toolbox end there: the
+# parent says so on stderr (`INIT_MARK`).
 _INIT = (
     f"{_INIT_TAG}\n"
     "import os, signal\n"
     "os.chdir('/')\n"
     "toolbox = os.fork()\n"
     "if toolbox:\n"
-    "    try:\n"
-    "        import ctypes\n"
-    "        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)\n"
-    "    except Exception:\n"
-    "        pass\n"
-    "    signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
-    "    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})\n"
-    "    null = os.open('/dev/null', os.O_RDWR)\n"
-    "    os.dup2(null, 0)\n"
-    "    os.dup2(null, 1)\n"
-    "    while True:\n"
-    "        try:\n"
-    "            while True:\n"
-    "                pid, status = os.waitpid(-1, os.WNOHANG)\n"
-    "                if not pid:\n"
-    "                    break\n"
-    "                if pid == toolbox:\n"
-    f"                    os.write(2, b'\\n{INIT_MARK.decode()}\\n')\n"
-    "                    os.dup2(null, 2)\n"
-    "        except ChildProcessError:\n"
-    "            pass\n"
-    "        signal.sigwait({signal.SIGCHLD})\n"
+    + "".join(f"    {line}\n" for line in _REAP.splitlines())
 )
 GVISOR_PIDS_FACTOR = 16
 """Host pids per process allowed under runsc (measured: 256 processes took 1,344 host pids)."""
@@ -153,9 +161,9 @@ _CALL_MARGIN = 15.0  # seconds the host waits beyond a tool's own timeout
 _START_TIMEOUT = 30.0
 # Kills a stuck toolbox (argv[1]) and what it left. It runs as the toolbox's own uid, which needs
 # no capability (all are dropped), and in python3 because the image may have no `kill`. Only our
-# processes of that uid live in a session container, so all of them go except this script, PID 1
-# and, when PID 1 is docker-init, its oldest child: the container's command, whose end would
-# stop it (with `_INIT` as PID 1 that child was the first toolbox: it goes too).
+# processes of that uid live in a session container, so all of them go except this script and
+# PID 1 — and, when PID 1 is not ours (a container made by an older version: docker-init), its
+# oldest child, the container's command, whose end would stop it.
 _KILL_TOOLBOX = """\
 import os, signal, sys, time
 old, uid = int(sys.argv[1]), os.getuid()
@@ -1025,7 +1033,7 @@ def container_options(config: SandboxConfig, lock_path: Path, user: str,
         first: dict[str, Any] = {"command": toolbox_command(toolbox, first=True), "init": False,
                                  "stdin_open": True, "log_config": LogConfig(type="none")}
     else:
-        first = {"command": ["sleep", "infinity"], "init": True}
+        first = {"command": ["python3", "-I", "-S", "-c", _REAPER], "init": False}
     return {**runtime, **first,
         "image": config.image, "name": container_name(config.session_id), "user": user,
         "working_dir": WORKSPACE, "hostname": "sandbox", "mounts": mounts, "tmpfs": tmpfs,

@@ -5,7 +5,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from executor.sandbox.docker import HOSTS, SandboxConfig, container_options, hosts_file
+from executor.sandbox.docker import (
+    _INIT_TAG,
+    HOSTS,
+    SandboxConfig,
+    container_options,
+    hosts_file,
+)
 
 
 def _options(tmp_path: Path, **config: object) -> dict:
@@ -48,3 +54,18 @@ def test_the_hosts_file_is_rewritten_when_it_differs_never_followed(tmp_path: Pa
     assert not path.is_symlink() and path.read_bytes() == HOSTS
     assert elsewhere.read_bytes() == b"mine\n"
     assert oct(path.stat().st_mode & 0o777) == "0o644"
+
+
+def test_pid_1_is_ours_with_or_without_the_first_toolbox(tmp_path: Path):
+    """Never the engine's init (docker-init, catatonit): it passed `kill -INT 1` on to its
+    child, which stopped the container."""
+    plain = _options(tmp_path)
+    assert plain["init"] is False and plain["command"][:4] == ["python3", "-I", "-S", "-c"]
+    assert plain["command"][4].startswith(_INIT_TAG) and "fork" not in plain["command"][4]
+    first = container_options(SandboxConfig(root=tmp_path, session_id="s1"), tmp_path / "l.lock",
+                              "1000:1000", toolbox=["--root", "/workspace"])
+    assert first["init"] is False and first["command"][5].startswith(_INIT_TAG)
+    assert "os.fork()" in first["command"][5] and first["command"][-2:] == ["--root", "/workspace"]
+    for code in (plain["command"][4], first["command"][5]):
+        compile(code, "pid1", "exec")
+        assert "signal.SIG_IGN" in code and "'SIGINT', 'SIGTERM'" in code

@@ -57,9 +57,6 @@ _PATH = re.compile(r"(?<![\w/.-])(?:[\w.-]+/)*[\w-][\w.-]*\.[A-Za-z]\w{0,5}\b")
 _SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
 _MAKE = re.compile(r"\b(make|create|write|add|generate|save|put|build)\b", re.IGNORECASE)
 """Words with which a request asks for a file to be made."""
-_RUNS = re.compile(r"\b(prints?|printing|script|outputs?|shows?|displays?|reports?)\b",
-                   re.IGNORECASE)
-"""Words with which a request asks for a file that does something when it runs."""
 _CHANGE = re.compile(r"\b(make|create|write|add|generate|save|put|build|change|fix|rename|"
                      r"update|remove|delete|replace|edit|modify|set|implement|refactor|move|"
                      r"bump|insert|convert|correct|improve|format|clean|install|append)\w*",
@@ -116,7 +113,7 @@ class Coach:
     asked: list[str] = field(default_factory=list)
     """Files the request asks to be made ("make a script count_lines.py that ...")."""
     specs: dict[str, str] = field(default_factory=dict)
-    """The request's sentence that asks for each of them, by `norm_path`."""
+    """The request's sentence that asks for each of them."""
     stuck_after: int = 3
     """Refusals of a repeated failed call in a row after which the run is given up: a weak
     model sent one failing edit ten more times, four minutes of turns for nothing."""
@@ -139,7 +136,7 @@ class Coach:
             thing = _PATH.search(sentence, verb.end()) if verb else None
             if thing:  # what is made is the first file named after the verb
                 self.asked.append(thing[0])
-                self.specs[norm_path(thing[0])] = sentence.strip()[:500]
+                self.specs[thing[0]] = sentence.strip()[:500]
         self.failed.clear()
         self.looked.clear()
         self.written.clear()
@@ -216,7 +213,7 @@ class Coach:
         key = _call_key(call)
         if key not in self.failed:
             self.repeats = 0
-        self.failure = _retryable(call, result, self.specs)
+        self.failure = _retryable(call, result)
         if key == self.answer_now:  # an answer is what the refusal asked for
             self.failure = self.answer_now = None
         if key in self.vetoed or key in self.failed:  # refused here: not a result of the tool
@@ -255,9 +252,9 @@ class Coach:
         missing = self._missing() if nudge is None else None
         if missing is not None:
             self.asked.remove(missing)
-            spec = self.specs[norm_path(missing)]
             nudge = (f"The task asks for {missing}, but no call has written it. Write it now "
-                     f"with write_file, doing what the task says: {spec!r}. Then answer.")
+                     f"with write_file, doing what the task says: {self.specs[missing]!r}. "
+                     "Then answer.")
         unmade = self._unmade(answer) if nudge is None and not self.claimed else None
         if unmade is not None:
             self.claimed = True
@@ -320,10 +317,9 @@ class Coach:
         return None
 
 
-def _retryable(call: ToolCall, result: ToolResult, specs: dict[str, str]) -> str | None:
+def _retryable(call: ToolCall, result: ToolResult) -> str | None:
     """A nudge for a failure the model should fix rather than report: a failed change, a
-    command that does not exist, a search that found nothing, an edit that left a replaced
-    name, a script asked to print that only defines functions (None for anything else)."""
+    command that does not exist, a search that found nothing (None for anything else)."""
     first = _first_line(result.output)
     if call.name in WRITERS and not result.ok:
         return (f"Your {call.name} call failed, so nothing was changed: {first} Fix the call "
@@ -332,13 +328,6 @@ def _retryable(call: ToolCall, result: ToolResult, specs: dict[str, str]) -> str
     if call.name == "search_files" and result.ok and result.meta.get("matches") == 0:
         return ("Your search found no matches, which does not answer the question. Look "
                 "another way before you answer: list the files, then read the likely ones.")
-    defined = result.meta.get("defines_only") if result.ok else None
-    spec = specs.get(norm_path(str(call.arguments.get("path", ""))), "")
-    if isinstance(defined, list) and defined and _RUNS.search(spec):
-        names = ", ".join(f"{name}()" for name in defined[:5])
-        return (f"{call.arguments.get('path')} only defines {names}: run, it does nothing. The "
-                f"task says: {spec!r}. Make the file do that when it runs (call what it defines "
-                "at its end), then answer.")
     left = result.meta.get("still_there") if call.name == "edit_file" and result.ok else None
     if isinstance(left, dict) and left:
         names = ", ".join(f"'{name}' (line {', '.join(map(str, lines))})"

@@ -708,29 +708,7 @@ def tool_write_file(ctx: Context, path: str, content: str,
     _check_unchanged(path, before, expect_sha256)
     meta = _write(ctx, real, before, _encode(content, "surrogatepass"))
     how = "new file" if meta["created"] else f"{meta['lines_changed']} lines changed"
-    defined = _defines_only(path, content)
-    extra: dict[str, Any] = {"defines_only": defined} if defined else {}
-    return ok(f"wrote {meta['bytes']} bytes to '{path}' ({how})" + _gitdir_note(meta), **meta,
-              **extra)
-
-
-def _defines_only(path: str, source: str) -> list[str]:
-    """The functions and classes a Python file defines when that is all it does (run, it
-    prints nothing: a weak model asked for a script that prints writes only the function)."""
-    if not path.endswith(".py") or len(source) > SYNTAX_MAX_BYTES:
-        return []
-    import ast
-    try:
-        body = ast.parse(source).body
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return []
-    names = [n.name for n in body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef,
-                                                     ast.ClassDef))]
-    inert = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Import, ast.ImportFrom)
-    if not names or not all(isinstance(n, inert) or (isinstance(n, ast.Expr) and isinstance(
-            n.value, ast.Constant)) for n in body):
-        return []
-    return names
+    return ok(f"wrote {meta['bytes']} bytes to '{path}' ({how})" + _gitdir_note(meta), **meta)
 
 
 def tool_edit_file(ctx: Context, path: str, new_text: str, old_text: str | None = None,

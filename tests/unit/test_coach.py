@@ -420,18 +420,3 @@ def test_a_repeat_after_another_call_starts_the_count_again() -> None:
                      "gave up"], box)
     assert agent.run("fix it").answer == "gave up"
     assert ran(agent) == ["edit_file", "list_files"]
-
-
-def test_a_script_asked_to_print_that_only_defines_a_function_goes_back_once() -> None:
-    box = FakeSandbox({"write_file": ToolResult(
-        ok=True, output="wrote 90 bytes to 'count_lines.py' (new file)",
-        meta={"defines_only": ["count_lines"]})})
-    write = call("write_file", path="./count_lines.py", content="def count_lines(): ...")
-    agent = coached([write, "Done.", "Done."], box)
-    agent.run("Make a script count_lines.py that prints how many lines data.txt has.")
-    assert told(agent)[1] == (
-        "./count_lines.py only defines count_lines(): run, it does nothing. The task says: "
-        "'Make a script count_lines.py that prints how many lines data.txt has.'. Make the file "
-        "do that when it runs (call what it defines at its end), then answer.")
-    module = coached([write, "Done."], box)
-    assert module.run("Write a function count_lines in count_lines.py.").answer == "Done."

@@ -626,20 +626,6 @@ def test_lines_added_after_a_def_line_go_after_its_body(box: Box, root: Path):
     failed(deeper, "would break 'k.py' (IndentationError")  # more indented: not guessed
 
 
-def test_a_python_file_written_with_only_definitions_says_so(box: Box, root: Path):
-    lone = box.call("write_file", path="count.py", content=(
-        '"""Counting."""\nimport sys\n\n\ndef count(path):\n    return 1\n\n\nclass C:\n'
-        '    pass\n'))
-    assert lone["ok"] and lone["meta"]["defines_only"] == ["count", "C"]
-    for content in ("def count():\n    return 1\n\n\nprint(count())\n",
-                    "def main():\n    pass\n\n\nif __name__ == '__main__':\n    main()\n",
-                    "X = 1\n", "def broken(:\n"):
-        reply = box.call("write_file", path="count.py", content=content)
-        assert reply["ok"] and "defines_only" not in reply["meta"], content
-    notes = box.call("write_file", path="notes.txt", content="def f():\n    pass\n")
-    assert "defines_only" not in notes["meta"]
-
-
 def test_an_edit_says_which_lines_still_use_a_name_it_replaced(box: Box, root: Path):
     (root / "cart.py").write_text("from billing import calc_total\n\n\ndef total(items):\n"
                                   "    return calc_total(items)\n")

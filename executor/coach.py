@@ -9,8 +9,9 @@ answers and steps in where that happens:
 - `refuse(call)`: a `write_file` over an existing file the model has not read (or written) in
   this conversation, or one that would delete most of a file it has read, or the first change
   in answer to a question ("which port does the app use?"), is refused once, with what to do
-  instead; a call that failed, or a read, list or search that succeeded, is
-  not run again unchanged while no file has changed since;
+  instead; a call that failed, or a read, list, search or command that succeeded, is not
+  run again unchanged while no file has changed since, and three such refusals in a row end
+  the run (`stuck`);
 - `review(answer)`: an answer right after a failed change (or a command that is not
   installed, or a search that found nothing, or an edit that left a name it replaced on other
   lines), or one that claims a change when nothing changed, or that names a file as changed
@@ -104,8 +105,9 @@ class Coach:
     asked_check: bool = False
     """Whether this run's check was asked for."""
     looked: set[str] = field(default_factory=set)
-    """Looking calls that succeeded since the last change: the same one again shows nothing new
-    (a weak model re-reads one file until its turns run out)."""
+    """Looking calls and commands that succeeded since the last change: the same one again
+    shows nothing new (a weak model re-reads one file, or re-runs one script, until its turns
+    run out)."""
     seen: set[str] = field(default_factory=set)
     """File names the tools' output or arguments showed in this conversation."""
     written: set[str] = field(default_factory=set)
@@ -115,10 +117,11 @@ class Coach:
     specs: dict[str, str] = field(default_factory=dict)
     """The request's sentence that asks for each of them."""
     stuck_after: int = 3
-    """Refusals of a repeated failed call in a row after which the run is given up: a weak
-    model sent one failing edit ten more times, four minutes of turns for nothing."""
+    """Refusals of repeated calls in a row after which the run is given up: a weak model sent
+    one failing edit ten more times, four minutes of turns for nothing."""
     repeats: int = 0
-    """Refusals of a repeated failed call since the last call that ran."""
+    """Refusals of a repeated call (failed, or a look or command whose result it had) since
+    the last call that ran."""
     answer_now: str | None = None
     """The call refused because the request is a question: an answer after it is no failure."""
     question: bool = False
@@ -162,6 +165,7 @@ class Coach:
                 "file has it), try another way, or answer.")
         if _call_key(call) in self.looked:
             self.vetoed.add(_call_key(call))
+            self.repeats += 1
             return "coach:repeated-look", (
                 f"You already made this exact {call.name} call and nothing has changed since: "
                 "its result is above. Use it now: answer with what it says (give the value "
@@ -202,16 +206,16 @@ class Coach:
 
     @property
     def stuck(self) -> str | None:
-        """Why the run should be given up (the model only repeats a failed call), or None."""
+        """Why the run should be given up (the model only repeats calls), or None."""
         if self.repeats < self.stuck_after:
             return None
-        return (f"the model sent a call that had failed {self.repeats} more times in a row, "
-                "with nothing changed in between")
+        return (f"the model repeated calls that had failed or whose result it already had, "
+                f"{self.repeats} times in a row, with nothing changed in between")
 
     def observe(self, call: ToolCall, result: ToolResult) -> None:
         """Note what a finished call showed or changed."""
         key = _call_key(call)
-        if key not in self.failed:
+        if key not in self.failed and key not in self.vetoed:  # it ran
             self.repeats = 0
         self.failure = _retryable(call, result)
         if key == self.answer_now:  # an answer is what the refusal asked for
@@ -228,10 +232,9 @@ class Coach:
         self.changed = self.changed or changed
         if changed:
             self._wrote(call, result)
-        if changed:
             self.failed.clear()
             self.looked.clear()
-        elif result.ok and call.name in LOOKERS:
+        elif result.ok and call.name in LOOKERS | {"run_shell_command"}:
             self.looked.add(key)
         elif not result.ok:
             self.failed[key] = _first_line(result.output)

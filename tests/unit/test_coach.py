@@ -408,7 +408,7 @@ def test_a_model_that_only_repeats_a_failed_call_is_stopped() -> None:
     edit = call("edit_file", path="a.py", old_text="x", new_text="y")
     agent = coached([edit] * 10, box)
     with pytest.raises(MaxTurnsExceeded, match="stopped after 4 model turns because the model "
-                       "sent a call that had failed 3 more times in a row"):
+                       "repeated calls that had failed or whose result it already had, 3 times"):
         agent.run("fix it")
     assert ran(agent) == ["edit_file"]
 
@@ -420,3 +420,20 @@ def test_a_repeat_after_another_call_starts_the_count_again() -> None:
                      "gave up"], box)
     assert agent.run("fix it").answer == "gave up"
     assert ran(agent) == ["edit_file", "list_files"]
+
+
+def test_a_model_that_reruns_a_command_and_rereads_a_file_is_stopped() -> None:
+    run = call("run_shell_command", command="python3 count_lines.py")
+    read = call("read_file", path="count_lines.py")
+    agent = coached([run, read, run, read, run, read, run])
+    with pytest.raises(MaxTurnsExceeded, match="3 times in a row"):
+        agent.run("make count_lines.py print the count")
+    assert ran(agent) == ["run_shell_command", "read_file"]
+    assert told(agent)[2].startswith("You already made this exact run_shell_command call")
+
+
+def test_a_command_runs_again_once_a_file_changed() -> None:
+    run = call("run_shell_command", command="python3 -m unittest")
+    agent = coached([run, call("write_file", path="a.py", content="x = 1"), run, "done"])
+    assert agent.run("make the tests pass").answer == "done"
+    assert ran(agent) == ["run_shell_command", "write_file", "run_shell_command"]

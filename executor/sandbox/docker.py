@@ -110,9 +110,9 @@ INIT_MARK = b"sandbox-agent-init: the toolbox exited"
 """What the container's first process writes on stderr when its toolbox child is gone."""
 # PID 1 of every session container is ours, `_REAPER`: made non-dumpable (no command of the
 # same uid may ptrace it or open its fds), it lets go of stdin and stdout, ignores every signal
-# a command could send it (the kernel drops the uncaught ones for a namespace's init under runc;
-# gVisor and Podman's init had passed `kill -INT 1` on to `sleep`, which stopped the container)
-# and reaps what the sandbox leaves. The engine's init (docker-init, catatonit) is not used.
+# that can be ignored (Linux drops the uncaught ones for a namespace's init; gVisor does not,
+# and lets SIGKILL and SIGSTOP through too; Podman's init and docker-init had passed `kill -INT
+# 1` on to `sleep`, which stopped the container) and reaps what the sandbox leaves.
 _INIT_TAG = "# sandbox-agent init"
 """The first line of PID 1's code: how the kill script knows PID 1 is ours (/proc/1/cmdline)."""
 _REAP = (
@@ -121,8 +121,12 @@ _REAP = (
     "    ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)\n"
     "except Exception:\n"
     "    pass\n"
-    "for name in ('SIGINT', 'SIGTERM', 'SIGHUP', 'SIGQUIT', 'SIGUSR1', 'SIGUSR2', 'SIGALRM'):\n"
-    "    signal.signal(getattr(signal, name), signal.SIG_IGN)\n"
+    "for number in signal.valid_signals():\n"
+    "    if number not in (signal.SIGKILL, signal.SIGSTOP, signal.SIGCHLD):\n"
+    "        try:\n"
+    "            signal.signal(number, signal.SIG_IGN)\n"
+    "        except (OSError, ValueError):\n"
+    "            pass\n"
     "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})\n"
     "null = os.open('/dev/null', os.O_RDWR)\n"
     "os.dup2(null, 0)\n"

@@ -37,11 +37,14 @@ Protocol (version 1)
               -> ok, "output" the unified diff the call would make (new file: from /dev/null;
               binary, non-UTF-8 or over 4 MB: sizes and sha256 instead), "meta" {"path",
               "resolved" (real path relative to the root), "symlink", "exists", "binary",
-              "sha256_before" (null: no file), "error" (why the call would fail, or null)}.
+              "sha256_before" (null: no file), "sha256_after" (of what the call would
+              write; null on error), "error" (why the call would fail, or null)}.
               Same path checks as the call; writes nothing. For the host's approval prompt.
     approved  write_file and edit_file take "expect_sha256": the sha256_before the person was
               shown ("absent": no file). If the file is not that now, nothing is written:
-              "... changed since it was approved; nothing was written".
+              "... changed since it was approved; nothing was written". And
+              "expect_sha256_after": the sha256_after shown; if the call would write other
+              bytes, nothing is written: "... would not be written as it was shown ...".
 
 Host operations (the host calls these; the model is never offered them)
     manifest    {} -> meta "entries": [[path, kind, mode, size, sha256, target], ...] for every
@@ -209,6 +212,7 @@ if TYPE_CHECKING:  # names for the type checker only (annotations are never eval
         exists: bool
         binary: bool
         sha256_before: str | None
+        sha256_after: str | None
         error: str | None
 
     class ChangeFields(TypedDict):
@@ -292,10 +296,11 @@ LIST_DEPTH, LIST_GLOB_DEPTH = 3, 20
 SEARCH_LIMIT = 1000
 SEARCH_MAX_CHARS = 100_000
 SEARCH_COLUMNS = 500
-SEARCH_FILES_SHOWN = 30  # a search without matches lists the files it searched, up to this many
+SEARCH_FILES_SHOWN = 30  # a search without matches lists the regular files it searched, up to this
 FALLBACK_MAX_BYTES = 64 * 1024 * 1024
 OUTPUT_HARD_LIMIT = 20 * 1024 * 1024
 DIFF_MAX_LINES = 5000  # beyond this, lines_changed is counted as a multiset difference
+_HUNK = re.compile(r"([-+])(\d+)")  # the line numbers of a hunk header, shifted by the trim
 CHUNK = 65536
 DRAIN_SECONDS = 0.5
 SWEEP_SECONDS = 3.0
@@ -700,19 +705,22 @@ class _Page:
 # -- write_file / edit_file -------------------------------------------------------------------
 
 
-def tool_write_file(ctx: Context, path: str, content: str,
-                    expect_sha256: str | None = None) -> Result:
+def tool_write_file(ctx: Context, path: str, content: str, expect_sha256: str | None = None,
+                    expect_sha256_after: str | None = None) -> Result:
     """Create or overwrite a file, creating its parent directories."""
     real = resolve(ctx, path, write=True)
     before = _read_existing(real, path)
     _check_unchanged(path, before, expect_sha256)
-    meta = _write(ctx, real, before, _encode(content, "surrogatepass"))
+    data = _encode(content, "surrogatepass")
+    _check_as_shown(path, data, expect_sha256_after)
+    meta = _write(ctx, real, before, data)
     how = "new file" if meta["created"] else f"{meta['lines_changed']} lines changed"
     return ok(f"wrote {meta['bytes']} bytes to '{path}' ({how})" + _gitdir_note(meta), **meta)
 
 
 def tool_edit_file(ctx: Context, path: str, new_text: str, old_text: str | None = None,
-                   replace_all: bool = False, expect_sha256: str | None = None) -> Result:
+                   replace_all: bool = False, expect_sha256: str | None = None,
+                   expect_sha256_after: str | None = None) -> Result:
     """Replace the unique (or, with replace_all, every) occurrence of old_text."""
     real = resolve(ctx, path, write=True)
     before = _read_existing(real, path)
@@ -721,6 +729,7 @@ def tool_edit_file(ctx: Context, path: str, new_text: str, old_text: str | None 
         edit = _edited(path, before, new_text, old_text, replace_all)
     except ToolError as exc:
         raise _with_file(exc, path, before) from None
+    _check_as_shown(path, edit.after, expect_sha256_after)
     meta = _write(ctx, real, before, edit.after)
     if before is None:
         return ok(f"created '{path}' ({meta['bytes']} bytes)" + _gitdir_note(meta),
@@ -939,6 +948,15 @@ def _check_unchanged(path: str, before: bytes | None, expected: str | None) -> N
                         "again before changing it.", changed_since_approval=True)
 
 
+def _check_as_shown(path: str, after: bytes, expected: str | None) -> None:
+    """Refuse a write whose result is not the content the person approved (the host sends the
+    preview's sha256_after): the diff shown and the bytes written can never differ."""
+    if expected is not None and _digest(after) != expected:
+        raise ToolError(f"'{path}' would not be written as it was shown for approval; nothing "
+                        "was written. Make the call again to be shown what it would do.",
+                        not_as_approved=True)
+
+
 def _digest(data: bytes | None) -> str:
     """sha256 hex of a file's bytes, or ABSENT for a file that does not exist."""
     return ABSENT if data is None else hashlib.sha256(data).hexdigest()
@@ -1139,7 +1157,8 @@ def tool_preview(ctx: Context, tool: str, args: dict[str, Any]) -> Result:
         raise ToolError(f"preview is for write_file and edit_file, not '{tool}'")
     clean = validate(tool, TOOLS[tool][1], args)
     facts: PreviewFacts = {"path": clean["path"], "resolved": None, "symlink": False,
-                           "exists": False, "binary": False, "sha256_before": None, "error": None}
+                           "exists": False, "binary": False, "sha256_before": None,
+                           "sha256_after": None, "error": None}
     try:
         output = _preview(ctx, tool, clean, facts)
     except ToolError as exc:
@@ -1162,6 +1181,7 @@ def _preview(ctx: Context, tool: str, args: dict[str, Any], facts: PreviewFacts)
     else:
         after = _edited(path, before, args["new_text"], args.get("old_text"),
                         args.get("replace_all", False)).after
+    facts["sha256_after"] = _digest(after)
     (old, why_old), (new, why_new) = _text_of(before), _text_of(after)
     why = why_old or why_new
     if why:
@@ -1169,7 +1189,10 @@ def _preview(ctx: Context, tool: str, args: dict[str, Any], facts: PreviewFacts)
         return _described(before, after, why)
     assert old is not None and new is not None  # _text_of gives the text when no reason
     label = facts["resolved"]
-    return _unified(old, new, f"a/{label}" if before is not None else "/dev/null", f"b/{label}")
+    diff = _unified(old, new, f"a/{label}" if before is not None else "/dev/null", f"b/{label}")
+    if diff is None:
+        return _described(before, after, f"over {DIFF_MAX_LINES} changed lines")
+    return diff
 
 
 def _lexical(ctx: Context, raw: str) -> str:
@@ -1202,11 +1225,28 @@ def _described(before: bytes | None, after: bytes, why: str) -> str:
             f"after:  {len(after)} bytes, sha256 {_digest(after)}")
 
 
-def _unified(old: str, new: str, from_label: str, to_label: str) -> str:
-    """A unified diff (3 lines of context) of two texts; '' when they are the same."""
-    lines = difflib.unified_diff(_keep_ends(old), _keep_ends(new), from_label, to_label)
-    return "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n"
-                   for line in lines)
+def _unified(old: str, new: str, from_label: str, to_label: str) -> str | None:
+    """A unified diff (3 lines of context) of two texts; '' when they are the same, None when
+    more than DIFF_MAX_LINES lines changed (difflib is quadratic on crafted text: a preview
+    must not outlast the call's deadline). Lines the two share at the start and the end are
+    left out of the comparison, so an edit of a big file costs what it changed."""
+    a, b = _keep_ends(old), _keep_ends(new)
+    head, most = 0, min(len(a), len(b))
+    while head < most and a[head] == b[head]:
+        head += 1
+    tail = 0
+    while tail < most - head and a[-1 - tail] == b[-1 - tail]:
+        tail += 1
+    start, cut = max(0, head - 3), max(0, tail - 3)
+    a, b = a[start:len(a) - cut], b[start:len(b) - cut]
+    if max(len(a), len(b)) > DIFF_MAX_LINES + 6:
+        return None
+    out = []
+    for line in difflib.unified_diff(a, b, from_label, to_label):
+        if start and line.startswith("@@ "):
+            line = _HUNK.sub(lambda m: f"{m[1]}{int(m[2]) + start}", line)
+        out.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")
+    return "".join(out)
 
 
 def _keep_ends(text: str) -> list[str]:
@@ -1265,9 +1305,14 @@ def _searched(ctx: Context, pattern: str, path: str, real: str, max_results: int
 def _files_there(ctx: Context, real: str) -> str:
     """The files a search without matches looked at, when they are few: the thing asked about
     may go by another name (a 'divide' function called ratio), so read the likely ones."""
-    found, more, deeper = _collect(ctx, real, None, LIST_DEPTH)
-    files = [name for name in found if not name.endswith("/")]
-    if not files or more or deeper or len(files) > SEARCH_FILES_SHOWN:
+    files: list[str] = []
+    for path in _walk_files(ctx, real):
+        with contextlib.suppress(OSError):
+            if stat.S_ISREG(os.lstat(path).st_mode):
+                files.append(rel(ctx, path))
+        if len(files) > SEARCH_FILES_SHOWN:
+            return ""
+    if not files:
         return ""
     return ("\nIt may go by another name: read the likely files. The files searched:\n"
             + "\n".join(files))
@@ -1398,13 +1443,18 @@ def _skipped(ctx: Context, parent: str, name: str) -> bool:
 
 
 def _grep_file(ctx: Context, path: str, regex: re.Pattern[str]) -> list[Hit]:
-    try:
-        with open(path, "rb") as f:
-            if os.fstat(f.fileno()).st_size > FALLBACK_MAX_BYTES:
-                return []  # held whole in memory here; the sandbox's memory is small
-            data = f.read()
+    try:  # never blocks: a FIFO with no writer is opened, seen and skipped
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
     except OSError:
         return []
+    with open(fd, "rb") as f:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > FALLBACK_MAX_BYTES:
+            return []  # not a file; or held whole in memory here, and the sandbox's is small
+        try:
+            data = f.read()
+        except OSError:
+            return []
     if b"\0" in data:
         return []
     text = data.decode("utf-8", "replace")
@@ -2831,9 +2881,25 @@ def _live_group(pid: str, since: int | None) -> int | None:
         group, start = int(fields[2]), int(fields[19])
     except (OSError, IndexError, ValueError):
         return None
-    if fields[0] in (b"Z", b"X") or (since is not None and start < since):
+    if since is not None and start < since:
         return None
+    if fields[0] in (b"Z", b"X") and not _live_threads(pid):
+        return None  # a real zombie; a leader whose own thread exited lives on in the others
     return group
+
+
+def _live_threads(pid: str) -> bool:
+    """Whether a process whose leader is a zombie still has a running thread (the leader
+    called exit(2) for itself alone: SIGKILL to its pid still ends them all). `Threads:` in
+    its status counts them, under gVisor too, where /proc/PID/task cannot be listed."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"Threads:"):
+                    return int(line.split()[1]) > 1
+    except (OSError, IndexError, ValueError):
+        pass
+    return False
 
 
 def _owned(pid: str, uid: int) -> bool:
@@ -3003,10 +3069,12 @@ TOOLS: dict[str, tuple[Callable[..., Result], Spec]] = {
     "read_file": (tool_read_file, {"path": (STR, True), "start_line": (INT, False),
                                    "end_line": (INT, False)}),
     "write_file": (tool_write_file, {"path": (STR, True), "content": (STR, True),
-                                     "expect_sha256": (STR, False)}),
+                                     "expect_sha256": (STR, False),
+                                     "expect_sha256_after": (STR, False)}),
     "edit_file": (tool_edit_file, {"path": (STR, True), "new_text": (STR, True),
                                    "old_text": (STR, False), "replace_all": (BOOL, False),
-                                   "expect_sha256": (STR, False)}),
+                                   "expect_sha256": (STR, False),
+                                   "expect_sha256_after": (STR, False)}),
     "search_files": (tool_search_files, {"pattern": (STR, True), "path": (STR, False),
                                          "max_results": (INT, False)}),
     "list_files": (tool_list_files, {"path": (STR, False), "glob": (STR, False),

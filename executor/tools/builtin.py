@@ -88,6 +88,8 @@ class FileWriteTool(SandboxTool):
             "resolved") else {}
         if meta.get("error"):
             return Preview(self.describe(args), error=str(meta["error"]), host_args=guard)
+        if guard and meta.get("sha256_after"):  # and it writes exactly what the diff showed
+            guard["expect_sha256_after"] = meta["sha256_after"]
         body = result.output or "(no change: the file already has this content)"
         return Preview(f"{self._title(args, meta)}\n{body}", host_args=guard)
 

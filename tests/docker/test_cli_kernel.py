@@ -325,11 +325,13 @@ def test_no_signal_from_a_command_stops_the_container(project: Path, model_serve
                                                      engine: Engine):
     """PID 1 must outlive whatever a command sends it (red-team round 6: Python's SIGINT
     handler in the init let `kill -INT 1` stop the container mid-command; under Podman and
-    gVisor PID 1 was docker-init/catatonit, which passed the signal on to `sleep`). gVisor,
-    unlike Linux, lets a namespace's own processes SIGKILL its init: a known limit there
-    (docs/SECURITY.md), which the sandbox recovers from like a killed toolbox."""
-    names = ("INT", "TERM", "HUP", "QUIT", "USR1", "USR2", "ALRM", "STOP")
-    names += () if engine.name == "runsc" else ("KILL",)
+    gVisor PID 1 was docker-init/catatonit, which passed the signal on to `sleep`; round 7:
+    gVisor let TSTP, SEGV and others through to the init that ignored only 7 signals). gVisor,
+    unlike Linux, lets a namespace's own processes SIGKILL or SIGSTOP its init: a known limit
+    there (docs/SECURITY.md)."""
+    names = ("INT", "TERM", "HUP", "QUIT", "USR1", "USR2", "ALRM", "TSTP", "TTIN", "TTOU",
+             "SEGV", "ABRT", "BUS", "PIPE", "XCPU")
+    names += () if engine.name == "runsc" else ("KILL", "STOP")
     signals = "; ".join(f"kill -{name} 1" for name in names)
     model_server.reply(tool_calls=[Call("run_shell_command", {"command": (
         f"{signals}; sh -c 'sleep 0.1 &'; sleep 1; touch made.txt; echo survived")})])

@@ -7,6 +7,7 @@ import json
 import os
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -303,6 +304,37 @@ def test_a_process_that_sheds_the_calls_marks_still_ends_with_it(sandbox: Docker
     assert escape.ok and "left" in escape.output and "killed" in escape.output, escape.output
     after = shell(sandbox, "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline; echo; done")
     assert "sleep 7777" not in after.output, after.output
+
+
+ZOMBIE_LEADER = """\
+import ctypes, os, threading, time
+for fd in (0, 1, 2):
+    os.close(fd)
+os.setsid()
+def work():
+    time.sleep(1.5)
+    with open("/workspace/late.txt", "w") as f:
+        f.write("written after the call")
+    time.sleep(3600)
+threading.Thread(target=work).start()
+time.sleep(0.1)
+ctypes.CDLL(None).syscall(60, 0)  # SYS_exit: only the leader ends; /proc/PID/stat says Z
+"""
+
+
+def test_a_process_whose_leader_exited_alone_still_ends_with_the_call(
+        sandbox: DockerSandbox, project: Path, engine: Engine):
+    """Red-team round 7: a thread-group leader that exits by itself shows `Z` while its other
+    threads run on; the sweep skipped every `Z`, so the process outlived its call and wrote to
+    the project after the last check, with no record. (gVisor may refuse the thread here.)"""
+    (project / "z.py").write_text(ZOMBIE_LEADER)
+    escape = shell(sandbox, "cp z.py /tmp/z.py; rm z.py; python3 /tmp/z.py & sleep 0.5; echo left")
+    assert escape.ok and "left" in escape.output, escape.output
+    assert engine.name == "runsc" or "killed" in escape.output, escape.output
+    time.sleep(2.5)
+    assert not (project / "late.txt").exists()
+    after = shell(sandbox, "cat /proc/[0-9]*/task/*/cmdline 2>/dev/null | tr '\\0' ' '")
+    assert "/tmp/z.py" not in after.output, after.output
 
 
 def _still_usable(sandbox: DockerSandbox) -> None:

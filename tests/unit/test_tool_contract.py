@@ -18,7 +18,7 @@ from executor.tools.base import schema_of
 from executor.tools.builtin import BUILTIN_TOOLS
 
 TOOLBOX = Path(__file__).resolve().parents[2] / "executor" / "sandbox" / "toolbox.py"
-HOST_ONLY = {"expect_sha256"}
+HOST_ONLY = {"expect_sha256", "expect_sha256_after"}
 """Arguments the host adds after an approval; never offered to the model."""
 
 

@@ -11,6 +11,7 @@ import errno
 import hashlib
 import json
 import os
+import random
 import resource
 import selectors
 import shutil
@@ -727,8 +728,48 @@ def test_preview_of_a_new_file_is_all_additions_and_writes_nothing(box: Box, roo
                                "\\ No newline at end of file\n")
     assert reply["meta"] == {"path": "pkg/new.py", "resolved": "pkg/new.py", "symlink": False,
                              "exists": False, "binary": False, "sha256_before": None,
+                             "sha256_after": hashlib.sha256(b"A = 1\nB = 2").hexdigest(),
                              "error": None}
     assert not (root / "pkg").exists()
+
+
+def test_a_preview_costs_what_changed_and_gives_up_on_crafted_text(box: Box, root: Path):
+    """Red-team round 7: difflib is quadratic on many short repeated lines; a 30,000-line
+    write kept the preview busy past the call's deadline."""
+    big = "".join(f"line {i}\n" for i in range(100_000))
+    (root / "big.txt").write_text(big)
+    started = time.monotonic()
+    one = preview(box, "edit_file", path="big.txt", old_text="line 50000\n",
+                  new_text="line X\n")
+    assert time.monotonic() - started < 5
+    assert one["output"] == ("--- a/big.txt\n+++ b/big.txt\n@@ -49998,7 +49998,7 @@\n"
+                             " line 49997\n line 49998\n line 49999\n-line 50000\n+line X\n"
+                             " line 50001\n line 50002\n line 50003\n")
+    rng = random.Random(5)
+    crafted = "".join(f"{rng.randint(0, 150)}\n" for _ in range(30_000))
+    started = time.monotonic()
+    described = preview(box, "write_file", path="big.txt", content=crafted)
+    assert time.monotonic() - started < 5
+    assert described["output"].startswith("content not shown (over 5000 changed lines)")
+    assert described["meta"]["sha256_after"] == hashlib.sha256(crafted.encode()).hexdigest()
+
+
+def test_a_write_goes_ahead_only_as_the_preview_showed_it(box: Box, root: Path):
+    """Red-team round 7: compile()'s recursion limit depends on the caller's stack, so the
+    preview and the edit could take different branches; the host now sends the preview's
+    sha256_after, and a call that would write other bytes writes nothing."""
+    (root / "a.py").write_text("def f():\n    return 1\n")
+    args = {"path": "a.py", "old_text": "return 1", "new_text": "return 2"}
+    shown = preview(box, "edit_file", **args)["meta"]["sha256_after"]
+    assert shown == hashlib.sha256(b"def f():\n    return 2\n").hexdigest()
+    other = box.call("edit_file", **args, expect_sha256_after="0" * 64)
+    failed(other, "would not be written as it was shown for approval; nothing was written")
+    assert other["meta"]["not_as_approved"] is True
+    assert (root / "a.py").read_text() == "def f():\n    return 1\n"
+    assert box.call("edit_file", **args, expect_sha256_after=shown)["ok"]
+    failed(box.call("write_file", path="b.txt", content="x", expect_sha256_after=shown),
+           "would not be written as it was shown")
+    assert not (root / "b.txt").exists()
 
 
 def test_preview_of_an_overwrite_diffs_against_the_file_on_disk(box: Box, root: Path):
@@ -904,6 +945,19 @@ def test_a_search_without_matches_says_what_matches_ignoring_case(engine_box: Bo
     assert exact["output"] == "config.py:2:retries = 2" and "ignore_case" not in exact["meta"]
     assert engine_box.call("search_files", pattern="(?i)zzz")["output"].startswith(
         "no matches for '(?i)zzz' in .\nIt may go by another name")
+
+
+def test_a_fifo_in_the_tree_neither_blocks_a_search_nor_is_listed(engine_box: Box, root: Path):
+    """Red-team round 7: the Python scan opened a FIFO with no writer and blocked until the
+    call's deadline; the list of files searched named FIFOs and symlinks."""
+    os.mkfifo(root / "pipe")
+    (root / "link.txt").symlink_to(root / "README.md")
+    started = time.monotonic()
+    behind = engine_box.call("search_files", pattern=r"(?<=x )= 1")
+    assert behind["ok"] and time.monotonic() - started < 5 and behind["meta"]["matches"] == 0
+    listed = behind["output"].split("The files searched:\n")[1].split("\n")
+    assert "pipe" not in listed and "link.txt" not in listed and "README.md" in listed
+    assert engine_box.call("search_files", pattern=r"(?<=x )= 1", path="pipe")["ok"]
 
 
 def test_patterns_only_python_understands_still_work(engine_box: Box):

@@ -157,7 +157,9 @@ TYPE_CHECKING = False  # typing is not imported at run time: the toolbox starts 
 if TYPE_CHECKING:  # names for the type checker only (annotations are never evaluated)
     from collections.abc import Callable, Iterator, Mapping
     from types import FrameType
-    from typing import Any, BinaryIO, NoReturn, Optional, Protocol, TypedDict, Union
+    from typing import Any, BinaryIO, NoReturn, Optional, Protocol, TypedDict, TypeVar, Union
+
+    T = TypeVar("T")
 
     class Result(TypedDict):
         """What a tool call answers (a response, once "id" is added)."""
@@ -284,6 +286,7 @@ if TYPE_CHECKING:  # names for the type checker only (annotations are never eval
 VERSION = 1
 BINARY_SNIFF = 8192
 ABSENT = "absent"  # expect_sha256 of a file that did not exist when the write was approved
+FAILS = "fails"  # expect_sha256_after of a call whose preview said it would fail
 PREVIEW_MAX_BYTES = 4 * 1024 * 1024  # a bigger file is described, not diffed
 NOT_TEXT = "binary or not UTF-8"
 READ_MAX_LINES = 2000
@@ -879,12 +882,20 @@ def _indented(added: str, column: int) -> tuple[str | None, int]:
     return "\n".join(pad + line if line.strip() else line for line in lines), column - have
 
 
+def _parsed(text: str) -> Any:
+    """ast.parse(text), or None."""
+    import ast
+    try:
+        return ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+
+
 def _block_opened_at(text: str, line: int) -> tuple[int, int] | None:
     """(last line, column) of the compound statement whose header ends on `line`, or None."""
     import ast
-    try:
-        tree = ast.parse(text)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
+    tree = _on_fresh_stack(_parsed, text)
+    if tree is None:
         return None
     found: tuple[int, int] | None = None
     for node in ast.walk(tree):
@@ -915,6 +926,32 @@ def _syntax_refusal(path: str, after: str, error: SyntaxError) -> ToolError:
 
 def _syntax_error(source: str, path: str) -> SyntaxError | None:
     """The SyntaxError compiling `source` raises, or None (also when it cannot be compiled)."""
+    return _on_fresh_stack(_compile_error, source, path)
+
+
+def _on_fresh_stack(fn: Callable[..., T], *args: Any) -> T:
+    """fn(*args) in a new thread: compile()'s and ast's recursion limits count the caller's
+    frames, and the preview and the call, whose stacks differ, must come to the same verdict.
+    (Where no thread can start, the host's expect_sha256_after still keeps them together.)"""
+    import threading
+    done: list[T] = []
+
+    def run() -> None:
+        with contextlib.suppress(Exception):  # nothing on stderr: the host reads it
+            done.append(fn(*args))
+
+    thread = threading.Thread(target=run, daemon=True)
+    try:
+        thread.start()
+    except RuntimeError:
+        return fn(*args)
+    thread.join()
+    if not done:
+        raise ToolError("the Python check of this edit failed; nothing was written")
+    return done[0]
+
+
+def _compile_error(source: str, path: str) -> SyntaxError | None:
     import warnings  # a SyntaxWarning (say, an invalid escape) must not reach stderr
     try:
         with warnings.catch_warnings():
@@ -950,7 +987,8 @@ def _check_unchanged(path: str, before: bytes | None, expected: str | None) -> N
 
 def _check_as_shown(path: str, after: bytes, expected: str | None) -> None:
     """Refuse a write whose result is not the content the person approved (the host sends the
-    preview's sha256_after): the diff shown and the bytes written can never differ."""
+    preview's sha256_after, or FAILS when the preview said the call would fail): the diff
+    shown and the bytes written can never differ."""
     if expected is not None and _digest(after) != expected:
         raise ToolError(f"'{path}' would not be written as it was shown for approval; nothing "
                         "was written. Make the call again to be shown what it would do.",

@@ -13,6 +13,8 @@ from executor.tools.base import Preview, RiskLevel, Tool, ToolContext
 
 ABSENT = "absent"
 """`expect_sha256` of a file that did not exist when the write was approved (toolbox.ABSENT)."""
+FAILS = "fails"
+"""`expect_sha256_after` of a call whose preview said it would fail (toolbox.FAILS)."""
 
 
 class _Args(BaseModel):
@@ -86,8 +88,9 @@ class FileWriteTool(SandboxTool):
         # The write goes ahead only if the file is still what the person was shown.
         guard = {"expect_sha256": meta.get("sha256_before") or ABSENT} if meta.get(
             "resolved") else {}
-        if meta.get("error"):
-            return Preview(self.describe(args), error=str(meta["error"]), host_args=guard)
+        if meta.get("error"):  # shown as failing: it must not write anything then
+            return Preview(self.describe(args), error=str(meta["error"]),
+                           host_args={**guard, "expect_sha256_after": FAILS} if guard else {})
         if guard and meta.get("sha256_after"):  # and it writes exactly what the diff showed
             guard["expect_sha256_after"] = meta["sha256_after"]
         body = result.output or "(no change: the file already has this content)"

@@ -20,7 +20,7 @@ from executor.models.ollama import OllamaModel
 from executor.policy import Decision
 from executor.runner import Approval, Runner
 from executor.tools import Preview, RiskLevel, Tool, ToolContext
-from executor.tools.builtin import ReadFile, RunShellCommand, WriteFile
+from executor.tools.builtin import EditFile, ReadFile, RunShellCommand, WriteFile
 from tests.conftest import PRIVATE_ENV
 from tests.fakes.sandbox import FakeSandbox
 
@@ -259,3 +259,21 @@ def test_settle_answers_calls_an_interrupt_left_open(tmp_path: Path) -> None:
     last = runner.agent.messages[-1]
     assert (last.role, last.tool_call_id) == ("tool", call.id)
     assert len(runner.agent.messages) == 3 and "no result" in last.content
+
+
+def test_an_approved_write_carries_the_hashes_of_what_was_shown(tmp_path: Path) -> None:
+    """Before and after: the toolbox writes nothing unless the file is what was shown and the
+    call writes the bytes the diff showed; a call shown as failing must not write at all."""
+    shown = {"path": "a.py", "resolved": "a.py", "symlink": False, "exists": True,
+             "binary": False, "sha256_before": "b" * 64, "sha256_after": "c" * 64, "error": None}
+    box = FakeSandbox({"preview": ToolResult(ok=True, output="--- a/a.py\n", meta=shown)})
+    box.start()
+    context = ToolContext(sandbox=box, root=tmp_path, read_only=False, session_id="s")
+    args = EditFile.Args(path="a.py", old_text="x", new_text="y")
+    assert dict(EditFile().preview(args, context).host_args) == {
+        "expect_sha256": "b" * 64, "expect_sha256_after": "c" * 64}
+    box.results["preview"] = ToolResult(ok=True, output="", meta={
+        **shown, "sha256_after": None, "error": "not changed: this edit would break 'a.py'"})
+    failing = EditFile().preview(args, context)
+    assert failing.error and dict(failing.host_args) == {
+        "expect_sha256": "b" * 64, "expect_sha256_after": "fails"}

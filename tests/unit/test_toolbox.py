@@ -1552,3 +1552,13 @@ def test_write_tools_cannot_assemble_a_repository_look_alike(box: Box, root: Pat
     assert last["ok"] and last["meta"]["git_quarantined"][0]["path"] == "docs"
     assert "made to look like a git repository" in last["output"]
     assert not (root / "docs" / "HEAD").exists()
+
+
+def test_a_call_its_preview_said_would_fail_writes_nothing(box: Box, root: Path):
+    """Red-team round 7: shown "this call would fail", approved, then written (moved)."""
+    (root / "a.py").write_text("def f():\n    return 1\n")
+    args = {"path": "a.py", "old_text": "def f():", "new_text": "def f():\n\ndef g():\n    pass"}
+    fails = box.call("edit_file", **args, expect_sha256_after="fails")
+    failed(fails, "would not be written as it was shown for approval")
+    assert (root / "a.py").read_text() == "def f():\n    return 1\n"
+    assert box.call("edit_file", **args)["ok"]

@@ -188,21 +188,21 @@ class Coach:
         if not preview.meta.get("exists"):
             return None
         if key not in self.known:
-            self.refused.add(key)
-            self.vetoed.add(_call_key(call))
-            return "coach:read-before-write", (
+            rule, why = "coach:read-before-write", (
                 f"Not written: {path} already exists and you have not read it, so this would "
                 "replace all of it. Read it first with read_file; then change only the part the "
                 "task is about with edit_file and keep the rest.")
-        removed, added = _diff_counts(preview.output)
-        if removed < _SHRINK_LINES or removed <= 2 * added:
-            return None
-        self.refused.add(key)
+        else:
+            removed, added = _diff_counts(preview.output)
+            if removed < _SHRINK_LINES or removed <= 2 * added:
+                return None
+            rule, why = "coach:keep-the-rest", (
+                f"Not written: this would delete {removed} lines of {path} and add {added}. "
+                "To add or change part of a file, use edit_file and keep the rest. If you do "
+                "mean to replace the whole file, send the same write_file again.")
+        self.refused.add(key)  # once: the same write again goes through
         self.vetoed.add(_call_key(call))
-        return "coach:keep-the-rest", (
-            f"Not written: this would delete {removed} lines of {path} and add {added}. To "
-            "add or change part of a file, use edit_file and keep the rest. If you do mean to "
-            "replace the whole file, send the same write_file again.")
+        return rule, why
 
     @property
     def stuck(self) -> str | None:

@@ -369,6 +369,7 @@ class Context:
         self.rg = None if no_rg else _which("rg")
         self.token = os.urandom(8).hex()
         self.broad_sweep = opts.kill_strays or os.getpid() == 1 or os.getppid() == 0
+        self.kill_all = self.broad_sweep and _alone_in_our_container()  # read once, not per call
         self.keep = frozenset([os.getpid(), 1, *_ancestors()])
         self.pids_events = _cgroup_file("pids", ["pids.events"])
         self.memory_events = _cgroup_file("memory", ["memory.events", "memory.oom_control"])
@@ -2866,7 +2867,7 @@ def _sweep(ctx: Context, pgid: int, since: int | None) -> int:
     """SIGKILL the command's group and strays until none is left; returns how many there were."""
     first: int | None
     deadline, first = time.monotonic() + SWEEP_SECONDS, None
-    every = ctx.broad_sweep and since is not None and _alone_in_our_container()
+    every = ctx.kill_all and since is not None
     while True:
         pids = [pid for pid in _strays(ctx, pgid, since) if pid != pgid]
         first = len(pids) if first is None else first

@@ -302,7 +302,8 @@ SEARCH_COLUMNS = 500
 SEARCH_FILES_SHOWN = 30  # a search without matches lists the regular files it searched, up to this
 FALLBACK_MAX_BYTES = 64 * 1024 * 1024
 OUTPUT_HARD_LIMIT = 20 * 1024 * 1024
-DIFF_MAX_LINES = 5000  # beyond this, lines_changed is counted as a multiset difference
+DIFF_MAX_LINES = 5000  # a preview of more changed lines than this is described, not diffed
+COUNT_EXACT_LINES = 400  # lines_changed of a bigger change is a multiset count (difflib is cubic)
 _HUNK = re.compile(r"([-+])(\d+)")  # the line numbers of a hunk header, shifted by the trim
 CHUNK = 65536
 DRAIN_SECONDS = 0.5
@@ -1168,7 +1169,10 @@ def _gitdir_made_by_write(ctx: Context, real: str) -> QuarantineRecord | None:
 
 
 def _lines_changed(old: bytes, new: bytes) -> int:
-    """Added plus removed lines; exact via difflib when small, a multiset count when huge."""
+    """Added plus removed lines: exact via difflib when few changed, else a multiset count.
+
+    It runs after the write, so it must be cheap whatever the text: difflib without autojunk
+    is cubic on crafted lines (800 took 5 s), hence the small bound on the exact count."""
     a, b = old.splitlines(), new.splitlines()
     start = 0
     while start < len(a) and start < len(b) and a[start] == b[start]:
@@ -1177,7 +1181,7 @@ def _lines_changed(old: bytes, new: bytes) -> int:
     while end < len(a) - start and end < len(b) - start and a[-1 - end] == b[-1 - end]:
         end += 1
     a, b = a[start:len(a) - end], b[start:len(b) - end]
-    if not a or not b or len(a) + len(b) > DIFF_MAX_LINES:
+    if not a or not b or len(a) + len(b) > COUNT_EXACT_LINES:
         ca, cb = Counter(a), Counter(b)
         return sum(((ca - cb) + (cb - ca)).values())
     ops = difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes()
@@ -1309,7 +1313,7 @@ def tool_search_files(ctx: Context, pattern: str, path: str = ".",
     if not os.path.exists(real):
         raise ToolError(f"path not found: {path}")
     result = _searched(ctx, pattern, path, real, max_results)
-    if result["meta"]["matches"] == 0 and os.path.isdir(real):
+    if result["meta"]["matches"] == 0 and not result["meta"]["truncated"] and os.path.isdir(real):
         result["output"] += _files_there(ctx, real)
     return result
 
@@ -1395,6 +1399,9 @@ def _search_result(pattern: str, path: str, found: Hits, limit: int, engine: str
             break
         lines.append(line)
     meta = {"matches": len(lines), "truncated": bool(more or timed_out), "engine": engine}
+    if not lines and timed_out:
+        return ok(f"no matches for '{pattern}' in {path} before the search hit its time limit; "
+                  "the search is incomplete", **meta)
     if not lines:
         return ok(f"no matches for '{pattern}' in {path}", **meta)
     if more:
@@ -1452,15 +1459,74 @@ def _parse_rg(line: bytes) -> Hit:
 
 def _search_py(ctx: Context, real: str, regex: re.Pattern[str], limit: int,
                deadline: float) -> Hits:
-    """Hits from a Python scan in path order; a trailing None marks a timeout."""
+    """Hits from a Python scan in path order; a trailing None marks a timeout.
+
+    The scan runs in a child process that is killed at the deadline: `re` cannot be stopped
+    mid-match, and a crafted pattern (`(?=a)(a|a)+b` on a line of a's) backtracks for ages."""
+    try:
+        reader, writer = os.pipe()
+    except OSError as exc:
+        raise ToolError(f"search failed: {exc.strerror}") from None
+    try:
+        pid = os.fork()
+    except OSError:
+        os.close(reader)
+        os.close(writer)
+        raise ToolError("search failed: no process could start for the Python scan (the "
+                        "sandbox's process limit?); try again once commands have ended") from None
+    if pid == 0:  # the child: scan, send each file's hits as a JSON line, never return
+        os.close(reader)
+        _scan_child(ctx, real, regex, limit, deadline, writer)
+    os.close(writer)
     hits: Hits = []
-    for name in _walk_files(ctx, real):
-        hits.extend(_grep_file(ctx, name, regex))
-        if len(hits) > limit:
-            return hits
-        if time.monotonic() > deadline:
-            return [*hits, None]
-    return hits
+    try:
+        timed_out = not _read_hits(reader, hits, deadline)
+    finally:
+        os.close(reader)
+    if timed_out:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, 0)
+    return [*hits, None] if timed_out else hits
+
+
+def _scan_child(ctx: Context, real: str, regex: re.Pattern[str], limit: int,
+                deadline: float, writer: int) -> NoReturn:
+    code = 0
+    try:
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)  # ends it even inside a match
+        signal.alarm(max(1, int(deadline - time.monotonic()) + 2))
+        found = 0
+        for name in _walk_files(ctx, real):
+            hits = _grep_file(ctx, name, regex)
+            if hits:
+                data = json.dumps(hits).encode() + b"\n"
+                while data:
+                    data = data[os.write(writer, data):]
+            found += len(hits)
+            if found > limit or time.monotonic() > deadline:
+                break
+    except BaseException:  # nothing reaches the toolbox's stdout or stderr
+        code = 1
+    os._exit(code)
+
+
+def _read_hits(reader: int, hits: Hits, deadline: float) -> bool:
+    """Hits from the scan's JSON lines into `hits`; False when the deadline came first."""
+    buffer = b""
+    with selectors.DefaultSelector() as sel:
+        sel.register(reader, selectors.EVENT_READ)
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not sel.select(left):
+                return False
+            chunk = os.read(reader, CHUNK)
+            if not chunk:
+                return True
+            *lines, buffer = (buffer + chunk).split(b"\n")
+            hits.extend((name, number, text) for line in lines
+                        for name, number, text in json.loads(line))
 
 
 def _walk_files(ctx: Context, real: str) -> Iterator[str]:

@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from executor.errors import SandboxAgentError
 from executor.messages import ToolResult
 from executor.tools.base import Preview, RiskLevel, Tool, ToolContext
 
@@ -78,6 +79,38 @@ def _lines(text: str) -> list[str]:
 
 class FileWriteTool(SandboxTool):
     """write_file and edit_file: approved on the toolbox's diff against the file on disk."""
+
+    def call(self, args: Any, ctx: ToolContext) -> ToolResult:
+        result = super().call(args, ctx)
+        if result.ok or not result.meta.get("toolbox_restarted"):
+            return result
+        return self._after_restart(args, ctx, result)
+
+    def _after_restart(self, args: Any, ctx: ToolContext, result: ToolResult) -> ToolResult:
+        """The toolbox was restarted before it answered, so the write may have landed: look.
+
+        When the file now holds exactly the bytes this call was to write (the approved
+        sha256_after, or a write_file's content), the result says it was written and carries
+        the hashes, so the audit keeps its `write` record; otherwise the model is told to look.
+        """
+        expected = ctx.host_args.get("expect_sha256_after")
+        try:
+            now = ctx.sandbox.preview(self.name, args.model_dump(exclude_none=True))
+        except SandboxAgentError:
+            now = ToolResult.error("no preview")
+        if expected is None and self.name == "write_file":
+            expected = now.meta.get("sha256_after")  # the hash of the content, whatever was there
+        current = now.meta.get("sha256_before") if now.ok else None
+        if not expected or expected == FAILS or current != expected:
+            return ToolResult.error(f"{result.output} The change may or may not have been made: "
+                                    f"read '{args.path}' before changing it again.", **result.meta)
+        before = ctx.host_args.get("expect_sha256")
+        return ToolResult(ok=True, output=(
+            f"wrote '{args.path}'; the toolbox was restarted before it answered, and the file "
+            f"holds the content this call was to write."), meta={
+            **result.meta, "path": now.meta.get("resolved") or args.path,
+            "sha256_before": None if before in (None, ABSENT) else before,
+            "sha256_after": expected, "before_unknown": before is None})
 
     def preview(self, args: Any, ctx: ToolContext) -> Preview:
         """The real diff, the real path behind a symlink, and a guard against later changes."""

@@ -277,3 +277,49 @@ def test_an_approved_write_carries_the_hashes_of_what_was_shown(tmp_path: Path) 
     failing = EditFile().preview(args, context)
     assert failing.error and dict(failing.host_args) == {
         "expect_sha256": "b" * 64, "expect_sha256_after": "fails"}
+
+
+RESTARTED = ToolResult.error("edit_file did not answer within 75s. The toolbox was restarted; "
+                             "the call had no result.", toolbox_restarted=True)
+
+
+def _after_restart(tmp_path: Path, tool: Tool, args: BaseModel, now: str | None,
+                   host_args: dict[str, Any]) -> tuple[ToolResult, FakeSandbox]:
+    """Call `tool` on a sandbox whose toolbox was restarted mid-call; the file now hashes to
+    `now` (None: no file), and a write_file's content hashes to "d" * 64."""
+    box = FakeSandbox({tool.name: RESTARTED, "preview": ToolResult(ok=True, output="", meta={
+        "path": "a.py", "resolved": "a.py", "exists": now is not None, "sha256_before": now,
+        "sha256_after": "d" * 64, "error": None})})
+    box.start()
+    context = ToolContext(sandbox=box, root=tmp_path, read_only=False, session_id="s",
+                          host_args=host_args)
+    return tool.call(args, context), box
+
+
+def test_a_write_cut_short_by_a_toolbox_restart_is_recorded_when_it_landed(tmp_path: Path):
+    """Red-team round 8: a write that landed but whose toolbox was restarted before answering
+    had no `write` record and was reported as failed. The host now looks at the file."""
+    edit = EditFile.Args(path="a.py", old_text="x", new_text="y")
+    guard = {"expect_sha256": "b" * 64, "expect_sha256_after": "c" * 64}
+    landed, box = _after_restart(tmp_path, EditFile(), edit, "c" * 64, guard)
+    assert landed.ok and "the toolbox was restarted before it answered" in landed.output
+    assert landed.meta["sha256_before"] == "b" * 64 and landed.meta["sha256_after"] == "c" * 64
+    assert landed.meta["path"] == "a.py" and landed.meta["toolbox_restarted"] is True
+    assert [tool for tool, _ in box.calls] == ["edit_file", "preview"]
+    for now in ("b" * 64, None):  # not written, or the file is gone
+        missed, _ = _after_restart(tmp_path, EditFile(), edit, now, guard)
+        assert not missed.ok and "may or may not have been made: read 'a.py'" in missed.output
+        assert "sha256_after" not in missed.meta
+    shown_failing, _ = _after_restart(tmp_path, EditFile(), edit, "c" * 64,
+                                      {**guard, "expect_sha256_after": "fails"})
+    assert not shown_failing.ok
+    unguarded, _ = _after_restart(tmp_path, EditFile(), edit, "c" * 64, {})
+    assert not unguarded.ok  # --yes: no shown hash, and an edit's result is not known here
+    write = WriteFile.Args(path="a.py", content="new")
+    written, _ = _after_restart(tmp_path, WriteFile(), write, "d" * 64, {})
+    assert written.ok and written.meta["sha256_after"] == "d" * 64
+    assert written.meta["sha256_before"] is None and written.meta["before_unknown"] is True
+    new_file, _ = _after_restart(tmp_path, WriteFile(), write, "d" * 64,
+                                 {"expect_sha256": "absent", "expect_sha256_after": "d" * 64})
+    assert new_file.ok and new_file.meta["sha256_before"] is None
+    assert new_file.meta["before_unknown"] is False

@@ -754,6 +754,19 @@ def test_a_preview_costs_what_changed_and_gives_up_on_crafted_text(box: Box, roo
     assert described["meta"]["sha256_after"] == hashlib.sha256(crafted.encode()).hexdigest()
 
 
+def test_counting_the_changed_lines_after_a_write_stays_cheap(box: Box, root: Path):
+    """Red-team round 8: after the write, lines_changed ran difflib without autojunk, cubic on
+    crafted lines (2,400 lines took minutes): the host restarted the toolbox and the written
+    file had no write record. Past a few hundred lines the count is a multiset difference."""
+    (root / "data.txt").write_text("A\n" + "x\n" * 2400 + "END1\n")
+    started = time.monotonic()
+    reply = box.call("write_file", path="data.txt", content="B\n" + "x\nz\n" * 1200 + "END2\n")
+    assert time.monotonic() - started < 3
+    assert reply["ok"] and reply["meta"]["lines_changed"] == 2404, reply
+    small = box.call("edit_file", path="src/app.py", old_text="a + b", new_text="b + a")
+    assert small["meta"]["lines_changed"] == 2
+
+
 def test_a_write_goes_ahead_only_as_the_preview_showed_it(box: Box, root: Path):
     """Red-team round 7: compile()'s recursion limit depends on the caller's stack, so the
     preview and the edit could take different branches; the host now sends the preview's
@@ -958,6 +971,45 @@ def test_a_fifo_in_the_tree_neither_blocks_a_search_nor_is_listed(engine_box: Bo
     listed = behind["output"].split("The files searched:\n")[1].split("\n")
     assert "pipe" not in listed and "link.txt" not in listed and "README.md" in listed
     assert engine_box.call("search_files", pattern=r"(?<=x )= 1", path="pipe")["ok"]
+
+
+def test_a_pattern_that_backtracks_for_ages_ends_at_the_deadline(make_box: Callable[..., Box],
+                                                                   root: Path):
+    """Red-team round 8: `re` cannot be interrupted mid-match, so the Python scan of a
+    catastrophic pattern ran until the host restarted the toolbox (75 s, no result). The scan
+    now runs in a child process killed at the deadline; the toolbox answers, and goes on."""
+    (root / "a.py").write_text('x = "' + "a" * 40 + '!"\n')
+    (root / "b.py").write_text("ab\n")
+    box = make_box("--default-timeout", "2")
+    started = time.monotonic()
+    reply = box.call("search_files", pattern="(?=a)(a|a)+b")
+    took = time.monotonic() - started
+    assert reply["ok"] and reply["meta"]["engine"] == "python", reply
+    assert took < 6, took
+    assert reply["meta"]["truncated"] is True
+    assert reply["output"] == ("no matches for '(?=a)(a|a)+b' in . before the search hit its "
+                               "time limit; the search is incomplete")
+    assert box.call("search_files", pattern="(?<=a)b", path="b.py")["output"] == "b.py:1:ab"
+    box.alive()
+    assert not [p for p in os.listdir("/proc") if p.isdigit() and _parent(int(p)) == box.proc.pid]
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def test_the_python_scan_keeps_its_hits_and_order_across_files(make_box: Callable[..., Box],
+                                                                root: Path):
+    for name in ("c.txt", "a.txt", "b.txt"):
+        (root / name).write_text("".join(f"say {name} {i}\n" for i in range(3)))
+    reply = make_box("--no-rg").call("search_files", pattern=r"(?<=say )[ab]\.txt [02]")
+    assert reply["output"].splitlines() == ["a.txt:1:say a.txt 0", "a.txt:3:say a.txt 2",
+                                            "b.txt:1:say b.txt 0", "b.txt:3:say b.txt 2"]
+    limited = make_box("--no-rg").call("search_files", pattern="(?<=say )", max_results=4)
+    assert limited["meta"]["matches"] == 4 and limited["meta"]["truncated"] is True
 
 
 def test_patterns_only_python_understands_still_work(engine_box: Box):

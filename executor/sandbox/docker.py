@@ -492,8 +492,10 @@ class DockerSandbox:
         if pending:
             found = overlay(found, pending)
         storage = self.config.copy_storage
-        if storage == "auto":
-            storage = "memory" if found.bytes <= COPY_MEMORY_MAX else "disk"
+        if storage == "memory" and self._podman:
+            self._warn("Podman cannot give a tmpfs an owner (uid=); the copy is kept on disk")
+        if storage == "auto" or self._podman:
+            storage = "memory" if found.bytes <= COPY_MEMORY_MAX and not self._podman else "disk"
         self.config = self.config.model_copy(update={"copy_storage": storage,
                                                      "copy_bytes": found.bytes})
         blobs = BlobStore(self.config.blob_dir) if self.config.blob_dir else None
@@ -662,7 +664,19 @@ class DockerSandbox:
         if found and not remounted:
             self._remount([str(path) for path in found])
             return self.call(tool, args, timeout=timeout, on_output=on_output, remounted=True)
+        if result.meta.get("processes_unstopped"):
+            self._unstoppable()
         return result
+
+    def _unstoppable(self) -> None:
+        """A command left a process the toolbox could not stop (under gVisor, one that clones
+        and exits faster than kill(-1) reaches it): only a new container ends it for sure."""
+        if self.copying:  # a new container would lose the copy: what it holds shows in its diff
+            self._warn("a process the command started could not be stopped; it may still change "
+                       "the copy workspace: review its diff before applying it")
+            return
+        self._recreate("a process the command started could not be stopped; restarting the "
+                       "sandbox (files in /tmp are lost)")
 
     def _remount(self, found: list[str]) -> None:
         """Recreate the container so repositories made on the host meanwhile are read-only.
@@ -670,9 +684,13 @@ class DockerSandbox:
         Mounts are fixed when a container is created, so a `.git` the person made during the
         session (found by the toolbox's guard, which then refused the command) needs a new one.
         """
-        self._warn(f"a git repository appeared in the project during the session "
-                   f"({', '.join(found[:3])}); restarting the sandbox with it read-only "
-                   "(files in /tmp are lost); it is renamed when the session ends")
+        self._recreate(f"a git repository appeared in the project during the session "
+                       f"({', '.join(found[:3])}); restarting the sandbox with it read-only "
+                       "(files in /tmp are lost); it is renamed when the session ends")
+
+    def _recreate(self, why: str) -> None:
+        """A new container for the session (same mounts, decided afresh); the old one goes."""
+        self._warn(why)
         self._copy_abort.abort()  # a copy still arriving ends now, not when the engine says so
         if self._copying is not None:
             self._stop_prefetch()

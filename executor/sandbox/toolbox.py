@@ -308,6 +308,7 @@ _HUNK = re.compile(r"([-+])(\d+)")  # the line numbers of a hunk header, shifted
 CHUNK = 65536
 DRAIN_SECONDS = 0.5
 SWEEP_SECONDS = 3.0
+SETTLE_SECONDS = 1.0  # how long kill(-1) is repeated while a process is still listed
 TOKEN_VAR = "SANDBOX_TOOLBOX_TOKEN"
 # Makes the command, not the toolbox, the OOM killer's first choice, then runs it. A shell
 # prelude, because preexec_fn costs a full fork plus Python in the child (~5 ms a call).
@@ -2599,6 +2600,13 @@ def tool_run_shell_command(ctx: Context, command: str,
     if refused:
         return refused
     proc, reason, shell_exit, left, hits, out, err = _run(ctx, command, timeout)
+    settled, more = _settled(ctx) if ctx.kill_all else (True, 0)
+    left += more
+    if not settled:
+        report.failed, report.meta["processes_unstopped"] = True, True
+        report.lines.append("warning: a process kept starting new ones faster than they could be "
+                            "stopped; the sandbox is restarted (files outside the project are "
+                            "lost)")
     if ctx.tracker is not None:  # after the sweep: nothing of the command runs any more
         _track_after(ctx, report, reason)
     report.fsize_note = _fsize_note(ctx)
@@ -2945,6 +2953,46 @@ def _sweep(ctx: Context, pgid: int, since: int | None) -> int:
         if not pids or time.monotonic() > deadline:
             return first
         time.sleep(0.01)
+
+
+def _settled(ctx: Context) -> tuple[bool, int]:
+    """After the sweep, in a session container: whether nothing but ours is left running.
+
+    gVisor's kill(-1) misses a process that clones and exits in a loop (a generation born
+    during the pass), and its /proc/PID is gone before it can be read. But some generation is
+    always alive, so /proc always lists one: kill(-1) again while anything of our uid (or an
+    entry that vanished as it was read) is listed. (False when that never ends, the number
+    of processes it killed.)"""
+    deadline, uid = time.monotonic() + SETTLE_SECONDS, os.geteuid()
+    seen: set[int] = set()
+    while True:
+        try:
+            names = os.listdir("/proc")
+        except OSError:
+            return True, len(seen)  # nothing to go by; the sweep did what it could
+        left = [int(name) for name in names if name.isdigit() and int(name) not in ctx.keep
+                and _ours_or_gone(name, uid)]
+        if not left:
+            return True, len(seen)
+        if time.monotonic() > deadline:
+            return False, len(seen)
+        seen.update(left)
+        _kill(-1)
+        for pid in left:
+            _kill(pid)
+        time.sleep(0.002)
+
+
+def _ours_or_gone(pid: str, uid: int) -> bool:
+    """A live process of ours (a zombie only when its threads live on), or an entry that
+    vanished as it was read (a generation of a hopper)."""
+    try:
+        if os.stat(f"/proc/{pid}").st_uid != uid:
+            return False
+        state = _proc_stat(pid)[0]
+    except (OSError, IndexError):
+        return True
+    return state not in (b"Z", b"X") or _live_threads(pid)
 
 
 def _alone_in_our_container() -> bool:

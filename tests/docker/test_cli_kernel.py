@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import os
+import platform
 import shutil
 import socket
 import socketserver
@@ -18,6 +19,7 @@ import subprocess
 import tarfile
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,6 +28,7 @@ import pytest
 
 from tests.conftest import Engine
 from tests.docker.cli_support import ask, assert_ok, containers_of, explain, tool_exchanges
+from tests.docker.test_invariants import CLONE_HOPPER
 from tests.fakes.model_server import Call, ModelServer
 
 pytestmark = [pytest.mark.docker, pytest.mark.engines]
@@ -344,3 +347,24 @@ def test_no_signal_from_a_command_stops_the_container(project: Path, model_serve
     assert result.startswith("exit_code: 0") and "survived" in result, result
     assert "made.txt" in result or "1 created" in result or (project / "made.txt").exists()
     assert "starting it" not in done.stderr and "restart" not in done.stderr, explain(done)
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="the hopper is x86-64 machine code")
+def test_a_clone_hopper_does_not_outlive_the_session(project: Path, model_server: ModelServer,
+                                                    engine: Engine):
+    """Red-team round 8, as they ran it: through the CLI, a hopper that clone(CLONE_VM)s and
+    exits in a loop escaped gVisor's single kill(-1) and appended to a.py 6 s later, after the
+    session had looked at the file and answered, with no write record."""
+    (project / "a.py").write_text("x = 1\n")
+    (project / ".hop").write_bytes(CLONE_HOPPER)
+    model_server.reply(tool_calls=[Call("run_shell_command", {
+        "command": "chmod +x .hop; ./.hop; rm -f .hop; echo started"})])
+    model_server.reply(tool_calls=[Call("read_file", {"path": "a.py"})])
+    model_server.reply("Fine.", delay=3)  # 3 s before the reply and after each of its chunks
+
+    started = time.monotonic()
+    done = ask(project, model_server, "ollama", "--yes")
+
+    assert_ok(done, "Fine.")
+    assert time.monotonic() - started > 8  # the session outlived the hopper's write time
+    assert (project / "a.py").read_text() == "x = 1\n"

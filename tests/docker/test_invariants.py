@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
+import platform
 import socket
 import threading
 import time
@@ -337,6 +339,60 @@ def test_a_process_whose_leader_exited_alone_still_ends_with_the_call(
     assert "/tmp/z.py" not in after.output, after.output
 
 
+FORK_HOPPER = base64.b64decode(
+    "f0VMRgIBAQAAAAAAAAAAAAIAPgABAAAAeABAAAAAAABAAAAAAAAAAKgBAAAAAAAAAAAAAEAAOAAB"
+    "AEAABAADAAEAAAAFAAAAeAAAAAAAAAB4AEAAAAAAAHgAQAAAAAAAEAEAAAAAAAAQAQAAAAAAAAEA"
+    "AAAAAAAAuDkAAAAPBUiFwA+FnAAAALhwAAAADwUx/7gDAAAADwX/x4P/A3LySIPsEOimAAAASYnE"
+    "uDkAAAAPBUiFwA+PigAAAHXu6IwAAABMKeBIg/gEcuBIxwQkAgAAAEjHRCQIAAAAAEiJ5zH2uCMA"
+    "AAAPBUiNPXsAAAC+AQQAALgCAAAADwWJx0iNNXYAAAC6DgAAALgBAAAADwVIxwQkEA4AAEiJ5zH2"
+    "uCMAAAAPBUiD7BBIxwQkAAAAAEjHRCQIgPD6AkiJ5zH2uCMAAAAPBTH/uOcAAAAPBUiD7BC/AQAA"
+    "AEiJ5rjkAAAADwVIiwQkSIPEEMMvd29ya3NwYWNlL2EucHkAaG9wcGVkID0gVHJ1ZQoALnNoc3Ry"
+    "dGFiAC50ZXh0AC5yb2RhdGEAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
+    "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAALAAAAAQAAAAYAAAAAAAAAeABAAAAAAAB4"
+    "AAAAAAAAAPIAAAAAAAAAAAAAAAAAAAABAAAAAAAAAAAAAAAAAAAAEQAAAAEAAAACAAAAAAAAAGoB"
+    "QAAAAAAAagEAAAAAAAAeAAAAAAAAAAAAAAAAAAAAAQAAAAAAAAAAAAAAAAAAAAEAAAADAAAAAAAA"
+    "AAAAAAAAAAAAAAAAAIgBAAAAAAAAGQAAAAAAAAAAAAAAAAAAAAEAAAAAAAAAAAAAAAAAAAA="
+)
+"""tests/docker/hopper.S, assembled (`as` + `ld -static -nostdlib -s -n`): x86-64 code."""
+CLONE_HOPPER = base64.b64decode(
+    "f0VMRgIBAQAAAAAAAAAAAAIAPgABAAAAsABAAAAAAABAAAAAAAAAADACAAAAAAAAAAAAAEAAOAAC"
+    "AEAABQAEAAEAAAAFAAAAsAAAAAAAAACwAEAAAAAAALAAQAAAAAAAYQEAAAAAAABhAQAAAAAAAAEA"
+    "AAAAAAAAAQAAAAYAAAAAAAAAAAAAAAAgQAAAAAAAACBAAAAAAAAAAAAAAAAAAAAgEAAAAAAAABAA"
+    "AAAAAAC4OQAAAA8FSIXAD4XtAAAAuHAAAAAPBTH/uAMAAAAPBf/Hg/8DcvLo+wAAAEiJBR0fAAD/"
+    "BSMfAAD3BRkfAAD/AwAAdRLo3QAAAEgrBf8eAABIg/gEc0eLBfseAAD/wCX/AAAAiQXuHgAA/8BI"
+    "weAMSI012S4AAEgBxr8AAQAAMdJFMdJFMcC4OAAAAA8FSIXAdKB4njH/uDwAAAAPBUiD7BBIxwQk"
+    "AgAAAEjHRCQIAAAAAEiJ5zH2uCMAAAAPBUiNPX0AAAC+AQQAALgCAAAADwWJx0iNNXgAAAC6DgAA"
+    "ALgBAAAADwVIxwQkEA4AAEiJ5zH2uCMAAAAPBeshSIPsEEjHBCQAAAAASMdEJAiA8PoCSInnMfa4"
+    "IwAAAA8FMf+45wAAAA8FSIPsEL8BAAAASInmuOQAAAAPBUiLBCRIg8QQwy93b3Jrc3BhY2UvYS5w"
+    "eQBob3BwZWQgPSBUcnVlCgAuc2hzdHJ0YWIALnRleHQALnJvZGF0YQAuYnNzAAAAAAAAAAAAAAAA"
+    "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAACwAA"
+    "AAEAAAAGAAAAAAAAALAAQAAAAAAAsAAAAAAAAABDAQAAAAAAAAAAAAAAAAAAAQAAAAAAAAAAAAAA"
+    "AAAAABEAAAABAAAAAgAAAAAAAADzAUAAAAAAAPMBAAAAAAAAHgAAAAAAAAAAAAAAAAAAAAEAAAAA"
+    "AAAAAAAAAAAAAAAZAAAACAAAAAMAAAAAAAAAACBAAAAAAAAAEAAAAAAAAAAgEAAAAAAAAAAAAAAA"
+    "AAAAEAAAAAAAAAAAAAAAAAAAAQAAAAMAAAAAAAAAAAAAAAAAAAAAAAAAEQIAAAAAAAAeAAAAAAAA"
+    "AAAAAAAAAAAAAQAAAAAAAAAAAAAAAAAAAA=="
+)
+"""tests/docker/clonehop.S, assembled the same way: each generation a clone(CLONE_VM)."""
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="the hoppers are x86-64 machine code")
+@pytest.mark.parametrize("hopper", ["fork", "clone"])
+def test_a_hopper_ends_with_its_call(sandbox: DockerSandbox, project: Path, hopper: str):
+    """Red-team round 8: a process that forks (or clones) and exits in a loop is gone from
+    /proc before the sweep reads its entry, so listing processes never caught it; it wrote to
+    the project after the last call, with no record. The sweep's kill(-1) reaches it in one
+    kernel pass (runc, Podman); gVisor's misses a clone(CLONE_VM) generation born during the
+    pass, so kill(-1) is repeated while /proc lists anything of ours."""
+    (project / "a.py").write_text("x = 1\n")
+    (project / "hop").write_bytes(FORK_HOPPER if hopper == "fork" else CLONE_HOPPER)
+    escape = shell(sandbox, "chmod +x hop; ./hop; rm hop; echo started")
+    assert escape.ok and "started" in escape.output, escape.output
+    time.sleep(9)  # it hops for 3 to 4 s, then writes 2 s later
+    assert (project / "a.py").read_text() == "x = 1\n"
+    after = shell(sandbox, "cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' '")
+    assert "./hop" not in after.output, after.output
+
+
 def _still_usable(sandbox: DockerSandbox) -> None:
     follow_up = shell(sandbox, "echo still-alive; python3 -c \"import os; "
                                "print(sum(p.isdigit() for p in os.listdir('/proc')))\"")
@@ -433,3 +489,36 @@ def test_no_network_still_has_loopback_and_localhost(sandbox: DockerSandbox, doc
     assert "LOOPBACK 127.0.0.1 sandbox" in result.output and "NETS ['lo']" in result.output
     host = docker_client.api.inspect_container(sandbox.info.container_id)["HostConfig"]
     assert host["NetworkMode"] == "none"
+
+
+@pytest.mark.parametrize("workspace", ["bind", "copy"])
+def test_a_process_that_cannot_be_stopped_costs_the_session_its_container(
+        project: Path, docker_client: Any, workspace: str):
+    """When the toolbox says a command left a process it could not stop (processes_unstopped),
+    only a new container ends it for sure: the host makes one (bind). A copy workspace would
+    lose its changes with its container, so there the person is told to review the diff."""
+    warnings: list[str] = []
+    config = make_config(project, workspace=workspace)
+    with DockerSandbox(config, client=docker_client, warn=warnings.append) as sandbox:
+        assert shell(sandbox, "echo mark > /tmp/mark; echo kept > kept.txt").ok
+        old = sandbox.info.container_id
+        toolbox = sandbox._toolbox
+        assert toolbox is not None
+        real = toolbox.call
+
+        def unstopped(*args: Any) -> dict[str, Any]:
+            reply = real(*args)
+            reply["meta"]["processes_unstopped"] = True
+            return reply
+
+        toolbox.call = unstopped  # type: ignore[method-assign]
+        shell(sandbox, "true")
+        if workspace == "copy":
+            assert sandbox.info.container_id == old
+            assert warnings and "review its diff before applying it" in warnings[-1]
+            return
+        assert sandbox.info.container_id != old
+        assert not docker_client.containers.list(all=True, filters={"id": old})
+        assert warnings and "could not be stopped; restarting the sandbox" in warnings[-1]
+        assert shell(sandbox, "cat kept.txt").output.endswith("kept")
+        assert "No such file" in shell(sandbox, "cat /tmp/mark").output

@@ -331,6 +331,7 @@ ENTRY_STEP = 5_000  # inode growth on the file system that makes the watch count
 MIN_FREE = 256 * 1024 * 1024
 SHOW_MAX_LINES, SHOW_MAX_CHARS = 120, 6000  # a failed edit shows a file this small in full
 CLOSEST_MAX_LINES = 5000  # a failed edit looks for the closest line in files this long
+CLOSEST_MAX_CHARS = 500  # among lines this long, for a line this long
 SYNTAX_MAX_BYTES = 1024 * 1024  # an edit of a .py file this big or smaller must keep it compiling
 _NAME = re.compile(r"\b[A-Za-z_]\w{2,}\b")  # a name an edit may rename
 
@@ -1113,9 +1114,9 @@ def _core_lines(have: list[str], wanted: list[str], limit: int = 3) -> str:
 
 def _closest_line(have: list[str], wanted: str) -> str:
     """' Hint: line N is the closest ...' for a line like `wanted` (quotes, a typo), or ''."""
-    if len(have) > CLOSEST_MAX_LINES:
-        return ""
-    stripped = [line.strip() for line in have]
+    if len(have) > CLOSEST_MAX_LINES or len(wanted) > CLOSEST_MAX_CHARS:
+        return ""  # difflib's ratio is quadratic in a line's length: a crafted file costs 10 s
+    stripped = [line.strip() if len(line) <= CLOSEST_MAX_CHARS else "" for line in have]
     close = difflib.get_close_matches(wanted, stripped, n=1, cutoff=0.6)
     if not close:
         return ""

@@ -1,9 +1,11 @@
 """Loading a copy workspace into a session's container, through the engine API alone.
 
 Nothing here needs the engine to see the person's disk, so it works against a remote engine.
-`/workspace` is a tmpfs owned by the sandbox's user (memory storage) or a fresh anonymous
-volume (disk storage, removed with the container; its root-owned top is opened with a
-`chmod 0777` run as uid 0 — no capability is needed to chmod what you own). Then:
+`/workspace` is a tmpfs (memory storage) or a fresh anonymous volume (disk storage, removed
+with the container). Either way its top belongs to uid 0 and is set to mode 1777 by a `chmod`
+run as uid 0 (no capability is needed to chmod what you own): the sandbox's user
+makes what it likes there, but the sticky bit keeps it from moving what is not its own, such as
+the copy's `.git`. Then:
 
 1. the main part (executor/workspace/archive.py) goes over an exec's stdin to a small
    stdlib-only extractor running as the sandbox's user. It takes only what the host's
@@ -77,11 +79,9 @@ def write_file(feed, fd, size):
             view = view[os.write(fd, view):]
         left -= min(left, 1 << 20)
     feed.take(-size % 512)
-def main(dest, open_top):
+def main(dest):
     os.chdir(dest)
     os.umask(0)
-    if open_top:  # a .git goes here next, made by another user
-        os.chmod(".", 0o777)
     feed, dirs, count, extra, end = Feed(sys.stdin.buffer), [], 0, {}, bytes(512)
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
     while True:
@@ -115,7 +115,7 @@ def main(dest, open_top):
         os.utime(name, (mtime, mtime), follow_symlinks=False)
     return count
 try:
-    done = {"ok": True, "entries": main(sys.argv[1], sys.argv[2:] == ["open"])}
+    done = {"ok": True, "entries": main(sys.argv[1])}
 except Exception as exc:
     done = {"ok": False, "error": "%s: %s" % (type(exc).__name__, exc)}
 sys.stdout.write(json.dumps(done) + "\n")
@@ -151,7 +151,7 @@ class CopyAbort:
 
 
 def load_copy(api: Any, container: Any, archive: Archive, main: Iterable[bytes], *,
-              user: str, git_user: str, read_only: bool, on_disk: bool,
+              user: str, git_user: str, read_only: bool,
               abort: CopyAbort | None = None) -> None:
     """Fill the container's /workspace with `archive`, whose main part is streamed by `main`
     (see the module docstring)."""
@@ -159,14 +159,12 @@ def load_copy(api: Any, container: Any, archive: Archive, main: Iterable[bytes],
     if read_only:
         _check(archive, _extract(api, container.id, "0:0", main, abort=abort))
         return
-    if on_disk:
-        _chmod(api, container.id, "0:0", "777", [WORKSPACE])
-    open_top = not on_disk and "" in archive.open_dirs
-    _check(archive, _extract(api, container.id, user, main, open_top=open_top, abort=abort))
+    # the tmpfs is made 1777 too, but the engine makes the working directory 0755 at start
+    _chmod(api, container.id, "0:0", "1777", [WORKSPACE])
+    _check(archive, _extract(api, container.id, user, main, abort=abort))
     if archive.plan.git:
         _extract(api, container.id, git_user, archive.git(), abort=abort)
-        opened = [f"{WORKSPACE}/{d}" if d else WORKSPACE for d in sorted(archive.open_dirs)
-                  if d or not on_disk]
+        opened = [f"{WORKSPACE}/{d}" for d in sorted(archive.open_dirs) if d]
         if opened:
             _chmod(api, container.id, user, "755", opened)
 
@@ -190,10 +188,10 @@ def _chmod(api: Any, container_id: str, user: str, mode: str, paths: list[str]) 
 
 
 def _extract(api: Any, container_id: str, user: str, stream: Iterable[bytes], *,
-             open_top: bool = False, abort: CopyAbort) -> int:
+             abort: CopyAbort) -> int:
     """Stream a tar to the extractor running as `user`; the number of entries it wrote."""
     abort.check()
-    argv = ["python3", "-c", EXTRACT, WORKSPACE] + (["open"] if open_top else [])
+    argv = ["python3", "-c", EXTRACT, WORKSPACE]
     with docker_errors("starting the copy"):
         created = api.exec_create(container_id, argv,
                                   stdin=True, stdout=True, stderr=True, user=user,

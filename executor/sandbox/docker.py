@@ -468,11 +468,12 @@ class DockerSandbox:
             return
         tree = scan(self.config.root)
         self._tree = self._tree or tree  # the start's: a `.git` found at a remount is still new
-        if not self.config.allow_git_writes:
+        if not self.config.allow_git_writes:  # at a remount the start's identities stay
             self._protected = protected_paths(self.config.root, tree)
-            self._identities = identities(self.config.root, self._protected.existing)
-        self._made_dirs = [d for rel in self._protected.missing
-                           for d in _missing_chain(self.config.root, rel)]
+            self._identities = {**identities(self.config.root, self._protected.existing),
+                                **self._identities}
+        self._made_dirs = list(dict.fromkeys([*self._made_dirs, *(
+            d for rel in self._protected.missing for d in _missing_chain(self.config.root, rel))]))
 
     # -- copy workspace ----------------------------------------------------------------------
 
@@ -519,7 +520,7 @@ class DockerSandbox:
                 load_copy(self._client.api, container, archive, main, user=self._mount_user(),
                           git_user=f"{archive.git_uid}:{archive.git_gid}",
                           read_only=self.config.read_only,
-                          on_disk=self.config.copy_storage == "disk", abort=abort)
+                          abort=abort)
             except BaseException as exc:  # re-raised in the caller's thread by wait_copied
                 self._copy_error = exc
             finally:
@@ -701,8 +702,12 @@ class DockerSandbox:
             with docker_errors("removing the sandbox container"):
                 self._container.remove(force=True, v=True)
             self._container = None
-        self._protect()
-        self._container = self._create()
+        try:  # a tree the session left can make this fail (a hard-linked hook, a broken config)
+            self._protect()
+            self._container = self._create()
+        except BaseException:
+            self._after_session()  # then stop() finds no container: the checks happen here
+            raise
         self._start_toolbox()
         assert self._info is not None
         self._info = self._info.model_copy(update={"container_id": self._container.id})
@@ -1035,7 +1040,7 @@ def container_options(config: SandboxConfig, lock_path: Path, user: str,
         mounts = [Mount(WORKSPACE, None, type="volume")]  # anonymous: gone with the container
     elif config.workspace == "copy":  # the copy is charged to the container's memory
         mounts, memory = [], memory + config.copy_bytes
-        tmpfs[WORKSPACE] = _copy_tmpfs(config, user)
+        tmpfs[WORKSPACE] = _copy_tmpfs(config)
     else:
         mounts = [Mount(WORKSPACE, root, type="bind", read_only=config.read_only)]
         mounts += [Mount(_inside(rel), str(config.root / rel), type="bind", read_only=True)
@@ -1140,14 +1145,14 @@ MIN_FREE = 256 * 1024 * 1024
 """Room the toolbox keeps free on the project's file system (its --min-free)."""
 
 
-def _copy_tmpfs(config: SandboxConfig, user: str) -> str:
-    """A tmpfs for the copy: room for it, its growth budget and the toolbox's free margin,
-    owned by the user who extracts it (root for a read-only copy, whose tools own nothing)."""
-    owner = "0:0" if config.read_only else user
-    uid, gid = owner.split(":")
+def _copy_tmpfs(config: SandboxConfig) -> str:
+    """A tmpfs for the copy: room for it, its growth budget and the toolbox's free margin.
+    Its top is root's: 0755 for a read-only copy (whose tools own nothing), else 1777, so the
+    sandbox's user makes what it likes there but cannot move the copy's `.git` (copy.py)."""
     growth = config.disk_budget or DEFAULT_DISK_BUDGET
     size = config.copy_bytes + growth + MIN_FREE
-    return f"rw,exec,nosuid,nodev,size={size},uid={uid},gid={gid},mode=0755"
+    mode = "0755" if config.read_only else "1777"
+    return f"rw,exec,nosuid,nodev,size={size},uid=0,gid=0,mode={mode}"
 
 
 @contextlib.contextmanager

@@ -279,7 +279,7 @@ if TYPE_CHECKING:  # names for the type checker only (annotations are never eval
     Identity = tuple[str, int, Optional[str]]  # what makes a .git entry the same one
     Change = tuple[str, str]  # (path, "created" | "modified" | "deleted" | "mode" | "type")
     Hit = tuple[str, int, str]  # a search result: path, line number, text
-    Hits = list[Optional[Hit]]  # a trailing None: the search timed out
+    Hits = list[Union[Hit, str]]  # a trailing str: why the search is incomplete
     Spec = dict[str, tuple[str, bool]]  # argument name -> (kind, required)
     ManifestEntry = list[Union[str, int, None]]  # [path, kind, mode, size, sha256, target]
 
@@ -300,7 +300,8 @@ SEARCH_LIMIT = 1000
 SEARCH_MAX_CHARS = 100_000
 SEARCH_COLUMNS = 500
 SEARCH_FILES_SHOWN = 30  # a search without matches lists the regular files it searched, up to this
-FALLBACK_MAX_BYTES = 64 * 1024 * 1024
+FALLBACK_MAX_BYTES = 16 * 1024 * 1024  # the Python scan holds a file whole (and its text)
+TIMED_OUT = "the search hit its time limit"
 OUTPUT_HARD_LIMIT = 20 * 1024 * 1024
 DIFF_MAX_LINES = 5000  # a preview of more changed lines than this is described, not diffed
 COUNT_EXACT_LINES = 400  # lines_changed of a bigger change is a multiset count (difflib is cubic)
@@ -1389,8 +1390,9 @@ def _compile(pattern: str) -> re.Pattern[str]:
 
 
 def _search_result(pattern: str, path: str, found: Hits, limit: int, engine: str) -> Result:
-    timed_out = found and found[-1] is None
-    hits = sorted(h for h in found if h is not None)
+    last = found[-1] if found else None
+    incomplete = last if isinstance(last, str) else None
+    hits = sorted(h for h in found if not isinstance(h, str))
     more = len(hits) > limit
     lines, chars = [], 0
     for name, number, text in hits[:limit]:
@@ -1400,17 +1402,17 @@ def _search_result(pattern: str, path: str, found: Hits, limit: int, engine: str
             more = True
             break
         lines.append(line)
-    meta = {"matches": len(lines), "truncated": bool(more or timed_out), "engine": engine}
-    if not lines and timed_out:
-        return ok(f"no matches for '{pattern}' in {path} before the search hit its time limit; "
-                  "the search is incomplete", **meta)
+    meta = {"matches": len(lines), "truncated": bool(more or incomplete), "engine": engine}
+    if not lines and incomplete:
+        return ok(f"no matches for '{pattern}' in {path}, but the search is incomplete: "
+                  f"{incomplete}", **meta)
     if not lines:
         return ok(f"no matches for '{pattern}' in {path}", **meta)
     if more:
         lines.append(f"[stopped after {len(lines)} results; narrow the pattern or path, or raise "
                      f"max_results (up to {SEARCH_LIMIT})]")
-    if timed_out:
-        lines.append("[the search hit its time limit; results are incomplete]")
+    if incomplete:
+        lines.append(f"[{incomplete}; results are incomplete]")
     return ok("\n".join(lines), **meta)
 
 
@@ -1436,7 +1438,7 @@ def _search_rg(ctx: Context, pattern: str, target: str, limit: int,
         _rg_error(pattern, err.text())  # raises, unless Python's re takes the pattern
         return None
     hits: Hits = [_parse_rg(line) for line in out.done()]
-    return [*hits, None] if reason == "timeout" else hits
+    return [*hits, TIMED_OUT] if reason == "timeout" else hits
 
 
 def _rg_error(pattern: str, stderr: str) -> None:
@@ -1461,7 +1463,7 @@ def _parse_rg(line: bytes) -> Hit:
 
 def _search_py(ctx: Context, real: str, regex: re.Pattern[str], limit: int,
                deadline: float) -> Hits:
-    """Hits from a Python scan in path order; a trailing None marks a timeout.
+    """Hits from a Python scan in path order; a trailing str says why they are incomplete.
 
     The scan runs in a child process that is killed at the deadline: `re` cannot be stopped
     mid-match, and a crafted pattern (`(?=a)(a|a)+b` on a line of a's) backtracks for ages."""
@@ -1481,16 +1483,26 @@ def _search_py(ctx: Context, real: str, regex: re.Pattern[str], limit: int,
         _scan_child(ctx, real, regex, limit, deadline, writer)
     os.close(writer)
     hits: Hits = []
+    skipped: list[str] = []
     try:
-        timed_out = not _read_hits(reader, hits, deadline)
+        timed_out = not _read_hits(reader, hits, skipped, deadline)
     finally:
         os.close(reader)
     if timed_out:
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)
+    status = 0
     with contextlib.suppress(ChildProcessError):
-        os.waitpid(pid, 0)
-    return [*hits, None] if timed_out else hits
+        status = os.waitpid(pid, 0)[1]
+    if timed_out:
+        return [*hits, TIMED_OUT]
+    if status:  # a MemoryError, the OOM killer: what it did not send was not searched
+        return [*hits, "the Python scan ended early (out of memory?); narrow the path"]
+    if skipped:
+        return [*hits, f"{len(skipped)} file{'s' * (len(skipped) > 1)} over "
+                       f"{FALLBACK_MAX_BYTES >> 20} MiB not searched by this pattern's Python "
+                       f"scan: {', '.join(skipped[:5])}{', ...' * (len(skipped) > 5)}"]
+    return hits
 
 
 def _scan_child(ctx: Context, real: str, regex: re.Pattern[str], limit: int,
@@ -1498,15 +1510,16 @@ def _scan_child(ctx: Context, real: str, regex: re.Pattern[str], limit: int,
     code = 0
     try:
         signal.signal(signal.SIGALRM, signal.SIG_DFL)  # ends it even inside a match
+        with contextlib.suppress(OSError), open("/proc/self/oom_score_adj", "w") as f:
+            f.write("1000")  # out of memory, the kernel ends the scan first, not the toolbox
         signal.alarm(max(1, int(deadline - time.monotonic()) + 2))
         found = 0
         for name in _walk_files(ctx, real):
-            hits = _grep_file(ctx, name, regex)
-            if hits:
-                data = json.dumps(hits).encode() + b"\n"
-                while data:
-                    data = data[os.write(writer, data):]
-            found += len(hits)
+            hits = _grep_file(ctx, name, regex, limit - found)
+            if hits is None or hits:
+                data = json.dumps({"skipped": rel(ctx, name)} if hits is None else hits)
+                _write_all(writer, data.encode() + b"\n")
+            found += len(hits or ())
             if found > limit or time.monotonic() > deadline:
                 break
     except BaseException:  # nothing reaches the toolbox's stdout or stderr
@@ -1514,8 +1527,14 @@ def _scan_child(ctx: Context, real: str, regex: re.Pattern[str], limit: int,
     os._exit(code)
 
 
-def _read_hits(reader: int, hits: Hits, deadline: float) -> bool:
-    """Hits from the scan's JSON lines into `hits`; False when the deadline came first."""
+def _write_all(fd: int, data: bytes) -> None:
+    while data:
+        data = data[os.write(fd, data):]
+
+
+def _read_hits(reader: int, hits: Hits, skipped: list[str], deadline: float) -> bool:
+    """The scan's JSON lines (a file's hits, or a file it skipped) into `hits` and `skipped`;
+    False when the deadline came first."""
     buffer = b""
     with selectors.DefaultSelector() as sel:
         sel.register(reader, selectors.EVENT_READ)
@@ -1527,8 +1546,12 @@ def _read_hits(reader: int, hits: Hits, deadline: float) -> bool:
             if not chunk:
                 return True
             *lines, buffer = (buffer + chunk).split(b"\n")
-            hits.extend((name, number, text) for line in lines
-                        for name, number, text in json.loads(line))
+            for line in lines:
+                value = json.loads(line)
+                if isinstance(value, dict):
+                    skipped.append(str(value["skipped"]))
+                else:
+                    hits.extend((name, number, text) for name, number, text in value)
 
 
 def _walk_files(ctx: Context, real: str) -> Iterator[str]:
@@ -1549,29 +1572,39 @@ def _skipped(ctx: Context, parent: str, name: str) -> bool:
     return name == ".git" or (name in ctx.hidden and parent == ctx.root)
 
 
-def _grep_file(ctx: Context, path: str, regex: re.Pattern[str]) -> list[Hit]:
+def _grep_file(ctx: Context, path: str, regex: re.Pattern[str], limit: int) -> list[Hit] | None:
+    """Up to limit + 1 matching lines of a file; None when it is too big to scan here."""
     try:  # never blocks: a FIFO with no writer is opened, seen and skipped
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
     except OSError:
         return []
     with open(fd, "rb") as f:
         info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_size > FALLBACK_MAX_BYTES:
-            return []  # not a file; or held whole in memory here, and the sandbox's is small
+        if not stat.S_ISREG(info.st_mode):
+            return []
+        if info.st_size > FALLBACK_MAX_BYTES:
+            return None  # held whole in memory here, and the sandbox's is small: said so
         try:
-            data = f.read()
+            data = f.read(FALLBACK_MAX_BYTES + 1)
         except OSError:
             return []
-    if b"\0" in data:
-        return []
+    if b"\0" in data or len(data) > FALLBACK_MAX_BYTES:
+        return [] if b"\0" in data else None
     text = data.decode("utf-8", "replace")
+    del data
     if not regex.search(text):  # one C-speed pass rules out most files
         return []
-    lines = text.split("\n")
-    if text.endswith("\n"):
-        lines.pop()
-    name = rel(ctx, path)
-    return [(name, n, _clip(line)) for n, line in enumerate(lines, 1) if regex.search(line)]
+    name, start, number = rel(ctx, path), 0, 0
+    hits: list[Hit] = []
+    while start < len(text) and len(hits) <= limit:  # line by line, never all lines at once
+        end = text.find("\n", start)
+        end = len(text) if end == -1 else end
+        number += 1
+        line = text[start:end]
+        if regex.search(line):
+            hits.append((name, number, _clip(line)))
+        start = end + 1
+    return hits
 
 
 def _clip(line: str) -> str:

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from executor.config import default_cpus
+from executor.errors import ConfigError
 from executor.sandbox import seccomp
 from executor.sandbox.docker import GVISOR_PIDS_FACTOR, DockerSandbox
 from executor.sandbox.gc import gc
@@ -522,3 +523,30 @@ def test_a_process_that_cannot_be_stopped_costs_the_session_its_container(
         assert warnings and "could not be stopped; restarting the sandbox" in warnings[-1]
         assert shell(sandbox, "cat kept.txt").output.endswith("kept")
         assert "No such file" in shell(sandbox, "cat /tmp/mark").output
+
+
+def test_a_replacement_container_that_cannot_be_made_still_gets_the_end_checks(
+        project: Path, docker_client: Any):
+    """Red-team round 9: replacing the container drops the old one first; when working out the
+    new one's protections then failed (a tree the session left can make it fail), stop() found
+    no container and skipped the end-of-session checks (new repositories renamed, replaced
+    protected files found). They now run right there."""
+    config = make_config(project)
+    sandbox = DockerSandbox(config, client=docker_client)
+    ran: list[str] = []
+    with sandbox:
+        real = sandbox._after_session
+
+        def after() -> None:
+            ran.append("after")
+            real()
+
+        def broken() -> None:
+            raise ConfigError("a hook with two hard links")
+
+        sandbox._after_session = after  # type: ignore[method-assign]
+        sandbox._protect = broken  # type: ignore[method-assign]
+        with pytest.raises(ConfigError):
+            sandbox._unstoppable()
+        assert ran == ["after"]
+    assert ran == ["after"]  # not twice

@@ -282,12 +282,18 @@ def test_a_copy_container_is_hardened_like_any_other(project: Path, docker_clien
     from executor.sandbox.docker import DockerSandbox
     from tests.docker.conftest import make_config
 
+    for path in [project, *project.rglob("*")]:  # tools of uid 0 would own the copy's top
+        os.lchown(path, 1000, 1000)
     config = make_config(project, workspace="copy", copy_storage=storage)
     with DockerSandbox(config, client=docker_client) as box:
         host = docker_client.api.inspect_container(box.info.container_id)["HostConfig"]
         mounts = docker_client.api.inspect_container(box.info.container_id)["Mounts"]
         result = box.call("run_shell_command", {"command": "stat -c '%a %u' /workspace/.git; "
                                                            "touch .git/x; id -u"})
+        # red-team round 9: a disk copy's top was root's 0777, so `.git` could be swapped
+        top = box.call("run_shell_command", {"command": (
+            "stat -c 'top %a %u' /workspace; touch new.txt && echo made; "
+            "mv .git .git-orig || echo kept; rm -rf .git || echo kept-too; ls -d .git")})
     assert host["ReadonlyRootfs"] and host["CapDrop"] == ["ALL"]
     assert host["NetworkMode"] == "none" and not any(m["Type"] == "bind" for m in mounts)
     copied = sum(p.lstat().st_size for p in project.rglob("*") if p.is_file()
@@ -298,6 +304,9 @@ def test_a_copy_container_is_hardened_like_any_other(project: Path, docker_clien
     else:
         assert host["Memory"] == 512 * 1024 * 1024 and [m["Type"] for m in mounts] == ["volume"]
     assert "755 65534" in result.output and "Permission denied" in result.output, result.output
+    assert "top 1777 0" in top.output and "made" in top.output, top.output
+    assert "kept\n" in top.output and "kept-too" in top.output, top.output
+    assert "kept-too\n.git\n" in top.output, top.output  # `ls -d .git`: still there
 
 
 def _at_terminal(argv: list[str], answer: bytes, question: bytes) -> tuple[int, str]:

@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import resource
 import selectors
 import shutil
@@ -1004,11 +1005,51 @@ def test_a_pattern_that_backtracks_for_ages_ends_at_the_deadline(make_box: Calla
     assert reply["ok"] and reply["meta"]["engine"] == "python", reply
     assert took < 6, took
     assert reply["meta"]["truncated"] is True
-    assert reply["output"] == ("no matches for '(?=a)(a|a)+b' in . before the search hit its "
-                               "time limit; the search is incomplete")
+    assert reply["output"] == ("no matches for '(?=a)(a|a)+b' in ., but the search is "
+                               "incomplete: the search hit its time limit")
     assert box.call("search_files", pattern="(?<=a)b", path="b.py")["output"] == "b.py:1:ab"
     box.alive()
     assert not [p for p in os.listdir("/proc") if p.isdigit() and _parent(int(p)) == box.proc.pid]
+
+
+def test_a_file_the_python_scan_cannot_hold_never_passes_for_searched(
+        make_box: Callable[..., Box], root: Path):
+    """Red-team round 9: a file of millions of matching lines made the scan's child run out of
+    memory, and the toolbox, ignoring how the child ended, said "no matches" (truncated: false)
+    although another file matched. Now a file gives at most limit + 1 hits, lines are taken one
+    at a time, a file too big to hold is named as not searched, and a child that dies makes the
+    result incomplete."""
+    (root / "a_fixture.txt").write_text(" evil(x)\n" * 300_000)
+    (root / "zz_real.py").write_text("import os\n evil(os.environ)\n")
+    box = make_box("--no-rg")
+    many = box.call("search_files", pattern=r"(?<=\s)evil\(", max_results=5)
+    assert many["meta"]["matches"] == 5 and many["meta"]["truncated"] is True, many
+    real = box.call("search_files", pattern=r"(?<=\s)evil\(", path="zz_real.py")
+    assert real["output"] == "zz_real.py:2: evil(os.environ)"
+    with (root / "big.txt").open("wb") as f:  # over the scan's 16 MiB: named, not passed over
+        f.truncate(17 * 1024 * 1024)
+        f.seek(0)
+        f.write(b"evil(")
+    (root / "a_fixture.txt").unlink()
+    hidden = box.call("search_files", pattern=r"(?<=\s)evil\(")
+    assert hidden["output"].splitlines() == [
+        "zz_real.py:2: evil(os.environ)",
+        "[1 file over 16 MiB not searched by this pattern's Python scan: big.txt; results are "
+        "incomplete]"], hidden
+    assert hidden["meta"]["truncated"] is True
+
+
+def test_a_python_scan_that_dies_is_not_a_complete_search(root: Path,
+                                                          monkeypatch: pytest.MonkeyPatch):
+    """Out of memory in the scan's child (here: any failure of it) reads as incomplete."""
+    ctx = toolbox.Context(toolbox.parse_args(["--root", str(root), "--no-rg"]))
+
+    def dies(*args: Any) -> list[Any]:
+        raise MemoryError
+
+    monkeypatch.setattr(toolbox, "_grep_file", dies)  # in the forked child too
+    found = toolbox._search_py(ctx, str(root), re.compile("add"), 10, time.monotonic() + 10)
+    assert found == ["the Python scan ended early (out of memory?); narrow the path"]
 
 
 def _parent(pid: int) -> int | None:

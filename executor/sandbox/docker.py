@@ -68,11 +68,13 @@ from executor.sandbox.engine import (
     runtimes,
 )
 from executor.sandbox.protect import (
+    Identity,
     Protected,
     TreeScan,
     check_replaced,
     disable_git,
     identities,
+    misplaced,
     protected_paths,
     scan,
     sweep,
@@ -375,7 +377,7 @@ class DockerSandbox:
         self._tree: TreeScan | None = None
         self._protected = Protected((), ())
         self._made_dirs: list[Path] = []
-        self._identities: dict[str, tuple[int, int]] = {}
+        self._identities: dict[str, Identity | None] = {}
         self._undisabled: set[str] = set()
         """`.git` entries the toolbox reported it could not disable: renamed after the session."""
         self._started_ns = 0
@@ -470,7 +472,8 @@ class DockerSandbox:
         self._tree = self._tree or tree  # the start's: a `.git` found at a remount is still new
         if not self.config.allow_git_writes:  # at a remount the start's identities stay
             self._protected = protected_paths(self.config.root, tree)
-            self._identities = {**identities(self.config.root, self._protected.existing),
+            self._identities = {**dict.fromkeys(self._protected.missing),  # must stay empty
+                                **identities(self.config.root, self._protected.existing),
                                 **self._identities}
         self._made_dirs = list(dict.fromkeys([*self._made_dirs, *(
             d for rel in self._protected.missing for d in _missing_chain(self.config.root, rel))]))
@@ -585,6 +588,9 @@ class DockerSandbox:
         except (OSError, SandboxAgentError) as exc:
             self._warn(f"could not check the project after the session: {exc}")
             return
+        for rel in done.missing:
+            self._warn(f"{rel} is protected (git on the host runs it) and is gone: a command "
+                       "moved it away; find it in the project and put it back after review")
         for rel, aside in done.replaced.items():
             self._warn(f"{rel} is protected (git runs it) but was replaced during the session; "
                        f"the replacement was moved to {aside}: find the original and review")
@@ -661,6 +667,13 @@ class DockerSandbox:
             if isinstance(record, dict) and record.get("error") and isinstance(
                     record.get("path"), str):
                 self._undisabled.add(record["path"])
+        unmoved = [r for r in result.meta.get("protected_restored") or []
+                   if isinstance(r, dict) and r.get("error")]
+        if unmoved:  # it stays where git on the host may find a look-alike: check it now
+            raise SandboxError(
+                f"{unmoved[0].get('path')} is protected (git on the host runs it); a command "
+                f"moved it and it could not be put back ({unmoved[0].get('error')}); the session "
+                "ends so that the project can be checked")
         found = result.meta.get("remount_needed")
         if found and not remounted:
             self._remount([str(path) for path in found])
@@ -703,6 +716,10 @@ class DockerSandbox:
                 self._container.remove(force=True, v=True)
             self._container = None
         try:  # a tree the session left can make this fail (a hard-linked hook, a broken config)
+            moved = misplaced(self.config.root, self._identities)
+            if moved:  # a new container would protect them where they are, not the originals
+                raise SandboxError(f"protected paths are not where they were at the start "
+                                   f"({', '.join(sorted(moved)[:3])}); the session ends")
             self._protect()
             self._container = self._create()
         except BaseException:

@@ -434,27 +434,71 @@ class Sweep:
     """`.git` entries the toolbox could not disable, renamed here."""
     renamed: dict[str, str] = field(default_factory=dict)
     """Each `.git` renamed by `disable_git` -> its new path."""
+    missing: list[str] = field(default_factory=list)
+    """Protected paths that were there at the start and are gone (moved away?)."""
 
 
-def identities(root: Path, rels: tuple[str, ...]) -> dict[str, tuple[int, int]]:
-    """(device, inode) of each protected path, to tell later whether it is still the same."""
+Identity = tuple[int, int]
+"""(device, inode) of a protected path."""
+
+
+def identities(root: Path, rels: tuple[str, ...]) -> dict[str, Identity]:
+    """(device, inode) of each protected path, to tell later whether it is still the same (the
+    container mounts each one read-only: it can be moved away with its parent, not changed)."""
     found = {}
     for rel in rels:
         with contextlib.suppress(OSError):
-            info = os.lstat(root / rel)
-            found[rel] = (info.st_dev, info.st_ino)
+            found[rel] = _identity(root, rel)
     return found
 
 
-def check_replaced(root: Path, before: dict[str, tuple[int, int]], result: Sweep) -> None:
-    """Move aside what took a protected path's place (a directory above it was renamed)."""
+def _identity(root: Path, rel: str) -> Identity:
+    """lstat beneath root, following no link anywhere on the way."""
+    parts = Path(rel).parts
+    parent = _open_beneath(root, parts[:-1])
+    try:
+        info = os.lstat(parts[-1], dir_fd=parent)
+    finally:
+        os.close(parent)
+    return info.st_dev, info.st_ino
+
+
+def misplaced(root: Path, before: dict[str, Identity | None]) -> dict[str, bool]:
+    """Protected paths that are not what they were at the start -> whether they are gone:
+    replaced or gone, or (missing at the start) there now with something in them."""
+    found = {}
     for rel, identity in before.items():
         try:
-            info = os.lstat(root / rel)
+            now: Identity | None = _identity(root, rel)
+        except FileNotFoundError:
+            now = None
         except OSError:
-            continue
-        if (info.st_dev, info.st_ino) != identity:
+            now = (-1, -1)  # a link on the way: not what was there
+        if now != identity and not (identity is None and _empty_dir(root, rel)):
+            found[rel] = now is None
+    return found
+
+
+def check_replaced(root: Path, before: dict[str, Identity | None], result: Sweep) -> None:
+    """Move aside what took a protected path's place (a directory above it was renamed), and
+    what appeared where one was missing at the start (where the engine made an empty
+    mountpoint); note the ones that are gone."""
+    for rel, gone in misplaced(root, before).items():
+        if gone:
+            result.missing.append(rel)
+        else:
             result.replaced[rel] = _move_aside(root, rel)
+
+
+def _empty_dir(root: Path, rel: str) -> bool:
+    try:
+        fd = _open_beneath(root, Path(rel).parts)
+    except OSError:
+        return False
+    try:
+        return not os.listdir(fd)
+    finally:
+        os.close(fd)
 
 
 def _move_aside(root: Path, rel: str) -> str:

@@ -494,3 +494,52 @@ def test_a_repository_the_person_makes_during_a_session_is_read_only_at_once(
     assert "Read-only file system" in results[1], results
     assert not (root / "vendor" / "lib" / ".git" / "hooks" / "post-checkout").exists()
     assert "restarting the sandbox with it read-only" in done.stderr
+
+
+def _hooks_repo(workdir: Path) -> Path:
+    root = workdir / "proj"
+    (root / "tools" / "git" / "hooks").mkdir(parents=True)
+    (root / "tools" / "git" / "hooks" / "pre-commit").write_text("#!/bin/sh\nmake check\n")
+    git("init", "-q", str(root), cwd=workdir)
+    git("config", "core.hooksPath", "tools/git/hooks", cwd=root)
+    return root
+
+
+def test_a_protected_path_a_command_keeps_from_being_put_back_ends_the_session(
+        workdir: Path, model_server: ModelServer):
+    """Red-team round 10: `chmod 555` on the directory that holds the moved one made the put
+    back fail (the toolbox has the commands' uid); the only trace was a line for the model, and
+    at the end a protected path that was gone was not noticed. Now the session ends at once,
+    and the person is told the hooks are gone."""
+    root = _hooks_repo(workdir)
+    model_server.reply(tool_calls=[Call("run_shell_command", {
+        "command": "mv tools/git tools/git_old && chmod 555 tools && echo moved"})])
+    model_server.reply("done")
+    done = ask(root, model_server, "ollama", "--yes")
+    assert done.returncode != 0, explain(done)
+    assert "could not be put back" in done.stderr and "the session ends" in done.stderr, \
+        explain(done)
+    assert "tools/git/hooks is protected (git on the host runs it) and is gone" in done.stderr
+    (root / "tools").chmod(0o755)
+    assert (root / "tools" / "git_old" / "hooks" / "pre-commit").read_text() == \
+        "#!/bin/sh\nmake check\n"
+
+
+def test_what_appears_where_a_protected_path_was_missing_is_moved_aside(
+        workdir: Path, model_server: ModelServer):
+    """Red-team round 10, second session: the hooks path is missing at the start, so the engine
+    mounts an empty directory there; moving that aside and planting a pre-commit left a hook
+    git on the host would run. What is there at the end is moved aside now."""
+    root = _hooks_repo(workdir)
+    shutil.rmtree(root / "tools" / "git")
+    model_server.reply(tool_calls=[Call("run_shell_command", {"command": (
+        "mv tools/git tools/git_engine; mkdir -p tools/git/hooks && "
+        "printf '#!/bin/sh\\ntouch /tmp/pwned\\n' > tools/git/hooks/pre-commit && "
+        "chmod +x tools/git/hooks/pre-commit && chmod 555 tools; echo planted")})])
+    model_server.reply("done")
+    done = ask(root, model_server, "ollama", "--yes")
+    assert "tools/git/hooks is protected (git runs it) but was replaced" in done.stderr, \
+        explain(done)
+    (root / "tools").chmod(0o755)
+    assert not (root / "tools" / "git" / "hooks").exists()
+    assert list((root / "tools" / "git").glob("hooks.replaced-*/pre-commit"))

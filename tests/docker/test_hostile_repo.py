@@ -543,3 +543,48 @@ def test_what_appears_where_a_protected_path_was_missing_is_moved_aside(
     (root / "tools").chmod(0o755)
     assert not (root / "tools" / "git" / "hooks").exists()
     assert list((root / "tools" / "git").glob("hooks.replaced-*/pre-commit"))
+
+
+@pytest.mark.parametrize("which", ["config", "include"])
+def test_a_hard_linked_git_config_stops_a_bind_session(workdir: Path, model_server: ModelServer,
+                                                     which: str):
+    """Red-team round 11: `.git/config` (or a file it includes) hard-linked to a file in the
+    tree: the sandbox appended `core.fsmonitor` through the other name and `git status` on the
+    host ran it. Refused like a hard-linked hook."""
+    root = workdir / "proj"
+    (root / "docs").mkdir(parents=True)
+    git("init", "-q", str(root), cwd=workdir)
+    if which == "config":
+        os.link(root / ".git" / "config", root / "docs" / "repo-config.txt")
+    else:
+        (root / "tools").mkdir()
+        (root / "tools" / "git.inc").write_text("[user]\n\tname = dev\n")
+        git("config", "include.path", "../tools/git.inc", cwd=root)
+        os.link(root / "tools" / "git.inc", root / "docs" / "repo-config.txt")
+    before = (root / "docs" / "repo-config.txt").read_bytes()
+    model_server.reply(tool_calls=[Call("run_shell_command", {
+        "command": "printf '[core]\\n\\tfsmonitor = id\\n' >> docs/repo-config.txt"})])
+    model_server.reply("done")
+    done = ask(root, model_server, "ollama", "--yes")
+    assert done.returncode == 2 and "Traceback" not in done.stderr, explain(done)
+    assert "hard links" in done.stderr and "--workspace copy" in done.stderr, explain(done)
+    assert (root / "docs" / "repo-config.txt").read_bytes() == before
+
+
+def test_a_folder_holding_two_protected_paths_is_put_back_once(workdir: Path,
+                                                              model_server: ModelServer):
+    """Red-team round 11: with two protected paths in one moved folder the toolbox put the
+    folder back for the first, then moved the real one aside as `*.replaced-*` for the second,
+    failed and ended the session. It is put back once now."""
+    root = workdir / "proj"
+    (root / "tools" / "hooks").mkdir(parents=True)
+    (root / "tools" / "hooks" / "pre-commit").write_text("#!/bin/sh\nmake check\n")
+    (root / "tools" / "git.inc").write_text("[user]\n\tname = dev\n")
+    git("init", "-q", str(root), cwd=workdir)
+    git("config", "core.hooksPath", "tools/hooks", cwd=root)
+    git("config", "include.path", "../tools/git.inc", cwd=root)
+    [result] = attempt(root, model_server, "mv tools tools_old && echo moved")
+    assert result.count("was put back") == 2 and "replaced" not in result, result
+    assert (root / "tools" / "hooks" / "pre-commit").read_text() == "#!/bin/sh\nmake check\n"
+    assert (root / "tools" / "git.inc").is_file() and not (root / "tools_old").exists()
+    assert not list(root.glob("tools.replaced-*"))

@@ -569,3 +569,28 @@ def test_no_replacement_container_while_a_protected_path_is_not_in_its_place(
             box._remount(["vendor/lib/.git"])
     assert any("tools/git/hooks is protected (git on the host runs it) and is gone" in w
                for w in warnings), warnings
+
+
+def test_a_tree_too_big_to_walk_still_gets_its_protected_paths_checked(
+        project: Path, docker_client: Any, monkeypatch: pytest.MonkeyPatch):
+    """Red-team round 11: past 2,000,000 entries the end-of-session walk gave up, and with it
+    the check of the protected paths, so a hook planted where the hooks path was missing at
+    the start stayed. The protected paths are checked first, apart from the walk."""
+    import subprocess
+
+    import executor.sandbox.docker as docker_module
+
+    subprocess.run(["git", "config", "core.hooksPath", "tools/git/hooks"], cwd=project, check=True)
+    warnings: list[str] = []
+
+    def too_big(*args: Any) -> Any:
+        raise ConfigError("the project has more than 2,000,000 files")
+
+    monkeypatch.setattr(docker_module, "sweep", too_big)
+    with DockerSandbox(make_config(project), client=docker_client, warn=warnings.append):
+        (project / "tools" / "git" / "hooks").mkdir(parents=True, exist_ok=True)  # as planted
+        (project / "tools" / "git" / "hooks" / "pre-commit").write_text("#!/bin/sh\nid\n")
+    assert not (project / "tools" / "git" / "hooks").exists()
+    assert any("could not check the whole project" in w for w in warnings), warnings
+    assert any("tools/git/hooks is protected (git runs it) but was replaced" in w
+               for w in warnings), warnings

@@ -1066,6 +1066,18 @@ def test_a_matching_file_a_search_passes_over_is_named(engine_box: Box, root: Pa
             "incomplete]"), reply["output"]
 
 
+def test_a_byte_order_mark_before_ascii_lines_hides_nothing(make_box: Callable[..., Box],
+                                                           root: Path):
+    """Red-team round 11: rg reads a file that starts with `FF FE` as UTF-16, so its ASCII
+    lines (which `sh` runs) never matched. The second pass takes no byte order mark."""
+    if not HAS_RG:
+        pytest.skip("ripgrep is not installed")
+    (root / "x.sh").write_bytes(b"\xff\xfe\necho evil(1)\n")
+    reply = make_box().call("search_files", pattern=r"evil\(")
+    assert reply["meta"]["truncated"] is True, reply
+    assert reply["output"].endswith("also matches: x.sh"), reply["output"]
+
+
 def test_a_python_scan_that_dies_is_not_a_complete_search(root: Path,
                                                           monkeypatch: pytest.MonkeyPatch):
     """Out of memory in the scan's child (here: any failure of it) reads as incomplete."""

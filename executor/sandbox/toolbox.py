@@ -1419,21 +1419,14 @@ def _search_result(pattern: str, path: str, found: Hits, limit: int, engine: str
 def _search_rg(ctx: Context, pattern: str, target: str, limit: int,
                deadline: float) -> Hits | None:
     """Hits from ripgrep; None when rg cannot run or rejects a pattern Python's re accepts."""
-    assert ctx.rg is not None  # _search calls this only when there is an rg
-    cmd = [ctx.rg, "--no-config", "--null", "--line-number", "--with-filename", "--no-heading",
-           "--color", "never", "--max-columns", str(SEARCH_COLUMNS), "--max-columns-preview",
-           *_rg_scope(ctx), "-e", pattern, "--", target]
-    try:
-        proc = subprocess.Popen(cmd, cwd=ctx.root, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    except OSError:
-        return None  # cannot fork right now (pids limit?): the in-process scan still works
     out, err = _Lines(limit + 1), _Capture(4096)
-    reason = _pump(proc, (out, err), deadline, lambda: "enough" if out.full() else None)
-    if reason:
-        proc.kill()
-    _finish(proc)
-    if proc.returncode == 2 and not out.lines and not reason:
+    ran = _rg(ctx, ["--line-number", "--with-filename", "--no-heading", "--color", "never",
+                    "--max-columns", str(SEARCH_COLUMNS), "--max-columns-preview"],
+              pattern, target, (out, err), deadline, lambda: "enough" if out.full() else None)
+    if ran is None:
+        return None  # cannot fork right now (pids limit?): the in-process scan still works
+    returncode, reason = ran
+    if returncode == 2 and not out.lines and not reason:
         _rg_error(pattern, err.text())  # raises, unless Python's re takes the pattern
         return None
     hits: Hits = [_parse_rg(line) for line in out.done()]
@@ -1442,16 +1435,30 @@ def _search_rg(ctx: Context, pattern: str, target: str, limit: int,
     if reason is None:  # all of them: the files that match but rg passed over are named
         hidden, finished = _rg_skipped(ctx, pattern, target, deadline,
                                        {hit[0] for hit in hits if not isinstance(hit, str)})
-        if not finished:
-            why = "the check for files the search passed over (binary, ignored) did not finish"
-            return [*hits, "; ".join([*([_passed_over(hidden)] if hidden else []), why])]
-        if hidden:
-            return [*hits, _passed_over(hidden)]
+        notes = [_passed_over(hidden)] * bool(hidden) + [
+            "the check for files the search passed over (binary, ignored) did not finish"
+        ] * (not finished)
+        return [*hits, "; ".join(notes)] if notes else hits
     return hits
 
 
-def _rg_scope(ctx: Context) -> list[str]:
-    return ["--hidden", "--glob", "!.git", *(f"--glob=!/{name}" for name in sorted(ctx.hidden))]
+def _rg(ctx: Context, flags: list[str], pattern: str, target: str, sinks: tuple[Sink, Sink],
+        deadline: float, should_stop: Callable[[], str | None]) -> tuple[int, str | None] | None:
+    """Run ripgrep over `target` as every search does (hidden files, never .git or ours) with
+    `flags`, into `sinks`; (exit code, why it was stopped), or None when it cannot start."""
+    assert ctx.rg is not None  # callers check there is an rg
+    cmd = [ctx.rg, "--no-config", "--null", *flags, "--hidden", "--glob", "!.git",
+           *(f"--glob=!/{name}" for name in sorted(ctx.hidden)), "-e", pattern, "--", target]
+    try:
+        proc = subprocess.Popen(cmd, cwd=ctx.root, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    except OSError:
+        return None
+    reason = _pump(proc, sinks, deadline, should_stop)
+    if reason:
+        proc.kill()
+    _finish(proc)
+    return proc.returncode, reason
 
 
 def _rg_skipped(ctx: Context, pattern: str, target: str, deadline: float,
@@ -1460,22 +1467,12 @@ def _rg_skipped(ctx: Context, pattern: str, target: str, deadline: float,
     order mark is taken for an encoding, less the ones the search showed: a repository can
     hide a file from rg (a NUL byte, an .ignore, `FF FE` before ASCII lines). (The names,
     whether the pass finished: killed, out of time or out of memory, it says nothing.)"""
-    assert ctx.rg is not None
-    cmd = [ctx.rg, "--no-config", "--null", "--files-with-matches", "--text", "--no-ignore",
-           "--encoding", "none", *_rg_scope(ctx), "-e", pattern, "--", target]
-    try:
-        proc = subprocess.Popen(cmd, cwd=ctx.root, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-    except OSError:
-        return [], False
     out = _Capture(1 << 20)
-    stopped = _pump(proc, (out, _Capture(0)), deadline, lambda: None)
-    if stopped:
-        proc.kill()
-    _finish(proc)
-    names = [n[2:] if n.startswith("./") else n
-             for n in out.text().split("\0") if n]
-    return sorted(set(names) - seen), not stopped and proc.returncode in (0, 1)
+    ran = _rg(ctx, ["--files-with-matches", "--text", "--no-ignore", "--encoding", "none"],
+              pattern, target, (out, _Capture(4096)), deadline, lambda: None)
+    names = [n[2:] if n.startswith("./") else n for n in out.text().split("\0") if n]
+    finished = ran is not None and ran[1] is None and ran[0] in (0, 1)
+    return sorted(set(names) - seen), finished
 
 
 def _count(n: int, what: str) -> str:

@@ -260,13 +260,20 @@ def test_a_hard_linked_hook_stops_a_bind_session(workdir: Path, model_server: Mo
     (root / "scripts" / "pre-commit").write_text("#!/bin/sh\nexit 0\n")
     git("init", "-q", str(root), cwd=workdir)
     os.link(root / "scripts" / "pre-commit", root / ".git" / "hooks" / "pre-commit")
-    model_server.reply(tool_calls=[Call("run_shell_command", {
-        "command": "echo 'touch PWNED' >> scripts/pre-commit"})])
-    model_server.reply("done")
-    done = ask(root, model_server, "ollama", "--yes")
+    refused_through_another_name(root, model_server, "scripts/pre-commit")
+
+
+def refused_through_another_name(root: Path, server: ModelServer, other: str) -> None:
+    """A write to `other`, a second name of a file git on the host runs or reads, is never
+    made: the session is refused at the start (exit 2), with the fix named."""
+    before = (root / other).read_bytes()
+    server.reply(tool_calls=[Call("run_shell_command", {
+        "command": f"printf '[core]\\n\\tfsmonitor = id\\n' >> {other}"})])
+    server.reply("done")
+    done = ask(root, server, "ollama", "--yes")
     assert done.returncode == 2 and "Traceback" not in done.stderr, explain(done)
     assert "hard links" in done.stderr and "--workspace copy" in done.stderr, explain(done)
-    assert (root / "scripts" / "pre-commit").read_text() == "#!/bin/sh\nexit 0\n"
+    assert (root / other).read_bytes() == before
 
 
 def test_husky_hooks_and_the_scripts_they_run_are_read_only(workdir: Path,
@@ -561,14 +568,7 @@ def test_a_hard_linked_git_config_stops_a_bind_session(workdir: Path, model_serv
         (root / "tools" / "git.inc").write_text("[user]\n\tname = dev\n")
         git("config", "include.path", "../tools/git.inc", cwd=root)
         os.link(root / "tools" / "git.inc", root / "docs" / "repo-config.txt")
-    before = (root / "docs" / "repo-config.txt").read_bytes()
-    model_server.reply(tool_calls=[Call("run_shell_command", {
-        "command": "printf '[core]\\n\\tfsmonitor = id\\n' >> docs/repo-config.txt"})])
-    model_server.reply("done")
-    done = ask(root, model_server, "ollama", "--yes")
-    assert done.returncode == 2 and "Traceback" not in done.stderr, explain(done)
-    assert "hard links" in done.stderr and "--workspace copy" in done.stderr, explain(done)
-    assert (root / "docs" / "repo-config.txt").read_bytes() == before
+    refused_through_another_name(root, model_server, "docs/repo-config.txt")
 
 
 def test_a_folder_holding_two_protected_paths_is_put_back_once(workdir: Path,

@@ -172,8 +172,9 @@ class GitPaths:
         self.unsure: dict[str, str] = {}
         """Config files git reads that cannot be read with certainty -> why."""
         self.hardlinked: dict[str, int] = {}
-        """Hooks with more than one name -> how many: a read-only mount guards a name, not the
-        file, so a write through another name in the tree would change what git runs."""
+        """Hooks, config files and `.git` files with more than one name -> how many: a
+        read-only mount guards a name, not the file, so a write through another name in the
+        tree would change what git runs or reads."""
         self.configs: dict[str, set[tuple[Path, Path]]] = {}
         """Config files in the tree -> (work tree, directory includes are taken from)."""
         self._read: set[tuple[Path, Path]] = set()
@@ -212,6 +213,7 @@ class GitPaths:
             dirs = [entry]
         elif kind == "file":
             self.add(entry, "a .git file")  # rewritten, it would point at a planted repository
+            self.names(entry)
             target = gitdir_target(entry)
             dirs = [target] if target else []
         elif kind == "symlink":
@@ -248,10 +250,7 @@ class GitPaths:
             return  # read already (an include cycle, which git refuses, ends here too)
         self._read.add((worktree, real))
         self.add(real, why)
-        with contextlib.suppress(OSError):  # a read-only mount guards a name, not the file
-            info = os.lstat(real)
-            if stat.S_ISREG(info.st_mode) and info.st_nlink > 1:
-                self.hardlinked[self.show(real)] = info.st_nlink
+        self.names(real)
         rel = _relative(self.root, real)
         if rel is not None:  # what a new version of it would name is taken from these
             self.configs.setdefault(rel, set()).add((worktree, config.parent))
@@ -276,19 +275,23 @@ class GitPaths:
             self.config_paths(worktree, _expand(value, config.parent),
                               f"git reads it as config (included by {self.show(config)})")
 
+    def names(self, path: Path) -> None:
+        """Note `path` when it is a regular file with more than one name (a hard link)."""
+        with contextlib.suppress(OSError):  # a read-only mount guards a name, not the file
+            info = os.lstat(path)
+            if stat.S_ISREG(info.st_mode) and info.st_nlink > 1:
+                self.hardlinked[self.show(path)] = info.st_nlink
+
     def hook_links(self, hooks: Path) -> None:
         """What the links in a hooks directory point at: git runs the target."""
         try:
             with os.scandir(hooks) as entries:
                 listed = list(zip(range(_MAX_HOOKS), entries, strict=False))
                 links = [e.path for _, e in listed if e.is_symlink()]
-                for _, entry in listed:
-                    if entry.is_file(follow_symlinks=False) and \
-                            entry.stat(follow_symlinks=False).st_nlink > 1:
-                        self.hardlinked[self.show(Path(entry.path))] = \
-                            entry.stat(follow_symlinks=False).st_nlink
         except OSError:
             return
+        for _, entry in listed:
+            self.names(Path(entry.path))
         for link in links:
             why = f"git runs it (the hook {self.show(Path(link))} links to it)"
             self.add(self.resolve(Path(link), why), why)

@@ -552,14 +552,21 @@ def test_what_appears_where_a_protected_path_was_missing_is_moved_aside(
     assert list((root / "tools" / "git").glob("hooks.replaced-*/pre-commit"))
 
 
-@pytest.mark.parametrize("which", ["config", "include"])
+@pytest.mark.parametrize("which", ["config", "include", "gitfile"])
 def test_a_hard_linked_git_config_stops_a_bind_session(workdir: Path, model_server: ModelServer,
                                                      which: str):
     """Red-team round 11: `.git/config` (or a file it includes) hard-linked to a file in the
     tree: the sandbox appended `core.fsmonitor` through the other name and `git status` on the
-    host ran it. Refused like a hard-linked hook."""
+    host ran it. Refused like a hard-linked hook; so is a `.git` file (`gitdir: ...`) with a
+    second name, which rewritten would send git on the host to a planted repository."""
     root = workdir / "proj"
     (root / "docs").mkdir(parents=True)
+    if which == "gitfile":
+        git("init", "-q", f"--separate-git-dir={root / 'store'}", str(root), cwd=workdir)
+        assert (root / ".git").read_text().startswith("gitdir: ")
+        os.link(root / ".git", root / "docs" / "repo-config.txt")
+        refused_through_another_name(root, model_server, "docs/repo-config.txt")
+        return
     git("init", "-q", str(root), cwd=workdir)
     if which == "config":
         os.link(root / ".git" / "config", root / "docs" / "repo-config.txt")

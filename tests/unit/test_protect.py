@@ -196,6 +196,26 @@ def test_a_config_that_cannot_be_read_with_certainty_is_refused(tmp_path: Path) 
         protect(root)
 
 
+@pytest.mark.parametrize("name", ["hook", "config", "gitfile"])
+def test_what_git_runs_or_reads_with_a_second_name_is_refused(tmp_path: Path, name: str) -> None:
+    """A read-only mount guards a name, not the file: a hook, a config or a `.git` file with a
+    hard link elsewhere in the tree would change through the other name."""
+    root = tmp_path / "proj"
+    root.mkdir()
+    if name == "gitfile":
+        git("init", "-q", f"--separate-git-dir={root / 'store'}", str(root), cwd=tmp_path)
+    else:
+        git("init", "-q", str(root), cwd=tmp_path)
+    target = {"hook": root / ".git" / "hooks" / "pre-commit", "config": root / ".git" / "config",
+              "gitfile": root / ".git"}[name]
+    if name == "hook":
+        target.write_text("#!/bin/sh\n")
+    protect(root)  # one name: fine
+    os.link(target, root / "notes.txt")
+    with pytest.raises(ConfigError, match="has 2 names \\(hard links\\)"):
+        protect(root)
+
+
 def test_a_link_on_the_way_to_what_git_reads_is_refused(tmp_path: Path) -> None:
     root = _repo(tmp_path)
     (root / "tools").mkdir()

@@ -3,15 +3,17 @@
     python benchmarks/bench_sandbox.py [--calls 2000] [--starts 10] [--files 20000]
                                        [--sessions 20] [--each 200]
 
-1. tool-call overhead: a small read_file host -> toolbox -> host, against the same read as one
-   `docker exec cat` per call, and against an in-process read on the host;
+1. tool-call overhead: a small read_file host -> toolbox -> host, over the toolbox's FIFOs and
+   over the engine's stream relay, against the same read as one `docker exec cat` per call,
+   and against an in-process read on the host;
 2. session start: container created and the toolbox answering its first call;
 3. search_files over a generated tree of N files, against ripgrep run directly on the host;
 4. concurrent sessions: `--sessions` sandboxes started, then each does `--each` small read_file
    calls at the same time as all the others: back to back, and paced (a random pause between
    calls, as a session waiting on its model has); p50/p95/p99 of every call, beside one
    session alone doing the same. Twice: one thread a session in this process (the host sides
-   share one GIL), and one process a session, as separate `sandbox-agent` runs are.
+   share one GIL), and one process a session, as separate `sandbox-agent` runs are. All of it
+   over the FIFOs and again over the engine's stream relay.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -53,25 +56,37 @@ def ms(samples: list[float]) -> str:
             f"p90 {ordered[int(len(ordered) * 0.9)] * 1000:8.3f} ms   n={len(ordered)}")
 
 
-def config(root: Path) -> SandboxConfig:
-    """A fresh session on `root`."""
-    return SandboxConfig(root=root, session_id="bench" + uuid.uuid4().hex[:8], image=DEFAULT_IMAGE)
+def config(root: Path, fifo: bool = True) -> SandboxConfig:
+    """A fresh session on `root`; `fifo`: tool calls over the FIFOs, else the engine's stream."""
+    return SandboxConfig(root=root, session_id="bench" + uuid.uuid4().hex[:8], image=DEFAULT_IMAGE,
+                         fifo_channel=fifo)
+
+
+CHANNELS = {True: "over the FIFOs", False: "over the engine's stream"}
 
 
 def bench_calls(root: Path, client: object, calls: int) -> None:
     """Toolbox round trip vs docker exec vs in-process."""
     (root / "small.txt").write_text("hello\n" * 20)
-    with DockerSandbox(config(root), client=client) as box:
-        box.call("read_file", {"path": "small.txt"})
-        toolbox = timed(lambda: box.call("read_file", {"path": "small.txt"}), calls)
+    with DockerSandbox(config(root), client=client) as box, \
+            DockerSandbox(config(root, fifo=False), client=client) as relayed:
+        calls_of: dict[bool, list[float]] = {True: [], False: []}
+        for _ in range(2):  # interleaved, so that neither gets the quieter machine
+            for fifo, sandbox in ((True, box), (False, relayed)):
+                sandbox.call("read_file", {"path": "small.txt"})
+                calls_of[fifo] += timed(partial(sandbox.call, "read_file", {"path": "small.txt"}),
+                                        calls // 2)
         container = client.containers.get(box.info.container_id)  # type: ignore[attr-defined]
         execs = timed(lambda: container.exec_run(["cat", "/workspace/small.txt"]), 50)
     local = timed(lambda: (root / "small.txt").read_text().splitlines(), calls)
     print("1. tool-call overhead (small read_file)")
-    print(f"   toolbox over attach stream   {ms(toolbox)}")
+    print(f"   toolbox over its FIFOs       {ms(calls_of[True])}")
+    print(f"   toolbox over engine stream   {ms(calls_of[False])}")
     print(f"   docker exec per call         {ms(execs)}")
     print(f"   in-process on the host       {ms(local)}")
-    ratio = statistics.median(execs) / statistics.median(toolbox)
+    ratio = statistics.median(calls_of[False]) / statistics.median(calls_of[True])
+    print(f"   the FIFOs are {ratio:.1f}x faster than the engine's stream")
+    ratio = statistics.median(execs) / statistics.median(calls_of[True])
     print(f"   toolbox is {ratio:.0f}x faster than an exec per call")
 
 
@@ -136,11 +151,11 @@ def percentiles(samples: list[float]) -> str:
             f"n={len(ordered)}")
 
 
-def bench_concurrent(root: Path, client: object, sessions: int, each: int) -> None:
+def bench_concurrent(root: Path, client: object, sessions: int, each: int, fifo: bool) -> None:
     """`sessions` sandboxes answering small read_file calls all at once."""
     (root / "small.txt").write_text("hello\n" * 20)
     with ThreadPoolExecutor(4) as pool:  # four starts at a time: the engine serialises anyway
-        boxes = list(pool.map(lambda _: _started(root, client), range(sessions)))
+        boxes = list(pool.map(lambda _: _started(root, client, fifo), range(sessions)))
     try:
         alone = timed(lambda: boxes[0].call("read_file", {"path": "small.txt"}), each)
         closed = _all_at_once(boxes, each, pause=0.0)
@@ -148,8 +163,9 @@ def bench_concurrent(root: Path, client: object, sessions: int, each: int) -> No
     finally:
         with ThreadPoolExecutor(4) as pool:
             list(pool.map(lambda box: box.stop(), boxes))
-    apart = _in_processes(root, sessions, each)
-    print(f"4. {sessions} concurrent sessions, small read_file, {each} calls each")
+    apart = _in_processes(root, sessions, each, fifo)
+    print(f"4. {sessions} concurrent sessions, small read_file, {each} calls each, "
+          f"{CHANNELS[fifo]}")
     print(f"   one session alone            {percentiles(alone)}")
     print("   one process, a thread a session (one GIL for all the host sides):")
     print(f"   all back to back             {percentiles(closed)}")
@@ -159,12 +175,13 @@ def bench_concurrent(root: Path, client: object, sessions: int, each: int) -> No
     print(f"   all, {PACE * 1000:.0f} ms apart on average  {percentiles(apart[1])}")
 
 
-def _in_processes(root: Path, sessions: int, each: int) -> tuple[list[float], list[float]]:
+def _in_processes(root: Path, sessions: int, each: int,
+                  fifo: bool) -> tuple[list[float], list[float]]:
     """(back to back, paced) seconds of every call, each session in a process of its own."""
     context = multiprocessing.get_context("spawn")
     gates = (context.Barrier(sessions), context.Barrier(sessions))
     out: multiprocessing.Queue[tuple[list[float], list[float]]] = context.Queue()
-    workers = [context.Process(target=_session, args=(root, each, i, gates, out))
+    workers = [context.Process(target=_session, args=(root, each, i, gates, out, fifo))
                for i in range(sessions)]
     for worker in workers:
         worker.start()
@@ -175,9 +192,10 @@ def _in_processes(root: Path, sessions: int, each: int) -> tuple[list[float], li
             [x for _, paced in results for x in paced])
 
 
-def _session(root: Path, each: int, seed: int, gates: tuple[Any, Any], out: Any) -> None:
+def _session(root: Path, each: int, seed: int, gates: tuple[Any, Any], out: Any,
+             fifo: bool) -> None:
     """One session's process: start a sandbox, then call back to back and paced, in step."""
-    box = _started(root, connect())
+    box = _started(root, connect(), fifo)
     try:
         rounds = []
         for gate, pause in zip(gates, (0.0, PACE), strict=True):
@@ -218,8 +236,8 @@ def _all_at_once(boxes: list[DockerSandbox], each: int, pause: float) -> list[fl
     return [sample for samples in results for sample in samples]
 
 
-def _started(root: Path, client: object) -> DockerSandbox:
-    box = DockerSandbox(config(root), client=client)
+def _started(root: Path, client: object, fifo: bool = True) -> DockerSandbox:
+    box = DockerSandbox(config(root, fifo), client=client)
     box.start()
     box.call("read_file", {"path": "small.txt"})
     return box
@@ -249,7 +267,8 @@ def main() -> None:
             tree.mkdir()
             bench_search(tree, client, options.files)
         if "concurrent" in wanted:
-            bench_concurrent(root, client, options.sessions, options.each)
+            for fifo in (True, False):
+                bench_concurrent(root, client, options.sessions, options.each, fifo)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ import contextlib
 import hmac
 import json
 import logging
+import os
 import select
 import socket
 import struct
@@ -202,3 +203,92 @@ class Channel:
             self._partial = bytearray(rest)
         if len(self._partial) > _MAX_LINE:
             raise ToolboxError("toolbox response exceeds the size limit")
+
+
+class FifoChannel(Channel):
+    """Request/response lines over the toolbox's two FIFOs (its `--channel`), which carry them
+    in the kernel instead of through the engine's stream relay.
+
+    `reader` is our end of `out`, `writer` of `in`. Every request is signed with a key of its
+    own and its number in the sequence, every answer as on stdout. The process's stream
+    (`stdio`) is still read while we wait, for its stderr and for its end.
+    """
+
+    def __init__(self, reader: int, writer: int, key: bytes, stdio: Channel) -> None:
+        super().__init__(stdio._sock, key, stdio._end_mark)
+        self._reader, self._writer, self._stdio = reader, writer, stdio
+        self._fds: tuple[int, ...] = (writer, reader)
+        self._request_key = hmac.new(key, b"sandbox-agent requests", "sha256").digest()
+        self._number = 0
+        os.set_blocking(reader, False)
+        os.set_blocking(writer, False)
+
+    def send(self, data: bytes) -> None:
+        """Write one request line (ending in a newline), signed."""
+        body = data.rstrip(b"\n")
+        mac = hmac.new(self._request_key, b"%d " % self._number + body, "sha256")
+        self._number += 1
+        view = memoryview(mac.hexdigest()[:_MAC_HEX].encode() + b" " + body + b"\n")
+        while view:
+            try:
+                view = view[os.write(self._writer, view):]
+            except BlockingIOError:  # the pipe is full: the toolbox is reading a large request
+                select.select([], [self._writer], [], 1.0)
+            except OSError as exc:
+                self.closed = True
+                raise ToolboxError(f"toolbox channel closed: {exc}") from exc
+
+    def _fill(self, deadline: float) -> None:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise ToolboxTimeoutError("the toolbox did not answer in time")
+        ready = select.select([self._reader, self._sock.fileno()], [], [], remaining)[0]
+        if not ready:
+            raise ToolboxTimeoutError("the toolbox did not answer in time")
+        if self._sock.fileno() in ready:
+            self._stdio.poll()
+            if self._stdio.closed or self._stdio.ended:  # what it wrote before it went counts
+                self.ended = True
+                self._drain()
+                return
+        if self._reader in ready:
+            self._drain()
+
+    def _drain(self) -> None:
+        """Take in what the FIFO holds; its end (every writer gone: the toolbox) ends us."""
+        while True:
+            try:
+                chunk = os.read(self._reader, 1 << 20)
+            except BlockingIOError:
+                return
+            except OSError as exc:
+                self.closed = True
+                raise ToolboxError(f"lost the toolbox channel: {exc}") from exc
+            if not chunk:
+                self.ended = True
+                return
+            self._add_stdout(chunk)
+
+    def stderr_tail(self) -> str:
+        """The last lines the process wrote to stderr."""
+        return self._stdio.stderr_tail()
+
+    def poll(self) -> None:
+        """Take in what the process's stream has (its end, its stderr), without waiting."""
+        self._stdio.poll()
+        if self._stdio.closed or self._stdio.ended:
+            self.closed = True
+
+    def close(self) -> None:
+        """Close our ends (the toolbox reads EOF and exits) and the process's stream."""
+        self.closed = True
+        fds, self._fds = self._fds, ()
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._stdio.close()
+
+    def abort(self) -> None:
+        """End the process's stream at once (a read waiting on it returns)."""
+        self.closed = True
+        self._stdio.abort()

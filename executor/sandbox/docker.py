@@ -13,8 +13,10 @@ import functools
 import marshal
 import os
 import platform
+import re
 import secrets
 import socket
+import stat
 import threading
 import time
 import zlib
@@ -56,7 +58,7 @@ from executor.errors import (
 from executor.messages import ToolResult
 from executor.protocols import OutputCallback, SandboxInfo
 from executor.sandbox import seccomp
-from executor.sandbox.channel import Channel, OnProgress
+from executor.sandbox.channel import Channel, FifoChannel, OnProgress
 from executor.sandbox.copy import CopyAbort, load_copy
 from executor.sandbox.engine import (
     IMAGE_FIX,
@@ -87,6 +89,8 @@ from executor.workspace.paths import Excludes
 from executor.workspace.store import BlobStore
 
 WORKSPACE = "/workspace"
+CHANNEL = "/run/sandbox-agent"
+"""Where a session's channel directory (two FIFOs, see `fifo_pair`) is mounted, read-only."""
 LABEL_SESSION = "sandbox-agent.session"
 LABEL_ROOT = "sandbox-agent.root"
 LABEL_LOCK = "sandbox-agent.lock"
@@ -265,6 +269,9 @@ class SandboxConfig(BaseModel):
     """Pending changes put back into a new copy (a resumed session): path -> entry or None."""
     blob_dir: Path | None = None
     """Where the contents of `copy_overlay` files are kept."""
+    fifo_channel: bool = True
+    """Carry tool calls over two FIFOs the host makes (`channel_dir`) instead of the engine's
+    stream relay, where the engine is on this machine and the runtime is not gVisor."""
 
 
 class Toolbox:
@@ -273,10 +280,13 @@ class Toolbox:
     the start, the container's first process being `_INIT`)."""
 
     def __init__(self, api: Any, container_id: str, user: str, argv: list[str],
-                 attached: Any = None) -> None:
+                 attached: Any = None, channel: Path | None = None) -> None:
         self._api, self._cid, self._user, self._argv = api, container_id, user, argv
         self._attached = attached
+        self._fifos = channel
+        """The host side of the container's `CHANNEL` directory (None: stdio only)."""
         self._channel: Channel | None = None
+        self._stdio: Channel | None = None
         self._next_id = 0
         self.ready: dict[str, Any] = {}
         """The toolbox's ready line (pid, version, python, rg, guarded)."""
@@ -297,11 +307,25 @@ class Toolbox:
                 self.exec_id = created["Id"]
                 sock = self._api.exec_start(self.exec_id, socket=True)
         key = secrets.token_bytes(32) if "--sign" in self._argv else None
-        channel = self._channel = Channel(getattr(sock, "_sock", sock), key, end_mark)
+        channel = self._channel = self._stdio = Channel(getattr(sock, "_sock", sock), key,
+                                                        end_mark)
         signing = key.hex().encode() + b"\n" if key else b""
         magic = self._started(channel.read_line)
-        channel.send(toolbox_payload(magic) + signing)
-        ready = self._read_ready()
+        pipes = fifo_pair(self._fifos) if self._fifos and key else None
+        try:
+            channel.send(toolbox_payload(magic) + signing)
+            ready = self._started(channel.read_json)
+            if pipes and key and ready == {"channel": "fifo"}:  # the rest comes that way
+                self._channel = FifoChannel(*pipes, key, channel)
+                pipes = None
+                ready = self._started(self._channel.read_json)
+        finally:
+            if self._fifos and key:  # opened by now, or never: nobody else may open them
+                unlink_fifos(self._fifos)
+            for fd in pipes or ():
+                os.close(fd)
+        if not ready.get("ready"):
+            raise ToolboxError(f"the toolbox sent {ready!r} instead of its ready line")
         self.ready = ready
         self.pid = int(ready.get("pid", 0)) or None
         return ready
@@ -315,13 +339,6 @@ class Toolbox:
                 f"the toolbox did not start: {exc}",
                 fix="the image needs python3 >= 3.9; check `sandbox-agent doctor`",
             ) from exc
-
-    def _read_ready(self) -> dict[str, Any]:
-        assert self._channel is not None
-        ready = self._started(self._channel.read_json)
-        if not ready.get("ready"):
-            raise ToolboxError(f"the toolbox sent {ready!r} instead of its ready line")
-        return ready
 
     def call(self, tool: str, args: dict[str, Any], timeout: float,
              on_progress: OnProgress | None = None) -> dict[str, Any]:
@@ -391,6 +408,8 @@ class DockerSandbox:
         self._copy_error: BaseException | None = None
         self._copy_abort = CopyAbort()
         self._root_checked = False
+        self._channel: Path | bool | None = False
+        """The channel directory once decided (`_channel_dir`); False: not yet."""
         self.reattached = False
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -457,6 +476,7 @@ class DockerSandbox:
             with docker_errors("removing the sandbox container"):
                 self._container.remove(force=True, v=True)
             self._container = None
+            self._drop_channel_dir()
             self._after_session()
         if self._copying is not None:  # its container is gone: a copy still running ends now
             self._copying.join(timeout=30)
@@ -870,7 +890,8 @@ class DockerSandbox:
                                  self._protected, podman_profile=self._seccomp_file,
                                  gvisor=self._gvisor,
                                  hosts=hosts_file(self._lock_path().parent) if quick else None,
-                                 toolbox=self.toolbox_argv() if first else None)
+                                 toolbox=self.toolbox_argv() if first else None,
+                                 channel=self._channel_dir())
 
     def _check_runtime(self, container: Any) -> None:
         """The runtime asked for is the one the engine used (Podman's API ignores it)."""
@@ -885,7 +906,7 @@ class DockerSandbox:
             self._ensure_running()
         attached, self._attached = self._attached, None
         toolbox = Toolbox(self._client.api, self._container.id, self._tool_user(),
-                          self.toolbox_argv(), attached)
+                          self.toolbox_argv(), attached, self._channel_dir())
         ready = toolbox.start()
         self._toolbox = toolbox
         if not self.copying and not self._root_checked:
@@ -905,7 +926,33 @@ class DockerSandbox:
                 "--disk-budget", str(self.config.disk_budget)]
         if not self.config.allow_git_writes:  # a copy's repositories cannot appear from outside
             argv += ["--readonly-dir", ".git"] + ([] if self.copying else ["--git-guard"])
+        if self._channel_dir() is not None:
+            argv += ["--channel", CHANNEL]
         return [*argv, "--sign", *_filter_argv()]
+
+    def _channel_dir(self) -> Path | None:
+        """The host side of `CHANNEL` (made when missing), or None: the engine runs elsewhere
+        (it would not see our FIFOs), gVisor (its gofer opens no host FIFO), or not wanted."""
+        if self._channel is not False:
+            return self._channel if isinstance(self._channel, Path) else None
+        self._channel = None
+        if not self.config.fifo_channel or self._gvisor or not endpoint().startswith("unix://"):
+            return None
+        path = channel_dir(self._lock_path().parent, self.name)
+        try:
+            path.mkdir(mode=0o755, exist_ok=True)
+            info = os.lstat(path)
+            if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
+                return None
+            os.chmod(path, 0o755)  # the tools' uid passes through it in the container
+        except OSError:
+            return None
+        self._channel = path
+        return path
+
+    def _drop_channel_dir(self) -> None:
+        """Remove the channel directory once the container is gone."""
+        drop_channel(self._lock_path().parent, self.name)
 
     def _tool_user(self) -> str:
         """Who the tools run as: a read-only copy's tools own nothing in it."""
@@ -914,8 +961,8 @@ class DockerSandbox:
         return self._mount_user()
 
     def _mount_user(self) -> str:
-        stat = self.config.root.stat()
-        return f"{stat.st_uid}:{stat.st_gid}"
+        info = self.config.root.stat()
+        return f"{info.st_uid}:{info.st_gid}"
 
     def _describe(self, image: Any) -> SandboxInfo:
         return SandboxInfo(
@@ -975,6 +1022,60 @@ HOSTS = b"127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0
 """/etc/hosts of a container without a network (its hostname is `sandbox`)."""
 
 
+def fifo_pair(directory: Path) -> tuple[int, int] | None:
+    """Fresh FIFOs `in` and `out` in `directory` (ours, mounted read-only at `CHANNEL`): our
+    (read end of `out`, write end of `in`), held open so that the toolbox's non-blocking opens
+    succeed; None when they cannot be made (the toolbox then stays on stdio)."""
+    fds: list[int] = []
+    try:
+        folder = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        for name in _FIFOS:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(name, dir_fd=folder)
+            os.mkfifo(name, 0o600, dir_fd=folder)
+            os.chmod(name, 0o666, dir_fd=folder)  # for the tools' uid, whichever it is
+        for name, mode in (("out", os.O_RDONLY | os.O_NONBLOCK), ("in", os.O_RDWR)):
+            fds.append(os.open(name, mode | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=folder))
+        return fds[0], fds[1]
+    except OSError:
+        for fd in fds:
+            os.close(fd)
+        return None
+    finally:
+        os.close(folder)
+
+
+_FIFOS = ("in", "out")
+
+
+_NAME = re.compile(r"sandbox-agent-[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
+def channel_dir(lock_dir: Path, name: str) -> Path:
+    """The host side of container `name`'s `CHANNEL`: beside its lock file."""
+    return lock_dir / f"{name}.channel"
+
+
+def drop_channel(lock_dir: Path, name: str) -> None:
+    """Remove container `name`'s channel directory and what is left in it (`gc` passes the
+    engine's name for a container: checked, never a path)."""
+    if _NAME.fullmatch(name):
+        path = channel_dir(lock_dir, name)
+        unlink_fifos(path)
+        with contextlib.suppress(OSError):
+            path.rmdir()
+
+
+def unlink_fifos(directory: Path) -> None:
+    """Remove the FIFOs' names: once both ends are open, nothing else may open them."""
+    for name in _FIFOS:
+        with contextlib.suppress(OSError):
+            os.unlink(directory / name)
+
+
 def hosts_file(directory: Path) -> Path:
     """`HOSTS` as a file in `directory` (a private dir of ours), rewritten when it differs."""
     return seccomp.publish(directory / "hosts", HOSTS, "the hosts file")
@@ -1030,7 +1131,8 @@ def container_options(config: SandboxConfig, lock_path: Path, user: str,
                       protected: Protected | None = None, *,
                       podman_profile: Path | None = None, gvisor: bool = False,
                       hosts: Path | None = None,
-                      toolbox: list[str] | None = None) -> dict[str, Any]:
+                      toolbox: list[str] | None = None,
+                      channel: Path | None = None) -> dict[str, Any]:
     """Keyword arguments for `containers.create`: every hardening switch in one place.
 
     `podman_profile`: for Podman, the seccomp profile as a file on its host (it reads a path
@@ -1049,6 +1151,7 @@ def container_options(config: SandboxConfig, lock_path: Path, user: str,
     `toolbox`: the toolbox's argv, to make it the container's first process (`_INIT`) on a
     stdin the host attaches to before the start, instead of `sleep` and an exec. The engine
     logs nothing of its stdout (all tool results would otherwise land in its log files).
+    `channel`: a directory of ours mounted read-only at `CHANNEL`, for the toolbox's FIFOs.
     """
     from docker.types import LogConfig, Mount
 
@@ -1076,6 +1179,8 @@ def container_options(config: SandboxConfig, lock_path: Path, user: str,
     if hosts is not None and not config.network:
         mounts.append(Mount("/etc/hosts", str(hosts), type="bind", read_only=True))
         runtime["network_disabled"] = True
+    if channel is not None:
+        mounts.append(Mount(CHANNEL, str(channel), type="bind", read_only=True))
     if toolbox is not None:
         first: dict[str, Any] = {"command": toolbox_command(toolbox, first=True), "init": False,
                                  "stdin_open": True, "log_config": LogConfig(type="none")}

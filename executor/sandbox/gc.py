@@ -15,7 +15,14 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from executor.sandbox.docker import LABEL_HOST, LABEL_LOCK, LABEL_ROOT, LABEL_SESSION
+from executor.sandbox.docker import (
+    LABEL_HOST,
+    LABEL_LOCK,
+    LABEL_ROOT,
+    LABEL_SESSION,
+    default_lock_dir,
+    drop_channel,
+)
 from executor.sandbox.engine import connect, docker_errors
 
 
@@ -56,6 +63,7 @@ def _classify(container: Any, result: GcResult, *, all_hosts: bool, force: bool)
             except docker.errors.NotFound:
                 return  # removed meanwhile by its own session or another gc
         result.removed.append(container.name)
+        drop_channel(default_lock_dir(), container.name)  # of a session that was killed
 
 
 def _in_use(lock_path: str) -> bool:

@@ -14,8 +14,13 @@ Protocol (version 1)
               --seccomp-filter B64 (see "Seccomp" below)
               --sign: the first stdin line after the source is a hex key; every line we write
               is then `<first 32 hex of HMAC-SHA256(key, line)> <line>`
+              --channel DIR (with --sign): DIR holds two FIFOs the host made and holds open,
+              `in` and `out`. Opened, we say {"channel": "fifo"} on stdout and then read
+              requests from `in` and write every other line to `out`, leaving the engine's
+              stream relay (see "channel" in the code); else we stay on stdin/stdout
     start     {"ready": true, "pid": N, "version": 1, "guarded": bool, "python": "3.x.y",
-              "rg": bool, "filter": "installed" | "not given" | why not, "root": {...}}
+              "rg": bool, "filter": "installed" | "not given" | why not, "root": {...},
+              "channel": "fifo" | "stdio" | "stdio: why not fifo"}
               ("guarded": whether the toolbox made itself non-dumpable; "rg" is whether
               search_files will use ripgrep; "root": {"dev", "ino", "mtime_ns"} of --root, so
               the host can tell whether the engine mounted the directory it meant (another
@@ -182,6 +187,11 @@ if TYPE_CHECKING:  # names for the type checker only (annotations are never eval
         def write(self, line: bytes, /) -> object: ...
 
         def flush(self) -> object: ...
+
+    class Reader(Protocol):
+        """Where requests come from: stdin's buffer, or Verified around the channel's `in`."""
+
+        def readline(self) -> bytes: ...
 
     class Quarantined(TypedDict):
         """An entry of meta["git_quarantined"]: a .git or repository look-alike disabled."""
@@ -384,6 +394,7 @@ class Context:
         self.fsize_limit = _fsize_limit()
         self.progress: _Progress | None = None  # the served request's, if it asked for progress
         self.guarded = False  # whether the toolbox made itself non-dumpable (main sets it)
+        self.channel = "stdio"  # where requests come from (main sets it)
 
 
 def _fsize_limit() -> int | None:
@@ -429,12 +440,14 @@ class Options:
         self.disk_budget = 0
         self.min_free = MIN_FREE
         self.seccomp_filter: str | None = None
+        self.channel: str | None = None
 
 
 _SWITCHES = ("--no-rg", "--kill-strays", "--git-guard", "--no-track", "--sign")
 _VALUES: dict[str, Callable[[str], object]] = {
     "--root": str, "--default-timeout": float, "--max-output": int, "--disk-budget": int,
-    "--min-free": int, "--seccomp-filter": str, "--hidden": str, "--readonly-dir": str}
+    "--min-free": int, "--seccomp-filter": str, "--hidden": str, "--readonly-dir": str,
+    "--channel": str}
 _REPEATED = ("--hidden", "--readonly-dir")
 
 
@@ -643,7 +656,9 @@ def _decode(raw: bytes, cut: bool) -> tuple[str, bool]:
     if raw.endswith(b"\r"):
         raw = raw[:-1]
     try:
-        return codecs.getincrementaldecoder("utf-8")().decode(raw, final=not cut), False
+        if not cut:  # the common case, and as strict
+            return raw.decode("utf-8"), False
+        return codecs.getincrementaldecoder("utf-8")().decode(raw, final=False), False
     except UnicodeDecodeError:
         return raw.decode("utf-8", "replace"), True
 
@@ -3454,12 +3469,12 @@ def _request_error(request: object) -> str | None:
     return None
 
 
-def serve(ctx: Context, inp: BinaryIO, out: Writer, filtered: str = "not given") -> int:
+def serve(ctx: Context, inp: Reader, out: Writer, filtered: str = "not given") -> int:
     """Answer request lines until EOF or shutdown."""
     send(out, {"ready": True, "pid": os.getpid(), "version": VERSION,
                "guarded": getattr(ctx, "guarded", False),
                "python": ".".join(map(str, sys.version_info[:3])), "rg": bool(ctx.rg),
-               "filter": filtered, "root": _identity(ctx.root)})
+               "filter": filtered, "root": _identity(ctx.root), "channel": ctx.channel})
     while True:
         line = inp.readline()
         if not line:
@@ -3503,6 +3518,75 @@ class Signed:
 def _read_key(inp: BinaryIO) -> bytes:
     """The signing key: one hex line on stdin."""
     return bytes.fromhex(inp.readline().decode("ascii").strip())
+
+
+# -- channel ----------------------------------------------------------------------------------
+# A request and its response through the engine's stream relay (dockerd and the container's
+# shim copy every byte) cost more than the tool itself; two FIFOs on a directory the host
+# mounted read-only carry them in the kernel alone. The directory is the host's: nothing in
+# the container can make, replace or link a name there, and the host unlinks both FIFOs once
+# we said we have them, so only a process that opened one before could still hold it. None
+# runs when a toolbox starts (a restart kills what the last one left), and against one anyway
+# every request is signed with a key of its own and its number in the sequence: a line
+# written into `in` by anyone else, or played again, is dropped; our lines are signed as on
+# stdout. Such a process can at most take lines away, which the host sees as a toolbox that
+# does not answer, and restarts.
+
+
+def _open_channel(directory: str) -> tuple[int, int] | str:
+    """(read fd of `in`, write fd of `out`), or why not (the host made none: stay on stdio)."""
+    fds: list[int] = []
+    try:
+        for name, mode in (("in", os.O_RDONLY), ("out", os.O_WRONLY)):
+            # non-blocking: a FIFO nobody holds open fails now (ENXIO) instead of waiting
+            fd = os.open(os.path.join(directory, name),
+                         mode | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+            fds.append(fd)
+            if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+                raise OSError(errno.EINVAL, f"{name} is not a FIFO")
+            os.set_blocking(fd, True)
+    except OSError as exc:
+        for fd in fds:
+            os.close(fd)
+        return exc.strerror or str(exc)
+    return fds[0], fds[1]
+
+
+def request_key(key: bytes) -> bytes:
+    """The key requests on the channel are signed with (not the one of our lines)."""
+    import hmac
+
+    return hmac.new(key, b"sandbox-agent requests", "sha256").digest()
+
+
+def request_mac(key: bytes, number: int, body: bytes) -> bytes:
+    """The signature of request `number` (0, 1, ...): 32 hex digits."""
+    import hmac
+
+    return hmac.new(key, b"%d " % number + body, "sha256").hexdigest()[:32].encode()
+
+
+class Verified:
+    """Request lines from the channel, each `<request_mac> <json>`: a line that is not the
+    next one the host signed is dropped (and said on stderr)."""
+
+    def __init__(self, inp: BinaryIO, key: bytes) -> None:
+        self.inp, self.key, self.number = inp, request_key(key), 0
+
+    def readline(self) -> bytes:
+        """The next request line the host signed; b"" at EOF."""
+        import hmac
+
+        while True:
+            line = self.inp.readline()
+            if not line:
+                return b""
+            body = line[33:].rstrip(b"\n")
+            if line[32:33] == b" " and hmac.compare_digest(
+                    line[:32], request_mac(self.key, self.number, body)):
+                self.number += 1
+                return body
+            sys.stderr.write("toolbox: dropped a request line the host did not sign\n")
 
 
 # -- seccomp ----------------------------------------------------------------------------------
@@ -3579,17 +3663,25 @@ def main(argv: list[str]) -> int:
         sys.stderr.write(f"toolbox: root {opts.root!r} is not a directory\n")
         return 2
     key = _read_key(sys.stdin.buffer) if opts.sign else None
+    pipes = _open_channel(opts.channel) if opts.channel and key else None
     filtered = confine(opts.seccomp_filter)
     ctx = Context(opts)
     ctx.guarded = guarded
     sys.stdout.flush()
     raw = os.fdopen(os.dup(1), "wb")
-    out = Signed(raw, key) if key else raw
+    out: Writer = Signed(raw, key) if key else raw
+    inp: Reader = sys.stdin.buffer
+    if isinstance(pipes, tuple) and key:
+        send(out, {"channel": "fifo"})
+        inp, out = Verified(os.fdopen(pipes[0], "rb"), key), Signed(os.fdopen(pipes[1], "wb"), key)
+        ctx.channel = "fifo"
+    elif pipes is not None:
+        ctx.channel = f"stdio: {pipes}"
     os.dup2(2, 1)  # a stray print can never corrupt the protocol
     sys.stdout = sys.stderr
     signal.signal(signal.SIGTERM, _on_sigterm)
     try:
-        return serve(ctx, sys.stdin.buffer, out, filtered)
+        return serve(ctx, inp, out, filtered)
     except (BrokenPipeError, KeyboardInterrupt):
         return 0
 

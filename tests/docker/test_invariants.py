@@ -20,6 +20,7 @@ from executor.config import default_cpus
 from executor.errors import ConfigError, SandboxError
 from executor.sandbox import seccomp
 from executor.sandbox.docker import GVISOR_PIDS_FACTOR, DockerSandbox
+from executor.sandbox.docker import channel_dir as channel_of
 from executor.sandbox.gc import gc
 from tests.conftest import Engine
 from tests.docker.conftest import SECRET, make_config
@@ -177,6 +178,35 @@ def test_hardening_flags(sandbox: DockerSandbox, docker_client: Any, engine: Eng
             assert line.split()[-1] == "0000000000000000", line
     # 2: a filter (gVisor's /proc has no NoNewPrivs line: prctl(PR_GET_NO_NEW_PRIVS) asks)
     assert "nnp 1" in status.output and "Seccomp:\t2" in status.output
+
+
+@pytest.mark.parametrize("workspace", ["bind", "copy"])
+def test_the_toolbox_channel_gives_a_command_nothing_to_open(project: Path, docker_client: Any,
+                                                             engine: Engine, workspace: str):
+    """Tool calls go over two FIFOs the host makes in a directory of its own, mounted
+    read-only; once the toolbox has them their names are gone, so a command finds nothing to
+    open or replace there. gVisor opens no host FIFO: the engine's stream carries the calls."""
+    for path in [project, *project.rglob("*")]:  # tools of uid 0 would own a copy's top
+        os.lchown(path, 1000, 1000)
+    config = make_config(project, workspace=workspace)
+    with DockerSandbox(config, client=docker_client) as box:
+        toolbox = box._toolbox
+        assert toolbox is not None
+        if engine.runtime == "runsc":
+            assert toolbox.ready["channel"] == "stdio"
+            assert shell(box, "ls -A /run/sandbox-agent || echo none").output.count("none")
+            return
+        assert toolbox.ready["channel"] == "fifo", toolbox.ready
+        channel_dir = channel_of(box._lock_path().parent, box.name)
+        assert channel_dir.is_dir() and not os.listdir(channel_dir)
+        result = shell(box, "ls -A /run/sandbox-agent; echo listed; "
+                            "touch /run/sandbox-agent/in 2>&1; mkdir /run/sandbox-agent/x 2>&1; "
+                            "ln -s /workspace /run/sandbox-agent/out 2>&1; echo done")
+        assert result.output.split("stdout:\n", 1)[1].startswith("listed"), result.output
+        assert result.output.count("Read-only file system") == 3, result.output
+        assert not os.listdir(channel_dir)
+        assert box.call("read_file", {"path": "hello.py"}).ok  # and the calls still go
+    assert not channel_dir.exists()  # gone with the container
 
 
 def test_root_filesystem_read_only_and_tmp_capped(sandbox: DockerSandbox):

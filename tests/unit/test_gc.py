@@ -48,3 +48,22 @@ def test_another_users_lock_is_in_use(tmp_path: Path) -> None:
               f"raise SystemExit(0 if _in_use({str(private / 's.lock')!r}) else 1)")
     done = subprocess.run([sys.executable, "-c", script], cwd=REPO, check=False)
     assert done.returncode == 0
+
+
+def test_a_killed_sessions_channel_directory_goes_and_nothing_else(tmp_path: Path) -> None:
+    from executor.sandbox.docker import drop_channel, fifo_pair
+
+    channel = tmp_path / "sandbox-agent-s1.channel"
+    channel.mkdir()
+    pipes = fifo_pair(channel)
+    assert pipes is not None and sorted(os.listdir(channel)) == ["in", "out"]
+    for fd in pipes:
+        os.close(fd)
+    keep = tmp_path / "keep.channel"
+    keep.mkdir()
+    (tmp_path / "sandbox-agent-x" / "keep.channel").mkdir(parents=True)
+    for name in ("keep", "sandbox-agent-x/../keep", "../keep", "sandbox-agent-x/keep"):
+        drop_channel(tmp_path, name)  # an engine's name is never a path
+    drop_channel(tmp_path, "sandbox-agent-s1")
+    assert not channel.exists() and keep.is_dir()
+    assert (tmp_path / "sandbox-agent-x" / "keep.channel").is_dir()

@@ -174,9 +174,9 @@ def gone(pid: int, within: float = 3.0) -> bool:
 
 def test_ready_line(box: Box):
     assert set(box.ready) == {"ready", "pid", "version", "python", "rg", "guarded", "filter",
-                              "root"}
+                              "root", "channel"}
     assert box.ready["ready"] is True and box.ready["version"] == 1
-    assert box.ready["filter"] == "not given"
+    assert box.ready["filter"] == "not given" and box.ready["channel"] == "stdio"
     here = os.stat(box.root)  # the host compares this with its own view of the root
     assert box.ready["root"] == {"dev": here.st_dev, "ino": here.st_ino,
                                  "mtime_ns": here.st_mtime_ns}

@@ -1,0 +1,177 @@
+"""The toolbox's FIFO channel (`--channel`): the host's FifoChannel against a real toolbox
+process, without a container (the Docker suite runs it through the engine)."""
+
+from __future__ import annotations
+
+import hmac
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from executor.errors import ToolboxError
+from executor.sandbox import toolbox
+from executor.sandbox.channel import Channel, FifoChannel
+from executor.sandbox.docker import fifo_pair, unlink_fifos
+
+KEY = bytes(range(32))
+
+
+class Started:
+    """A toolbox told to use `directory`'s FIFOs; the test holds the host's ends."""
+
+    def __init__(self, root: Path, directory: Path) -> None:
+        self.directory = directory
+        self.pipes = fifo_pair(directory)
+        self.proc = subprocess.Popen(
+            [sys.executable, toolbox.__file__, "--root", str(root), "--sign",
+             "--channel", str(directory)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(KEY.hex().encode() + b"\n")
+        self.proc.stdin.flush()
+        self.first = self.proc.stdout.readline()
+
+    def said(self) -> bytes:
+        """The first line on stdout, its signature checked and taken off."""
+        mac, line = self.first.rstrip(b"\n").split(b" ", 1)
+        assert mac == hmac.new(KEY, line, "sha256").hexdigest()[:32].encode()
+        return line
+
+    def channel(self) -> FifoChannel:
+        """The host's side, the FIFOs' names gone (as Toolbox.start does)."""
+        assert self.pipes is not None
+        unlink_fifos(self.directory)
+        ours, self._theirs = socket.socketpair()  # stands in for the engine's stream
+        return FifoChannel(*self.pipes, KEY, Channel(ours, KEY))
+
+    def end(self) -> tuple[int, str]:
+        """Exit code and stderr, once it is gone."""
+        try:
+            code = self.proc.wait(timeout=10)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+        assert self.proc.stderr is not None
+        err = self.proc.stderr.read().decode()
+        for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            if stream is not None:
+                stream.close()
+        return code, err
+
+
+@pytest.fixture
+def started(tmp_path: Path) -> Iterator[Started]:
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "proj" / "a.txt").write_text("hello\n")
+    (tmp_path / "chan").mkdir()
+    box = Started(tmp_path / "proj", tmp_path / "chan")
+    yield box
+    if box.proc.poll() is None:
+        box.proc.kill()
+        box.end()
+
+
+def deadline() -> float:
+    return time.monotonic() + 30
+
+
+def test_the_toolbox_moves_to_the_fifos_and_answers_there(started: Started):
+    assert started.said() == b'{"channel": "fifo"}'
+    channel = started.channel()
+    assert not os.listdir(started.directory)  # nothing left to open
+    ready = channel.read_json(deadline())
+    assert ready["ready"] is True and ready["channel"] == "fifo"
+    reply = channel.request({"id": 1, "tool": "read_file", "args": {"path": "a.txt"}},
+                            deadline())
+    assert reply["id"] == 1 and reply["ok"] and "hello" in reply["output"]
+    big = "x" * 300_000  # more than a pipe holds: written as the toolbox reads
+    reply = channel.request({"id": 2, "tool": "write_file",
+                             "args": {"path": "b.txt", "content": big}}, deadline())
+    assert reply["ok"], reply
+    channel.close()  # EOF on `in`: the toolbox ends as on stdin's EOF
+    assert started.end()[0] == 0
+
+
+def test_a_line_someone_else_writes_into_the_channel_is_dropped(started: Started):
+    """A process that opened `in` before the names were gone can neither ask the toolbox
+    anything nor play a request of the host's again."""
+    stray = os.open(started.directory / "in", os.O_WRONLY | os.O_NONBLOCK)
+    try:
+        channel = started.channel()
+        channel.read_json(deadline())
+        assert channel.request({"id": 1, "tool": "ping"}, deadline())["output"] == "pong"
+        host_line = _signed_request(0, b'{"id": 1, "tool": "ping"}')  # what went first
+        os.write(stray, b'{"id": 2, "tool": "write_file", "args": {"path": "x", '
+                        b'"content": "planted"}}\n')
+        os.write(stray, host_line)  # played again
+        reply = channel.request({"id": 2, "tool": "read_file", "args": {"path": "a.txt"}},
+                                deadline())
+        assert reply["id"] == 2 and "hello" in reply["output"]
+    finally:
+        os.close(stray)
+    channel.close()
+    code, err = started.end()
+    assert code == 0 and err.count("dropped a request line the host did not sign") == 2
+    assert not (started.directory.parent / "proj" / "x").exists()
+
+
+def _signed_request(number: int, body: bytes) -> bytes:
+    key = toolbox.request_key(KEY)
+    return toolbox.request_mac(key, number, body) + b" " + body + b"\n"
+
+
+def test_the_host_signs_requests_as_the_toolbox_checks_them():
+    """The host's FifoChannel and the toolbox's Verified agree (two copies of one rule)."""
+    reader, writer = os.pipe()
+    os.set_blocking(reader, False)
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        channel = FifoChannel(os.dup(reader), writer, KEY, Channel(ours, KEY))
+        channel.send(b'{"id": 1, "tool": "ping"}\n')
+        channel.send(b'{"id": 2, "tool": "ping"}\n')
+        sent = os.read(reader, 4096)
+    os.close(reader)
+    assert sent == _signed_request(0, b'{"id": 1, "tool": "ping"}') + \
+        _signed_request(1, b'{"id": 2, "tool": "ping"}')
+
+
+def test_the_end_of_the_toolbox_is_seen_on_the_channel(started: Started):
+    channel = started.channel()
+    channel.read_json(deadline())
+    started.proc.kill()
+    with pytest.raises(ToolboxError, match="exited"):
+        channel.request({"id": 1, "tool": "ping"}, deadline())
+    channel.close()
+    started.end()
+
+
+def test_without_the_fifos_the_toolbox_stays_on_stdio(tmp_path: Path):
+    (tmp_path / "chan").mkdir()
+    done = subprocess.run(
+        [sys.executable, toolbox.__file__, "--root", str(tmp_path), "--sign",
+         "--channel", str(tmp_path / "chan")],
+        input=KEY.hex().encode() + b"\n", capture_output=True, timeout=60, check=False)
+    line = done.stdout.splitlines()[0].split(b" ", 1)[1]
+    assert b'"ready": true' in line and b'"channel": "stdio: No such file or directory"' in line
+
+
+def test_fifos_nobody_holds_open_are_not_waited_on(tmp_path: Path):
+    """FIFOs the host did not hold (a stale pair, an engine on another machine that shows its
+    own): the toolbox's opens fail at once and it stays on stdio."""
+    chan = tmp_path / "chan"
+    chan.mkdir()
+    os.mkfifo(chan / "in")
+    os.mkfifo(chan / "out")
+    done = subprocess.run(
+        [sys.executable, toolbox.__file__, "--root", str(tmp_path), "--sign",
+         "--channel", str(chan)],
+        input=KEY.hex().encode() + b"\n", capture_output=True, timeout=60, check=False)
+    line = done.stdout.splitlines()[0].split(b" ", 1)[1]
+    assert b'"channel": "stdio: No such device or address"' in line, line

@@ -633,22 +633,15 @@ def _skip_lines(f: BinaryIO, count: int) -> int:
     return skipped
 
 
-def _lines(f: BinaryIO) -> Iterator[tuple[bytes, bool]]:
-    """(bytes without newline, was cut) per line; a huge line is never held in memory."""
+def _line_rest(f: BinaryIO) -> bool:
+    """Skip the rest of a line read up to LINE_MAX_BYTES; whether there was any (it was cut).
+    A huge line is never held in memory."""
+    cut = False
     while True:
-        raw = f.readline(LINE_MAX_BYTES)
-        if not raw:
-            return
-        if raw.endswith(b"\n"):
-            yield raw[:-1], False
-            continue
-        cut = False
-        while True:  # the rest of an over-long line
-            more = f.readline(CHUNK)
-            cut = cut or bool(more)
-            if not more or more.endswith(b"\n"):
-                break
-        yield raw, cut
+        more = f.readline(CHUNK)
+        cut = cut or bool(more)
+        if not more or more.endswith(b"\n"):
+            return cut
 
 
 def _decode(raw: bytes, cut: bool) -> tuple[str, bool]:
@@ -674,25 +667,35 @@ class _Page:
 
     def fill(self, f: BinaryIO, last: int | None) -> None:
         """Take lines from f until `last`, EOF or a cap (then `more` is set)."""
-        number = self.first
-        for raw, cut in _lines(f):
+        number, lines = self.first, self.lines
+        while True:  # one loop, no call a line: a page of 2000 short lines is common
+            raw = f.readline(LINE_MAX_BYTES)
+            if not raw:
+                self.eof = True
+                return
+            if raw.endswith(b"\n"):
+                raw, cut = raw[:-1], False
+            else:
+                cut = _line_rest(f)
             if last is not None and number > last:
                 return
-            if len(self.lines) >= READ_MAX_LINES or self.chars >= READ_MAX_CHARS:
+            if len(lines) >= READ_MAX_LINES or self.chars >= READ_MAX_CHARS:
                 self.more = True
                 return
-            self._add(number, raw, cut)
+            if cut or raw.endswith(b"\r"):
+                text, bad = _decode(raw, cut)
+                self.invalid = self.invalid or bad
+            else:
+                try:
+                    text = raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    text, self.invalid = raw.decode("utf-8", "replace"), True
+            if cut or len(text) > LINE_MAX_CHARS:
+                text, self.long = text[:LINE_MAX_CHARS] + " [... line cut]", True
+            line = f"{number:>6}\t{text}"
+            lines.append(line)
+            self.chars += len(line) + 1
             number += 1
-        self.eof = True
-
-    def _add(self, number: int, raw: bytes, cut: bool) -> None:
-        text, bad = _decode(raw, cut)
-        self.invalid = self.invalid or bad
-        if cut or len(text) > LINE_MAX_CHARS:
-            text, self.long = text[:LINE_MAX_CHARS] + " [... line cut]", True
-        line = f"{number:>6}\t{text}"
-        self.lines.append(line)
-        self.chars += len(line) + 1
 
     def total_lines(self, f: BinaryIO) -> int | None:
         """Lines in the whole file when cheap to know: None if the rest is over budget."""

@@ -148,6 +148,16 @@ def git_paths(root: Path, tree: TreeScan, *, global_configs: list[Path] | None =
     return found
 
 
+def _subdirs(folder: Path) -> list[Path]:
+    """The directories in `folder` (not links), at most _MAX_HOOKS; none when it cannot be read."""
+    try:
+        with os.scandir(folder) as entries:
+            return [Path(e.path) for _, e in zip(range(_MAX_HOOKS), entries, strict=False)
+                    if e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return []
+
+
 def enclosing_repos(root: Path) -> list[tuple[Path, str]]:
     """`.git` entries of the directories above the root (a monorepo the project sits in)."""
     repos = []
@@ -237,6 +247,22 @@ class GitPaths:
             self.hook_links(hooks)
             for name in ("config", "config.worktree"):
                 self.config_paths(worktree, git_dir / name)
+            self.top_files(git_dir)
+
+    def top_files(self, git_dir: Path) -> None:
+        """Second names of the files at the top of a git directory and of its linked worktrees'
+        (`commondir`, `gitdir`, `HEAD`, `config` …): git reads them to find the rest of the
+        repository, so one rewritten through another name sends it to a planted config (red-team
+        round 12: `worktrees/<name>/commondir`)."""
+        for folder in [git_dir, *_subdirs(git_dir / "worktrees")]:
+            try:
+                with os.scandir(folder) as entries:
+                    listed = [Path(e.path) for _, e in zip(range(_MAX_HOOKS), entries,
+                                                              strict=False)]
+            except OSError:
+                continue
+            for path in listed:
+                self.names(path)
 
     def config_paths(self, worktree: Path, config: Path,
                      why: str = "git reads it as config") -> None:

@@ -552,7 +552,7 @@ def test_what_appears_where_a_protected_path_was_missing_is_moved_aside(
     assert list((root / "tools" / "git").glob("hooks.replaced-*/pre-commit"))
 
 
-@pytest.mark.parametrize("which", ["config", "include", "gitfile"])
+@pytest.mark.parametrize("which", ["config", "include", "gitfile", "commondir"])
 def test_a_hard_linked_git_config_stops_a_bind_session(workdir: Path, model_server: ModelServer,
                                                      which: str):
     """Red-team round 11: `.git/config` (or a file it includes) hard-linked to a file in the
@@ -565,6 +565,15 @@ def test_a_hard_linked_git_config_stops_a_bind_session(workdir: Path, model_serv
         git("init", "-q", f"--separate-git-dir={root / 'store'}", str(root), cwd=workdir)
         assert (root / ".git").read_text().startswith("gitdir: ")
         os.link(root / ".git", root / "docs" / "repo-config.txt")
+        refused_through_another_name(root, model_server, "docs/repo-config.txt")
+        return
+    if which == "commondir":  # red-team round 12: a linked worktree's pointer to the config
+        git("init", "-q", str(root / "main"), cwd=workdir)
+        git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty",
+            "-m", "x", cwd=root / "main")
+        git("worktree", "add", "-q", "../wt", cwd=root / "main")
+        os.link(root / "main" / ".git" / "worktrees" / "wt" / "commondir",
+                root / "docs" / "repo-config.txt")
         refused_through_another_name(root, model_server, "docs/repo-config.txt")
         return
     git("init", "-q", str(root), cwd=workdir)

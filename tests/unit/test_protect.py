@@ -196,18 +196,24 @@ def test_a_config_that_cannot_be_read_with_certainty_is_refused(tmp_path: Path) 
         protect(root)
 
 
-@pytest.mark.parametrize("name", ["hook", "config", "gitfile"])
+@pytest.mark.parametrize("name", ["hook", "config", "gitfile", "commondir"])
 def test_what_git_runs_or_reads_with_a_second_name_is_refused(tmp_path: Path, name: str) -> None:
-    """A read-only mount guards a name, not the file: a hook, a config or a `.git` file with a
-    hard link elsewhere in the tree would change through the other name."""
+    """A read-only mount guards a name, not the file: a hook, a config, a `.git` file or a
+    linked worktree's `commondir` (red-team round 12) with a hard link elsewhere in the tree
+    would change through the other name."""
     root = tmp_path / "proj"
     root.mkdir()
     if name == "gitfile":
         git("init", "-q", f"--separate-git-dir={root / 'store'}", str(root), cwd=tmp_path)
     else:
         git("init", "-q", str(root), cwd=tmp_path)
+    if name == "commondir":
+        git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty",
+            "-m", "x", cwd=root)
+        git("worktree", "add", "-q", str(root / "wt"), cwd=root)
     target = {"hook": root / ".git" / "hooks" / "pre-commit", "config": root / ".git" / "config",
-              "gitfile": root / ".git"}[name]
+              "gitfile": root / ".git",
+              "commondir": root / ".git" / "worktrees" / "wt" / "commondir"}[name]
     if name == "hook":
         target.write_text("#!/bin/sh\n")
     protect(root)  # one name: fine

@@ -63,20 +63,28 @@ class Channel:
             self.closed = True
             raise ToolboxError(f"toolbox stdin closed: {exc}") from exc
 
+    def send_line(self, data: bytes, deadline: float) -> None:
+        """Write one request line (the engine's stream takes it at once)."""
+        self.send(data)
+
     def request(self, payload: dict[str, Any], deadline: float,
                 on_progress: OnProgress | None = None) -> dict[str, Any]:
         """Send one JSON line and wait for its response until `deadline` (monotonic).
 
-        Progress lines before the response (objects with a "progress" key, sent only to a
-        request that asked for them) go to `on_progress`; a failing callback is logged, never
+        Progress lines before the response (objects with a "progress" key and the request's
+        id, sent only to a request that asked for them) go to `on_progress`; one of another id
+        (an earlier call's, played again) is dropped; a failing callback is logged, never
         allowed to leave the response unread.
         """
-        self.send(json.dumps(payload, ensure_ascii=True).encode() + b"\n")
+        self.send_line(json.dumps(payload, ensure_ascii=True).encode() + b"\n", deadline)
         while True:
             reply = self.read_json(deadline)
             progress = reply.get("progress")
             if progress is None:
                 return reply
+            if reply.get("id") != payload.get("id"):
+                self.dropped += 1
+                continue
             if on_progress is not None and isinstance(progress, dict):
                 try:
                     on_progress(progress)
@@ -224,7 +232,13 @@ class FifoChannel(Channel):
         os.set_blocking(writer, False)
 
     def send(self, data: bytes) -> None:
-        """Write one request line (ending in a newline), signed."""
+        """Not on this channel: requests go through `send_line`, with a deadline."""
+        raise ToolboxError("the FIFO channel takes request lines only")
+
+    def send_line(self, data: bytes, deadline: float) -> None:
+        """Write one request line (ending in a newline), signed, by `deadline`. We hold `in`
+        open for reading as well, so a write never fails when the toolbox is gone: while the
+        pipe is full, the process's stream says whether it still runs."""
         body = data.rstrip(b"\n")
         mac = hmac.new(self._request_key, b"%d " % self._number + body, "sha256")
         self._number += 1
@@ -232,11 +246,22 @@ class FifoChannel(Channel):
         while view:
             try:
                 view = view[os.write(self._writer, view):]
+                continue
             except BlockingIOError:  # the pipe is full: the toolbox is reading a large request
-                select.select([], [self._writer], [], 1.0)
+                pass
             except OSError as exc:
                 self.closed = True
                 raise ToolboxError(f"toolbox channel closed: {exc}") from exc
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise ToolboxTimeoutError("the toolbox did not take the request in time")
+            readable = select.select([self._sock.fileno()], [self._writer], [],
+                                     min(remaining, 1.0))[0]
+            if readable:
+                self._stdio.poll()
+                if self._stdio.closed or self._stdio.ended:
+                    self.ended = True
+                    raise self._exited()
 
     def _fill(self, deadline: float) -> None:
         remaining = deadline - time.monotonic()

@@ -82,7 +82,7 @@ from executor.sandbox.protect import (
     scan,
     sweep,
 )
-from executor.state import LEGACY_DIR, legacy_state
+from executor.state import LEGACY_DIR, check_outside, legacy_state, real_root
 from executor.workspace.archive import Archive, Limits, Prefetch, overlay, plan
 from executor.workspace.manifest import Manifest, from_row
 from executor.workspace.paths import Excludes
@@ -174,7 +174,11 @@ _START_TIMEOUT = 30.0
 # no capability (all are dropped), and in python3 because the image may have no `kill`. Only our
 # processes of that uid live in a session container, so all of them go except this script and
 # PID 1 — and, when PID 1 is not ours (a container made by an older version: docker-init), its
-# oldest child, the container's command, whose end would stop it.
+# oldest child, the container's command, whose end would stop it. A process that forks and
+# exits faster than one pass over /proc (a "hopper") outlives such a pass, so where PID 1 is
+# ours, kill(-1) (every process of the uid but PID 1 and the caller, at once) follows until
+# /proc lists none for a while; exit 3 when some are still there after 2 s (red-team round 12:
+# a survivor took the next toolbox's FIFOs).
 _KILL_TOOLBOX = """\
 import os, signal, sys, time
 old, uid = int(sys.argv[1]), os.getuid()
@@ -209,6 +213,20 @@ while not refused and (stat(old) or [b"Z"])[0] != b"Z":
     if time.monotonic() > deadline:
         refused.append(f"pid {old} still alive after SIGKILL")
     time.sleep(0.02)
+def others():
+    return [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) not in (1, os.getpid())
+            and ours(p) and (stat(p) or [b"Z"])[0] != b"Z"]
+settle, quiet = time.monotonic() + 2, 0
+while ours_first and quiet < 3:
+    try:
+        os.kill(-1, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    quiet = 0 if others() else quiet + 1
+    if quiet == 0 and time.monotonic() > settle:
+        print(f"{len(others())} processes of uid {uid} still alive after kill(-1)")
+        sys.exit(3)
+    time.sleep(0.005)
 sys.exit("; ".join(refused) or None)
 """.replace("INIT_TAG", repr(_INIT_TAG.encode()))
 
@@ -319,6 +337,9 @@ class Toolbox:
                 self._channel = FifoChannel(*pipes, key, channel)
                 pipes = None
                 ready = self._started(self._channel.read_json)
+        except BaseException:
+            self._channel.close()  # our FIFO ends and the stream: nothing is left open
+            raise
         finally:
             if self._fifos and key:  # opened by now, or never: nobody else may open them
                 unlink_fifos(self._fifos)
@@ -766,25 +787,35 @@ class DockerSandbox:
 
     def _recover(self, what: str) -> ToolResult:
         self._warn(f"{what}; restarting the toolbox")
-        self._kill_toolbox()
+        settled = self._kill_toolbox()
         try:
-            self._start_toolbox()
+            if settled or self.copying:  # a new container would lose the copy
+                self._start_toolbox()
+            else:
+                self._recreate("processes the command started could not be stopped; "
+                               "restarting the sandbox (files in /tmp are lost)")
         except SandboxError as exc:
             raise ToolboxError(f"{what}, and it could not be restarted: {exc}") from exc
         return ToolResult.error(f"{what}. The toolbox was restarted; the call had no result.",
                                 toolbox_restarted=True)
 
-    def _kill_toolbox(self) -> None:
+    def _kill_toolbox(self) -> bool:
+        """Kill the toolbox and what it left; False when some of it may still run (then no
+        later toolbox of this container uses the FIFOs: a survivor could open them)."""
         old = self._toolbox
         self._toolbox = None
         if old is None:
-            return
+            return True
         old.stop()
-        if self._ensure_running() and old.pid:  # a container that had stopped has nothing left
-            self._kill_in_container(old.pid)
+        # a container that had stopped has nothing left
+        if self._ensure_running() and old.pid and not self._kill_in_container(old.pid):
+            self._channel = None
+            return False
+        return True
 
-    def _kill_in_container(self, pid: int) -> None:
-        """SIGKILL the old toolbox and every process it left; warn when that fails."""
+    def _kill_in_container(self, pid: int) -> bool:
+        """SIGKILL the old toolbox and every process it left; warn (and False) when that
+        fails."""
         try:
             with docker_errors("killing the stuck toolbox"):
                 code, output = self._container.exec_run(
@@ -792,10 +823,11 @@ class DockerSandbox:
                     workdir="/")
         except SandboxError as exc:
             self._warn(f"could not kill the stuck toolbox (pid {pid}): {exc}")
-            return
+            return False
         if code != 0:
             said = output.decode(errors="replace").strip()[-300:] if output else ""
             self._warn(f"could not kill the stuck toolbox (pid {pid}): exit {code}: {said}")
+        return bool(code == 0)
 
     def _ensure_running(self) -> bool:
         """Start the container if it stopped; whether it was running."""
@@ -981,6 +1013,9 @@ class DockerSandbox:
         # A held flock marks the container as in use; `gc` removes those whose lock is free,
         # which also covers a controller killed with SIGKILL.
         path = self._lock_path()
+        # what is there is mounted into the container (hosts file, channel): never the sandbox's
+        check_outside(real_root(self.config.root), path.parent,
+                      "the lock dir (XDG_RUNTIME_DIR or XDG_CACHE_HOME)")
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         for _ in range(20):  # `gc` holds a free lock for a moment while it checks it
@@ -1070,10 +1105,18 @@ def drop_channel(lock_dir: Path, name: str) -> None:
 
 
 def unlink_fifos(directory: Path) -> None:
-    """Remove the FIFOs' names: once both ends are open, nothing else may open them."""
-    for name in _FIFOS:
-        with contextlib.suppress(OSError):
-            os.unlink(directory / name)
+    """Remove the FIFOs' names: once both ends are open, nothing else may open them. Never
+    through a link: `directory` is reached without following one."""
+    try:
+        folder = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        for name in _FIFOS:
+            with contextlib.suppress(OSError):
+                os.unlink(name, dir_fd=folder)
+    finally:
+        os.close(folder)
 
 
 def hosts_file(directory: Path) -> Path:

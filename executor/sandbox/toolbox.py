@@ -3529,7 +3529,8 @@ def _read_key(inp: BinaryIO) -> bytes:
 # mounted read-only carry them in the kernel alone. The directory is the host's: nothing in
 # the container can make, replace or link a name there, and the host unlinks both FIFOs once
 # we said we have them, so only a process that opened one before could still hold it. None
-# runs when a toolbox starts (a restart kills what the last one left), and against one anyway
+# runs when a toolbox starts (a restart kills what the last one left with kill(-1), repeated
+# until none is left, else the next toolbox stays on stdio), and against one anyway
 # every request is signed with a key of its own and its number in the sequence: a line
 # written into `in` by anyone else, or played again, is dropped; our lines are signed as on
 # stdout. Such a process can at most take lines away, which the host sees as a toolbox that

@@ -428,6 +428,42 @@ def test_a_hopper_ends_with_its_call(sandbox: DockerSandbox, project: Path, hopp
     assert "./hop" not in after.output, after.output
 
 
+PY_HOPPER = """\
+import os, time
+os.setsid()
+end = time.time() + 20
+while time.time() < end:
+    if os.fork():
+        os._exit(0)
+    for name in ("in", "out"):
+        try:
+            os.open("/run/sandbox-agent/" + name, os.O_RDONLY | os.O_NONBLOCK)
+        except OSError:
+            continue
+        with open("/workspace/grabbed.txt", "a") as f:
+            f.write(name + "\\n")
+"""
+
+
+@pytest.mark.engines("runc", "podman")
+def test_a_hopper_does_not_outlive_a_toolbox_restart(sandbox: DockerSandbox, project: Path):
+    """Red-team round 12: hoppers started in the background, then the toolbox killed by its
+    own command; the restart's kill script listed /proc once, the hoppers outlived it and
+    opened the next toolbox's FIFOs before their names were gone. It now repeats kill(-1)."""
+    (project / "h.py").write_text(PY_HOPPER)
+    (project / "a.txt").write_text("a\n")
+    killed = shell(sandbox, "cp h.py /tmp/h.py; rm h.py; for i in 1 2 3 4 5; do "
+                            "python3 /tmp/h.py </dev/null >/dev/null 2>&1 & done; sleep 1; "
+                            "kill -9 $PPID")
+    assert killed.meta.get("toolbox_restarted"), killed.output
+    for _ in range(5):
+        assert sandbox.call("read_file", {"path": "a.txt"}).ok
+    time.sleep(1)
+    assert not (project / "grabbed.txt").exists(), (project / "grabbed.txt").read_text()
+    after = shell(sandbox, "cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' '")
+    assert "/tmp/h.py" not in after.output, after.output
+
+
 def _still_usable(sandbox: DockerSandbox) -> None:
     follow_up = shell(sandbox, "echo still-alive; python3 -c \"import os; "
                                "print(sum(p.isdigit() for p in os.listdir('/proc')))\"")

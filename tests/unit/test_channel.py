@@ -134,8 +134,8 @@ def test_the_host_signs_requests_as_the_toolbox_checks_them():
     ours, theirs = socket.socketpair()
     with ours, theirs:
         channel = FifoChannel(os.dup(reader), writer, KEY, Channel(ours, KEY))
-        channel.send(b'{"id": 1, "tool": "ping"}\n')
-        channel.send(b'{"id": 2, "tool": "ping"}\n')
+        channel.send_line(b'{"id": 1, "tool": "ping"}\n', deadline())
+        channel.send_line(b'{"id": 2, "tool": "ping"}\n', deadline())
         sent = os.read(reader, 4096)
     os.close(reader)
     assert sent == _signed_request(0, b'{"id": 1, "tool": "ping"}') + \
@@ -175,3 +175,79 @@ def test_fifos_nobody_holds_open_are_not_waited_on(tmp_path: Path):
         input=KEY.hex().encode() + b"\n", capture_output=True, timeout=60, check=False)
     line = done.stdout.splitlines()[0].split(b" ", 1)[1]
     assert b'"channel": "stdio: No such device or address"' in line, line
+
+
+def _answers(*lines: bytes) -> int:
+    """A pipe holding the toolbox's signed `lines` (its `out`), for a FifoChannel to read."""
+    reader, writer = os.pipe()
+    for line in lines:
+        mac = hmac.new(KEY, line, "sha256").hexdigest()[:32].encode()
+        os.write(writer, mac + b" " + line + b"\n")
+    os.close(writer)
+    return reader
+
+
+def test_progress_of_another_call_is_not_taken_for_this_ones():
+    """Red-team round 12: a progress line stolen from an earlier call and written back into
+    `out` (signed: it is the toolbox's own) was shown as this call's live output."""
+    reader = _answers(b'{"id": 1, "progress": {"stream": "stdout", "text": "OLD"}}',
+                      b'{"id": 2, "progress": {"stream": "stdout", "text": "new"}}',
+                      b'{"id": 2, "ok": true, "output": "", "meta": {}}')
+    sink_r, sink_w = os.pipe()
+    ours, theirs = socket.socketpair()
+    seen: list[str] = []
+    with ours, theirs:
+        channel = FifoChannel(reader, sink_w, KEY, Channel(ours, KEY))
+        reply = channel.request({"id": 2, "tool": "run_shell_command", "progress": True},
+                                deadline(), lambda p: seen.append(p["text"]))
+        channel.close()
+    os.close(sink_r)
+    assert reply["id"] == 2 and seen == ["new"] and channel.dropped == 1
+
+
+def test_a_request_the_toolbox_never_takes_ends_at_its_deadline_or_its_end():
+    """Red-team round 12: we hold `in` open for reading too, so writing to a toolbox that is
+    gone never fails; a request larger than the pipe waited forever. It now ends at the
+    deadline, or as soon as the process's stream says the toolbox ended."""
+    big = b'{"id": 1, "tool": "run_shell_command", "args": {"command": "' + b"x" * 300_000 + \
+        b'"}}\n'
+    for ended in (False, True):
+        reader, writer = os.pipe()  # nobody reads it: the toolbox is gone
+        ours, theirs = socket.socketpair()
+        with ours, theirs:
+            channel = FifoChannel(os.dup(reader), writer, KEY, Channel(ours, KEY))
+            if ended:
+                theirs.close()  # the engine's stream ends with the process
+            started = time.monotonic()
+            with pytest.raises(ToolboxError, match="exited" if ended else "in time"):
+                channel.send_line(big, time.monotonic() + 1.5)
+            assert time.monotonic() - started < 5
+            channel.close()
+        os.close(reader)
+
+
+def test_the_fifos_are_never_unlinked_through_a_link(tmp_path: Path):
+    """Red-team round 12: with the lock dir where the sandbox could write, `<name>.channel`
+    became a link to a host directory and the host unlinked `in` and `out` there."""
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "in").write_text("keep")
+    (victim / "out").write_text("keep")
+    (tmp_path / "sandbox-agent-s.channel").symlink_to(victim)
+    unlink_fifos(tmp_path / "sandbox-agent-s.channel")
+    assert fifo_pair(tmp_path / "sandbox-agent-s.channel") is None
+    assert sorted(os.listdir(victim)) == ["in", "out"]
+
+
+def test_a_lock_dir_inside_the_project_is_refused(tmp_path: Path):
+    """What the lock dir holds is mounted into the container (the hosts file, the channel
+    directory): inside the project the sandbox could replace it with a link."""
+    from executor.errors import ConfigError
+    from executor.sandbox.docker import DockerSandbox, SandboxConfig
+
+    (tmp_path / "proj").mkdir()
+    config = SandboxConfig(root=tmp_path / "proj", session_id="s1",
+                           lock_dir=tmp_path / "proj" / ".cache" / "locks")
+    with pytest.raises(ConfigError, match=r"the lock dir .* is inside the project root"):
+        DockerSandbox(config)._lock()
+    assert not (tmp_path / "proj" / ".cache").exists()

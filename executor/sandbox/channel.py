@@ -30,6 +30,7 @@ _HEADER = struct.Struct(">BxxxI")
 _STDOUT, _STDERR = 1, 2
 _MAX_LINE = 64 * 1024 * 1024  # a response larger than this means the toolbox went wrong
 _MAC_HEX = 32  # hex digits of the signature before each line (with a key)
+_PIPE = 1 << 16  # what a pipe holds (Linux's default): one read takes all of it
 log = logging.getLogger(__name__)
 
 OnProgress = Callable[[dict[str, Any]], None]
@@ -283,7 +284,7 @@ class FifoChannel(Channel):
         """Take in what the FIFO holds; its end (every writer gone: the toolbox) ends us."""
         while True:
             try:
-                chunk = os.read(self._reader, 1 << 20)
+                chunk = os.read(self._reader, _PIPE)
             except BlockingIOError:
                 return
             except OSError as exc:
@@ -293,6 +294,8 @@ class FifoChannel(Channel):
                 self.ended = True
                 return
             self._add_stdout(chunk)
+            if len(chunk) < _PIPE:  # it is empty now: no read that only says so
+                return
 
     def stderr_tail(self) -> str:
         """The last lines the process wrote to stderr."""

@@ -147,6 +147,7 @@ import difflib
 import errno
 import fnmatch
 import hashlib
+import io
 import json
 import os
 import re
@@ -295,6 +296,7 @@ if TYPE_CHECKING:  # names for the type checker only (annotations are never eval
 
 VERSION = 1
 BINARY_SNIFF = 8192
+READ_BUFFER = 1 << 16  # read_file's buffer: the first read fills it, BINARY_SNIFF included
 ABSENT = "absent"  # expect_sha256 of a file that did not exist when the write was approved
 FAILS = "fails"  # expect_sha256_after of a call whose preview said it would fail
 PREVIEW_MAX_BYTES = 4 * 1024 * 1024  # a bigger file is described, not diffed
@@ -594,10 +596,9 @@ def tool_read_file(ctx: Context, path: str, start_line: int | None = None,
         raise ToolError(f"end_line ({last}) is before start_line ({first})")
     real = resolve(ctx, path)
     size = _regular_file(real, path).st_size
-    with open(real, "rb") as f:
-        if b"\0" in f.read(BINARY_SNIFF):
+    with io.BufferedReader(io.FileIO(real), READ_BUFFER) as f:  # (open() asks isatty() too)
+        if b"\0" in f.peek(BINARY_SNIFF)[:BINARY_SNIFF]:  # read once, not read and seek back
             return fail(f"binary file ({size} bytes); not shown", binary=True, total_bytes=size)
-        f.seek(0)
         skipped = _skip_lines(f, first - 1)
         page = _Page(first)
         page.fill(f, last)

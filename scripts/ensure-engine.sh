@@ -36,7 +36,7 @@ if ! command -v docker >/dev/null; then
 fi
 LOG="${DOCKERD_LOG:-/var/log/sandbox-agent-dockerd.log}"
 echo "starting dockerd --bridge=none --iptables=false (log: $LOG) ..."
-nohup dockerd --bridge=none --iptables=false >"$LOG" 2>&1 &
+(cd / && exec nohup dockerd --bridge=none --iptables=false >"$LOG" 2>&1) &
 echo $! > /run/sandbox-agent-dockerd.pid
 for _ in $(seq 1 60); do
     if docker info >/dev/null 2>&1; then

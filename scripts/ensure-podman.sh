@@ -43,7 +43,10 @@ if ! answers; then
     chmod 700 "$(dirname "$SOCK")"  # the socket is root-equivalent, like Docker's
     rm -f "$SOCK"
     echo "starting podman system service --time=0 unix://$SOCK (log: $LOG) ..."
-    nohup podman system service --time=0 "unix://$SOCK" >"$LOG" 2>&1 &
+    # from its socket's directory: conmon leaves files (an `oom` marker when a container is
+    # OOM-killed) in the service's working directory, which was the checkout's
+    (cd "$(dirname "$SOCK")" && exec nohup podman system service --time=0 "unix://$SOCK" \
+        >"$LOG" 2>&1) &
     echo $! > "$PIDFILE"
     for _ in $(seq 1 30); do
         answers && break

@@ -28,6 +28,7 @@ regular files, and only parsed, never executed.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import stat
 from collections.abc import Iterator
@@ -148,16 +149,6 @@ def git_paths(root: Path, tree: TreeScan, *, global_configs: list[Path] | None =
     return found
 
 
-def _subdirs(folder: Path) -> list[Path]:
-    """The directories in `folder` (not links), at most _MAX_HOOKS; none when it cannot be read."""
-    try:
-        with os.scandir(folder) as entries:
-            return [Path(e.path) for _, e in zip(range(_MAX_HOOKS), entries, strict=False)
-                    if e.is_dir(follow_symlinks=False)]
-    except OSError:
-        return []
-
-
 def enclosing_repos(root: Path) -> list[tuple[Path, str]]:
     """`.git` entries of the directories above the root (a monorepo the project sits in)."""
     repos = []
@@ -181,6 +172,9 @@ class GitPaths:
         """Links in the tree that git passes on the way to one of these paths."""
         self.unsure: dict[str, str] = {}
         """Config files git reads that cannot be read with certainty -> why."""
+        self.crowded: set[str] = set()
+        """Directories git reads from that hold more than _MAX_HOOKS entries: what is past the
+        cap cannot be checked (red-team round 13 hid a hard-linked `commondir` there)."""
         self.hardlinked: dict[str, int] = {}
         """Hooks, config files and `.git` files with more than one name -> how many: a
         read-only mount guards a name, not the file, so a write through another name in the
@@ -227,7 +221,14 @@ class GitPaths:
             target = gitdir_target(entry)
             dirs = [target] if target else []
         elif kind == "symlink":
-            dirs = [Path(os.path.realpath(entry))]
+            real = Path(os.path.realpath(entry))
+            if real.is_file():  # a link to a `.git` file: git reads that file the same way
+                self.add(real, "a .git file (through the link .git)")
+                self.names(real)
+                target = gitdir_target(entry, real)
+                dirs = [target] if target else []
+            else:
+                dirs = [real]
         else:
             dirs = []
         dirs += [c for d in dirs if (c := common_dir(d)) is not None]
@@ -254,15 +255,23 @@ class GitPaths:
         (`commondir`, `gitdir`, `HEAD`, `config` …): git reads them to find the rest of the
         repository, so one rewritten through another name sends it to a planted config (red-team
         round 12: `worktrees/<name>/commondir`)."""
-        for folder in [git_dir, *_subdirs(git_dir / "worktrees")]:
-            try:
-                with os.scandir(folder) as entries:
-                    listed = [Path(e.path) for _, e in zip(range(_MAX_HOOKS), entries,
-                                                              strict=False)]
-            except OSError:
-                continue
-            for path in listed:
-                self.names(path)
+        worktrees = [e for e in self.listing(git_dir / "worktrees")
+                     if e.is_dir(follow_symlinks=False)]
+        for folder in [git_dir, *(Path(e.path) for e in worktrees)]:
+            for entry in self.listing(folder):
+                self.names(Path(entry.path))
+
+    def listing(self, folder: Path) -> list[os.DirEntry[str]]:
+        """The entries of `folder` (none when it cannot be read); one with more than
+        _MAX_HOOKS is noted as crowded, and refused."""
+        try:
+            with os.scandir(folder) as entries:
+                listed = list(itertools.islice(entries, _MAX_HOOKS + 1))
+        except OSError:
+            return []
+        if len(listed) > _MAX_HOOKS:
+            self.crowded.add(self.show(folder))
+        return listed[:_MAX_HOOKS]
 
     def config_paths(self, worktree: Path, config: Path,
                      why: str = "git reads it as config") -> None:
@@ -310,15 +319,10 @@ class GitPaths:
 
     def hook_links(self, hooks: Path) -> None:
         """What the links in a hooks directory point at: git runs the target."""
-        try:
-            with os.scandir(hooks) as entries:
-                listed = list(zip(range(_MAX_HOOKS), entries, strict=False))
-                links = [e.path for _, e in listed if e.is_symlink()]
-        except OSError:
-            return
-        for _, entry in listed:
+        listed = self.listing(hooks)
+        for entry in listed:
             self.names(Path(entry.path))
-        for link in links:
+        for link in [e.path for e in listed if e.is_symlink()]:
             why = f"git runs it (the hook {self.show(Path(link))} links to it)"
             self.add(self.resolve(Path(link), why), why)
 
@@ -330,6 +334,11 @@ class GitPaths:
                 f"certainty ({why}): the files it names cannot be protected",
                 fix=f"fix or remove it (`git config --file {config} --list` shows what git "
                     "makes of it), or run with --workspace copy or --read-only")
+        for folder in sorted(self.crowded):
+            raise ConfigError(
+                f"{folder}, which git on the host reads from, holds more than {_MAX_HOOKS} "
+                "entries: they cannot all be checked for links and second names",
+                fix="clear it out, or run with --workspace copy or --read-only")
         for hook, names in self.hardlinked.items():
             raise ConfigError(
                 f"{hook}, which git on the host runs or reads, has {names} names (hard links): "
@@ -390,8 +399,10 @@ def common_dir(git_dir: Path) -> Path | None:
     return Path(os.path.realpath(git_dir / text.strip())) if text and text.strip() else None
 
 
-def gitdir_target(entry: Path) -> Path | None:
-    text = small_text(entry)
+def gitdir_target(entry: Path, read: Path | None = None) -> Path | None:
+    """Where a `.git` file points (relative to the `.git` entry's directory, as git takes it);
+    `read`: the file it links to, when `.git` is a link."""
+    text = small_text(read or entry)
     if not text or not text.startswith("gitdir:"):
         return None
     target = Path(text[len("gitdir:"):].strip())

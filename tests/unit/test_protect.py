@@ -261,3 +261,35 @@ def test_a_hooks_path_marked_optional_is_protected_as_newer_git_reads_it(tmp_pat
     root = _repo(tmp_path)
     git("config", "core.hooksPath", ":(optional)tools/hooks", cwd=root)  # git 2.50 drops the mark
     assert "tools/hooks" in protect(root)[1]
+
+
+def test_a_git_directory_too_crowded_to_check_is_refused(tmp_path: Path) -> None:
+    """Red-team round 13: a hard-linked `commondir` placed past the first 1,000 entries of
+    its worktree's directory was never looked at. A directory git reads from that holds more
+    than can be checked is refused."""
+    root = tmp_path / "proj"
+    git("init", "-q", str(root / "main"), cwd=tmp_path)
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "x",
+        cwd=root / "main")
+    git("worktree", "add", "-q", str(root / "wt"), cwd=root / "main")
+    admin = root / "main" / ".git" / "worktrees" / "wt"
+    protect(root)
+    for n in range(1001):
+        (admin / f"pad.{n}").touch()
+    with pytest.raises(ConfigError, match="holds more than 1000 entries"):
+        protect(root)
+
+
+def test_a_git_link_to_a_gitdir_file_protects_that_file(tmp_path: Path) -> None:
+    """Red-team round 13: `.git` a link to a file holding `gitdir: …` (git follows it): the file
+    was left writable, and rewritten it sent git on the host to a planted repository."""
+    root = tmp_path / "proj"
+    git("init", "-q", str(root / "repo"), cwd=tmp_path)
+    (root / "w").mkdir()
+    (root / "w" / "gitfile.txt").write_text("gitdir: ../repo/.git\n")
+    (root / "w" / ".git").symlink_to("gitfile.txt")
+    existing, _ = protect(root)
+    assert "w/gitfile.txt" in existing and "repo/.git" in existing
+    os.link(root / "w" / "gitfile.txt", root / "notes.txt")
+    with pytest.raises(ConfigError, match="has 2 names"):
+        protect(root)

@@ -128,6 +128,22 @@ class Channel:
         """The last lines the process wrote to stderr (for error messages)."""
         return "".join(self._stderr).strip()
 
+    def until_end(self, deadline: float) -> bool:
+        """Read the stream to its end (a short-lived process's); whether it ended by
+        `deadline`. What it said: `said()`."""
+        try:
+            while True:
+                self._fill(deadline)
+        except ToolboxTimeoutError:
+            return False
+        except ToolboxError:
+            return True
+
+    def said(self) -> str:
+        """Everything read so far: stdout's lines, then the end of stderr."""
+        out = b"\n".join([*self._lines, bytes(self._partial)]).decode("utf-8", "replace")
+        return f"{out}\n{self.stderr_tail()}".strip()
+
     def close(self) -> None:
         """Close stdin (the toolbox exits on EOF) and the socket."""
         if self.closed:

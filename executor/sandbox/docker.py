@@ -170,6 +170,7 @@ GVISOR_PIDS_FACTOR = 16
 """Host pids per process allowed under runsc (measured: 256 processes took 1,344 host pids)."""
 _CALL_MARGIN = 15.0  # seconds the host waits beyond a tool's own timeout
 _START_TIMEOUT = 30.0
+_KILL_TIMEOUT = 15.0  # seconds the kill script may take (it waits 5 s, then settles for 2 s)
 # Kills a stuck toolbox (argv[1]) and what it left. It runs as the toolbox's own uid, which needs
 # no capability (all are dropped), and in python3 because the image may have no `kill`. Only our
 # processes of that uid live in a session container, so all of them go except this script and
@@ -181,7 +182,7 @@ _START_TIMEOUT = 30.0
 # a survivor took the next toolbox's FIFOs).
 _KILL_TOOLBOX = """\
 import os, signal, sys, time
-old, uid = int(sys.argv[1]), os.getuid()
+old, uid = int(sys.argv[1]), os.getuid()  # old 0: no toolbox, only what was left
 def stat(pid):
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
@@ -201,7 +202,7 @@ with open("/proc/1/cmdline", "rb") as f:
 main = 0 if ours_first else min(orphans, key=lambda pid: int(procs[pid][19]), default=0)
 refused = []
 for pid in dict.fromkeys([old, *procs]):
-    if pid not in (os.getpid(), 1, main):
+    if pid not in (0, os.getpid(), 1, main):
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
@@ -209,7 +210,7 @@ for pid in dict.fromkeys([old, *procs]):
         except PermissionError as exc:
             refused.append(f"pid {pid}: {exc.strerror}")
 deadline = time.monotonic() + 5
-while not refused and (stat(old) or [b"Z"])[0] != b"Z":
+while old and not refused and (stat(old) or [b"Z"])[0] != b"Z":
     if time.monotonic() > deadline:
         refused.append(f"pid {old} still alive after SIGKILL")
     time.sleep(0.02)
@@ -478,11 +479,16 @@ class DockerSandbox:
                 self._protect()
             self._lock()
             self._container = self._existing() or self._create()
+            if self.reattached:
+                self._clear_left()
             self._start_copy()
             self._start_toolbox(running=True)
             self._info = self._describe(image)
         except BaseException:
+            never_made = self._container is None
             self.stop()
+            if never_made and isinstance(self._channel, Path):  # no container: nothing mounts it
+                self._drop_channel_dir()
             raise
 
     def stop(self) -> None:
@@ -765,6 +771,7 @@ class DockerSandbox:
                 raise SandboxError(f"protected paths are not where they were at the start "
                                    f"({', '.join(sorted(moved)[:3])}); the session ends")
             self._protect()
+            self._channel = False  # a new container has nothing left in it: decided afresh
             self._container = self._create()
         except BaseException:
             self._after_session()  # then stop() finds no container: the checks happen here
@@ -813,20 +820,53 @@ class DockerSandbox:
             return False
         return True
 
+    def _clear_left(self) -> None:
+        """Kill what a run that died mid-command left in the container it re-attaches to,
+        before a toolbox starts there: a process of the tools' uid could otherwise read the
+        new toolbox's key from its stdin before it makes itself non-dumpable, and answer in
+        its place (red-team round 13). What cannot be stopped costs a bind session its
+        container; a copy session cannot go on without its container, so it ends."""
+        if self._kill_in_container(0):
+            return
+        if self.copying:
+            raise SandboxError(
+                f"processes the last run left in container {self.name} could not be stopped; "
+                "the session cannot be resumed safely",
+                fix=f"remove the container (`docker rm -f {self.name}`; its pending copy is "
+                    "lost) and start a new session")
+        self._warn("processes the last run left in the container could not be stopped; "
+                   "starting a new container (files in /tmp are lost)")
+        with docker_errors("removing the sandbox container"):
+            self._container.remove(force=True, v=True)
+        self._container = None
+        self._channel = False
+        self._container = self._create()
+
     def _kill_in_container(self, pid: int) -> bool:
-        """SIGKILL the old toolbox and every process it left; warn (and False) when that
-        fails."""
+        """SIGKILL the old toolbox (`pid`; 0: none) and every process it left; warn (and
+        False) when that fails."""
+        api = self._client.api
         try:
             with docker_errors("killing the stuck toolbox"):
-                code, output = self._container.exec_run(
-                    ["python3", "-I", "-c", _KILL_TOOLBOX, str(pid)], user=self._tool_user(),
-                    workdir="/")
+                created = api.exec_create(
+                    self._container.id, ["python3", "-I", "-c", _KILL_TOOLBOX, str(pid)],
+                    user=self._tool_user(), workdir="/", stdout=True, stderr=True)
+                sock = api.exec_start(created["Id"], socket=True)
+                stream = Channel(getattr(sock, "_sock", sock))
+                try:  # bounded: a command of the same uid can SIGSTOP the script (round 13)
+                    ended = stream.until_end(time.monotonic() + _KILL_TIMEOUT)
+                finally:
+                    stream.close()
+                code = api.exec_inspect(created["Id"]).get("ExitCode") if ended else None
         except SandboxError as exc:
-            self._warn(f"could not kill the stuck toolbox (pid {pid}): {exc}")
+            what = f"the stuck toolbox (pid {pid})" if pid else "what the last run left"
+            self._warn(f"could not kill {what}: {exc}")
             return False
         if code != 0:
-            said = output.decode(errors="replace").strip()[-300:] if output else ""
-            self._warn(f"could not kill the stuck toolbox (pid {pid}): exit {code}: {said}")
+            said = stream.said()[-300:]
+            how = f"exit {code}" if ended else f"it did not finish in {_KILL_TIMEOUT:.0f} s"
+            what = f"the stuck toolbox (pid {pid})" if pid else "what the last run left"
+            self._warn(f"could not kill {what}: {how}: {said}")
         return bool(code == 0)
 
     def _ensure_running(self) -> bool:

@@ -464,6 +464,49 @@ def test_a_hopper_does_not_outlive_a_toolbox_restart(sandbox: DockerSandbox, pro
     assert "/tmp/h.py" not in after.output, after.output
 
 
+KILL_SCRIPT_STOPPER = """\
+import os, signal, time
+os.setsid()
+seen, end = set(os.listdir("/proc")), time.time() + 60
+while time.time() < end:
+    for p in os.listdir("/proc"):
+        if p.isdigit() and p not in seen:
+            try:
+                cmd = open("/proc/" + p + "/cmdline", "rb").read()
+            except OSError:
+                continue
+            if cmd and b"runc" not in cmd:
+                seen.add(p)
+                if b"import os, signal, sys, time" in cmd:  # the host's kill script
+                    os.kill(int(p), signal.SIGSTOP)
+    time.sleep(0.0005)
+"""
+
+
+@pytest.mark.engines("runc", "podman")
+@pytest.mark.parametrize("workspace", ["bind", "copy"])
+def test_a_kill_script_stopped_by_a_command_does_not_hang_the_host(project: Path,
+                                                                   docker_client: Any,
+                                                                   workspace: str):
+    """Red-team round 13: a process of the tools' uid SIGSTOPped the kill script the host runs
+    when a toolbox must be replaced, and the host waited on it for ever. It waits 15 s now;
+    then a bind session gets a new container, a copy session goes on without the FIFOs."""
+    for path in [project, *project.rglob("*")]:  # tools of uid 0 would own a copy's top
+        os.lchown(path, 1000, 1000)
+    (project / "st.py").write_text(KILL_SCRIPT_STOPPER)
+    warnings: list[str] = []
+    config = make_config(project, workspace=workspace)
+    with DockerSandbox(config, client=docker_client, warn=warnings.append) as box:
+        started = time.monotonic()
+        killed = shell(box, "python3 st.py </dev/null >/dev/null 2>&1 & sleep 0.5; kill -9 $PPID")
+        assert killed.meta.get("toolbox_restarted"), killed.output
+        assert time.monotonic() - started < 60
+        assert any("did not finish in 15 s" in w for w in warnings), warnings
+        assert box.call("read_file", {"path": "hello.py"}).ok
+        assert box._toolbox is not None and box._toolbox.ready["channel"].startswith("stdio") \
+            if workspace == "copy" else box._toolbox.ready["channel"] == "fifo"
+
+
 def _still_usable(sandbox: DockerSandbox) -> None:
     follow_up = shell(sandbox, "echo still-alive; python3 -c \"import os; "
                                "print(sum(p.isdigit() for p in os.listdir('/proc')))\"")

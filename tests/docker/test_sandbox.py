@@ -234,6 +234,28 @@ def test_reattach_to_a_left_container(project: Path, docker_client: Any):
     assert not docker_client.containers.list(all=True, filters={"id": container_id})
 
 
+@pytest.mark.parametrize("workspace", ["bind", "copy"])
+def test_what_a_dead_run_left_is_gone_before_a_toolbox_starts_again(project: Path,
+                                                                     docker_client: Any,
+                                                                     workspace: str):
+    """Red-team round 13: a controller killed mid-command left a process of the tools' uid in
+    the container; on --resume it read the new toolbox's key from its stdin (before the
+    toolbox was non-dumpable) and answered in its place. What is left is killed first now."""
+    for path in [project, *project.rglob("*")]:
+        os.lchown(path, 1000, 1000)
+    config = make_config(project, workspace=workspace)
+    first = DockerSandbox(config, client=docker_client)
+    first.start()
+    container = docker_client.containers.get(first.info.container_id)
+    container.exec_run(["sleep", "1000"], user="1000:1000", detach=True)  # a survivor
+    first.detach()  # as if the controller had been killed
+    with DockerSandbox(config, client=docker_client) as second:
+        assert second.reattached and second.info.container_id == container.id
+        left = second.call("run_shell_command", {"command": "cat /proc/[0-9]*/cmdline | "
+                                                            "tr '\\0' ' '"}).output
+        assert "sleep 1000" not in left, left
+
+
 def test_any_image_with_python3_works(project: Path, docker_client: Any):
     try:
         docker_client.images.get(OFFLINE_BASE_IMAGE)

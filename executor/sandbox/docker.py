@@ -98,12 +98,19 @@ LABEL_HOST = "sandbox-agent.host"
 LABEL_WORKSPACE = "sandbox-agent.workspace"
 NOBODY = 65534
 """The uid that owns a copy's repositories (and runs the tools of a read-only copy)."""
-# Says its bytecode format (the magic number), then reads the toolbox from stdin
-# (`toolbox_payload`) and runs it: any image with python3 works. Compiling the source costs
+# Makes itself non-dumpable (PR_SET_DUMPABLE 0: no process of its uid may open its /proc fds
+# or ptrace it; a second guard beside the kill that precedes every exec'd toolbox, since the
+# signing key follows on stdin), says its bytecode format (the magic number), then reads the
+# toolbox from stdin (`toolbox_payload`) and runs it: any image with python3 works. Compiling the source costs
 # 40-60 ms in the container, so a container of the host's Python gets the host's compiled code;
 # both are zlib-compressed (the engine relays stdin slowly: 314 KB took 45 ms).
 _BOOTSTRAP = (
     "import sys, marshal, zlib\n"
+    "try:\n"  # non-dumpable before the key comes on stdin (the toolbox imports ctypes anyway)
+    "    import ctypes\n"
+    "    ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)\n"
+    "except Exception:\n"
+    "    pass\n"
     "from importlib.util import MAGIC_NUMBER\n"
     "sys.stdout.buffer.write(MAGIC_NUMBER.hex().encode() + b'\\n')\n"
     "sys.stdout.buffer.flush()\n"

@@ -48,6 +48,31 @@ def test_commands_cannot_reach_the_toolbox_through_proc_or_ptrace(project: Path,
         assert box.call("read_file", {"path": "hello.py"}).ok  # and it still answers us
 
 
+@pytest.mark.engines("runc", "podman")
+def test_a_starting_toolbox_is_closed_to_its_uid_before_its_key_comes(project: Path,
+                                                                      docker_client: Any):
+    """Red-team round 13: a process left from a dead run read a new exec'd toolbox's signing
+    key from its stdin, which the toolbox only closed (non-dumpable) once it ran. The
+    bootstrap closes itself first now: while it waits for the toolbox, its stdin is shut to
+    another process of its uid. (The kill before each start is the first guard.)"""
+    from executor.sandbox.docker import _BOOTSTRAP
+
+    with DockerSandbox(make_config(project), client=docker_client) as box:
+        api = docker_client.api
+        created = api.exec_create(box.info.container_id, ["python3", "-I", "-S", "-c", _BOOTSTRAP],
+                                  stdin=True, stdout=True, user=box.info.user)
+        sock = api.exec_start(created["Id"], socket=True)
+        try:
+            sock._sock.recv(64)  # its magic line: it now waits for the toolbox on stdin
+            # one command: the sweep after it ends every process of the uid, this one too
+            peek = shell(box, "for p in /proc/[0-9]*; do grep -qa '^python3.-I.-S.-c.import sys, "
+                              "marshal' $p/cmdline 2>/dev/null && echo found && "
+                              "head -c1 < $p/fd/0; done; echo end")
+            assert "found" in peek.output and "Permission denied" in peek.output, peek.output
+        finally:
+            sock.close()
+
+
 # A reply a command writes into the toolbox's stdout, with the id the host waits for next.
 FORGE = ("printf '{\"id\": %d, \"ok\": true, \"output\": \"FORGED\", \"meta\": {}}\\n' "
          "> /proc/%d/fd/%d 2>&1; echo tried")

@@ -101,9 +101,10 @@ NOBODY = 65534
 # Makes itself non-dumpable (PR_SET_DUMPABLE 0: no process of its uid may open its /proc fds
 # or ptrace it; a second guard beside the kill that precedes every exec'd toolbox, since the
 # signing key follows on stdin), says its bytecode format (the magic number), then reads the
-# toolbox from stdin (`toolbox_payload`) and runs it: any image with python3 works. Compiling the source costs
-# 40-60 ms in the container, so a container of the host's Python gets the host's compiled code;
-# both are zlib-compressed (the engine relays stdin slowly: 314 KB took 45 ms).
+# toolbox from stdin (`toolbox_payload`) and runs it: any image with python3 works. Compiling
+# the source costs 40-60 ms in the container, so a container of the host's Python gets the
+# host's compiled code; both are zlib-compressed (the engine relays stdin slowly: 314 KB took
+# 45 ms).
 _BOOTSTRAP = (
     "import sys, marshal, zlib\n"
     "try:\n"  # non-dumpable before the key comes on stdin (the toolbox imports ctypes anyway)

@@ -274,11 +274,9 @@ class FifoChannel(Channel):
                 raise ToolboxTimeoutError("the toolbox did not take the request in time")
             readable = select.select([self._sock.fileno()], [self._writer], [],
                                      min(remaining, 1.0))[0]
-            if readable:
-                self._stdio.poll()
-                if self._stdio.closed or self._stdio.ended:
-                    self.ended = True
-                    raise self._exited()
+            if readable and self._gone():
+                self.ended = True
+                raise self._exited()
 
     def _fill(self, deadline: float) -> None:
         remaining = deadline - time.monotonic()
@@ -287,12 +285,10 @@ class FifoChannel(Channel):
         ready = select.select([self._reader, self._sock.fileno()], [], [], remaining)[0]
         if not ready:
             raise ToolboxTimeoutError("the toolbox did not answer in time")
-        if self._sock.fileno() in ready:
-            self._stdio.poll()
-            if self._stdio.closed or self._stdio.ended:  # what it wrote before it went counts
-                self.ended = True
-                self._drain()
-                return
+        if self._sock.fileno() in ready and self._gone():  # what it wrote before counts
+            self.ended = True
+            self._drain()
+            return
         if self._reader in ready:
             self._drain()
 
@@ -319,9 +315,13 @@ class FifoChannel(Channel):
 
     def poll(self) -> None:
         """Take in what the process's stream has (its end, its stderr), without waiting."""
-        self._stdio.poll()
-        if self._stdio.closed or self._stdio.ended:
+        if self._gone():
             self.closed = True
+
+    def _gone(self) -> bool:
+        """Whether the process's stream, read without waiting, says the toolbox ended."""
+        self._stdio.poll()
+        return self._stdio.closed or self._stdio.ended
 
     def close(self) -> None:
         """Close our ends (the toolbox reads EOF and exits) and the process's stream."""

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel, ValidationError
 
 from executor.coach import Coach
+from executor.context import INTERRUPTED_RESULT
 from executor.errors import AgentError, MaxTurnsExceeded, SandboxAgentError
 from executor.hooks import (
     HookBus,
@@ -228,7 +229,12 @@ class Agent:
         ))
         if not verdict.allowed:
             return ToolCallRecord(call, ToolResult.error(f"Denied: {verdict.reason}"), verdict.rule)
-        result = self._call(tool, args, verdict.host_args, call)
+        try:
+            result = self._call(tool, args, verdict.host_args, call)
+        except KeyboardInterrupt:  # Ctrl-C, SIGTERM, a hang-up: the audit still gets its end
+            self.hooks.emit(ToolResultEvent(call_id=call.id, tool=call.name, ok=False,
+                                            output=INTERRUPTED_RESULT, meta={"interrupted": True}))
+            raise
         return ToolCallRecord(call, result, verdict.rule, verdict.approved_by)
 
     def _call(self, tool: Tool, args: BaseModel, host_args: Mapping[str, Any],

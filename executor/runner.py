@@ -71,7 +71,13 @@ from executor.redact import Redactor
 from executor.sandbox.docker import DockerSandbox, SandboxConfig
 from executor.sandbox.environment import sandbox_environment
 from executor.sandbox.lazy import LazySandbox
-from executor.session import NdjsonSessionStore, SessionHeader, child_sessions, session_names
+from executor.session import (
+    NdjsonSessionStore,
+    SessionHeader,
+    abandoned_calls,
+    child_sessions,
+    session_names,
+)
 from executor.skills import SkillSet, load_skills
 from executor.state import legacy_notice
 from executor.tools import Preview, Tool, ToolContext, ToolRegistry, default_registry
@@ -206,6 +212,8 @@ class Runner:
         """A sandbox to use as is, or a factory of one per session (None: Docker)."""
         self.sandbox: Sandbox | None = None
         self._lazy: LazySandbox | None = None
+        self._abandoned: list[dict[str, str]] | None = None
+        """A resumed session's last run died without its end: the calls it left unanswered."""
         self._sandbox_id = ""
         self._workspace_mode = "bind"
         self.changes: Changeset | None = None
@@ -300,6 +308,7 @@ class Runner:
                 self._lazy = LazySandbox(self.sandbox, lambda took: self._sandbox_started(took))
             self.audit = self._open_audit(store)
             self._announce(store)
+            self._report_abandoned(store)
             for notice in [legacy_notice(self.options.root), *self.policy.notices]:
                 if notice:
                     self.hooks.emit(NoticeEvent(message=notice))
@@ -388,6 +397,20 @@ class Runner:
         self.hooks.emit(CompleteEvent(status=status, answer=answer, turns=turns,
                                       duration_ms=round((time.monotonic() - started) * 1000)))
 
+    def _report_abandoned(self, store: NdjsonSessionStore) -> None:
+        """The last run of a resumed session died without its cleanup (SIGKILL, a crash, the
+        machine): say so, in the audit too, with the calls it left without a result."""
+        if self._abandoned is None:
+            return
+        calls = self._abandoned
+        if self.audit is not None:
+            self.audit.record("run_abandoned", calls_without_result=calls)
+        what = (f"; {len(calls)} tool call(s) had no result ("
+                f"{', '.join(c['tool'] for c in calls)}), and what the sandbox ran for them was "
+                "stopped when the controller went away") if calls else ""
+        self.hooks.emit(WarningEvent(message=f"the last run of session {store.name} ended "
+                                             f"without its controller (killed or crashed){what}"))
+
     def settle(self) -> None:
         """After an interrupted run: each tool call left without a result gets one saying so,
         so the conversation stays valid for the next request (and in the session file)."""
@@ -441,7 +464,9 @@ class Runner:
         if self.options.resume:
             store = NdjsonSessionStore.latest(root) if name is None else NdjsonSessionStore.open(
                 root, name)
-            history = pair_tool_results(store.load())
+            contents = store.read()
+            self._abandoned = abandoned_calls(contents)
+            history = pair_tool_results(contents.messages)
             for warning in store.warnings:
                 self.hooks.emit(WarningEvent(message=warning))
             store.record_event("resumed", model=self.model.name)

@@ -433,6 +433,17 @@ def run_status(entries: list[Entry]) -> str:
     return "unfinished" if status == "running" else status
 
 
+def abandoned_calls(contents: SessionContents) -> list[dict[str, str]] | None:
+    """When the session's last run died without recording its end: the tool calls it left
+    without a result (maybe none); None when it ended as runs do."""
+    if run_status(contents.entries) != "unfinished":
+        return None
+    messages = contents.messages
+    answered = {m.tool_call_id for m in messages if m.role == "tool"}
+    return [{"tool": call.name, "call_id": call.id} for m in messages if m.role == "assistant"
+            for call in m.tool_calls if call.id not in answered]
+
+
 def summarize_session(path: Path) -> SessionSummary:
     """One listing row for a session file; an unreadable file is listed with the reason."""
     name = path.name[: -len(SUFFIX)]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import os
 import signal
 import sys
 from pathlib import Path
@@ -64,14 +66,42 @@ def _settings(**values: Any) -> dict[str, Any]:
     return {k: v for k, v in values.items() if v is not None and v != []}
 
 
+ENDING_SIGNALS = ("SIGTERM", "SIGHUP", "SIGQUIT")
+"""Signals that end a run the way Ctrl-C does: a closed terminal or a dropped SSH connection
+(SIGHUP) must not leave a container running with nobody watching it."""
+
+
 def _interrupt_on_sigterm() -> None:
-    """SIGTERM cleans up like Ctrl-C: the session is saved and the container removed."""
+    """SIGTERM, SIGHUP and SIGQUIT clean up like Ctrl-C: the session is saved, the container
+    removed, `run_end` audited. After a hang-up the terminal is gone: what cleanup prints goes
+    to /dev/null instead of failing half-way (fds that were a terminal at the start)."""
     from executor.cli.repl import Terminated
 
+    terminals = [fd for fd in (0, 1, 2) if _is_tty(fd)]
+
     def handler(signum: int, frame: FrameType | None) -> None:
+        if signum == signal.SIGHUP:
+            _silence(terminals)
         raise Terminated
 
-    signal.signal(signal.SIGTERM, handler)
+    for name in ENDING_SIGNALS:
+        signal.signal(getattr(signal, name), handler)
+
+
+def _is_tty(fd: int) -> bool:
+    try:
+        return os.isatty(fd)
+    except OSError:
+        return False
+
+
+def _silence(fds: list[int]) -> None:
+    """Point `fds` at /dev/null (their terminal hung up: a write there fails with EIO)."""
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            os.dup2(null, fd)
+    os.close(null)
 
 
 def _prepare(

@@ -82,6 +82,7 @@ from executor.sandbox.protect import (
     scan,
     sweep,
 )
+from executor.sandbox.spec import SandboxSpec
 from executor.state import LEGACY_DIR, check_outside, legacy_state, real_root
 from executor.workspace.archive import Archive, Limits, Prefetch, overlay, plan
 from executor.workspace.manifest import Manifest, from_row
@@ -121,6 +122,8 @@ _BOOTSTRAP = (
     "sys.argv = ['toolbox'] + sys.argv[1:]\n"
     "exec(code, {'__name__': '__main__'})\n"
 )
+EXIT_ORPHANED = 75
+"""The toolbox's exit status when its host went away mid-command (toolbox.EXIT_ORPHANED)."""
 INIT_MARK = b"sandbox-agent-init: the toolbox exited"
 """What the container's first process writes on stderr when its toolbox child is gone."""
 # PID 1 of every session container is ours, `_REAPER`: made non-dumpable (no command of the
@@ -155,6 +158,8 @@ _REAP = (
     "            if pid == toolbox:\n"
     f"                os.write(2, b'\\n{INIT_MARK.decode()}\\n')\n"
     "                os.dup2(null, 2)\n"
+    f"                if os.WIFEXITED(status) and os.WEXITSTATUS(status) == {EXIT_ORPHANED}:\n"
+    "                    os._exit(0)\n"  # its host is gone: the kernel ends what is left
     "    except ChildProcessError:\n"
     "        pass\n"
     "    signal.sigwait({signal.SIGCHLD})\n"
@@ -440,6 +445,7 @@ class DockerSandbox:
         self._root_checked = False
         self._channel: Path | bool | None = False
         """The channel directory once decided (`_channel_dir`); False: not yet."""
+        self._image_id = ""
         self.reattached = False
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -479,6 +485,7 @@ class DockerSandbox:
                 self._seccomp_file = seccomp.profile_file(self._lock_path().parent)
             self._gvisor = self._runtime_is_gvisor()
             image = self._image()
+            self._image_id = str(image.id)
             # compiled while the engine makes the container (GIL released on its socket)
             threading.Thread(target=compiled_toolbox, name="toolbox-compile", daemon=True).start()
             if self.copying:
@@ -821,12 +828,14 @@ class DockerSandbox:
         self._toolbox = None
         if old is None:
             return True
-        old.stop()
-        # a container that had stopped has nothing left
-        if self._ensure_running() and old.pid and not self._kill_in_container(old.pid):
-            self._channel = None
-            return False
-        return True
+        try:  # killed before its channel closes: a toolbox that sees its host's end go
+            # stops its command and ends the container (`EXIT_ORPHANED`)
+            if self._ensure_running() and old.pid and not self._kill_in_container(old.pid):
+                self._channel = None
+                return False
+            return True  # a container that had stopped has nothing left
+        finally:
+            old.stop()
 
     def _clear_left(self) -> None:
         """Kill what a run that died mid-command left in the container it re-attaches to,
@@ -906,7 +915,15 @@ class DockerSandbox:
             update={"image": self.config.fallback_image, "fallback_image": None})
         return self._image()
 
+    def spec(self) -> SandboxSpec:
+        """This run's sandbox as one value: what `_create` would make now (the copy's size
+        left out: it is the data's, not a decision)."""
+        decided = self.create_options(self.config.model_copy(update={"copy_bytes": 0}))
+        return SandboxSpec.of(decided, self.toolbox_argv(), self._image_id)
+
     def _existing(self) -> Any:
+        """The session's container when it is exactly what this run would create; a bind
+        session replaces one that is not, a copy session (whose changes are in it) stops."""
         import docker.errors
 
         with docker_errors("looking for the session's container"):
@@ -916,9 +933,16 @@ class DockerSandbox:
                 return None
             if container.labels.get(LABEL_ROOT) != str(self.config.root):
                 raise SandboxError(f"container {self.name} belongs to another project root")
-            if self.config.runtime and _runtime_of(container) != self.config.runtime:
-                self._warn(f"container {self.name} runs under {_runtime_of(container)!r}, not "
-                           f"{self.config.runtime!r}; starting a new one")
+            changed = ", ".join(self.spec().differences(container.labels))
+            if changed and self.copying:
+                raise SandboxError(
+                    f"container {self.name} holds this session's copy, but it was made with "
+                    f"other {changed} than this run asks for, so it is not re-used",
+                    fix="resume with the options of the run that made it, or discard it "
+                        f"(`docker rm -f {self.name}`: its uncollected changes are lost)")
+            if changed:
+                self._warn(f"container {self.name} was made with other {changed} than this run "
+                           "asks for; starting a new one (files in /tmp are lost)")
                 container.remove(force=True, v=True)
                 return None
             if container.status != "running":
@@ -928,6 +952,7 @@ class DockerSandbox:
 
     def _create(self) -> Any:
         options = self.create_options()
+        options["labels"].update(self.spec().labels())
         with _unreachable_root(self.config.root), docker_errors("creating the sandbox container"):
             container = self._client.containers.create(**options)
             try:
@@ -962,11 +987,12 @@ class DockerSandbox:
                 fix=RUNTIME_FIX)
         return Path(offered[name]).name.startswith("runsc")
 
-    def create_options(self) -> dict[str, Any]:
+    def create_options(self, config: SandboxConfig | None = None) -> dict[str, Any]:
         """What the container is created with (`container_options` for this engine)."""
-        quick = self.config.workspace == "bind" and not self._podman and not self.config.network
-        first = self.config.workspace == "bind" and not self._podman and not self._gvisor
-        return container_options(self.config, self._lock_path(), self._mount_user(),
+        config = config or self.config
+        quick = config.workspace == "bind" and not self._podman and not config.network
+        first = config.workspace == "bind" and not self._podman and not self._gvisor
+        return container_options(config, self._lock_path(), self._mount_user(),
                                  self._protected, podman_profile=self._seccomp_file,
                                  gvisor=self._gvisor,
                                  hosts=hosts_file(self._lock_path().parent) if quick else None,

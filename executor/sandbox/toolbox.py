@@ -151,6 +151,7 @@ import io
 import json
 import os
 import re
+import select
 import selectors
 import signal
 import stat
@@ -337,6 +338,11 @@ DISK_POLL_SECONDS = 0.1
 DISK_WALK_GAP = 0.3  # seconds at least between two walks measuring the project during a command
 DISK_STEP = 1024 * 1024  # growth between walks confirming the disk budget, when already over
 PROGRESS_SECONDS = 0.2  # at most one progress line a stream this often
+HANGUP_SECONDS = 0.2
+"""How often a running command checks that the host still holds its end of the requests."""
+EXIT_ORPHANED = 75
+"""The toolbox's exit status when its controller went away mid-command (`_INIT` then ends the
+container: the kernel kills whatever is left in its pid namespace)."""
 PROGRESS_CHARS = 4096  # newest characters of a stream one progress line carries
 PROGRESS_TOTAL = 4 * 1024 * 1024  # characters of progress a call sends at most
 ENTRY_BUDGET = 100_000  # new files and directories a session may add (inodes, not only bytes)
@@ -397,6 +403,9 @@ class Context:
         self.progress: _Progress | None = None  # the served request's, if it asked for progress
         self.guarded = False  # whether the toolbox made itself non-dumpable (main sets it)
         self.channel = "stdio"  # where requests come from (main sets it)
+        self.hangup: Callable[[], bool] = lambda: False
+        """Whether the host's end of the requests is gone (main sets it: `_hangup_watch`)."""
+        self.orphaned = False  # a command was stopped because the host went away
 
 
 def _fsize_limit() -> int | None:
@@ -2739,16 +2748,19 @@ def _run(ctx: Context, command: str, timeout: float) -> tuple[
         progress.tee("stdout", out), progress.tee("stderr", err))
 
     def stop() -> str | None:
-        """Stop a command drowning us in output or filling the disk."""
+        """Stop a command drowning us in output, filling the disk, or left by its host."""
         if progress is not None:
             progress.flush()
         if out.total + err.total > OUTPUT_HARD_LIMIT:
             return "overflow"
+        if ctx.hangup():
+            ctx.orphaned = True
+            return "orphaned"
         return disk() if disk else None
 
-    tick = DISK_POLL_SECONDS if disk else None
+    tick = min(DISK_POLL_SECONDS if disk else HANGUP_SECONDS, HANGUP_SECONDS)
     if progress is not None:
-        tick = min(tick or PROGRESS_SECONDS, PROGRESS_SECONDS)
+        tick = min(tick, PROGRESS_SECONDS)
     reason = _pump(proc, sinks, deadline, stop, tick) or _wait(proc, deadline, stop, tick)
     shell_exit = proc.poll()
     left = _sweep(ctx, proc.pid, since)
@@ -2892,6 +2904,8 @@ def _status_line(reason: str | None, timeout: float, code: int | None, sig: str 
             line += (f" (the shell itself exited with code {shell_exit}, but background "
                      "processes kept its output open; redirect theirs: cmd > file 2>&1 &)")
         return line
+    if reason == "orphaned":
+        return "the host's controller went away; the command and its processes were killed"
     if reason == "overflow":
         return (f"output limit exceeded: more than {OUTPUT_HARD_LIMIT // (1024 * 1024)} MB of "
                 "output, so the command was killed. Redirect output to a file and read parts.")
@@ -3484,6 +3498,8 @@ def serve(ctx: Context, inp: Reader, out: Writer, filtered: str = "not given") -
         if not line:
             return 0
         response, stop = respond(ctx, line, out)
+        if ctx.orphaned:  # nobody reads the answer: what the command left is gone already
+            return EXIT_ORPHANED
         send(out, response)
         if stop:
             return 0
@@ -3555,6 +3571,14 @@ def _open_channel(directory: str) -> tuple[int, int] | str:
             os.close(fd)
         return exc.strerror or str(exc)
     return fds[0], fds[1]
+
+
+def _hangup_watch(fd: int) -> Callable[[], bool]:
+    """Whether every writer of `fd` (the host's end of the requests) is gone: POLLHUP, which
+    the kernel reports without asking (mask 0), so a pending request is never read here."""
+    poller = select.poll()
+    poller.register(fd, 0)
+    return lambda: bool(poller.poll(0))
 
 
 def request_key(key: bytes) -> bytes:
@@ -3682,6 +3706,7 @@ def main(argv: list[str]) -> int:
         ctx.channel = "fifo"
     elif pipes is not None:
         ctx.channel = f"stdio: {pipes}"
+    ctx.hangup = _hangup_watch(pipes[0] if isinstance(pipes, tuple) and key else 0)
     os.dup2(2, 1)  # a stray print can never corrupt the protocol
     sys.stdout = sys.stderr
     signal.signal(signal.SIGTERM, _on_sigterm)

@@ -11,6 +11,8 @@ IMAGE ?= sandbox-agent:latest
 BASE ?= python:3.12-slim
 OFFLINE_BASE ?= sandbox-agent-base:bookworm
 BENCH_VENV ?= build/bench-venv
+# Test workers: most of a Docker test's time is the engine's, so two share the 2 cores well.
+TEST_WORKERS ?= 2
 # mypy 2 checks no code for Python 3.9, where the toolbox must still run: an older one, apart.
 MYPY39 ?= build/mypy39
 MYPY39_VERSION ?= mypy==1.19.1
@@ -102,7 +104,8 @@ test-embedded: install-local image
 	CI=$${CI:-true} $(BIN)/python -m pytest tests/embedded -m embedded -q
 
 test: install-local image podman host-tools lint
-	CI=$${CI:-true} $(BIN)/python -m pytest tests -m "not embedded" -q -p no:cacheprovider; \
+	CI=$${CI:-true} $(BIN)/python -m pytest tests -m "not embedded" -q -p no:cacheprovider \
+		-n $(TEST_WORKERS) --dist loadgroup; \
 		rc=$$?; if [ $$rc = 5 ]; then echo "no tests collected"; exit 1; fi; [ $$rc = 0 ]
 	CI=$${CI:-true} $(BIN)/python -m pytest tests/embedded -m embedded -q -p no:cacheprovider; \
 		rc=$$?; if [ $$rc = 5 ]; then echo "no embedded tests collected"; exit 1; fi; [ $$rc = 0 ]

@@ -18,7 +18,8 @@ import pytest
 
 from tests.conftest import _unavailable
 
-pytestmark = pytest.mark.docker
+# one worker for the whole file: its module-scoped engine is started once
+pytestmark = [pytest.mark.docker, pytest.mark.xdist_group("engine-setup")]
 
 SCRIPT = Path(__file__).parents[2] / "scripts" / "ensure-runsc.sh"
 EXISTING = {

@@ -19,7 +19,8 @@ from tests.docker.cli_support import ask, assert_ok, assert_user_error, explain,
 from tests.docker.second_engine import SecondEngine
 from tests.fakes.model_server import Call, ModelServer
 
-pytestmark = pytest.mark.docker
+# one worker for the whole file: its module-scoped engine is started once
+pytestmark = [pytest.mark.docker, pytest.mark.xdist_group("second-engine")]
 
 
 def _can_start_an_engine() -> None:

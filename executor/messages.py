@@ -113,3 +113,15 @@ class ModelReply(BaseModel):
     """The model's context window, when the provider reports it."""
     raw: str = ""
     """The reply text exactly as the model produced it (for --trace and audits)."""
+
+
+def function_schema(spec: ToolSpec) -> dict[str, Any]:
+    """The `{"type": "function", ...}` shape both Ollama and OpenAI expect in `tools`."""
+    return {
+        "type": "function",
+        "function": {
+            "name": spec.name,
+            "description": spec.description,
+            "parameters": spec.parameters,
+        },
+    }

@@ -6,16 +6,48 @@ Real implementations and the test fakes both satisfy these without inheriting fr
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Protocol, Self, runtime_checkable
+from typing import Any, Literal, Protocol, Self, runtime_checkable
 
 from pydantic import BaseModel
 
 from executor.choices import ToolProtocol
 from executor.messages import Message, ModelReply, ToolResult, ToolSpec
 
-if TYPE_CHECKING:
-    from executor.models.embedded import LoadProgress
+LoadPhase = Literal["assemble", "verify", "load", "ready"]
+
+
+@dataclass(frozen=True)
+class LoadProgress:
+    """One report while the embedded model is prepared (for a progress bar or spinner)."""
+
+    phase: LoadPhase
+    """assemble (parts to cache), verify (hashing), load (server starting), ready."""
+    done_bytes: int = 0
+    """Bytes handled so far (assemble, verify)."""
+    total_bytes: int = 0
+    """Bytes to handle in this phase (0 when not counted in bytes)."""
+    elapsed: float = 0.0
+    """Seconds since the phase began."""
+
+    @property
+    def fraction(self) -> float | None:
+        """Share done in [0, 1], or None when the phase has no known end."""
+        return self.done_bytes / self.total_bytes if self.total_bytes else None
+
+    def describe(self) -> str:
+        """A short human-readable line, e.g. 'assembling model: 512/1066 MiB'."""
+        verb = {
+            "assemble": "assembling model",
+            "verify": "verifying model",
+            "load": "loading model",
+            "ready": "model ready",
+        }[self.phase]
+        if self.total_bytes:
+            return f"{verb}: {self.done_bytes >> 20}/{self.total_bytes >> 20} MiB"
+        return f"{verb} ({self.elapsed:.0f} s)"
+
 
 TokenCallback = Callable[[str], None]
 OutputCallback = Callable[[str, str], None]

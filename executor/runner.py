@@ -88,7 +88,7 @@ from executor.workspace.sessions import CopyWorkspace, JournaledSandbox
 from executor.workspace.store import BlobStore
 
 if TYPE_CHECKING:
-    from executor.models.embedded import LoadProgress
+    from executor.protocols import LoadProgress
 
 SandboxFactory = Callable[[SandboxConfig], Sandbox]
 """Makes a session's sandbox from its configuration (the default: a `DockerSandbox`)."""

@@ -23,10 +23,6 @@ little start fast.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from executor.console import InertConsole as InertConsole
 
 # Unicode categories Cc (controls), Cf (format: bidi, zero-width, BOM, tags), Cs (surrogates)
 # and Zl/Zp (line and paragraph separators), as of Unicode 15, minus tab and newline.
@@ -111,11 +107,3 @@ def markup_safe(value: object, *, line: bool = False) -> str:
     text = value if isinstance(value, str) else str(value)
     return escape_markup(inert_line(text) if line else inert(text))
 
-
-def __getattr__(name: str) -> Any:
-    """`InertConsole`, imported with Rich only when asked for."""
-    if name == "InertConsole":
-        from executor.console import InertConsole
-
-        return InertConsole
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -49,7 +49,7 @@ from executor.models._http import ServerHint
 from executor.models.openai import OpenAIModel
 from executor.models.retry import RetryPolicy
 from executor.models.toolproto import prepare_messages
-from executor.protocols import TokenCallback
+from executor.protocols import LoadPhase, LoadProgress, TokenCallback
 from executor.text import inert
 
 LOCAL_EXTRA_FIX = "pip install 'sandbox-agent[local]'"
@@ -58,38 +58,7 @@ CACHE_ENV = "SANDBOX_AGENT_MODEL_CACHE"
 """Environment variable naming the directory the assembled models are kept in."""
 _CHUNK = 4 * 1024 * 1024
 
-Phase = Literal["assemble", "verify", "load", "ready"]
 
-
-@dataclass(frozen=True)
-class LoadProgress:
-    """One report while the embedded model is prepared (for a progress bar or spinner)."""
-
-    phase: Phase
-    """assemble (parts to cache), verify (hashing), load (server starting), ready."""
-    done_bytes: int = 0
-    """Bytes handled so far (assemble, verify)."""
-    total_bytes: int = 0
-    """Bytes to handle in this phase (0 when not counted in bytes)."""
-    elapsed: float = 0.0
-    """Seconds since the phase began."""
-
-    @property
-    def fraction(self) -> float | None:
-        """Share done in [0, 1], or None when the phase has no known end."""
-        return self.done_bytes / self.total_bytes if self.total_bytes else None
-
-    def describe(self) -> str:
-        """A short human-readable line, e.g. 'assembling model: 512/1066 MiB'."""
-        verb = {
-            "assemble": "assembling model",
-            "verify": "verifying model",
-            "load": "loading model",
-            "ready": "model ready",
-        }[self.phase]
-        if self.total_bytes:
-            return f"{verb}: {self.done_bytes >> 20}/{self.total_bytes >> 20} MiB"
-        return f"{verb} ({self.elapsed:.0f} s)"
 
 
 ProgressCallback = Callable[[LoadProgress], None]
@@ -251,7 +220,7 @@ def _stream(
     sources: Sequence[Path],
     out: BinaryIO | None,
     total: int,
-    phase: Phase,
+    phase: LoadPhase,
     progress: ProgressCallback | None,
 ) -> tuple[int, str]:
     """Read `sources` in order (copying into `out` if given); return (bytes, sha256 hex)."""

@@ -14,13 +14,12 @@ import httpx
 from executor.config import ToolProtocol
 from executor.errors import ModelError, ModelResponseError
 from executor.hooks import HookBus
-from executor.messages import Message, ToolSpec, Usage
+from executor.messages import Message, ToolSpec, Usage, function_schema
 from executor.models._http import HttpChatModel, HttpClient, Reply, ServerHint, check_http_url
 from executor.models.parsing import RawCall
 from executor.models.retry import RetryPolicy
 from executor.models.toolproto import prepare_messages, reply_schema
 from executor.protocols import TokenCallback
-from executor.tools.base import function_schema
 
 DEFAULT_OLLAMA_MODEL = "qwen2.5-coder:7b"
 """Tool-capable, code-tuned, and runs on a laptop CPU/GPU with ~6 GB of memory."""

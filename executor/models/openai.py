@@ -20,13 +20,12 @@ from pydantic import SecretStr
 from executor.config import ToolProtocol
 from executor.errors import ModelError, ModelResponseError
 from executor.hooks import HookBus
-from executor.messages import Message, ToolSpec, Usage
+from executor.messages import Message, ToolSpec, Usage, function_schema
 from executor.models._http import HttpChatModel, HttpClient, Reply, ServerHint, check_http_url
 from executor.models.parsing import RawCall
 from executor.models.retry import RetryPolicy
 from executor.models.toolproto import prepare_messages, reply_schema
 from executor.protocols import TokenCallback
-from executor.tools.base import function_schema
 
 DEFAULT_OPENAI_BASE_URL = "http://127.0.0.1:8080/v1"
 """llama.cpp's `llama-server` on its default port."""

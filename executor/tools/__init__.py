@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from executor.messages import function_schema
 from executor.tools.base import (
     Preview,
     RiskLevel,
@@ -9,7 +10,6 @@ from executor.tools.base import (
     ToolContext,
     ToolRegistry,
     format_validation_error,
-    function_schema,
 )
 from executor.tools.builtin import BUILTIN_TOOLS
 

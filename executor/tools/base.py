@@ -208,15 +208,3 @@ class ToolRegistry:
             and (t.read_only_safe or not read_only)
         ]
         return ToolRegistry(kept)
-
-
-def function_schema(spec: ToolSpec) -> dict[str, Any]:
-    """The `{"type": "function", ...}` shape both Ollama and OpenAI expect in `tools`."""
-    return {
-        "type": "function",
-        "function": {
-            "name": spec.name,
-            "description": spec.description,
-            "parameters": spec.parameters,
-        },
-    }

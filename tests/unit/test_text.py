@@ -14,9 +14,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from executor.console import InertConsole
 from executor.text import (
     BLANK_RE,
-    InertConsole,
     inert,
     inert_json,
     inert_line,

@@ -57,7 +57,7 @@ from executor.errors import (
 )
 from executor.messages import ToolResult
 from executor.protocols import OutputCallback, SandboxInfo
-from executor.sandbox import seccomp
+from executor.sandbox import boot, seccomp
 from executor.sandbox.channel import Channel, FifoChannel, OnProgress
 from executor.sandbox.copy import CopyAbort, load_copy
 from executor.sandbox.engine import (
@@ -99,151 +99,17 @@ LABEL_HOST = "sandbox-agent.host"
 LABEL_WORKSPACE = "sandbox-agent.workspace"
 NOBODY = 65534
 """The uid that owns a copy's repositories (and runs the tools of a read-only copy)."""
-# Makes itself non-dumpable (PR_SET_DUMPABLE 0: no process of its uid may open its /proc fds
-# or ptrace it; a second guard beside the kill that precedes every exec'd toolbox, since the
-# signing key follows on stdin), says its bytecode format (the magic number), then reads the
-# toolbox from stdin (`toolbox_payload`) and runs it: any image with python3 works. Compiling
-# the source costs 40-60 ms in the container, so a container of the host's Python gets the
-# host's compiled code; both are zlib-compressed (the engine relays stdin slowly: 314 KB took
-# 45 ms).
-_BOOTSTRAP = (
-    "import sys, marshal, zlib\n"
-    "try:\n"  # non-dumpable before the key comes on stdin (the toolbox imports ctypes anyway)
-    "    import ctypes\n"
-    "    ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)\n"
-    "except Exception:\n"
-    "    pass\n"
-    "from importlib.util import MAGIC_NUMBER\n"
-    "sys.stdout.buffer.write(MAGIC_NUMBER.hex().encode() + b'\\n')\n"
-    "sys.stdout.buffer.flush()\n"
-    "kind, size = sys.stdin.buffer.readline().split()\n"
-    "blob = zlib.decompress(sys.stdin.buffer.read(int(size)))\n"
-    "code = marshal.loads(blob) if kind == b'code' else compile(blob, 'toolbox.py', 'exec')\n"
-    "sys.argv = ['toolbox'] + sys.argv[1:]\n"
-    "exec(code, {'__name__': '__main__'})\n"
-)
-EXIT_ORPHANED = 75
-"""The toolbox's exit status when its host went away mid-command (toolbox.EXIT_ORPHANED)."""
+_INIT_TAG = "# sandbox-agent init"
+"""The first line of PID 1's code (boot/init.py): how the kill script knows PID 1 is ours."""
 INIT_MARK = b"sandbox-agent-init: the toolbox exited"
 """What the container's first process writes on stderr when its toolbox child is gone."""
-# PID 1 of every session container is ours, `_REAPER`: made non-dumpable (no command of the
-# same uid may ptrace it or open its fds), it lets go of stdin and stdout, ignores every signal
-# that can be ignored (Linux drops the uncaught ones for a namespace's init; gVisor does not,
-# and lets SIGKILL and SIGSTOP through too; Podman's init and docker-init had passed `kill -INT
-# 1` on to `sleep`, which stopped the container) and reaps what the sandbox leaves.
-_INIT_TAG = "# sandbox-agent init"
-"""The first line of PID 1's code: how the kill script knows PID 1 is ours (/proc/1/cmdline)."""
-_REAP = (
-    "try:\n"
-    "    import ctypes\n"
-    "    ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)\n"
-    "except Exception:\n"
-    "    pass\n"
-    "for number in signal.valid_signals():\n"
-    "    if number not in (signal.SIGKILL, signal.SIGSTOP, signal.SIGCHLD):\n"
-    "        try:\n"
-    "            signal.signal(number, signal.SIG_IGN)\n"
-    "        except (OSError, ValueError):\n"
-    "            pass\n"
-    "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})\n"
-    "null = os.open('/dev/null', os.O_RDWR)\n"
-    "os.dup2(null, 0)\n"
-    "os.dup2(null, 1)\n"
-    "while True:\n"
-    "    try:\n"
-    "        while True:\n"
-    "            pid, status = os.waitpid(-1, os.WNOHANG)\n"
-    "            if not pid:\n"
-    "                break\n"
-    "            if pid == toolbox:\n"
-    f"                os.write(2, b'\\n{INIT_MARK.decode()}\\n')\n"
-    "                os.dup2(null, 2)\n"
-    f"                if os.WIFEXITED(status) and os.WEXITSTATUS(status) == {EXIT_ORPHANED}:\n"
-    "                    os._exit(0)\n"  # its host is gone: the kernel ends what is left
-    "    except ChildProcessError:\n"
-    "        pass\n"
-    "    signal.sigwait({signal.SIGCHLD})\n"
-)
-_REAPER = f"{_INIT_TAG}\nimport os, signal\nos.chdir('/')\ntoolbox = 0\n{_REAP}"
-"""PID 1 of a container whose toolboxes are `docker exec`s (Podman, gVisor, a copy)."""
-# PID 1 of a container whose first toolbox is its own first process (`toolbox_command`): saves
-# the `docker exec` of a second process, about a sixth of a session start. It forks; the child
-# runs _BOOTSTRAP on the attached stdin/stdout, the parent is `_REAPER`. The engine keeps a
-# container's stdout open while PID 1 lives, so the host cannot see the toolbox end there: the
-# parent says so on stderr (`INIT_MARK`).
-_INIT = (
-    f"{_INIT_TAG}\n"
-    "import os, signal\n"
-    "os.chdir('/')\n"
-    "toolbox = os.fork()\n"
-    "if toolbox:\n"
-    + "".join(f"    {line}\n" for line in _REAP.splitlines())
-)
+EXIT_ORPHANED = 75
+"""The toolbox's exit status when its host went away mid-command (init.py ends the container)."""
 GVISOR_PIDS_FACTOR = 16
 """Host pids per process allowed under runsc (measured: 256 processes took 1,344 host pids)."""
 _CALL_MARGIN = 15.0  # seconds the host waits beyond a tool's own timeout
 _START_TIMEOUT = 30.0
 _KILL_TIMEOUT = 15.0  # seconds the kill script may take (it waits 5 s, then settles for 2 s)
-# Kills a stuck toolbox (argv[1]) and what it left. It runs as the toolbox's own uid, which needs
-# no capability (all are dropped), and in python3 because the image may have no `kill`. Only our
-# processes of that uid live in a session container, so all of them go except this script and
-# PID 1 — and, when PID 1 is not ours (a container made by an older version: docker-init), its
-# oldest child, the container's command, whose end would stop it. A process that forks and
-# exits faster than one pass over /proc (a "hopper") outlives such a pass, so where PID 1 is
-# ours, kill(-1) (every process of the uid but PID 1 and the caller, at once) follows until
-# /proc lists none for a while; exit 3 when some are still there after 2 s (red-team round 12:
-# a survivor took the next toolbox's FIFOs).
-_KILL_TOOLBOX = """\
-import os, signal, sys, time
-old, uid = int(sys.argv[1]), os.getuid()  # old 0: no toolbox, only what was left
-def stat(pid):
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()
-    except OSError:
-        return None
-def ours(pid):
-    try:
-        return os.stat(f"/proc/{pid}").st_uid == uid
-    except OSError:
-        return False
-procs = {int(p): stat(p) for p in os.listdir("/proc") if p.isdigit() and ours(p)}
-procs = {pid: fields for pid, fields in procs.items() if fields}
-orphans = [pid for pid, fields in procs.items() if fields[1] == b"1"]
-with open("/proc/1/cmdline", "rb") as f:
-    ours_first = INIT_TAG in f.read()
-main = 0 if ours_first else min(orphans, key=lambda pid: int(procs[pid][19]), default=0)
-refused = []
-for pid in dict.fromkeys([old, *procs]):
-    if pid not in (0, os.getpid(), 1, main):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        except PermissionError as exc:
-            refused.append(f"pid {pid}: {exc.strerror}")
-deadline = time.monotonic() + 5
-while old and not refused and (stat(old) or [b"Z"])[0] != b"Z":
-    if time.monotonic() > deadline:
-        refused.append(f"pid {old} still alive after SIGKILL")
-    time.sleep(0.02)
-def others():
-    return [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) not in (1, os.getpid())
-            and ours(p) and (stat(p) or [b"Z"])[0] != b"Z"]
-settle, quiet = time.monotonic() + 2, 0
-while ours_first and quiet < 3:
-    try:
-        os.kill(-1, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    quiet = 0 if others() else quiet + 1
-    if quiet == 0 and time.monotonic() > settle:
-        print(f"{len(others())} processes of uid {uid} still alive after kill(-1)")
-        sys.exit(3)
-    time.sleep(0.005)
-sys.exit("; ".join(refused) or None)
-""".replace("INIT_TAG", repr(_INIT_TAG.encode()))
-
 Warn = Callable[[str], None]
 T = TypeVar("T")
 
@@ -309,7 +175,7 @@ class SandboxConfig(BaseModel):
 class Toolbox:
     """The toolbox process inside the container, reached over an exec's attached stream, or
     over the container's own (`attached`: the socket `DockerSandbox._create` attached before
-    the start, the container's first process being `_INIT`)."""
+    the start, the container's first process being `boot.first_toolbox()`)."""
 
     def __init__(self, api: Any, container_id: str, user: str, argv: list[str],
                  attached: Any = None, channel: Path | None = None) -> None:
@@ -866,7 +732,7 @@ class DockerSandbox:
         try:
             with docker_errors("killing the stuck toolbox"):
                 created = api.exec_create(
-                    self._container.id, ["python3", "-I", "-c", _KILL_TOOLBOX, str(pid)],
+                    self._container.id, ["python3", "-I", "-c", boot.source("kill"), str(pid)],
                     user=self._tool_user(), workdir="/", stdout=True, stderr=True)
                 sock = api.exec_start(created["Id"], socket=True)
                 stream = Channel(getattr(sock, "_sock", sock))
@@ -1025,7 +891,7 @@ class DockerSandbox:
     def toolbox_argv(self) -> list[str]:
         """The toolbox's command line (see its docstring)."""
         # --kill-strays: the container is ours alone, whether the toolbox was exec'd (ppid 0)
-        # or forked by `_INIT` (ppid 1), so every process a command leaves can go
+        # or forked by PID 1 (boot/init.py; ppid 1), so every process a command leaves can go
         argv = ["--kill-strays", "--root", WORKSPACE,
                 "--default-timeout", str(self.config.tool_timeout),
                 "--max-output", str(self.config.max_output), "--hidden", LEGACY_DIR,
@@ -1200,12 +1066,13 @@ def hosts_file(directory: Path) -> Path:
 
 def toolbox_command(argv: list[str], *, first: bool = False) -> list[str]:
     """The toolbox's command line in the container; `first`: as the container's own command,
-    under `_INIT` (which stays as PID 1 and reaps)."""
-    return ["python3", "-I", "-S", "-u", "-c", (_INIT if first else "") + _BOOTSTRAP, *argv]
+    under PID 1 (boot/init.py, which stays and reaps)."""
+    program = boot.first_toolbox() if first else boot.source("bootstrap")
+    return ["python3", "-I", "-S", "-u", "-c", program, *argv]
 
 
 def toolbox_payload(magic: bytes) -> bytes:
-    """What `_BOOTSTRAP` reads once it said its bytecode `magic` (a hex line): the toolbox
+    """What boot/bootstrap.py reads once it said its bytecode `magic` (a hex line): the toolbox
     compiled by this interpreter when the formats agree, else its source; zlib-compressed."""
     try:
         same = bytes.fromhex(magic.decode("ascii").strip()) == MAGIC_NUMBER
@@ -1265,7 +1132,8 @@ def container_options(config: SandboxConfig, lock_path: Path, user: str,
     network sandbox for it, which took 150 of the 250 ms a start took here (measured with
     Docker 20.10: its libnetwork re-executes dockerd as a prestart hook). That sandbox also
     wrote /etc/hosts, hence the file.
-    `toolbox`: the toolbox's argv, to make it the container's first process (`_INIT`) on a
+    `toolbox`: the toolbox's argv, to make it the container's first process
+    (`boot.first_toolbox`) on a
     stdin the host attaches to before the start, instead of `sleep` and an exec. The engine
     logs nothing of its stdout (all tool results would otherwise land in its log files).
     `channel`: a directory of ours mounted read-only at `CHANNEL`, for the toolbox's FIFOs.
@@ -1302,7 +1170,7 @@ def container_options(config: SandboxConfig, lock_path: Path, user: str,
         first: dict[str, Any] = {"command": toolbox_command(toolbox, first=True), "init": False,
                                  "stdin_open": True, "log_config": LogConfig(type="none")}
     else:
-        first = {"command": ["python3", "-I", "-S", "-c", _REAPER], "init": False}
+        first = {"command": ["python3", "-I", "-S", "-c", boot.reaper()], "init": False}
     return {**runtime, **first,
         "image": config.image, "name": container_name(config.session_id), "user": user,
         "working_dir": WORKSPACE, "hostname": "sandbox", "mounts": mounts, "tmpfs": tmpfs,

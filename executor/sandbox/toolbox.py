@@ -341,8 +341,8 @@ PROGRESS_SECONDS = 0.2  # at most one progress line a stream this often
 HANGUP_SECONDS = 0.2
 """How often a running command checks that the host still holds its end of the requests."""
 EXIT_ORPHANED = 75
-"""The toolbox's exit status when its controller went away mid-command (`_INIT` then ends the
-container: the kernel kills whatever is left in its pid namespace)."""
+"""The toolbox's exit status when its controller went away mid-command: PID 1 (boot/init.py)
+then ends the container, and the kernel kills whatever is left in its pid namespace."""
 PROGRESS_CHARS = 4096  # newest characters of a stream one progress line carries
 PROGRESS_TOTAL = 4 * 1024 * 1024  # characters of progress a call sends at most
 ENTRY_BUDGET = 100_000  # new files and directories a session may add (inodes, not only bytes)

@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 from testcontainers.core.container import DockerContainer
 
-from executor.sandbox.docker import _BOOTSTRAP, toolbox_payload
+from executor.sandbox import boot
+from executor.sandbox.docker import toolbox_payload
 from tests.conftest import IMAGE
 
 pytestmark = pytest.mark.docker
@@ -75,7 +76,7 @@ def test_the_toolbox_bootstraps_in_it(image: DockerContainer) -> None:
 
 def _bootstrap(image: DockerContainer) -> str:
     code, output = image.exec(["sh", "-c", 'python3 -u -c "$1" --root /workspace '
-                               "< /tmp/bootstrap.in", "sh", _BOOTSTRAP])
+                               "< /tmp/bootstrap.in", "sh", boot.source("bootstrap")])
     assert code == 0, output
     return str(output.decode())
 

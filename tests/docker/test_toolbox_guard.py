@@ -55,18 +55,18 @@ def test_a_starting_toolbox_is_closed_to_its_uid_before_its_key_comes(project: P
     key from its stdin, which the toolbox only closed (non-dumpable) once it ran. The
     bootstrap closes itself first now: while it waits for the toolbox, its stdin is shut to
     another process of its uid. (The kill before each start is the first guard.)"""
-    from executor.sandbox.docker import _BOOTSTRAP
+    from executor.sandbox import boot
 
     with DockerSandbox(make_config(project), client=docker_client) as box:
         api = docker_client.api
-        created = api.exec_create(box.info.container_id, ["python3", "-I", "-S", "-c", _BOOTSTRAP],
+        created = api.exec_create(box.info.container_id, ["python3", "-I", "-S", "-c", boot.source("bootstrap")],
                                   stdin=True, stdout=True, user=box.info.user)
         sock = api.exec_start(created["Id"], socket=True)
         try:
             sock._sock.recv(64)  # its magic line: it now waits for the toolbox on stdin
             # one command: the sweep after it ends every process of the uid, this one too
-            peek = shell(box, "for p in /proc/[0-9]*; do grep -qa '^python3.-I.-S.-c.import sys, "
-                              "marshal' $p/cmdline 2>/dev/null && echo found && "
+            peek = shell(box, "for p in /proc/[0-9]*; do grep -qa '^python3.-I.-S.-c....Reads the "
+                              "toolbox' $p/cmdline 2>/dev/null && echo found && "
                               "head -c1 < $p/fd/0; done; echo end")
             assert "found" in peek.output and "Permission denied" in peek.output, peek.output
         finally:

@@ -61,11 +61,12 @@ def test_pid_1_is_ours_with_or_without_the_first_toolbox(tmp_path: Path):
     child, which stopped the container."""
     plain = _options(tmp_path)
     assert plain["init"] is False and plain["command"][:4] == ["python3", "-I", "-S", "-c"]
-    assert plain["command"][4].startswith(_INIT_TAG) and "fork" not in plain["command"][4]
+    assert plain["command"][4].startswith(_INIT_TAG)  # reaps, forks no toolbox
+    assert plain["command"][4].rstrip().endswith("reap(0)")
     first = container_options(SandboxConfig(root=tmp_path, session_id="s1"), tmp_path / "l.lock",
                               "1000:1000", toolbox=["--root", "/workspace"])
     assert first["init"] is False and first["command"][5].startswith(_INIT_TAG)
-    assert "os.fork()" in first["command"][5] and first["command"][-2:] == ["--root", "/workspace"]
+    assert first["command"][5].count("    first_toolbox()\n") == 1 and first["command"][-2:] == ["--root", "/workspace"]
     for code in (plain["command"][4], first["command"][5]):
         compile(code, "pid1", "exec")
         assert "signal.SIG_IGN" in code and "signal.valid_signals()" in code

@@ -310,9 +310,9 @@ def shared_box(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Box]:
 
 def _bootstrapped(root: Path, payload: bytes) -> tuple[bytes, dict[str, Any], dict[str, Any]]:
     """The magic line, ready line and first reply of the host's bootstrap fed `payload`."""
-    from executor.sandbox.docker import _BOOTSTRAP
+    from executor.sandbox import boot
 
-    proc = subprocess.Popen([PYTHON, "-u", "-c", _BOOTSTRAP, "--root", str(root)],
+    proc = subprocess.Popen([PYTHON, "-u", "-c", boot.source("bootstrap"), "--root", str(root)],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     request = json.dumps({"id": 1, "tool": "read_file", "args": {"path": "README.md"}})
     out, _ = proc.communicate(payload + request.encode() + b"\n", timeout=30)

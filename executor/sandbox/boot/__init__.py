@@ -1,0 +1,34 @@
+"""The programs the host starts in the container before the toolbox exists, as real files.
+
+Each runs under the container's own `python3 -I -S -c` (3.9 or later, no site, nothing but
+the standard library), so they are linted and type-checked as Python 3.9 code, and unit
+tested as the processes they are. `docker.py` composes the command lines from them:
+
+- `init.py` — PID 1 of every session container: reaps, ignores signals, and (as the first
+  toolbox's parent) ends the container when its toolbox says its host went away;
+- `bootstrap.py` — reads the toolbox from stdin (compiled code or source) and runs it;
+- `kill.py` — kills a stuck toolbox and everything of its uid, until none is left.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib import resources
+
+
+@cache
+def source(name: str) -> str:
+    """The text of program `name` (`init`, `bootstrap`, `kill`), as the container runs it."""
+    return resources.files(__name__).joinpath(f"{name}.py").read_text()
+
+
+def reaper() -> str:
+    """PID 1 of a container whose toolboxes are `docker exec`s (Podman, gVisor, a copy)."""
+    return source("init") + "\nif __name__ == '__main__':\n    reap(0)\n"
+
+
+def first_toolbox() -> str:
+    """PID 1 that forks the first toolbox: the child runs the bootstrap on the container's
+    own attached stdin and stdout."""
+    return (source("init") + "\nif __name__ == '__main__':\n    first_toolbox()\n"
+            + source("bootstrap"))

@@ -96,6 +96,7 @@ WEAKENED: dict[str, tuple[Change, Callable[[list[str]], list[str]]]] = {
     "capabilities": (lambda o, root: {**o, "cap_drop": [], "cap_add": ["CHOWN"]}, list),
     "set-id": (lambda o, root: _no_seccomp(o), lambda a: _without(a, "--seccomp-filter")),
     "unix socket": (lambda o, root: _no_seccomp(o), lambda a: _without(a, "--seccomp-filter")),
+    "namespaces": (lambda o, root: _no_seccomp(o), lambda a: _without(a, "--seccomp-filter")),
     "disk budget": (lambda o, root: {**o, "ulimits": [u for u in o["ulimits"]
                                                       if u["Name"] != "fsize"]},
                     lambda a: [*_without(a, "--disk-budget"), "--disk-budget", "0"]),

@@ -120,8 +120,8 @@ class Weakened(DockerSandbox):
         super().__init__(config, client=client)
         self.change, self.argv_change = WEAKENED[name]
 
-    def create_options(self) -> Options:
-        return self.change(super().create_options(), self.config.root)
+    def create_options(self, config: SandboxConfig | None = None) -> Options:
+        return self.change(super().create_options(config), self.config.root)
 
     def toolbox_argv(self) -> list[str]:
         return self.argv_change(super().toolbox_argv())

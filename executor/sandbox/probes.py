@@ -9,6 +9,7 @@ a security team can check docs/SECURITY.md's guarantees on *their* engine, runti
     capabilities   no capability in any set; no-new-privileges; chown refused
     set-id         chmod/open/mknod with a set-id bit are refused (checked inside and on the host)
     unix socket    a server on a unix socket in the project gets no connection
+    namespaces     `unshare -U -r` and unshare(CLONE_NEWUSER) are refused (fork still works)
     state dir      the real state dir and an in-tree legacy one are out of reach
     .git           every .git (nested too) is read-only
     disk budget    a command writing past the disk budget is stopped; the file stays under it
@@ -286,6 +287,31 @@ def probe_unix_socket(lab: Lab) -> str:
     return f"connect to a host server in the project failed: {said}"
 
 
+# `unshare` (util-linux), then the syscall itself in case the image has no such binary; a fork
+# first, so that a refusal is not just "no process can start".
+_UNSHARE = ("unshare -U -r true && echo MADE by unshare; python3 -c \"import ctypes, os\n"
+            "pid = os.fork()\nif pid == 0: os._exit(0)\nos.waitpid(pid, 0); print('forked')\n"
+            "libc = ctypes.CDLL(None, use_errno=True)\n"
+            "try:\n    if hasattr(os, 'unshare'): os.unshare(0x10000000)\n"
+            "    elif libc.unshare(0x10000000): raise OSError(ctypes.get_errno(), 'unshare')\n"
+            "    print('MADE by unshare()')\n"
+            "except OSError as e: print('unshare() refused:', os.strerror(e.errno))\"")
+
+
+def probe_namespaces(lab: Lab) -> str:
+    result = lab.shell(_UNSHARE)
+    if "MADE" in result.output:
+        made = re.findall(r"MADE by (\S+)", result.output)
+        raise Breach(f"a command made a user namespace (with {' and '.join(made)})")
+    refused = re.search(r"unshare\(\) refused: (.*)", result.output)
+    if "forked" not in result.output or not refused:
+        raise Breach(f"inconclusive: the probe did not run: {inert(result.output, 90)}")
+    binary = re.search(r"unshare: unshare failed: (.*)", result.output)
+    said = binary.group(1) if binary else "no unshare binary"
+    return (f"unshare -U -r: {inert(said, 40)}; unshare(CLONE_NEWUSER): "
+            f"{inert(refused.group(1), 40)}; fork works")
+
+
 def probe_disk_budget(lab: Lab) -> str:
     lab.writable()
     result = lab.shell(f"head -c {3 * DISK_BUDGET} /dev/zero > big.bin")
@@ -374,6 +400,8 @@ PROBES = (
     Probe("capabilities", "no capabilities, no-new-privileges", probe_capabilities),
     Probe("set-id", "no set-id file can be made (so none reaches the host)", probe_set_id),
     Probe("unix socket", "unix sockets in the project are out of reach", probe_unix_socket),
+    Probe("namespaces", "no command can make a namespace (no uid 0, no capabilities in one)",
+          probe_namespaces),
     Probe("state dir", "sessions and audit are out of the container's reach", probe_state_dir),
     Probe(".git", "every .git under the root is read-only", probe_git),
     Probe("disk budget", "a command cannot grow the project past the disk budget",

@@ -16,6 +16,10 @@ unmodified as package data (`profiles/docker-default.json`, moby v20.10.24, Apac
 - socketpair: only SOCK_STREAM and SOCK_SEQPACKET (asyncio and multiprocessing use streams). A
   datagram pair can `sendto` any socket path; a connected stream pair cannot connect again.
 - socketcall: refused. The 32-bit socket multiplexer; its arguments are behind a pointer.
+- clone: allowed only without namespace flags (CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER,
+  NEWPID, NEWNET: Docker's own mask); unshare and setns: refused; clone3: ENOSYS (its flags are
+  in a struct; libc falls back to clone). Docker's default does the same only for a container
+  without CAP_SYS_ADMIN; here it holds whatever the capabilities, and in the toolbox's filter.
 - 32-bit ABIs beside the native one (x86 and x32 beside x86_64, ARM beside AArch64, ...):
   dropped from `archMap`, so their syscalls kill the process (SIGSYS). On i386 libseccomp turns a
   `socket` rule with arguments into a `socketcall` rule without them: `int 0x80` reached unix
@@ -58,14 +62,25 @@ SOCKET_FAMILIES = {"AF_INET": 2, "AF_INET6": 10, "AF_NETLINK": 16}
 """The address families `socket()` may create (AF_NETLINK: getaddrinfo, getifaddrs, `ip`)."""
 SOCKETPAIR_TYPES = {"SOCK_STREAM": 1, "SOCK_SEQPACKET": 5}
 """The socket types `socketpair()` may create (asyncio and multiprocessing use streams)."""
-REFUSED = ("io_uring_setup", "io_uring_enter", "io_uring_register", "socketcall")
+CLONE_NAMESPACES = {
+    "CLONE_NEWNS": 0x0002_0000, "CLONE_NEWCGROUP": 0x0200_0000, "CLONE_NEWUTS": 0x0400_0000,
+    "CLONE_NEWIPC": 0x0800_0000, "CLONE_NEWUSER": 0x1000_0000, "CLONE_NEWPID": 0x2000_0000,
+    "CLONE_NEWNET": 0x4000_0000,
+}
+"""The flags that make `clone()` create a namespace (a user namespace brings every capability
+in it). CLONE_NEWTIME (0x80) is no clone() flag: there the low byte is the exit signal, and a
+time namespace comes only from unshare and clone3, both refused whole."""
+CLONE_NAMESPACE_MASK = sum(CLONE_NAMESPACES.values())  # 0x7E020000, as in Docker's clone rule
+REFUSED = ("io_uring_setup", "io_uring_enter", "io_uring_register", "socketcall", "unshare",
+           "setns")
 """Syscalls taken out of the allow-list altogether."""
-NO_SYSCALL = ("openat2",)
+NO_SYSCALL = ("openat2", "clone3")
 """Syscalls that fail with ENOSYS, so that callers fall back to an older one we can inspect."""
 
 _ENOSYS, _ENOSYS_MIPS = 38, 89
 # The arches whose ENOSYS is 89, named as in Docker's own clone3 rule.
 _MIPS = ["mips3l64n32", "mips64", "mips64n32", "mipsel", "mipsel64"]
+_S390 = ["s390", "s390x"]  # clone's flags are its second argument there
 _TYPE_MASK = 0xF  # SOCK_TYPE_MASK: the type without SOCK_NONBLOCK / SOCK_CLOEXEC
 _INT_MASK = 0xFFFF_FFFF  # an int argument: the upper half of the register is not ours to judge
 DEFAULT_PROFILE = "profiles/docker-default.json"
@@ -75,7 +90,7 @@ DEFAULT_PROFILE = "profiles/docker-default.json"
 def profile(source: Traversable | Path | None = None) -> Profile:
     """Docker's default profile (or the one at `source`) with this module's rules applied."""
     base = load(source or resources.files("executor.sandbox").joinpath(DEFAULT_PROFILE))
-    restricted = [*MODE_ARGUMENT, "socket", "socketpair", *REFUSED, *NO_SYSCALL]
+    restricted = [*MODE_ARGUMENT, "socket", "socketpair", "clone", *REFUSED, *NO_SYSCALL]
     base["syscalls"] = [*_without(base["syscalls"], restricted), *added_rules()]
     base["archMap"] = [{**entry, "subArchitectures": []} for entry in base.get("archMap", [])]
     return base
@@ -149,10 +164,12 @@ def _is_allow_list(data: Any) -> bool:
 
 
 def _without(rules: list[Rule], names: list[str]) -> list[Rule]:
-    """`rules` with `names` taken out of every rule that allows them (emptied rules dropped)."""
+    """`rules` with `names` taken out of every rule (emptied rules dropped), so that the rules
+    added here are all the profile says about them: also Docker's own rules for clone and
+    clone3, which hold only without CAP_SYS_ADMIN."""
     kept = []
     for rule in rules:
-        if rule.get("action") == "SCMP_ACT_ALLOW":
+        if set(_names(rule)) & set(names):
             rule = {**rule, "names": [n for n in _names(rule) if n not in names]}
             rule.pop("name", None)
             if not rule["names"]:
@@ -167,7 +184,7 @@ def _names(rule: Rule) -> list[str]:
 
 def added_rules() -> list[Rule]:
     """The rules that replace what `profile()` took out of Docker's allow-list."""
-    return [*_mode_rules(), *_socket_rules(), *_enosys_rules()]
+    return [*_mode_rules(), *_socket_rules(), *_clone_rules(), *_enosys_rules()]
 
 
 def _mode_rules() -> list[Rule]:
@@ -183,7 +200,14 @@ def _socket_rules() -> list[Rule]:
     return families + pairs
 
 
-def _allow(names: list[str], index: int, mask: int, value: int) -> Rule:
+def _clone_rules() -> list[Rule]:
+    native = _allow(["clone"], 0, CLONE_NAMESPACE_MASK, 0, excludes={"arches": _S390})
+    return [native, _allow(["clone"], 1, CLONE_NAMESPACE_MASK, 0, includes={"arches": _S390})]
+
+
+def _allow(names: list[str], index: int, mask: int, value: int, *,
+           includes: dict[str, Any] | None = None, excludes: dict[str, Any] | None = None
+           ) -> Rule:
     """Allow `names` when `argument[index] & mask == value`, else the default action (EPERM).
 
     Docker (like libseccomp) reads SCMP_CMP_MASKED_EQ's `value` as the mask and `valueTwo` as
@@ -191,7 +215,7 @@ def _allow(names: list[str], index: int, mask: int, value: int) -> Rule:
     """
     condition = {"index": index, "value": mask, "valueTwo": value, "op": "SCMP_CMP_MASKED_EQ"}
     return {"names": names, "action": "SCMP_ACT_ALLOW", "args": [condition],
-            "comment": "sandbox-agent", "includes": {}, "excludes": {}}
+            "comment": "sandbox-agent", "includes": includes or {}, "excludes": excludes or {}}
 
 
 def _enosys_rules() -> list[Rule]:
@@ -208,6 +232,8 @@ def _enosys_rules() -> list[Rule]:
 # the toolbox, and every command it runs, would be unfiltered there. So the toolbox also installs
 # the rules above itself, as a classic BPF program built here (seccomp filters stack, and the
 # strictest answer wins, so under runc this changes nothing). Only x86_64 is built and tested.
+# Without the namespace rules a command under runsc could `unshare -U -r` and hold every
+# capability in a user namespace of gVisor's (red-team, issue 23).
 
 BPF_ARCHES = {"x86_64": 0xC000_003E}
 """Machines (`uname -m`) a toolbox filter is built for, and their AUDIT_ARCH value."""
@@ -215,6 +241,7 @@ SYSCALL_NUMBERS = {"x86_64": {
     "open": 2, "creat": 85, "chmod": 90, "fchmod": 91, "mknod": 133, "openat": 257,
     "mknodat": 259, "fchmodat": 268, "fchmodat2": 452, "socket": 41, "socketpair": 53,
     "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427, "openat2": 437,
+    "clone": 56, "unshare": 272, "setns": 308, "clone3": 435,
 }}
 """The syscall numbers the toolbox filter names (socketcall does not exist on x86_64)."""
 
@@ -240,6 +267,8 @@ def toolbox_filter(machine: str) -> bytes | None:
     program += _when(numbers["socket"], [_ld(_arg(0)), *_allow_any(SOCKET_FAMILIES.values())])
     program += _when(numbers["socketpair"], [_ld(_arg(1)), (_AND, 0, 0, _TYPE_MASK),
                                              *_allow_any(SOCKETPAIR_TYPES.values())])
+    program += _when(numbers["clone"], [_ld(_arg(0)), (_JSET, 0, 1, CLONE_NAMESPACE_MASK),
+                                        _ret(_ERRNO | _EPERM), _ret(_ALLOW)])
     for name in [n for n in REFUSED if n in numbers]:
         program += _when(numbers[name], [_ret(_ERRNO | _EPERM)])
     for name in NO_SYSCALL:

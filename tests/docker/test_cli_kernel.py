@@ -264,6 +264,84 @@ def test_everyday_tools_still_work(project: Path, model_server: ModelServer):
     assert f"pip {pip.__version__} from /workspace/vendor/pip" in results["pip"]
 
 
+# Each way to a new namespace, in one helper the model runs: the call and the result it got.
+# A clone that does make a child (it should not) has the child leave at once.
+NAMESPACE = r"""
+import ctypes, errno, os, struct, sys, threading
+libc = ctypes.CDLL(None, use_errno=True)
+CLONE_NEWUSER, CLONE_NEWNET, SIGCHLD = 0x10000000, 0x40000000, 17
+def outcome(result):
+    return "MADE" if result >= 0 else errno.errorcode[ctypes.get_errno()]
+def child(pid):  # a raw clone returns twice, like fork
+    if pid == 0:
+        os._exit(0)
+    if pid > 0:
+        os.waitpid(pid, 0)
+    return pid
+what = sys.argv[1]
+if what == "unshare":
+    print(what, outcome(libc.unshare(CLONE_NEWUSER)), outcome(libc.unshare(CLONE_NEWNET)))
+elif what == "clone":
+    flags = ctypes.c_long(CLONE_NEWUSER | SIGCHLD)
+    print(what, outcome(child(libc.syscall(56, flags, 0, 0, 0, 0))))
+elif what == "clone3":  # struct clone_args, version 0: flags, ..., exit_signal, ...
+    args = ctypes.create_string_buffer(struct.pack("=8Q", CLONE_NEWUSER, 0, 0, 0, SIGCHLD, 0, 0, 0))
+    print(what, outcome(child(libc.syscall(435, args, ctypes.c_long(64)))))
+elif what == "setns":
+    fd = os.open("/proc/self/ns/net", os.O_RDONLY)
+    print(what, outcome(libc.setns(fd, 0)))
+else:  # what must keep working: threads, fork, subprocesses
+    seen = []
+    thread = threading.Thread(target=lambda: seen.append("thread"))
+    thread.start(); thread.join()
+    pid = os.fork()
+    if pid == 0:
+        os._exit(7)
+    seen.append("fork %d" % os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+    import subprocess
+    seen.append(subprocess.run(["echo", "sub"], capture_output=True, text=True).stdout.strip())
+    print(what, *seen)
+"""
+NAMESPACE_ATTEMPTS = {
+    "unshare -U -r": "unshare -U -r id",
+    "unshare -n": "unshare -n true",
+    "unshare()": "python3 ns.py unshare",
+    "clone": "python3 ns.py clone",
+    "clone3": "python3 ns.py clone3",
+    "setns": "python3 ns.py setns",
+    "nsenter": "nsenter --net=/proc/self/ns/net true",
+    "still works": "python3 ns.py works && bash -c 'sleep 0.1 & wait; echo waited' && "
+                   "git status --short",
+}
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="raw x86-64 syscall numbers")
+def test_no_command_can_make_a_namespace(project: Path, model_server: ModelServer):
+    """Red-team finding (issue 23): under gVisor, where commands do not get the container's
+    profile, `unshare -U -r` gave uid 0 with every capability inside the sandbox."""
+    (project / "ns.py").write_text(NAMESPACE)
+    for command in NAMESPACE_ATTEMPTS.values():
+        model_server.reply(tool_calls=[Call("run_shell_command", {"command": command})])
+    model_server.reply("Tried.")
+
+    done = ask(project, model_server, "ollama", "--yes")
+
+    assert_ok(done, "Tried.")
+    results = dict(zip(NAMESPACE_ATTEMPTS,
+                       [r for _, _, r in tool_exchanges(model_server.last_chat)], strict=True))
+    for name in ("unshare -U -r", "unshare -n", "nsenter"):
+        assert "Operation not permitted" in results[name], (name, results[name])
+        assert not results[name].startswith("exit_code: 0"), (name, results[name])
+    assert "uid=0" not in results["unshare -U -r"]
+    assert "unshare EPERM EPERM" in results["unshare()"], results["unshare()"]
+    assert "clone EPERM" in results["clone"], results["clone"]
+    assert "clone3 ENOSYS" in results["clone3"], results["clone3"]  # so libc falls back to clone
+    assert "setns EPERM" in results["setns"], results["setns"]
+    works = results["still works"]
+    assert works.startswith("exit_code: 0"), works
+    assert "works thread fork 7 sub" in works and "waited" in works and "?? ns.py" in works, works
+
+
 def test_a_stopped_toolbox_is_replaced_and_gone(project: Path, model_server: ModelServer):
     model_server.reply(tool_calls=[Call("run_shell_command", {
         "command": "echo $PPID > /tmp/toolbox.pid; kill -STOP $PPID"})])

@@ -96,6 +96,7 @@ WEAKENED: dict[str, tuple[Change, Callable[[list[str]], list[str]]]] = {
     "capabilities": (lambda o, root: {**o, "cap_drop": [], "cap_add": ["CHOWN"]}, list),
     "set-id": (lambda o, root: _no_seccomp(o), lambda a: _without(a, "--seccomp-filter")),
     "unix socket": (lambda o, root: _no_seccomp(o), lambda a: _without(a, "--seccomp-filter")),
+    "namespaces": (lambda o, root: _no_seccomp(o), lambda a: _without(a, "--seccomp-filter")),
     "disk budget": (lambda o, root: {**o, "ulimits": [u for u in o["ulimits"]
                                                       if u["Name"] != "fsize"]},
                     lambda a: [*_without(a, "--disk-budget"), "--disk-budget", "0"]),
@@ -119,8 +120,8 @@ class Weakened(DockerSandbox):
         super().__init__(config, client=client)
         self.change, self.argv_change = WEAKENED[name]
 
-    def create_options(self) -> Options:
-        return self.change(super().create_options(), self.config.root)
+    def create_options(self, config: SandboxConfig | None = None) -> Options:
+        return self.change(super().create_options(config), self.config.root)
 
     def toolbox_argv(self) -> list[str]:
         return self.argv_change(super().toolbox_argv())

@@ -28,8 +28,11 @@ from executor.sandbox.docker import SandboxConfig, container_options
 PROFILES = resources.files("executor.sandbox").joinpath("profiles")
 MODE_SYSCALLS = ["chmod", "fchmod", "fchmodat", "fchmodat2", "open", "openat", "creat", "mknod",
                  "mknodat"]
+NAMESPACE_SYSCALLS = {"clone", "clone3", "unshare", "setns"}
 RESTRICTED = {*MODE_SYSCALLS, "socket", "socketpair", "socketcall", "openat2", "io_uring_setup",
-              "io_uring_enter", "io_uring_register"}
+              "io_uring_enter", "io_uring_register", *NAMESPACE_SYSCALLS}
+NAMESPACE_FLAGS = 0x7E02_0000
+"""CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET: Docker's clone mask."""
 
 
 @pytest.fixture(scope="module")
@@ -81,13 +84,29 @@ def test_socketpair_only_for_streams(generated: dict[str, Any]):
 
 
 @pytest.mark.parametrize("name", ["socketcall", "io_uring_setup", "io_uring_enter",
-                                  "io_uring_register", "openat2"])
+                                  "io_uring_register", "openat2", "unshare", "setns", "clone3"])
 def test_refused_syscalls_are_allowed_by_no_rule(generated: dict[str, Any], name: str):
     assert allowing(generated, name) == []
 
 
-def test_openat2_fails_with_enosys_so_libc_falls_back(generated: dict[str, Any]):
-    rules = [rule for rule in generated["syscalls"] if "openat2" in rule["names"]]
+def test_clone_only_without_namespace_flags_whatever_the_capabilities(
+        default: dict[str, Any], generated: dict[str, Any]):
+    native, s390 = allowing(generated, "clone")
+    assert masked(native) == (0, NAMESPACE_FLAGS, 0) and masked(s390) == (1, NAMESPACE_FLAGS, 0)
+    assert native["excludes"] == {"arches": ["s390", "s390x"]} and native["includes"] == {}
+    assert s390["includes"] == {"arches": ["s390", "s390x"]} and s390["excludes"] == {}
+    # Docker's default lets a container with CAP_SYS_ADMIN have all four; no rule of ours does.
+    assert any("CAP_SYS_ADMIN" in rule["includes"].get("caps", []) and "unshare" in rule["names"]
+               for rule in default["syscalls"])
+    about = [rule for rule in generated["syscalls"] if NAMESPACE_SYSCALLS & set(rule["names"])]
+    assert all(rule["comment"] == "sandbox-agent" and "caps" not in rule["includes"]
+               and "caps" not in rule["excludes"] for rule in about)
+    assert all(set(rule["names"]) <= NAMESPACE_SYSCALLS | {"openat2"} for rule in about)
+
+
+@pytest.mark.parametrize("name", ["openat2", "clone3"])
+def test_enosys_so_that_libc_falls_back(generated: dict[str, Any], name: str):
+    rules = [rule for rule in generated["syscalls"] if name in rule["names"]]
     mips = ["mips3l64n32", "mips64", "mips64n32", "mipsel", "mipsel64"]
     assert sorted((r["action"], r["errnoRet"], r["includes"], r["excludes"]) for r in rules) == [
         ("SCMP_ACT_ERRNO", 38, {}, {"arches": mips}),
@@ -216,6 +235,100 @@ def test_the_toolbox_filter_refuses_what_the_profile_refuses(tmp_path: Path):
         "io_uring_setup": errno.EPERM,
     }
     assert not (tmp_path / "h").exists() and not (tmp_path / "f").stat().st_mode & 0o6000
+
+
+# The ways to a new namespace, then what must keep working (threads, fork, vfork, posix_spawn:
+# glibc tries clone3 first and falls back to clone). Run with and without the program.
+_NAMESPACES = r"""
+import ctypes, errno, json, os, struct, subprocess, sys, threading
+sys.path.insert(0, sys.argv[2])
+import toolbox
+print(toolbox.confine(sys.argv[1]))
+libc = ctypes.CDLL(None, use_errno=True)
+NEWUSER, NEWNET, NEWNS, NEWPID, NEWTIME, SIGCHLD = 0x10000000, 0x40000000, 0x20000, 0x20000000, 0x80, 17
+def err(result):
+    return 0 if result >= 0 else ctypes.get_errno()
+def cloned(flags):  # a raw clone returns twice, like fork: the child leaves at once
+    pid = libc.syscall(56, ctypes.c_long(flags), 0, 0, 0, 0)
+    if pid == 0:
+        os._exit(0)
+    if pid > 0:
+        os.waitpid(pid, 0)
+    return err(pid)
+def clone3(flags):
+    args = ctypes.create_string_buffer(struct.pack("=8Q", flags, 0, 0, 0, SIGCHLD, 0, 0, 0))
+    pid = libc.syscall(435, args, ctypes.c_long(64))
+    if pid == 0:
+        os._exit(0)
+    if pid > 0:
+        os.waitpid(pid, 0)
+    return err(pid)
+seen = []
+thread = threading.Thread(target=lambda: seen.append("thread"))
+thread.start()
+thread.join()
+pid = os.fork()
+if pid == 0:
+    os._exit(3)
+seen.append(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+seen.append(subprocess.run(["/bin/sh", "-c", "sleep 0.01 & wait; echo sh"], capture_output=True,
+                           text=True).stdout.strip())
+pid = os.posix_spawn("/bin/sh", ["sh", "-c", "exit 5"], os.environ)
+seen.append(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+seen.append(cloned(SIGCHLD))
+results = {"works": seen,
+           "clone NEWNET": cloned(NEWNET | SIGCHLD), "clone NEWNS": cloned(NEWNS | SIGCHLD),
+           "clone NEWPID": cloned(NEWPID | SIGCHLD), "clone NEWUSER": cloned(NEWUSER | SIGCHLD),
+           "clone3": clone3(0), "clone3 NEWUSER": clone3(NEWUSER)}
+fd = os.open("/proc/self/ns/net", os.O_RDONLY)
+results["setns"] = err(libc.setns(fd, 0))
+results["unshare NEWTIME"] = err(libc.unshare(NEWTIME))
+results["unshare NEWUSER"] = err(libc.unshare(NEWUSER))  # last: it changes this process
+print(json.dumps(results))
+"""
+
+
+def run_namespaces(program: bytes) -> tuple[str, dict[str, Any]]:
+    toolbox_dir = str(Path(seccomp.__file__).parent)
+    done = subprocess.run([sys.executable, "-c", _NAMESPACES, base64.b64encode(program).decode(),
+                           toolbox_dir], capture_output=True, text=True, timeout=30, check=False)
+    assert done.returncode == 0, done.stderr
+    status, results = done.stdout.splitlines()
+    return status, json.loads(results)
+
+
+WORKS = ["thread", 3, "sh", 5, 0]
+"""A thread ran, fork's child exited 3, sh's background job was waited for, posix_spawn's
+child exited 5, a raw clone without namespace flags made a child."""
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="the toolbox filter is x86_64 only")
+def test_the_toolbox_filter_refuses_new_namespaces_but_not_processes():
+    program = seccomp.toolbox_filter("x86_64")
+    assert program is not None
+
+    status, results = run_namespaces(program)
+
+    assert status == "installed"
+    assert results == {
+        "works": WORKS, "clone NEWNET": errno.EPERM, "clone NEWNS": errno.EPERM,
+        "clone NEWPID": errno.EPERM, "clone NEWUSER": errno.EPERM, "clone3": errno.ENOSYS,
+        "clone3 NEWUSER": errno.ENOSYS, "setns": errno.EPERM, "unshare NEWTIME": errno.EPERM,
+        "unshare NEWUSER": errno.EPERM,
+    }
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or platform.machine() != "x86_64",
+                    reason="the control needs root (new namespaces of every kind) on x86_64")
+def test_without_the_filter_the_same_calls_make_namespaces():
+    """The control: the refusals above are the filter's, not this host's."""
+    status, results = run_namespaces(b"")
+
+    assert status == "not given"
+    assert results["works"] == WORKS
+    assert {name: value for name, value in results.items() if name != "works"} == {
+        "clone NEWNET": 0, "clone NEWNS": 0, "clone NEWPID": 0, "clone NEWUSER": 0, "clone3": 0,
+        "clone3 NEWUSER": 0, "setns": 0, "unshare NEWTIME": 0, "unshare NEWUSER": 0}
 
 
 def test_the_toolbox_filter_kills_other_abis():

@@ -240,10 +240,13 @@ def _show_diff(todo: list[Change], content: Content) -> None:
 
 
 def _confirm(question: str) -> bool:
+    from rich.markup import escape
     from rich.prompt import Confirm
 
-    try:
-        return Confirm.ask(question, console=err_console, default=False)
+    from executor.text import inert
+
+    try:  # the question names the root: shown as it is, never as markup
+        return Confirm.ask(escape(inert(question)), console=err_console, default=False)
     except EOFError:
         return False
 

@@ -492,3 +492,28 @@ def test_a_file_undo_cannot_take_back_still_gives_its_content_to_another(root: P
     assert (root / "thesis.tex").read_bytes() == THESIS
     assert (root / "old.txt").read_bytes() == THESIS
     assert [p for p, _ in outcome.cannot] == ["old.txt"]
+
+
+def test_two_files_swapped_and_a_directory_moved_come_back(root: Path):
+    """`mv a t; mv b a; mv t b; mv gone moved`: every earlier content is in a file undo
+    removes or overwrites, so all of it comes back though none of it was kept."""
+    (root / "a").write_bytes(b"B\n")
+    (root / "b").write_bytes(b"A\n")
+    (root / "gone").rename(root / "moved")
+    journal = ensure_session_dir(root, "swap") / "journal.ndjson"
+    for path, before, after in [
+        ("a", file(b"A\n"), file(b"B\n")), ("b", file(b"B\n"), file(b"A\n")),
+        ("gone", Entry("dir"), None), ("gone/x", file(b"x\n"), None),
+        ("moved", None, Entry("dir")), ("moved/x", None, file(b"x\n")),
+    ]:
+        append_line(journal, {"type": "write", "source": "command", "path": path,
+                              "before": before.row() if before else None,
+                              "after": after.row() if after else None})
+    plan = plan_undo(root, "swap")
+    assert plan is not None and plan.cannot == []
+
+    outcome = undo(root, plan)
+
+    assert outcome is not None and not outcome.conflicts and not outcome.cannot
+    assert (root / "a").read_bytes() == b"A\n" and (root / "b").read_bytes() == b"B\n"
+    assert (root / "gone" / "x").read_bytes() == b"x\n" and not (root / "moved").exists()

@@ -29,7 +29,7 @@ import socket
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 from executor.audit import AuditLog
 from executor.errors import WorkspaceError
@@ -661,6 +661,16 @@ def _unrestorable(records: list[dict[str, Any]], blobs: BlobStore,
 Confirm = Callable[[Outcome], bool]
 """Shown what an undo would do (`done` empty, `ready` what it would write, `conflicts` and
 `cannot` what it would leave): True to go ahead."""
+
+
+@overload
+def undo(root: Path, plan: UndoPlan, *, audit: AuditLog | None = None,
+         confirm: None = None) -> Outcome: ...
+
+
+@overload
+def undo(root: Path, plan: UndoPlan, *, audit: AuditLog | None = None,
+         confirm: Confirm) -> Outcome | None: ...
 
 
 def undo(root: Path, plan: UndoPlan, *, audit: AuditLog | None = None,

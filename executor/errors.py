@@ -34,7 +34,8 @@ that fixes it.
     └── WorkspaceError                        60  copy workspace / pending changes unusable
         ├── ConflictError                     61  files changed on the host: not applied/undone
         ├── ProjectTooLargeError              62  the project exceeds the copy size guard
-        └── ApplyDeclinedError                63  the person said no: nothing applied
+        ├── ApplyDeclinedError                63  the person said no: nothing applied/undone
+        └── UnrestorableError                 64  undo: some paths cannot be restored
 
 A failed *tool* (missing file, non-zero exit, timeout inside the sandbox) is not
 an exception: it is a `ToolResult` the model sees.
@@ -229,9 +230,21 @@ class ProjectTooLargeError(WorkspaceError):
 
 
 class ApplyDeclinedError(WorkspaceError):
-    """The person declined to apply the changes; they stay pending."""
+    """The person declined at the prompt of `apply` or `undo`: nothing was changed."""
 
     exit_code = 63
+
+
+class UnrestorableError(WorkspaceError):
+    """`undo` left paths as they are because their earlier content is nowhere (never kept),
+    or what is there now could not be kept first; the rest was undone."""
+
+    exit_code = 64
+
+    def __init__(self, message: str, *, paths: list[str] | None = None,
+                 fix: str | None = None) -> None:
+        super().__init__(message, fix=fix)
+        self.paths = list(paths or [])
 
 
 #: Exit code for a run interrupted with Ctrl-C (128 + SIGINT), as shells report it.

@@ -28,8 +28,9 @@ EPILOG = (
     "16 no such runtime) · "
     "20-24 model (21 unreachable, 22 timeout, 23 refused, 24 embedded model) · "
     "31 max turns · 32 calls denied (--fail-on-denied) · 33 review findings (--fail-on) · "
-    "40/41 session file · 50/51 audit · 60-63 workspace (61 conflict: files changed on the "
-    "host were not applied, 62 project too big to copy, 63 apply declined) · "
+    "40/41 session file · 50/51 audit · 60-64 workspace (61 conflict: files changed on the "
+    "host were not applied, 62 project too big to copy, 63 apply or undo declined, "
+    "64 undo could not restore everything) · "
     "130 interrupted. "
     "See docs/EXIT_CODES.md."
 )

@@ -20,12 +20,13 @@ from executor.errors import (
     ConflictError,
     SandboxAgentError,
     SessionNotFoundError,
+    UnrestorableError,
 )
 from executor.state import real_root
 
 if TYPE_CHECKING:  # imported where used: `--help` loads neither Rich nor pydantic
     from executor.audit import AuditLog
-    from executor.workspace.apply import Outcome
+    from executor.workspace.apply import Outcome, UndoPlan
     from executor.workspace.changes import Change, Changeset
     from executor.workspace.gitrun import GitRun
     from executor.workspace.render import Content
@@ -223,20 +224,29 @@ def run_apply(root: Path, changeset: Changeset, *, yes: bool, at_terminal: bool,
 
 def _show(todo: list[Change], content: Content) -> None:
     """The diff of what is about to be applied, inert, on stderr."""
+    from executor.workspace.render import totals
+
+    _show_diff(todo, content)
+    err_console.print(totals(todo), markup=False, highlight=False)
+
+
+def _show_diff(todo: list[Change], content: Content) -> None:
     from executor.text import visible_blanks
-    from executor.workspace.render import diff, totals
+    from executor.workspace.render import diff
 
     for line in diff(todo, content, safe=True):
         err_console.print(visible_blanks(line.rstrip("\n")), markup=False, highlight=False,
                           soft_wrap=True)
-    err_console.print(totals(todo), markup=False, highlight=False)
 
 
 def _confirm(question: str) -> bool:
+    from rich.markup import escape
     from rich.prompt import Confirm
 
-    try:
-        return Confirm.ask(question, console=err_console, default=False)
+    from executor.text import inert
+
+    try:  # the question names the root: shown as it is, never as markup
+        return Confirm.ask(escape(inert(question)), console=err_console, default=False)
     except EOFError:
         return False
 
@@ -289,16 +299,24 @@ def _raise_conflicts(outcome: Outcome, verb: str, fix: str) -> None:
 # ---------------------------------------------------------------------------- undo
 
 
+UndoYesOpt = Annotated[
+    bool, typer.Option("--yes", "-y", help="Undo without asking (needed without a terminal).")
+]
+
+
 @cli_errors
 def undo_command(
     root: RootOption = Path("."),
     session: SessionOpt = None,
+    yes: UndoYesOpt = False,
 ) -> None:
-    """Take back the last apply of a copy session, or what a bind session wrote; a file
-    changed since is left alone (exit 61). Files a shell command changed in bind mode have
-    hashes but no kept content: those are named, not restored."""
-    from executor.text import inert
-    from executor.workspace.apply import plan_undo, undo
+    """Take back the last apply of a copy session, or what a bind session wrote. Shows what
+    it would remove, overwrite and put back, and asks (--yes without a terminal). What it
+    removes or overwrites is kept in the blob store first, and a path whose earlier content
+    another file holds now (after `mv a b`) is put back from it. A file changed since is left
+    alone (exit 61); a path whose earlier content is nowhere (a shell command changed it in
+    bind mode) is named and left as it is (exit 64); the rest is undone."""
+    from executor.workspace.apply import plan_undo
 
     root = real_root(root)
     name = session or _latest_undoable(root)
@@ -307,13 +325,86 @@ def undo_command(
         where = f"session {name}" if name else str(root)
         err_console.print(f"nothing to undo in {where}", markup=False, highlight=False)
         return
-    outcome = undo(root, plan, audit=_audit(root, plan.session))
+    run_undo(root, plan, yes=yes, at_terminal=at_terminal())
+
+
+def run_undo(root: Path, plan: UndoPlan, *, yes: bool, at_terminal: bool,
+             audit: bool = True) -> Outcome:
+    """Show, ask (unless --yes), undo, report; UnrestorableError when paths could not be
+    restored, ConflictError when files changed since were left alone."""
+    from executor.workspace.apply import undo
+
+    def confirm(preview: Outcome) -> bool:
+        if yes:
+            return True
+        _show_undo(root, plan, preview)
+        if not at_terminal:
+            raise ConfigError("undo asks before it removes or overwrites anything, and there "
+                              "is no terminal to ask", fix="read the list above, then pass --yes")
+        return _confirm(f"Undo these {len(preview.ready)} changes in {root}?")
+
+    outcome = undo(root, plan, audit=_audit(root, plan.session) if audit else None,
+                   confirm=confirm)
+    if outcome is None:
+        raise ApplyDeclinedError("nothing undone: the tree is as it was")
     _report(outcome, "restored")
-    for path, reason in plan.cannot:
-        err_console.print(f"cannot restore {inert(path)}: {reason}", markup=False,
-                          highlight=False)
+    _report_undo(root, outcome)
     _raise_conflicts(outcome, "restored", "those files changed after they were written; "
                                           "restore them by hand if you want to")
+    return outcome
+
+
+def _show_undo(root: Path, plan: UndoPlan, preview: Outcome) -> None:
+    """What an undo would do, inert, on stderr: the diff from the tree as it is to what undo
+    would leave, what it leaves alone, what it cannot restore."""
+    from executor.text import inert
+    from executor.workspace.apply import undo_content
+
+    _show_diff(preview.ready, undo_content(root, plan, preview))
+    for path, reason in preview.conflicts:
+        err_console.print(f"left alone: {inert(path)}: {inert(reason)}", markup=False,
+                          highlight=False)
+    for path, reason in preview.cannot:
+        err_console.print(f"cannot restore {inert(path)}: {inert(reason)}", markup=False,
+                          highlight=False)
+    ready = preview.ready
+    removed = sum(1 for c in ready if c.before is not None and c.after is None)
+    overwritten = sum(1 for c in ready if c.before is not None and c.after is not None)
+    err_console.print(f"undo would remove {removed}, overwrite {overwritten} and put back "
+                      f"{len(ready) - removed - overwritten} path(s); what it removes or "
+                      f"overwrites is kept first in {inert(str(_blob_dir(root)))}",
+                      markup=False, highlight=False)
+
+
+def _report_undo(root: Path, outcome: Outcome) -> None:
+    """Where what undo removed or overwrote is kept; UnrestorableError for what it could not
+    restore (named one per line)."""
+    from executor.text import inert
+
+    for path, reason in outcome.cannot:
+        err_console.print(f"cannot restore {inert(path)}: {inert(reason)}", markup=False,
+                          highlight=False)
+    if any(c.before is not None and c.before.kind == "file" for c in outcome.done):
+        err_console.print(f"what undo removed or overwrote is kept in "
+                          f"{inert(str(_blob_dir(root)))} (each under its sha256)",
+                          markup=False, highlight=False)
+    if not outcome.cannot:
+        return
+    paths = [p for p, _ in outcome.cannot]
+    shown = ", ".join(inert(p) for p in paths[:5]) + (", …" if len(paths) > 5 else "")
+    also = (f"; {len(outcome.conflicts)} more left alone (changed since)"
+            if outcome.conflicts else "")
+    raise UnrestorableError(
+        f"{len(paths)} path{'s' * (len(paths) != 1)} cannot be restored{also}: {shown}",
+        paths=paths,
+        fix="what could be undone is; the journal names the hashes of the rest. For sessions "
+            "you can always take back, use --workspace copy")
+
+
+def _blob_dir(root: Path) -> Path:
+    from executor.workspace.store import BlobStore
+
+    return BlobStore.for_root(root).directory
 
 
 def _latest_undoable(root: Path) -> str | None:

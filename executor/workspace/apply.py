@@ -1,22 +1,27 @@
 """Writing changes into the person's tree, and taking them back, one file at a time.
 
-`execute` is the one place that writes: for each change it reads the host's current state
-(hostfs: no link followed), and acts only when that state is exactly the change's *before*
-(the base recorded at copy time, or what an apply wrote). A path already in its *after* state
-is left alone; anything else is a conflict, reported and never merged. Removals come first
-(files and links, then directories deepest first), then new directories (shallowest first),
-then files and links, each written atomically.
+`execute` is the one place that writes, in two steps. `triage` reads the host's current state
+of each path (hostfs: no link followed, a FIFO or device never opened) and finds a change
+ready only when that state is exactly its *before* (the base recorded at copy time, or what an
+apply wrote); a path already in its *after* state is left alone; anything else is a conflict,
+reported and never merged. `carry_out` then keeps the content of every file it is about to
+remove or overwrite in the blob store, and writes: removals first (files and links, then
+directories deepest first), then new directories (shallowest first), then files and links,
+each written atomically.
 
 `apply_changes` runs a changeset's pending changes, except those to what git on the host runs
 or reads as config (hooks, included configs: gitrun.py), which it refuses whatever was
 approved; `undo` runs the inverse of the last apply of a session (copy mode) or of a bind
-session's recorded writes. Both append to the session's journal and to the audit log: who
-approved, which files, hashes before and after.
+session's recorded writes, after asking (`confirm`) and never destroying the last copy of
+anything: what it removes or overwrites must be kept first, and a path is put back from
+whichever file holds its earlier hash (`mv a b`). Both append to the session's journal and to
+the audit log: who approved, which files, hashes before and after.
 """
 
 from __future__ import annotations
 
 import getpass
+import hashlib
 import itertools
 import os
 import secrets
@@ -24,7 +29,7 @@ import socket
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 from executor.audit import AuditLog
 from executor.errors import WorkspaceError
@@ -51,7 +56,7 @@ MAX_KEEP = 256 * 1024 * 1024
 
 @dataclass
 class Outcome:
-    """What `execute` did."""
+    """What `execute` did (or, from `triage`, would do)."""
 
     done: list[Change] = field(default_factory=list)
     """Changes written, each with the state found before (== its before) and after."""
@@ -59,9 +64,18 @@ class Outcome:
     """Paths that were already in their after state."""
     conflicts: list[tuple[str, str]] = field(default_factory=list)
     """(path, why) left alone."""
+    missing: list[tuple[str, str]] = field(default_factory=list)
+    """(path, why) left alone for want of content: what the change would write is not kept
+    anywhere, or (`must_keep`) what it would remove or overwrite could not be kept first."""
+    cannot: list[tuple[str, str]] = field(default_factory=list)
+    """(undo) (path, why it cannot be restored): the plan's, then `missing`."""
     bits: dict[str, int] = field(default_factory=dict)
     """The permission bits each file replaced or removed had (an undo that puts it back uses
     them)."""
+    ready: list[Change] = field(default_factory=list)
+    """(`triage`) Changes found in their before state, to be made."""
+    current: dict[str, Entry | None] = field(default_factory=dict)
+    """(`triage`) The host's state of each ready path when it was looked at."""
 
     @property
     def touched(self) -> list[str]:
@@ -73,27 +87,53 @@ class Outcome:
 
 
 def execute(root: Path, changes: Iterable[Change], blobs: BlobStore,
-            refuse: dict[str, str] | None = None) -> Outcome:
+            refuse: dict[str, str] | None = None, *, must_keep: bool = False) -> Outcome:
     """Apply `changes` to the tree at `root` where it still is in their before state;
-    `refuse`: paths never written, each with the reason reported."""
+    `refuse`: paths never written, each with the reason reported; `must_keep`: a file is
+    removed or overwritten only once its content is in `blobs`."""
+    return carry_out(root, triage(root, changes, blobs, refuse), blobs, must_keep=must_keep)
+
+
+def triage(root: Path, changes: Iterable[Change], blobs: BlobStore,
+           refuse: dict[str, str] | None = None, held: Iterable[str] = ()) -> Outcome:
+    """What `execute` would do, against the tree as it is now; nothing is written or kept.
+    A file's content counts as there when `blobs` has it, when a ready change finds it on the
+    host (it is kept before anything is written), or when it is in `held`."""
     outcome = Outcome()
-    ready = []
     for change in sorted(changes, key=lambda c: sort_key(c.path)):
-        verdict = _check(root, change, blobs)
+        verdict, current = _check(root, change)
         if refuse and change.path in refuse and verdict != "already":
             verdict = refuse[change.path]
         if verdict == "ready":
-            ready.append(change)
+            outcome.ready.append(change)
+            outcome.current[change.path] = current
         elif verdict == "already":
             outcome.already.append(change.path)
         else:
             outcome.conflicts.append((change.path, verdict))
     for never in (_gitdir_lookalikes, _reserved):
-        for change, why in never(root, ready):
-            ready.remove(change)
-            outcome.conflicts.append((change.path, why))
-    failed = {path for path, _ in outcome.conflicts}
-    for action, phase in _phases(ready):
+        for change, why in never(root, outcome.ready):
+            _drop(outcome, change, outcome.conflicts, why)
+    there = set(held) | {e.sha256 for e in outcome.current.values()
+                         if e is not None and e.kind == "file" and e.sha256}
+    _drop_missing(outcome, lambda digest: digest in there or blobs.has(digest))
+    return outcome
+
+
+def carry_out(root: Path, outcome: Outcome, blobs: BlobStore, *, must_keep: bool = False
+              ) -> Outcome:
+    """Make the ready changes of a `triage`: first keep (in `blobs`) every file they remove
+    or overwrite, then write, phase by phase."""
+    for change in list(outcome.ready):
+        why = _keep_current(root, change.path, outcome.current.get(change.path), blobs)
+        if why == CHANGED:
+            _drop(outcome, change, outcome.conflicts, why)
+        elif why and must_keep:
+            _drop(outcome, change, outcome.missing,
+                  f"left as it is: its current content could not be kept first ({why})")
+    _drop_missing(outcome, blobs.has)
+    failed = {path for path, _ in outcome.conflicts + outcome.missing}
+    for action, phase in _phases(outcome.ready):
         for change in phase:
             if _blocked(change, failed):
                 continue
@@ -103,8 +143,24 @@ def execute(root: Path, changes: Iterable[Change], blobs: BlobStore,
                 failed.add(change.path)
                 why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
                 outcome.conflicts.append((change.path, f"could not be written: {why}"))
-    outcome.done = [c for c in ready if c.path not in failed]
+    outcome.done = [c for c in outcome.ready if c.path not in failed]
     return outcome
+
+
+def _drop(outcome: Outcome, change: Change, into: list[tuple[str, str]], why: str) -> None:
+    outcome.ready.remove(change)
+    outcome.current.pop(change.path, None)
+    into.append((change.path, why))
+
+
+def _drop_missing(outcome: Outcome, there: Callable[[str], bool]) -> None:
+    """Move the ready changes that would write a file whose content is not `there`."""
+    for change in list(outcome.ready):
+        after = change.after
+        if after is not None and after.kind == "file" and not there(after.sha256 or ""):
+            _drop(outcome, change, outcome.missing,
+                  f"the content it needs (sha256 {str(after.sha256)[:12]}) is not kept anywhere "
+                  "(nothing to write)")
 
 
 GITDIR_CODE = frozenset(GITDIR_PARTS) | {"config", "hooks"}
@@ -208,24 +264,20 @@ def _kind_after(root: Path, path: str, ready: list[Change]) -> str | None:
     return current.kind if current is not None else None
 
 
-def _check(root: Path, change: Change, blobs: BlobStore) -> str:
-    """'ready', 'already', or why the change cannot be made."""
+def _check(root: Path, change: Change) -> tuple[str, Entry | None]:
+    """('ready', the host's state), ('already', …), or (why the change cannot be made, …)."""
     reason = problem(change.path)
     if reason:
-        return reason
+        return reason, None
     try:
         current = hostfs.state(root, change.path)
     except OSError as exc:
-        return f"cannot be read safely ({exc.strerror or exc})"
+        return f"cannot be read safely ({exc.strerror or exc})", None
     if _same(change.after, current):
-        return "already"
+        return "already", current
     if not _same(change.before, current):
-        return _what_changed(change.before, current)
-    after = change.after
-    if after is not None and after.kind == "file" and not blobs.has(after.sha256 or ""):
-        return "its new content is not kept (nothing to write)"
-    _keep_current(root, change.path, current, blobs)
-    return "ready"
+        return _what_changed(change.before, current), current
+    return "ready", current
 
 
 def _same(expected: Entry | None, current: Entry | None) -> bool:
@@ -240,15 +292,29 @@ def _what_changed(before: Entry | None, current: Entry | None) -> str:
     return "conflict: changed on the host since the copy"
 
 
-def _keep_current(root: Path, path: str, current: Entry | None, blobs: BlobStore) -> None:
-    """Keep what is about to be overwritten or removed, so an undo can put it back."""
+CHANGED = "conflict: changed on the host while it was being written"
+
+
+def _keep_current(root: Path, path: str, current: Entry | None, blobs: BlobStore
+                  ) -> str | None:
+    """Keep what is about to be overwritten or removed, so an undo can put it back; why it
+    could not be kept, or None (kept, or nothing to keep: a link's target, a directory)."""
     if current is None or current.kind != "file" or current.sha256 is None:
-        return
-    if blobs.has(current.sha256) or current.size > MAX_KEEP:
-        return
+        return None
+    if blobs.has(current.sha256):
+        return None
+    if current.size > MAX_KEEP:
+        return f"{current.size} bytes, more than the {MAX_KEEP // (1024 * 1024)} MiB kept"
     data = hostfs.read_file(root, path, MAX_KEEP)
-    if data is not None:
+    if data is None:
+        return "it cannot be read safely"
+    if hashlib.sha256(data).hexdigest() != current.sha256:
+        return CHANGED
+    try:
         blobs.put(data)
+    except WorkspaceError as exc:
+        return str(exc)
+    return None
 
 
 def _phases(ready: list[Change]) -> list[tuple[str, list[Change]]]:
@@ -346,6 +412,8 @@ def apply_changes(root: Path, changeset: Changeset, *, approved_by: str,
     todo = pending(root, changeset)
     refuse = (git or git_run(root)).refusals(todo, reader(blobs))
     outcome = execute(root, todo, blobs, refuse)
+    outcome.conflicts += outcome.missing
+    outcome.missing = []
     record = {"type": "apply", "id": secrets.token_hex(8), "ts": utc_now(),
               "session": changeset.session, "changeset": changeset.id,
               "approved_by": approved_by, "user": _user(), "host": socket.gethostname(),
@@ -419,22 +487,26 @@ class UndoPlan:
     """(path, why it cannot be restored)."""
     conflicts: list[tuple[str, str]] = field(default_factory=list)
     """(path, why) left alone because it changed outside the session while it ran."""
+    sources: dict[str, list[str]] = field(default_factory=dict)
+    """sha256 -> the paths whose last recorded state holds that content, for each content a
+    change needs that the blob store lacks (`mv a b`: b holds what a had)."""
 
 
 def plan_undo(root: Path, session: str) -> UndoPlan | None:
     """The inverse of the session's last apply still in place, else of its bind-mode writes;
-    None when there is nothing to undo."""
+    None when there is nothing to undo. Reads the journal and the blob store, not the tree."""
     records = read_lines(session_dir(root, session) / "journal.ndjson")
+    blobs = BlobStore.for_root(root)
     undone = {str(r.get("undoes")): set(_paths(r.get("files"))) for r in records
               if r.get("type") == "undo"}
     for record in reversed([r for r in records if r.get("type") == "apply"]):
         files = [f for f in record.get("files") or [] if isinstance(f, dict)
                  and f.get("path") not in undone.get(str(record.get("id")), set())]
         if files:
-            return UndoPlan(session, str(record.get("id")), *_inverse(files))
+            return UndoPlan(session, str(record.get("id")), *_inverse(files, blobs))
     writes = _bind_writes(records)
     if writes:
-        return UndoPlan(session, "session", *_inverse_writes(writes, BlobStore.for_root(root)))
+        return UndoPlan(session, "session", *_inverse_writes(writes, blobs))
     return None
 
 
@@ -451,7 +523,13 @@ def _bind_writes(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [r for rs in active.values() for r in rs]
 
 
-def _inverse(files: list[dict[str, Any]]) -> tuple[list[Change], list[tuple[str, str]]]:
+Inverse = tuple[list[Change], list[tuple[str, str]], list[tuple[str, str]],
+                dict[str, list[str]]]
+"""(changes, what cannot be restored, conflicts, sources) of an `UndoPlan`."""
+
+
+def _inverse(files: list[dict[str, Any]], blobs: BlobStore) -> Inverse:
+    """An apply's files taken back: each from what the apply wrote to what was there."""
     changes, cannot = [], []
     for item in files:
         try:
@@ -461,7 +539,42 @@ def _inverse(files: list[dict[str, Any]]) -> tuple[list[Change], list[tuple[str,
             cannot.append((str(item.get("path")), f"unreadable journal record ({exc})"))
             continue
         changes.append(Change(str(item["path"]), after, before, bits=_bits(item)))
-    return changes, cannot
+    offered = _offered((c.path, c.before) for c in changes)
+    for change in list(changes):
+        digest = _lacking(change.after, blobs, offered)
+        if digest:
+            changes.remove(change)
+            cannot.append((change.path, f"its earlier content (sha256 {digest[:12]}) was not "
+                                        "kept, so it cannot be restored"))
+    return changes, cannot, [], _sources(changes, offered, blobs)
+
+
+def _offered(entries: Iterable[tuple[str, Entry | None]]) -> dict[str, list[str]]:
+    """sha256 -> the paths that (by the records) hold a file with that content now."""
+    offered: dict[str, list[str]] = {}
+    for path, entry in entries:
+        if entry is not None and entry.kind == "file" and entry.sha256:
+            offered.setdefault(entry.sha256, []).append(path)
+    return offered
+
+
+def _lacking(entry: Entry | None, blobs: BlobStore, offered: dict[str, list[str]]
+             ) -> str | None:
+    """The sha256 of `entry` when it is a file whose content is neither kept nor held by a
+    path of the plan (so nothing can bring it back)."""
+    if entry is None or entry.kind != "file" or not entry.sha256:
+        return None
+    digest = entry.sha256
+    return None if blobs.has(digest) or digest in offered else digest
+
+
+def _sources(changes: list[Change], offered: dict[str, list[str]], blobs: BlobStore
+             ) -> dict[str, list[str]]:
+    """For each content `changes` write that the blob store lacks: the paths holding it."""
+    needed = {c.after.sha256 for c in changes
+              if c.after is not None and c.after.kind == "file" and c.after.sha256}
+    return {digest: offered[digest] for digest in sorted(needed)
+            if digest in offered and not blobs.has(digest)}
 
 
 def _bits(record: dict[str, Any], key: str = "bits_before", *, most: int = 0o777) -> int | None:
@@ -472,19 +585,21 @@ def _bits(record: dict[str, Any], key: str = "bits_before", *, most: int = 0o777
         return None
 
 
-def _inverse_writes(writes: list[dict[str, Any]], blobs: BlobStore
-                    ) -> tuple[list[Change], list[tuple[str, str]], list[tuple[str, str]]]:
+def _inverse_writes(writes: list[dict[str, Any]], blobs: BlobStore) -> Inverse:
     """Per path: from the last recorded after back to the first recorded before, when the
-    records form a chain (each write found the path as the write before it had left it);
-    (changes, what cannot be restored, conflicts)."""
+    records form a chain (each write found the path as the write before it had left it)."""
     by_path: dict[str, list[dict[str, Any]]] = {}
     for record in writes:
         by_path.setdefault(str(record.get("path")), []).append(record)
+    unreadable = {path: why for path, records in by_path.items()
+                  if (why := _unreadable(path, records))}
+    offered = _offered((path, _row_entry(records[-1].get("after")))
+                       for path, records in by_path.items() if path not in unreadable)
     changes, cannot, conflicts = [], [], []
     for path, records in by_path.items():
-        reason = _unreadable(path, records)
+        reason = unreadable.get(path)
         gap = None if reason else _gap(records)
-        reason = reason or (None if gap else _unrestorable(records, blobs))
+        reason = reason or (None if gap else _unrestorable(records, blobs, offered))
         if gap:
             conflicts.append((path, gap))
         elif reason:
@@ -494,7 +609,7 @@ def _inverse_writes(writes: list[dict[str, Any]], blobs: BlobStore
             changes.append(Change(path, _row_entry(last.get("after")),
                                   _row_entry(first.get("before")),
                                   bits=_bits(first, most=0o755)))  # as the sandbox saw them
-    return changes, cannot, conflicts
+    return changes, cannot, conflicts, _sources(changes, offered, blobs)
 
 
 def _row_entry(row: Any) -> Entry | None:
@@ -527,33 +642,112 @@ def _gap(records: list[dict[str, Any]]) -> str | None:
     return None
 
 
-def _unrestorable(records: list[dict[str, Any]], blobs: BlobStore) -> str | None:
+def _unrestorable(records: list[dict[str, Any]], blobs: BlobStore,
+                  offered: dict[str, list[str]]) -> str | None:
+    """Why one path cannot go back to its first recorded state: its content is neither kept
+    nor (by the records) held by another path now."""
     first = records[0]
     before, after = _row_entry(first.get("before")), _row_entry(records[-1].get("after"))
-    if before is not None and before.kind == "file" and not blobs.has(before.sha256 or ""):
+    digest = _lacking(before, blobs, offered)
+    if digest:
         source = "a shell command" if first.get("source") == "command" else "a tool"
-        return (f"changed by {source}; its earlier content (sha256 {str(before.sha256)[:12]}) "
-                "was not kept, so it cannot be restored")
+        return (f"changed by {source}; its earlier content (sha256 {digest[:12]}) was not "
+                "kept, so it cannot be restored")
     if after is None and before is None:
         return "nothing to restore"
     return None
 
 
-def undo(root: Path, plan: UndoPlan, *, audit: AuditLog | None = None) -> Outcome:
-    """Take back what `plan` names where the tree still holds what was written."""
+Confirm = Callable[[Outcome], bool]
+"""Shown what an undo would do (`done` empty, `ready` what it would write, `conflicts` and
+`cannot` what it would leave): True to go ahead."""
+
+
+@overload
+def undo(root: Path, plan: UndoPlan, *, audit: AuditLog | None = None,
+         confirm: None = None) -> Outcome: ...
+
+
+@overload
+def undo(root: Path, plan: UndoPlan, *, audit: AuditLog | None = None,
+         confirm: Confirm) -> Outcome | None: ...
+
+
+def undo(root: Path, plan: UndoPlan, *, audit: AuditLog | None = None,
+         confirm: Confirm | None = None) -> Outcome | None:
+    """Take back what `plan` names where the tree still holds what was written. Nothing is
+    removed or overwritten before its content is in the blob store (what cannot be kept is
+    left as it is), so any path whose earlier content another path holds (`plan.sources`)
+    can be put back from it. `confirm`, when given and there is anything to write, is asked
+    first, before anything is kept or written: on False, nothing is done and None returned."""
     blobs = BlobStore.for_root(root)
-    outcome = execute(root, plan.changes, blobs)
+    held = _held(root, plan.sources, blobs)
+    outcome = triage(root, plan.changes, blobs, held=held)
     outcome.conflicts = [(p, r.replace("since the copy", "since it was written"))
-                         for p, r in outcome.conflicts] + plan.conflicts
+                         for p, r in outcome.conflicts]
+    preview = replace(outcome, conflicts=outcome.conflicts + plan.conflicts,
+                      cannot=plan.cannot + outcome.missing)
+    if confirm is not None and outcome.ready and not confirm(preview):
+        return None
+    for path, entry in held.values():
+        _keep_current(root, path, entry, blobs)
+    carry_out(root, outcome, blobs, must_keep=True)
+    outcome.conflicts += plan.conflicts
+    outcome.cannot = plan.cannot + outcome.missing
+    _record_undo(root, plan, outcome, audit)
+    return outcome
+
+
+def _held(root: Path, sources: dict[str, list[str]], blobs: BlobStore
+          ) -> dict[str, tuple[str, Entry]]:
+    """sha256 -> (a path holding that content on the host now, its state), for each content
+    `sources` names that the blob store lacks (and that can be kept)."""
+    held = {}
+    for digest, paths in sources.items():
+        for path in paths if not blobs.has(digest) else []:
+            try:
+                entry = hostfs.state(root, path)
+            except OSError:
+                continue  # a link on the way, a FIFO: never read
+            if entry is not None and entry.sha256 == digest and entry.size <= MAX_KEEP:
+                held[digest] = (path, entry)
+                break
+    return held
+
+
+def _record_undo(root: Path, plan: UndoPlan, outcome: Outcome, audit: AuditLog | None
+                 ) -> None:
     record = {"type": "undo", "id": secrets.token_hex(8), "ts": utc_now(),
               "session": plan.session, "undoes": plan.undoes, "user": _user(),
               "host": socket.gethostname(),
               "files": [_file_record(c, outcome) for c in outcome.done]
               + [{"path": p} for p in outcome.already],
               "conflicts": [{"path": p, "reason": r} for p, r in outcome.conflicts],
-              "cannot": [{"path": p, "reason": r} for p, r in plan.cannot]}
+              "cannot": [{"path": p, "reason": r} for p, r in outcome.cannot]}
     _journal(root, plan.session, record)
     if audit is not None:
-        audit.record("undo", **_audit_fields(record, outcome),
-                     cannot=record["cannot"])
-    return outcome
+        audit.record("undo", **_audit_fields(record, outcome), cannot=record["cannot"])
+
+
+SHOW_MAX = 16 * 1024 * 1024
+"""Bytes of a file on the host read to show what an undo would do."""
+
+
+def undo_content(root: Path, plan: UndoPlan, preview: Outcome) -> Callable[[str], bytes | None]:
+    """Contents by sha256 for showing what an undo would do: the blob store's, else those of
+    the files on the host that hold them now (read without following links, checked against
+    the hash); None: not shown."""
+    where = {digest: list(paths) for digest, paths in plan.sources.items()}
+    for path, entry in preview.current.items():
+        if entry is not None and entry.kind == "file" and entry.sha256:
+            where.setdefault(entry.sha256, []).append(path)
+    kept = reader(BlobStore.for_root(root))
+
+    def read(digest: str) -> bytes | None:
+        data = kept(digest)
+        for path in where.get(digest, []) if data is None else []:
+            found = hostfs.read_file(root, path, SHOW_MAX)
+            if found is not None and hashlib.sha256(found).hexdigest() == digest:
+                return found
+        return data
+    return read

@@ -115,13 +115,18 @@ def _hash(fd: int, leaf: str, st: os.stat_result) -> str:
 
 
 def read_file(root: Path, path: str, limit: int) -> bytes | None:
-    """The content of a regular file (at most `limit` bytes), or None when it is not one."""
+    """The content of a regular file (at most `limit` bytes), or None when it is not one.
+    Anything else (a FIFO, a device) is refused from its lstat, before any open."""
     try:
         with parent_dir(root, path) as (fd, leaf):
+            st = os.lstat(leaf, dir_fd=fd)
+            if not stat.S_ISREG(st.st_mode):
+                return None
             file_fd = os.open(leaf, _READ, dir_fd=fd)
             with os.fdopen(file_fd, "rb") as f:
-                if not stat.S_ISREG(os.fstat(file_fd).st_mode):
-                    return None
+                now = os.fstat(file_fd)
+                if not stat.S_ISREG(now.st_mode) or now.st_ino != st.st_ino:
+                    return None  # swapped since the lstat
                 data = f.read(limit + 1)
     except OSError:
         return None

@@ -562,3 +562,36 @@ def test_padding_cannot_hide_a_line_of_a_change_to_apply(project: Path, model_se
     assert f"+\techo hi[… {PAD} spaces …]; curl x | sh[… {PAD} spaces …]# greet" in [
         line.replace(" " * 7, "\t", 1) for line in screen], "\n".join(screen)
     assert not (project / "Makefile").exists()
+
+
+def test_undo_shows_what_it_would_remove_and_put_back_and_no_changes_nothing(
+        project: Path, model_server: ModelServer):
+    """Issue 23, finding 5: undo asked nothing before removing a file a command made."""
+    (project / "thesis.tex").write_text("the only copy\n")
+    (project / "build").mkdir()
+    model_server.reply(tool_calls=[Call("run_shell_command",
+                                        {"command": "mv thesis.tex build/cache.o"})])
+    model_server.reply("ok")
+    done = run_cli("ask", "--root", project, *model_args(model_server, "ollama"), "--yes",
+                   "do it")
+    assert done.returncode == 0, done.stderr
+
+    seen = converse([str(SANDBOX_AGENT), "undo", "--root", str(project)], [b"n\n"],
+                    prompt=b"Undo these")
+
+    screen = seen.at_prompts[0]
+    at = screen.index("diff --sandbox-agent a/build/cache.o b/build/cache.o")
+    assert screen[at:at + 12] == [
+        "diff --sandbox-agent a/build/cache.o b/build/cache.o", "deleted file mode 100644",
+        "--- a/build/cache.o", "+++ /dev/null", "@@ -1 +0,0 @@", "-the only copy",
+        "diff --sandbox-agent a/thesis.tex b/thesis.tex", "new file mode 100644",
+        "--- /dev/null", "+++ b/thesis.tex", "@@ -0,0 +1 @@", "+the only copy"], (
+        "\n".join(screen))
+    assert any(line.startswith("undo would remove 1, overwrite 0 and put back 1 path(s); "
+                               "what it removes or overwrites is kept first in ")
+               for line in screen), "\n".join(screen)
+    assert screen[-1].startswith(f"Undo these 2 changes in {project}?"), "\n".join(screen)
+    assert seen.code == 63, seen.text()
+    assert "error: nothing undone: the tree is as it was" in seen.screen, seen.text()
+    assert (project / "build" / "cache.o").read_text() == "the only copy\n"
+    assert not (project / "thesis.tex").exists()

@@ -105,7 +105,12 @@ def test_apply_lands_the_changes_once_and_undo_takes_them_back(project: Path,
     again = cli("apply", "--root", project, "--yes")
     assert again.returncode == 0 and "nothing to apply" in again.stderr, explain(again)
 
-    undone = cli("undo", "--root", project)
+    applied_tree = snapshot(project)
+    refused_undo = cli("undo", "--root", project)
+    assert refused_undo.returncode == 2, explain(refused_undo)
+    assert "no terminal to ask" in refused_undo.stderr and "--yes" in refused_undo.stderr
+    assert snapshot(project) == applied_tree  # asked, not answered: nothing changed
+    undone = cli("undo", "--root", project, "--yes")
     assert undone.returncode == 0, explain(undone)
     assert {p: v[2] for p, v in snapshot(project).items()} == {
         p: v[2] for p, v in untouched.items()}
@@ -264,16 +269,63 @@ def test_a_bind_session_is_undone_as_far_as_its_content_was_kept(project: Path,
                                                  "notes.txt; echo again >> src/app.py"}))
     assert_ok(ask(project, model_server, "ollama", "--yes"), "done")
 
-    undone = cli("undo", "--root", project)
+    undone = cli("undo", "--root", project, "--yes")
 
-    assert undone.returncode == 0, explain(undone)
+    assert undone.returncode == 64, explain(undone)  # what it could, with what it could not
     assert (project / "hello.py").read_text() == 'print("hello")\n'
     assert (project / "src" / "app.py").read_text() == "def add(a, b):\n    return a + b\n"
     assert not (project / "made.txt").exists()
     assert (project / "notes.txt").read_text() == "keep\nmore\n"  # its content was not kept
     assert "cannot restore notes.txt: changed by a shell command" in undone.stderr
-    again = cli("undo", "--root", project)
-    assert "cannot restore notes.txt" in again.stderr and again.stdout == "", explain(again)
+    assert undone.stderr.splitlines()[-2] == "error: 1 path cannot be restored: notes.txt"
+    again = cli("undo", "--root", project, "--yes")
+    assert again.returncode == 64 and again.stdout == "", explain(again)
+    assert "cannot restore notes.txt" in again.stderr, explain(again)
+
+
+THESIS = b"\\documentclass{article}\r\n\\begin{document}\x00\xff only copy\\end{document}"
+"""The person's only copy (a CR, a NUL, a byte that is not UTF-8, no newline at the end)."""
+
+
+def test_undo_puts_back_a_file_a_command_moved_and_keeps_what_it_removes(
+        project: Path, model_server: ModelServer):
+    """Issue 23, finding 5: after `mv thesis.tex build/cache.o`, undo removed build/cache.o
+    (made by a command), said thesis.tex's content was not kept, asked nothing and exited 0:
+    the removed file held exactly that content."""
+    from executor.workspace.store import BlobStore
+
+    (project / "thesis.tex").write_bytes(THESIS)
+    (project / "build").mkdir()
+    script(model_server, Call("run_shell_command", {"command": "mv thesis.tex build/cache.o"}))
+    assert_ok(ask(project, model_server, "ollama", "--yes"), "done")
+    assert (project / "build" / "cache.o").read_bytes() == THESIS
+    after_session = snapshot(project)
+    blobs = BlobStore.for_root(project)
+    digest = hashlib.sha256(THESIS).hexdigest()
+    assert not blobs.has(digest)  # a command's file: nothing kept it yet
+
+    refused = cli("undo", "--root", project)
+    assert refused.returncode == 2, explain(refused)
+    assert refused.stderr.splitlines()[-2] == ("error: undo asks before it removes or "
+                                               "overwrites anything, and there is no terminal "
+                                               "to ask"), explain(refused)
+    assert "deleted file mode 100644" in refused.stderr  # the list it would have asked about
+    assert snapshot(project) == after_session and not blobs.has(digest)
+
+    undone = cli("undo", "--root", project, "--yes")
+
+    assert undone.returncode == 0, explain(undone)
+    assert (project / "thesis.tex").read_bytes() == THESIS
+    assert not (project / "build" / "cache.o").exists() and (project / "build").is_dir()
+    assert blobs.get(digest) == THESIS  # what it removed is kept
+    assert undone.stdout.splitlines() == ["removed build/cache.o", "put back thesis.tex"]
+    assert "cannot restore" not in undone.stderr, explain(undone)
+    records = [json.loads(line) for line in cli("audit", "export", "--root", project,
+                                                "--format", "jsonl").stdout.splitlines()]
+    [record] = [r for r in records if r["kind"] == "undo"]
+    assert {f["path"]: f["sha256_before"] for f in record["files"]} == {
+        "build/cache.o": digest, "thesis.tex": None}
+    assert record["cannot"] == []
 
 
 @pytest.mark.parametrize("storage", ["memory", "disk"])

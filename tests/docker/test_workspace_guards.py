@@ -166,7 +166,7 @@ def test_undo_keeps_an_edit_the_person_made_between_two_writes(project: Path,
     assert_ok(ask(project, model_server, "ollama", "--yes"), "done")
     assert notes.read_text() == "A\nB\nC-by-the-person\n"
 
-    undone = run_cli("undo", "--root", project)
+    undone = run_cli("undo", "--root", project, "--yes")
 
     assert undone.returncode == 61, explain(undone)
     assert notes.read_text() == "A\nB\nC-by-the-person\n"
@@ -200,7 +200,7 @@ def test_apply_and_undo_keep_a_private_file_private(project: Path, model_server:
     assert applied.returncode == 0, explain(applied)
     assert env_file.read_text() == "API_KEY=abc\nDEBUG=1\n" and mode(env_file) == 0o600
     assert not key.exists() and mode(tool) == 0o750
-    undone = run_cli("undo", "--root", project)
+    undone = run_cli("undo", "--root", project, "--yes")
     assert undone.returncode == 0, explain(undone)
     assert env_file.read_text() == "API_KEY=abc\n" and mode(env_file) == 0o600
     assert key.read_text() == "KEY\n" and mode(key) == 0o600

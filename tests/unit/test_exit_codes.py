@@ -23,6 +23,6 @@ def test_every_error_class_is_in_the_exit_code_table():
 
 
 def test_the_help_epilog_names_the_workspace_codes():
-    for code in ("15 engine cannot see the root", "60-63", "61 conflict", "62 project too big",
-                 "63 apply declined"):
+    for code in ("15 engine cannot see the root", "60-64", "61 conflict", "62 project too big",
+                 "63 apply or undo declined", "64 undo could not restore"):
         assert code in EPILOG, code

@@ -4,22 +4,27 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
+import threading
 from pathlib import Path
 
 import pytest
 
 from executor.audit import AuditLog, read_records, verify
+from executor.workspace import apply as apply_module
 from executor.workspace.apply import (
+    Outcome,
     applied_paths,
     apply_changes,
     execute,
     pending,
     plan_undo,
     undo,
+    undo_content,
 )
 from executor.workspace.changes import Change, Changeset
 from executor.workspace.manifest import Entry
-from executor.workspace.store import BlobStore, append_line, ensure_session_dir
+from executor.workspace.store import BlobStore, append_line, ensure_session_dir, read_lines
 
 
 def sha(data: bytes) -> str:
@@ -293,3 +298,222 @@ def test_a_private_file_replaced_by_a_link_comes_back_private(root: Path):
     undo(root, plan)
     assert (root / "old.txt").read_bytes() == b"old\n"
     assert (root / "old.txt").stat().st_mode & 0o7777 == 0o600
+
+
+# -- undo never destroys the last copy ---------------------------------------------------------
+
+THESIS = b"\\documentclass{article}\n\\begin{document}the only copy\\end{document}\n"
+
+
+def moved(root: Path, session: str = "mv") -> Path:
+    """A bind session's `mv thesis.tex build/cache.o`, as the toolbox records it: one path
+    deleted, one created, the same hash; the content itself was never kept."""
+    (root / "build").mkdir()
+    (root / "build" / "cache.o").write_bytes(THESIS)
+    journal = ensure_session_dir(root, session) / "journal.ndjson"
+    for record in [
+        {"path": "build/cache.o", "before": None, "after": file(THESIS).row()},
+        {"path": "thesis.tex", "before": file(THESIS).row(), "after": None,
+         "bits_before": "0640"},
+    ]:
+        append_line(journal, {"type": "write", "source": "command", **record})
+    return journal
+
+
+def test_a_moved_file_is_put_back_from_the_file_that_holds_its_content(root: Path):
+    moved(root)
+    blobs = BlobStore.for_root(root)
+    plan = plan_undo(root, "mv")
+    assert plan is not None and plan.cannot == []
+    assert plan.sources == {sha(THESIS): ["build/cache.o"]}
+    assert sorted(c.path for c in plan.changes) == ["build/cache.o", "thesis.tex"]
+    assert not blobs.has(sha(THESIS))
+
+    outcome = undo(root, plan)
+
+    assert outcome is not None and not outcome.conflicts and not outcome.cannot
+    assert (root / "thesis.tex").read_bytes() == THESIS
+    assert (root / "thesis.tex").stat().st_mode & 0o777 == 0o640
+    assert not (root / "build" / "cache.o").exists()
+    assert blobs.get(sha(THESIS)) == THESIS
+    assert plan_undo(root, "mv") is None
+
+
+def test_undo_asks_before_it_keeps_or_writes_anything_and_no_changes_nothing(root: Path):
+    journal = moved(root)
+    plan = plan_undo(root, "mv")
+    assert plan is not None
+    seen = []
+
+    def decline(preview: Outcome) -> bool:
+        seen.append(preview)
+        return False
+
+    assert undo(root, plan, confirm=decline) is None
+
+    [preview] = seen
+    assert [(c.path, c.status) for c in preview.ready] == [("build/cache.o", "D"),
+                                                           ("thesis.tex", "A")]
+    assert preview.cannot == [] and preview.conflicts == [] and preview.done == []
+    assert undo_content(root, plan, preview)(sha(THESIS)) == THESIS  # shown from the host
+    assert (root / "build" / "cache.o").read_bytes() == THESIS
+    assert not (root / "thesis.tex").exists()
+    assert not BlobStore.for_root(root).has(sha(THESIS))
+    assert [r["type"] for r in read_lines(journal)] == ["write", "write"]
+
+
+def test_what_undo_removes_is_kept_first_even_when_nothing_needs_it(root: Path):
+    journal = ensure_session_dir(root, "mk") / "journal.ndjson"
+    (root / "made.txt").write_bytes(b"the model's notes\n")
+    append_line(journal, {"type": "write", "source": "command", "path": "made.txt",
+                          "before": None, "after": file(b"the model's notes\n").row()})
+    plan = plan_undo(root, "mk")
+    assert plan is not None and plan.sources == {}
+
+    outcome = undo(root, plan)
+
+    assert outcome is not None and [c.path for c in outcome.done] == ["made.txt"]
+    assert not (root / "made.txt").exists()
+    assert BlobStore.for_root(root).get(sha(b"the model's notes\n")) == b"the model's notes\n"
+
+
+def test_content_no_file_holds_any_more_cannot_be_restored_and_is_named(root: Path):
+    """`mv thesis.tex build/cache.o; echo x >> build/cache.o`: nothing holds the thesis now.
+    The rest is undone, and what undo removes is kept."""
+    journal = moved(root)
+    changed = THESIS + b"x\n"
+    (root / "build" / "cache.o").write_bytes(changed)
+    append_line(journal, {"type": "write", "source": "command", "path": "build/cache.o",
+                          "before": file(THESIS).row(), "after": file(changed).row()})
+    plan = plan_undo(root, "mv")
+    assert plan is not None and [p for p, _ in plan.cannot] == ["thesis.tex"]
+    assert "its earlier content (sha256 " in plan.cannot[0][1]
+
+    outcome = undo(root, plan)
+
+    assert outcome is not None and [p for p, _ in outcome.cannot] == ["thesis.tex"]
+    assert not (root / "build" / "cache.o").exists()
+    assert BlobStore.for_root(root).get(sha(changed)) == changed
+    undone = [r for r in read_lines(journal) if r["type"] == "undo"]
+    assert [c["path"] for c in undone[0]["cannot"]] == ["thesis.tex"]
+
+
+def test_a_file_too_big_to_keep_is_left_where_it_is(root: Path,
+                                                    monkeypatch: pytest.MonkeyPatch):
+    moved(root)
+    monkeypatch.setattr(apply_module, "MAX_KEEP", 16)
+    plan = plan_undo(root, "mv")
+    assert plan is not None
+
+    outcome = undo(root, plan)
+
+    assert outcome is not None and not outcome.done
+    reasons = dict(outcome.cannot)
+    assert "could not be kept first" in reasons["build/cache.o"], reasons
+    assert "is not kept anywhere" in reasons["thesis.tex"], reasons
+    assert (root / "build" / "cache.o").read_bytes() == THESIS
+
+
+def test_a_link_planted_where_the_content_is_is_never_followed(root: Path, tmp_path: Path):
+    moved(root)
+    outside = tmp_path / "outside"
+    (root / "build").rename(outside)
+    (root / "build").symlink_to(outside)
+    plan = plan_undo(root, "mv")
+    assert plan is not None
+
+    outcome = undo(root, plan)
+
+    assert outcome is not None and not outcome.done
+    assert [p for p, _ in outcome.conflicts] == ["build/cache.o"]
+    assert [p for p, _ in outcome.cannot] == ["thesis.tex"]
+    assert (outside / "cache.o").read_bytes() == THESIS
+    assert not BlobStore.for_root(root).has(sha(THESIS))
+
+
+def test_a_fifo_where_the_content_was_is_refused_never_opened(root: Path):
+    moved(root)
+    fifo = root / "build" / "cache.o"
+    fifo.unlink()
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=lambda: os.close(os.open(fifo, os.O_WRONLY)), daemon=True)
+    writer.start()  # blocks until someone opens the FIFO to read
+    plan = plan_undo(root, "mv")
+    assert plan is not None
+
+    outcome = undo(root, plan)
+
+    writer.join(0.3)
+    opened = not writer.is_alive()
+    os.close(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))  # let the writer go
+    writer.join(5)
+    assert not opened, "undo opened the FIFO"
+    assert outcome is not None and not outcome.done
+    assert "cannot be read safely" in dict(outcome.conflicts)["build/cache.o"]
+    assert [p for p, _ in outcome.cannot] == ["thesis.tex"]
+    assert stat.S_ISFIFO(fifo.lstat().st_mode)
+
+
+def test_undo_of_an_apply_asks_keeps_and_names_what_it_cannot_restore(root: Path,
+                                                                      changeset: Changeset):
+    apply_changes(root, changeset, approved_by="user")
+    blobs = BlobStore.for_root(root)
+    blobs.path(sha(b"old\n")).unlink()  # the deleted file's content is gone from the store
+    plan = plan_undo(root, "s1")
+    assert plan is not None and [p for p, _ in plan.cannot] == ["old.txt"]
+    assert undo(root, plan, confirm=lambda preview: False) is None
+    assert (root / "src" / "app.py").read_bytes() == b"v2\n"
+
+    outcome = undo(root, plan, confirm=lambda preview: True)
+
+    assert outcome is not None and [p for p, _ in outcome.cannot] == ["old.txt"]
+    assert (root / "src" / "app.py").read_bytes() == b"v1\n" and not (root / "run.sh").exists()
+    assert not (root / "old.txt").exists()
+    assert set(applied_paths(root, changeset)) == {"old.txt"}  # still applied, still named
+
+
+def test_a_file_undo_cannot_take_back_still_gives_its_content_to_another(root: Path):
+    """`mv thesis.tex old.txt`: old.txt's own earlier content was never kept, so it stays as
+    it is; but it holds what thesis.tex had, so thesis.tex comes back."""
+    (root / "old.txt").write_bytes(THESIS)
+    journal = ensure_session_dir(root, "over") / "journal.ndjson"
+    for record in [
+        {"path": "old.txt", "before": file(b"old\n").row(), "after": file(THESIS).row()},
+        {"path": "thesis.tex", "before": file(THESIS).row(), "after": None},
+    ]:
+        append_line(journal, {"type": "write", "source": "command", **record})
+    plan = plan_undo(root, "over")
+    assert plan is not None and [p for p, _ in plan.cannot] == ["old.txt"]
+    assert plan.sources == {sha(THESIS): ["old.txt"]}
+
+    outcome = undo(root, plan)
+
+    assert outcome is not None and [c.path for c in outcome.done] == ["thesis.tex"]
+    assert (root / "thesis.tex").read_bytes() == THESIS
+    assert (root / "old.txt").read_bytes() == THESIS
+    assert [p for p, _ in outcome.cannot] == ["old.txt"]
+
+
+def test_two_files_swapped_and_a_directory_moved_come_back(root: Path):
+    """`mv a t; mv b a; mv t b; mv gone moved`: every earlier content is in a file undo
+    removes or overwrites, so all of it comes back though none of it was kept."""
+    (root / "a").write_bytes(b"B\n")
+    (root / "b").write_bytes(b"A\n")
+    (root / "gone").rename(root / "moved")
+    journal = ensure_session_dir(root, "swap") / "journal.ndjson"
+    for path, before, after in [
+        ("a", file(b"A\n"), file(b"B\n")), ("b", file(b"B\n"), file(b"A\n")),
+        ("gone", Entry("dir"), None), ("gone/x", file(b"x\n"), None),
+        ("moved", None, Entry("dir")), ("moved/x", None, file(b"x\n")),
+    ]:
+        append_line(journal, {"type": "write", "source": "command", "path": path,
+                              "before": before.row() if before else None,
+                              "after": after.row() if after else None})
+    plan = plan_undo(root, "swap")
+    assert plan is not None and plan.cannot == []
+
+    outcome = undo(root, plan)
+
+    assert outcome is not None and not outcome.conflicts and not outcome.cannot
+    assert (root / "a").read_bytes() == b"A\n" and (root / "b").read_bytes() == b"B\n"
+    assert (root / "gone" / "x").read_bytes() == b"x\n" and not (root / "moved").exists()

@@ -886,7 +886,7 @@ class DockerSandbox:
         filtered = str(ready.get("filter", "not reported"))
         if _filter_argv() and not filtered.startswith("installed"):
             self._warn(f"the toolbox's own seccomp filter is {filtered}: under runsc, set-id "
-                       "modes and unix sockets are then not refused")
+                       "modes, unix sockets and new namespaces are then not refused")
 
     def toolbox_argv(self) -> list[str]:
         """The toolbox's command line (see its docstring)."""

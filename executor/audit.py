@@ -73,6 +73,14 @@ LOCK_NAME = ".lock"
 DAY_FILE = re.compile(r"^\d{4}-\d{2}-\d{2}\.ndjson$")
 RESERVED = frozenset({"seq", "ts", "kind", "session", "run", "prev", "hash"})
 """Keys `record` sets itself; callers may not pass them as fields."""
+RECORD_KINDS = (
+    "run_start", "sandbox_start", "model_request", "tool_call", "tool_result", "write", "apply",
+    "undo", "retry", "warning", "error", "run_end",
+)
+"""Every kind of record written (docs/AUDIT.md); each export format maps each one (a test
+checks it against the `record("...")` calls in executor/)."""
+PLANNED_KINDS = ("connection",)
+"""Kinds the formats already map but nothing writes yet (the egress proxy's connections)."""
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _TAIL_CHUNK = 64 * 1024
 

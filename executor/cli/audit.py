@@ -26,6 +26,7 @@ class ExportFormat(StrEnum):
 
     JSONL = "jsonl"
     CSV = "csv"
+    OCSF = "ocsf"
 
 
 AuditDirOption = Annotated[
@@ -101,7 +102,8 @@ def show(
 @app.command()
 @cli_errors
 def export(
-    fmt: Annotated[ExportFormat, typer.Option("--format", "-f", help="jsonl or csv.")],
+    fmt: Annotated[ExportFormat, typer.Option(
+        "--format", "-f", help="jsonl, csv, or ocsf (OCSF 1.8.0 events, one a line).")],
     root: RootOption = Path("."),
     audit_dir: AuditDirOption = None,
     output: Annotated[
@@ -110,15 +112,21 @@ def export(
     session: SessionOption = None,
     since: SinceOption = None,
 ) -> None:
-    """Export audit records as JSON lines (byte-identical to the log) or CSV; at a terminal
-    every value is shown inert, one record a line (into a pipe or --output: the data)."""
+    """Export audit records as JSON lines (byte-identical to the log), CSV, or OCSF events
+    (docs/AUDIT.md); at a terminal every CSV value is shown inert, one record a line (into a
+    pipe or --output: the data). JSON lines and OCSF are ASCII JSON, inert anywhere."""
     from executor import audit
 
     records = _records(root, audit_dir, session, since)
     terminal = output is None and sys.stdout.isatty()
     with _opened(output) as out:
-        count = audit.export_records(records, "csv" if fmt is ExportFormat.CSV else "jsonl", out,
-                                     terminal=terminal)
+        if fmt is ExportFormat.OCSF:
+            from executor.audit_formats.ocsf import export_ocsf
+
+            count = export_ocsf(records, out)
+        else:
+            count = audit.export_records(records, "csv" if fmt is ExportFormat.CSV else "jsonl",
+                                         out, terminal=terminal)
     where = f" to {output}" if output else ""
     err_console.print(f"exported {count} record(s){inert_line(where)}", markup=False)
 

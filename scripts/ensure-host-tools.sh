@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Host tools the tests and benchmarks compare against (ripgrep: the toolbox's search engine is
 # checked against the Python fallback, and timed against rg on the host; openssl makes the
-# certificates of the TLS engine the remote-engine tests start). Installs them with
+# certificates of the TLS engine the remote-engine tests start; chromium renders the HTML audit
+# report headless, to check that nothing in it runs). Installs them with
 # apt when running as root on Debian; otherwise says what is missing (the tests then skip those
 # comparisons; the product itself needs nothing on the host).
 set -euo pipefail
@@ -10,6 +11,7 @@ missing=()
 command -v rg >/dev/null || missing+=(ripgrep)
 command -v git >/dev/null || missing+=(git)
 command -v openssl >/dev/null || missing+=(openssl)
+command -v chromium >/dev/null || missing+=(chromium)
 [ ${#missing[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     echo "installing ${missing[*]} ..."

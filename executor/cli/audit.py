@@ -131,6 +131,46 @@ def export(
     err_console.print(f"exported {count} record(s){inert_line(where)}", markup=False)
 
 
+@app.command()
+@cli_errors
+def report(
+    root: RootOption = Path("."),
+    audit_dir: AuditDirOption = None,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="HTML file to write (default: stdout).")
+    ] = None,
+    session: SessionOption = None,
+    since: SinceOption = None,
+    until: Annotated[
+        str | None,
+        typer.Option("--until", help="Only records before an ISO-8601 time or a duration ago."),
+    ] = None,
+) -> None:
+    """Write one self-contained HTML page (no script, nothing loaded) of a session or a time
+    range: the chain's verification, totals, denials, and a timeline with every call, who
+    approved it, and the diff of every change the log holds."""
+    from executor import audit
+    from executor.audit_formats.report import write_report
+
+    path = _audit_path(root, audit_dir)
+    records = _records(root, audit_dir, session, since)
+    if until:
+        end = audit.parse_since(until)
+        records = (r for r in records if str(r.get("ts", "")) < audit.format_ts(end))
+    scope = _scope(path, session, since, until)
+    with _opened(output) as out:
+        count = write_report(records, out, verification=audit.verify(path), scope=scope)
+    where = f" to {output}" if output else ""
+    err_console.print(f"reported {count} record(s){inert_line(where)}", markup=False)
+
+
+def _scope(path: Path, session: str | None, since: str | None, until: str | None) -> str:
+    parts = [f"log {path}"]
+    parts += [f"{name} {value}" for name, value in
+              (("session", session), ("since", since), ("until", until)) if value]
+    return "; ".join(parts) + ("" if len(parts) > 1 else "; every record")
+
+
 def _records(
     root: Path, audit_dir: Path | None, session: str | None, since: str | None
 ) -> Iterator[dict[str, Any]]:

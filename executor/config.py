@@ -158,6 +158,9 @@ class Settings(BaseSettings):
     """Audit directory (outside the project); None: the project's dir in the user state dir."""
     audit_max_result_bytes: int = Field(4096, ge=0)
     """Bytes of each tool result kept in the audit preview."""
+    otel_endpoint: str | None = None
+    """OTLP/HTTP collector URL for traces (`http://127.0.0.1:4318`); the standard
+    OTEL_EXPORTER_OTLP_* variables win; None and unset: no traces (executor/telemetry.py)."""
     fsync: FsyncPolicy = "background"
     """When session and audit lines are fsynced: on a background thread right after each write
     (background), or before the loop goes on (always); docs/SESSIONS.md."""

@@ -121,9 +121,24 @@ def _prepare(
     runner = Runner.build(root, argv=sys.argv[1:], interactive=interactive, approver=approver,
                           **options)
     view.attach(runner.hooks)
+    _trace(runner)
     view.stream = _streams_text(runner, stream)
     view.show_thinking = trace or stream is True or (stream is None and err_console.is_terminal)
     return runner, view
+
+
+def _trace(runner: Runner) -> None:
+    """OpenTelemetry traces of the run, when the person configured a collector."""
+    if not (runner.settings.otel_endpoint or any(k.startswith("OTEL_EXPORTER_OTLP_")
+                                                 for k in os.environ)):
+        return  # the common case: no SDK import at all
+    from executor import telemetry
+    from executor.redact import Redactor
+
+    redactor = Redactor.from_environ(extra_names=[runner.settings.api_key_env])
+    telemetry.start(runner.hooks, configured_endpoint=runner.settings.otel_endpoint,
+                    redactor=redactor, on_warning=lambda text: err_console.print(
+                        f"[yellow]warning:[/] {markup_safe(text)}"))
 
 
 def _query_from_stdin() -> str:

@@ -25,7 +25,7 @@ import atexit
 import logging
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from executor.hooks import (
@@ -86,12 +86,33 @@ def _export_timeout(environ: Mapping[str, str]) -> float:
     return EXPORT_TIMEOUT_S
 
 
+class _ExportFailures(logging.Handler):
+    """Takes the SDK's log lines (one per failed attempt) so a run says it once, at its end."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.count = 0
+        self.first = ""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.count += 1
+        self.first = self.first or record.getMessage()[:240]  # the cause; later ones repeat it
+
+
 class Tracing:
     """Turns one run's hook events into spans and exports them."""
 
     def __init__(self, provider: TracerProvider, redactor: Redactor, *,
-                 shutdown_timeout: float = SHUTDOWN_TIMEOUT_S) -> None:
+                 shutdown_timeout: float = SHUTDOWN_TIMEOUT_S,
+                 on_warning: Callable[[str], object] | None = None) -> None:
         self._provider = provider
+        self._on_warning = on_warning or (lambda text: log.warning("%s", text))
+        self._failures = _ExportFailures()
+        sdk_log = logging.getLogger("opentelemetry")
+        if not any(isinstance(h, logging.NullHandler) for h in sdk_log.handlers):
+            sdk_log.addHandler(logging.NullHandler())  # a late line after close stays quiet too
+        sdk_log.addHandler(self._failures)
+        sdk_log.propagate = False  # no SDK traceback lines in the middle of a run's output
         self._tracer: Tracer = provider.get_tracer("sandbox-agent")
         self._redactor = redactor
         self._shutdown_timeout = shutdown_timeout
@@ -105,7 +126,8 @@ class Tracing:
 
     @classmethod
     def create(cls, endpoint: str, redactor: Redactor,
-               environ: Mapping[str, str] | None = None) -> Tracing:
+               environ: Mapping[str, str] | None = None,
+               on_warning: Callable[[str], object] | None = None) -> Tracing:
         """A provider with a batch processor and an OTLP/HTTP exporter to `endpoint`."""
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
         from opentelemetry.sdk.resources import Resource
@@ -123,7 +145,7 @@ class Tracing:
         provider.add_span_processor(BatchSpanProcessor(
             exporter, schedule_delay_millis=SCHEDULE_DELAY_MS,
             export_timeout_millis=timeout * 1000))
-        return cls(provider, redactor)
+        return cls(provider, redactor, on_warning=on_warning)
 
     def attach(self, bus: HookBus) -> Tracing:
         """Follow `bus`'s events (never critical: tracing cannot stop a run)."""
@@ -294,9 +316,13 @@ class Tracing:
         done = threading.Thread(target=self._shutdown, name="otel-shutdown", daemon=True)
         done.start()
         done.join(self._shutdown_timeout)  # a hanging collector keeps only this daemon thread
+        logging.getLogger("opentelemetry").removeHandler(self._failures)
         if done.is_alive():
-            log.warning("OpenTelemetry collector did not take the last spans within %.1f s; "
-                        "dropped", self._shutdown_timeout)
+            self._on_warning(f"the OpenTelemetry collector did not take the last spans within "
+                             f"{self._shutdown_timeout:.0f} s; they were dropped")
+        elif self._failures.count:
+            self._on_warning(f"OpenTelemetry: {self._failures.count} failed export attempt(s) "
+                             f"(first: {self._redactor.text(self._failures.first)})")
 
     def _shutdown(self) -> None:
         try:
@@ -356,7 +382,7 @@ def start(bus: HookBus, *, configured_endpoint: str | None, redactor: Redactor,
         on_warning(f"OTEL_EXPORTER_OTLP_PROTOCOL={protocol!r}: sandbox-agent sends OTLP/HTTP "
                    "(http/protobuf) only; point the endpoint at the collector's HTTP port")
     try:
-        tracing = Tracing.create(endpoint, redactor)
+        tracing = Tracing.create(endpoint, redactor, on_warning=on_warning)
     except ImportError:
         message = ("OpenTelemetry is configured but its packages are missing: install "
                    "'sandbox-agent[otel]'; the run goes on without traces")

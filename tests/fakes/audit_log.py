@@ -61,7 +61,7 @@ def full_run(directory: Path, session: str = "fix-tests", clock: Clock | None = 
     log = writer(directory, session, clock)
     bus = HookBus()
     log.attach(bus)
-    for event in _events():
+    for event in hook_events():
         bus.emit(event)
     log.record("apply", **_apply_fields())
     log.record("undo", **_apply_fields(), undoes="j-1", cannot=[])
@@ -69,7 +69,8 @@ def full_run(directory: Path, session: str = "fix-tests", clock: Clock | None = 
     return log
 
 
-def _events() -> list[Any]:
+def hook_events() -> list[Any]:
+    """The hook events of one run up to its end (every recorded kind but apply and undo)."""
     changes = [{"path": EVIL_NAME, "change": "created", "kind": "file", "sha256_before": None,
                 "sha256_after": sha("x"), "size_after": 1}]
     return [

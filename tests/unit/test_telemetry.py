@@ -14,7 +14,7 @@ from executor import telemetry
 from executor.config import load_settings
 from executor.hooks import CompleteEvent, HookBus
 from executor.redact import Redactor
-from tests.fakes.audit_log import EVIL_NAME, SECRET, _events
+from tests.fakes.audit_log import EVIL_NAME, SECRET, hook_events
 from tests.fakes.otlp_receiver import OtlpReceiver
 
 ERROR = 2  # Status.STATUS_CODE_ERROR in the protocol
@@ -34,13 +34,14 @@ def run_events(tracing: telemetry.Tracing) -> None:
     """The events of one real-shaped run (tests/fakes/audit_log.py) through a bus."""
     bus = HookBus()
     tracing.attach(bus)
-    for event in _events():
+    for event in hook_events():
         bus.emit(event)
     bus.emit(CompleteEvent(status="ok", answer="Fixed add().", turns=3, duration_ms=4200))
 
 
-def traced(endpoint: str) -> telemetry.Tracing:
-    return telemetry.Tracing.create(endpoint + "/v1/traces", redactor(), environ={})
+def traced(endpoint: str, warnings: list[str] | None = None) -> telemetry.Tracing:
+    return telemetry.Tracing.create(endpoint + "/v1/traces", redactor(), environ={},
+                                    on_warning=(warnings if warnings is not None else []).append)
 
 
 def test_off_unless_configured() -> None:
@@ -132,8 +133,9 @@ def test_the_user_config_file_turns_it_on(receiver: OtlpReceiver, tmp_path: Path
 
 
 def test_a_hanging_collector_costs_a_run_at_most_the_shutdown_bound() -> None:
+    warnings: list[str] = []
     with OtlpReceiver(hang=True) as dead:
-        tracing = traced(dead.endpoint)
+        tracing = traced(dead.endpoint, warnings)
         began = time.monotonic()
         run_events(tracing)
         emitting = time.monotonic() - began
@@ -143,16 +145,21 @@ def test_a_hanging_collector_costs_a_run_at_most_the_shutdown_bound() -> None:
     # Liveness, not speed: the emits never wait for the network, close gives up at its bound.
     assert emitting < 1.0
     assert closing < telemetry.SHUTDOWN_TIMEOUT_S + 1.5
+    assert warnings == ["the OpenTelemetry collector did not take the last spans within 2 s; "
+                        "they were dropped"]
 
 
 def test_a_refused_connection_breaks_nothing() -> None:
     with socket.socket() as probe:  # a port with nobody listening
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    tracing = traced(f"http://127.0.0.1:{port}")
+    warnings: list[str] = []
+    tracing = traced(f"http://127.0.0.1:{port}", warnings)
     began = time.monotonic()
     run_events(tracing)
     tracing.close()
     tracing.close()  # idempotent
     assert time.monotonic() - began < telemetry.SHUTDOWN_TIMEOUT_S + 1.5
     run_events(tracing)  # after close, events are ignored, not an error
+    (warning,) = warnings
+    assert warning.startswith("OpenTelemetry: ") and "Failed to establish a new connection" in warning

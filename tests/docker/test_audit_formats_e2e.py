@@ -12,7 +12,7 @@ import pytest
 from tests.docker.cli_support import ask, explain, run_cli
 from tests.fakes.model_server import Call, ModelServer
 from tests.fakes.otlp_receiver import OtlpReceiver
-from tests.unit.test_audit_formats import schema_errors
+from tests.ocsf_schema import schema_errors
 
 pytestmark = pytest.mark.docker
 

@@ -8,15 +8,14 @@ each event declares.
 from __future__ import annotations
 
 import ast
+import csv
 import hashlib
+import io
 import json
-from functools import cache
 from pathlib import Path
 from typing import Any
 
-import jsonschema
 import pytest
-from ocsf_json_schema import OcsfJsonSchemaEmbedded, get_ocsf_schema
 from typer.testing import CliRunner
 
 from executor import audit
@@ -24,6 +23,7 @@ from executor.audit import read_records, verify
 from executor.audit_formats import ocsf
 from executor.cli import app
 from tests.fakes.audit_log import EVIL_NAME, SECRET, full_run, sha, writer
+from tests.ocsf_schema import schema_errors
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -73,26 +73,15 @@ def test_every_kind_has_its_own_ocsf_mapping(kind: str) -> None:
     assert kind in ocsf.MAPPERS
 
 
+def test_every_kind_appears_in_every_export_format(log_dir: Path) -> None:
+    jsonl = {json.loads(line)["kind"] for line in export(log_dir, "-f", "jsonl").splitlines()}
+    rows = csv.DictReader(io.StringIO(export(log_dir, "-f", "csv")))
+    events = events_of(export(log_dir, "-f", "ocsf"))
+    assert jsonl == {row["kind"] for row in rows} == set(audit.RECORD_KINDS)
+    assert {e["metadata"]["event_code"] for e in events} == set(audit.RECORD_KINDS)
+
+
 # ---------------------------------------------------------------------------- OCSF
-
-
-@cache
-def _schemas() -> OcsfJsonSchemaEmbedded:
-    return OcsfJsonSchemaEmbedded(get_ocsf_schema(version=ocsf.OCSF_VERSION))
-
-
-@cache
-def validator(class_uid: int, profiles: tuple[str, ...]) -> jsonschema.Draft202012Validator:
-    schemas = _schemas()
-    name = schemas.lookup_class_name_from_uid(class_uid=class_uid)
-    schema = schemas.get_class_schema(class_name=name, profiles=list(profiles))
-    return jsonschema.Draft202012Validator(schema)
-
-
-def schema_errors(event: dict[str, Any]) -> list[str]:
-    profiles = tuple(event["metadata"].get("profiles", ()))
-    errors = validator(event["class_uid"], profiles).iter_errors(event)
-    return [f"{list(e.absolute_path)}: {e.message[:200]}" for e in errors]
 
 
 def events_of(text: str) -> list[dict[str, Any]]:
@@ -109,6 +98,18 @@ def test_every_event_is_valid_ocsf_of_its_class(log_dir: Path) -> None:
             ("model_request", 6003), ("tool_call", 6003), ("retry", 6003), ("write", 1001),
             ("tool_result", 1001), ("tool_result", 1007), ("tool_result", 6003),
             ("apply", 1001), ("undo", 1001), ("warning", 6008), ("error", 6008)} == classes
+
+
+def test_the_schema_check_catches_what_is_not_ocsf(log_dir: Path) -> None:
+    events = events_of(export(log_dir, "--format", "ocsf"))
+    write = next(e for e in events if e["class_uid"] == 1001)
+    del write["file"]
+    call = next(e for e in events if e["unmapped"]["kind"] == "tool_call")
+    del call["metadata"]["profiles"]  # its security_control attributes need the profile
+    process = next(e for e in events if e["class_uid"] == 1007)
+    process["exit_code"] = "zero"
+    for event in (write, call, process):
+        assert schema_errors(event) != []
 
 
 def test_a_planned_connection_and_an_unknown_kind_are_valid_too(tmp_path: Path) -> None:

@@ -155,8 +155,11 @@ def report(
     path = _audit_path(root, audit_dir)
     records = _records(root, audit_dir, session, since)
     if until:
-        end = audit.parse_since(until)
-        records = (r for r in records if str(r.get("ts", "")) < audit.format_ts(end))
+        try:
+            end = audit.format_ts(audit.parse_since(until))
+        except ConfigError as exc:
+            raise ConfigError(exc.message.replace("--since", "--until", 1), fix=exc.fix) from None
+        records = (r for r in records if str(r.get("ts", "")) < end)
     scope = _scope(path, session, since, until)
     with _opened(output) as out:
         count = write_report(records, out, verification=audit.verify(path), scope=scope)

@@ -110,6 +110,13 @@ def test_session_and_time_range(tmp_path: Path) -> None:
     assert "until 2024-05-01T09:30:05.500000Z" in early
 
 
+def test_a_bad_until_is_one_error_line_naming_it(log_dir: Path) -> None:
+    result = CliRunner().invoke(app, ["audit", "report", "--audit-dir", str(log_dir),
+                                      "--until", "soon"])
+    assert result.exit_code == 2 and "--until 'soon' is neither" in result.stderr
+    assert "Traceback" not in result.output
+
+
 def test_report_to_a_private_file(log_dir: Path, tmp_path: Path) -> None:
     target = tmp_path / "report.html"
     result = CliRunner().invoke(app, ["audit", "report", "--audit-dir", str(log_dir),

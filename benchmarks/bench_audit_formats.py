@@ -33,7 +33,7 @@ CLI = str(Path(sys.executable).parent / "sandbox-agent")
 
 def build_log(directory: Path, records: int) -> int:
     clock = Clock()
-    runs = max(1, records // 21)  # full_run writes 21 records
+    runs = max(1, records // 22)  # full_run writes 22 records
     for n in range(runs):
         full_run(directory, session=f"s{n % 50}", clock=clock)
     return sum(1 for _ in audit.read_records(directory))

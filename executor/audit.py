@@ -75,7 +75,7 @@ RESERVED = frozenset({"seq", "ts", "kind", "session", "run", "prev", "hash"})
 """Keys `record` sets itself; callers may not pass them as fields."""
 RECORD_KINDS = (
     "run_start", "sandbox_start", "model_request", "tool_call", "tool_result", "write", "apply",
-    "undo", "retry", "warning", "error", "run_end",
+    "undo", "retry", "warning", "error", "run_end", "run_abandoned",
 )
 """Every kind of record written (docs/AUDIT.md); each export format maps each one (a test
 checks it against the `record("...")` calls in executor/)."""

@@ -237,6 +237,19 @@ def _run_end(m: OcsfMapper, r: Mapping[str, Any]) -> dict[str, Any]:
     return event
 
 
+def _run_abandoned(m: OcsfMapper, r: Mapping[str, Any]) -> dict[str, Any]:
+    """A resumed session's previous run died without recording its end."""
+    event = envelope(r, APPLICATION_LIFECYCLE, 4, severity=LOW, status=FAILURE,
+                     name="Abandoned")
+    event["app"] = dict(_PRODUCT)
+    event["actor"] = m.actor(r)
+    event["device"] = m.host(r)
+    calls = r.get("calls_without_result")
+    event["count"] = len(calls) if isinstance(calls, list) else 0
+    event["status_detail"] = "the previous run died without its end"
+    return event
+
+
 # ---------------------------------------------------------------------- API activity
 
 
@@ -424,6 +437,7 @@ def _base_event(m: OcsfMapper, r: Mapping[str, Any]) -> dict[str, Any]:
 Mapper = Callable[[OcsfMapper, Mapping[str, Any]], dict[str, Any]]
 MAPPERS: dict[str, Mapper] = {
     "run_start": _run_start, "sandbox_start": _sandbox_start, "run_end": _run_end,
+    "run_abandoned": _run_abandoned,
     "model_request": _model_request, "retry": _retry, "tool_call": _tool_call,
     "tool_result": _tool_result, "write": _write, "apply": _apply, "undo": _apply,
     "warning": _problem, "error": _problem, "connection": _connection,

@@ -232,6 +232,14 @@ class ReportBuilder:
             body += f"<pre>{esc_block(str(r.get('answer_preview'))[:PREVIEW_CHARS])}</pre>"
         return _item(r, "run_end", "run ended", body)
 
+    def _run_abandoned(self, r: Mapping[str, Any]) -> str:
+        calls = r.get("calls_without_result")
+        listed = ", ".join(f"{esc(c.get('tool'))} ({esc(c.get('call_id'))})" for c in calls
+                           if isinstance(c, Mapping)) if isinstance(calls, list) else ""
+        return _item(r, "problem", "the previous run was abandoned",
+                     "it died without recording its end; calls left without a result: "
+                     f"{listed or 'none'}")
+
     def _problem(self, r: Mapping[str, Any]) -> str:
         extra = f" ({esc(r.get('error_type'))})" if r.get("error_type") else ""
         return _item(r, "problem", esc(r.get("kind")), esc(r.get("message")) + extra)
@@ -294,6 +302,7 @@ _RENDERERS = {
     "apply": ReportBuilder._apply, "undo": ReportBuilder._apply,
     "retry": ReportBuilder._retry, "warning": ReportBuilder._problem,
     "error": ReportBuilder._problem, "run_end": ReportBuilder._run_end,
+    "run_abandoned": ReportBuilder._run_abandoned,
     "connection": ReportBuilder._other,
 }
 """How each record kind is shown (executor.audit.RECORD_KINDS and PLANNED_KINDS)."""

@@ -63,6 +63,9 @@ def full_run(directory: Path, session: str = "fix-tests", clock: Clock | None = 
     log.attach(bus)
     for event in hook_events():
         bus.emit(event)
+        if isinstance(event, RunStartEvent):  # as a --resume after a killed run writes it
+            log.record("run_abandoned", calls_without_result=[
+                {"tool": "run_shell_command", "call_id": "c0"}])
     log.record("apply", **_apply_fields())
     log.record("undo", **_apply_fields(), undoes="j-1", cannot=[])
     bus.emit(CompleteEvent(status="ok", answer="Fixed add().", turns=3, duration_ms=4200))

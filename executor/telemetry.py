@@ -165,25 +165,25 @@ class Tracing:
 
     def _start_run(self, event: RunStartEvent) -> None:
         self._end_run("ok", None)
-        self._run = {"provider": event.provider, "model": event.model}
-        self._root = self._tracer.start_span(
-            "invoke_agent sandbox-agent", start_time=_ns(event.at), attributes=self._clean({
-                "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "sandbox-agent",
-                "gen_ai.provider.name": event.provider, "gen_ai.request.model": event.model,
-                "gen_ai.conversation.id": event.session, "sandbox_agent.image": event.image,
-                "sandbox_agent.mount_mode": event.mount_mode,
-                "sandbox_agent.workspace": event.workspace,
-                "sandbox_agent.policy_source": event.policy_source,
-                "sandbox_agent.parent_session": event.parent_session,
-            }))
+        self._run = self._clean({
+            "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "sandbox-agent",
+            "gen_ai.provider.name": event.provider, "gen_ai.request.model": event.model,
+            "gen_ai.conversation.id": event.session, "sandbox_agent.image": event.image,
+            "sandbox_agent.mount_mode": event.mount_mode,
+            "sandbox_agent.workspace": event.workspace,
+            "sandbox_agent.policy_source": event.policy_source,
+            "sandbox_agent.parent_session": event.parent_session,
+        })
+        self._root_span(event.at)
 
     def _root_span(self, at: float) -> Span:
-        """The run's span (a run that began before we listened gets one now)."""
+        """The run's span, started on first use: at `run_start`, or for each later answer of
+        a REPL session (one `run_start`, a `complete` per answer) with the session's facts."""
         if self._root is None:
+            attributes = self._run or {"gen_ai.operation.name": "invoke_agent",
+                                       "gen_ai.agent.name": "sandbox-agent"}
             self._root = self._tracer.start_span(
-                "invoke_agent sandbox-agent", start_time=_ns(at),
-                attributes={"gen_ai.operation.name": "invoke_agent",
-                            "gen_ai.agent.name": "sandbox-agent"})
+                "invoke_agent sandbox-agent", start_time=_ns(at), attributes=attributes)
         return self._root
 
     def _in_run(self) -> Any:
@@ -211,7 +211,7 @@ class Tracing:
             kind=SpanKind.CLIENT, start_time=_ns(event.at - event.duration_ms / 1000),
             attributes=self._clean({
                 "gen_ai.operation.name": "chat", "gen_ai.request.model": event.model,
-                "gen_ai.provider.name": self._run.get("provider"),
+                "gen_ai.provider.name": self._run.get("gen_ai.provider.name"),
                 "gen_ai.usage.input_tokens": event.prompt_tokens,
                 "gen_ai.usage.output_tokens": event.completion_tokens,
                 "sandbox_agent.messages": event.messages,

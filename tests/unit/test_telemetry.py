@@ -114,6 +114,22 @@ def test_secrets_are_redacted_as_in_the_audit(receiver: OtlpReceiver) -> None:
     assert "[REDACTED:env:DEPLOY_TOKEN]" in shell.attributes["gen_ai.tool.call.arguments"]
 
 
+def test_each_answer_of_a_repl_session_is_its_own_trace(receiver: OtlpReceiver) -> None:
+    tracing = traced(receiver.endpoint)
+    run_events(tracing)  # run_start ... complete
+    bus = HookBus()
+    tracing.attach(bus)
+    (model,) = [e for e in hook_events() if e.kind == "model_request"]
+    bus.emit(model)  # the second question of the session: no new run_start
+    bus.emit(CompleteEvent(status="ok", turns=1))
+    tracing.close()
+    spans = receiver.wait_for(10)
+    roots = list(receiver.named("invoke_agent"))
+    assert len(roots) == 2 and len({s.trace_id for s in spans}) == 2
+    assert roots[1].attributes["gen_ai.provider.name"] == "ollama"  # the session's facts
+    assert roots[1].attributes["sandbox_agent.turns"] == 1
+
+
 def test_the_user_config_file_turns_it_on(receiver: OtlpReceiver, tmp_path: Path,
                                           monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):

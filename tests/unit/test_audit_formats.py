@@ -16,11 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from executor import audit
 from executor.audit import read_records, verify
-from executor.audit_formats import ocsf
+from executor.audit_formats import ocsf, report
 from executor.cli import app
 from tests.fakes.audit_log import EVIL_NAME, SECRET, full_run, sha, writer
 from tests.ocsf_schema import schema_errors
@@ -177,3 +179,29 @@ def test_session_filter_and_output_file(log_dir: Path, tmp_path: Path) -> None:
     events = events_of(target.read_text())
     assert {e["unmapped"]["session"] for e in events} == {"other"}
     assert target.stat().st_mode & 0o777 == 0o600 and verify(log_dir).ok
+
+
+# ---------------------------------------------------------------------------- odd records
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner,
+                                                                max_size=3),
+    max_leaves=8)
+_FIELDS = ("tool", "call_id", "arguments", "decision", "rule", "ok", "exit_code", "path",
+           "sha256_before", "sha256_after", "change", "files", "status", "duration_ms", "ts",
+           "run", "seq", "calls_without_result", "file_kind", "source", "message", "user")
+
+
+@settings(max_examples=150, deadline=None)
+@given(kind=st.sampled_from([*audit.RECORD_KINDS, *audit.PLANNED_KINDS, "other"]),
+       fields=st.dictionaries(st.sampled_from(_FIELDS), _JSON, max_size=8))
+def test_any_shape_of_record_exports_and_reports(kind: str, fields: dict[str, Any]) -> None:
+    """A log someone edited (verify says so) still exports and reports, never crashes."""
+    record = {**fields, "kind": kind}
+    event = ocsf.OcsfMapper().event(record)
+    assert json.loads(json.dumps(event))["class_uid"] == event["class_uid"]
+    builder = report.ReportBuilder()
+    builder.add(record)
+    page = builder.page(verify(Path("/nonexistent")), "x")
+    assert "<script" not in page

@@ -28,7 +28,9 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from executor.delegation import DELEGATE_TOOL
 from executor.hooks import (
+    ChildEvent,
     CompleteEvent,
     ErrorEvent,
     Event,
@@ -60,7 +62,7 @@ ARGUMENT_MAX_CHARS = 2048
 PATHS_MAX = 50
 """Changed paths listed on a tool span."""
 _SPAN_EVENTS = ("run_start", "sandbox_start", "model_request", "tool_call", "tool_result",
-                "retry", "complete", "error", "warning")
+                "retry", "complete", "error", "warning", "child_event")
 
 
 def endpoint_from(environ: Mapping[str, str], configured: str | None) -> str | None:
@@ -119,6 +121,7 @@ class Tracing:
         self._root: Span | None = None
         self._calls: dict[str, Span] = {}
         self._paths: dict[str, str] = {}
+        self._delegating: str | None = None
         self._run: dict[str, Any] = {}
         self._tokens = [0, 0]
         self._lock = threading.Lock()
@@ -219,13 +222,17 @@ class Tracing:
             }))
         span.end(end_time=_ns(event.at))
 
-    def _tool_call(self, event: ToolCallEvent) -> None:
+    def _tool_call(self, event: ToolCallEvent, child: str | None = None) -> None:
         import json
 
+        from opentelemetry import trace
+
         self._root_span(event.at)
+        parent = self._calls.get(self._delegating) if child and self._delegating else None
         arguments = self._redactor.text(json.dumps(event.arguments, ensure_ascii=False))
         span = self._tracer.start_span(
-            f"execute_tool {self._redactor.text(event.tool)}", context=self._in_run(),
+            f"execute_tool {self._redactor.text(event.tool)}",
+            context=trace.set_span_in_context(parent) if parent else self._in_run(),
             start_time=_ns(event.at), attributes=self._clean({
                 "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": event.tool,
                 "gen_ai.tool.call.id": event.call_id,
@@ -233,8 +240,10 @@ class Tracing:
                 "sandbox_agent.decision": event.decision,
                 "sandbox_agent.approved_by": event.approved_by,
                 "sandbox_agent.policy.rule": event.rule, "sandbox_agent.reason": event.reason,
+                "sandbox_agent.session": child,
             }))
-        old = self._calls.pop(event.call_id, None)
+        key = _key(event.call_id, child)
+        old = self._calls.pop(key, None)
         if old is not None:
             old.end()
         if event.decision != "allow":
@@ -242,19 +251,42 @@ class Tracing:
 
             span.set_status(StatusCode.ERROR, f"{event.decision}: {event.reason or event.rule}")
             span.set_attribute("error.type", f"tool_{event.decision}")
-        self._calls[event.call_id] = span
+        self._calls[key] = span
+        if event.tool == DELEGATE_TOOL and child is None:
+            self._delegating = key  # the child session's calls nest under this one
         path = event.arguments.get("path")
         if isinstance(path, str):
-            self._paths[event.call_id] = path
+            self._paths[key] = path
 
-    def _tool_result(self, event: ToolResultEvent) -> None:
+    def _child(self, event: ChildEvent) -> None:
+        """A delegated child session's call or result (relayed), as spans of this trace."""
+        from pydantic import ValidationError
+
+        kinds: dict[str, type[ToolCallEvent] | type[ToolResultEvent]] = {
+            "tool_call": ToolCallEvent, "tool_result": ToolResultEvent}
+        kind = kinds.get(event.event)
+        if kind is None:
+            return
+        try:
+            inner = kind.model_validate({**event.payload, "at": event.at})
+        except ValidationError:
+            return
+        if isinstance(inner, ToolCallEvent):
+            self._tool_call(inner, child=event.session)
+        else:
+            self._tool_result(inner, child=event.session)
+
+    def _tool_result(self, event: ToolResultEvent, child: str | None = None) -> None:
         from opentelemetry.trace import StatusCode
 
-        span = self._calls.pop(event.call_id, None)
+        key = _key(event.call_id, child)
+        if key == self._delegating:
+            self._delegating = None
+        span = self._calls.pop(key, None)
         if span is None:
             return
         meta = event.meta
-        paths = _changed_paths(meta, self._paths.pop(event.call_id, None))
+        paths = _changed_paths(meta, self._paths.pop(key, None))
         span.set_attributes(self._clean({
             "sandbox_agent.tool.ok": event.ok, "process.exit.code": _int(meta.get("exit_code")),
             "sandbox_agent.timed_out": meta.get("timed_out") if isinstance(
@@ -292,6 +324,7 @@ class Tracing:
             span.end(end_time=_ns(at) if at else None)
         self._calls.clear()
         self._paths.clear()
+        self._delegating = None
         if self._root is None:
             return
         self._root.set_attributes(self._clean({
@@ -349,7 +382,13 @@ _HANDLERS: dict[type, Any] = {
     ModelRequestEvent: Tracing._model_request, ToolCallEvent: Tracing._tool_call,
     ToolResultEvent: Tracing._tool_result, RetryEvent: Tracing._note,
     WarningEvent: Tracing._note, ErrorEvent: Tracing._note, CompleteEvent: Tracing._complete,
+    ChildEvent: Tracing._child,
 }
+
+
+def _key(call_id: str, child: str | None) -> str:
+    """Calls of a child session have ids of their own: keep them apart from the parent's."""
+    return f"{child}\x00{call_id}" if child else call_id
 
 
 def _ns(at: float | None) -> int | None:

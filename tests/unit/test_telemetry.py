@@ -12,7 +12,8 @@ import pytest
 
 from executor import telemetry
 from executor.config import load_settings
-from executor.hooks import CompleteEvent, HookBus
+from executor.delegation import DELEGATE_TOOL
+from executor.hooks import ChildEvent, CompleteEvent, HookBus, ToolCallEvent, ToolResultEvent
 from executor.redact import Redactor
 from tests.fakes.audit_log import EVIL_NAME, SECRET, hook_events
 from tests.fakes.otlp_receiver import OtlpReceiver
@@ -128,6 +129,34 @@ def test_each_answer_of_a_repl_session_is_its_own_trace(receiver: OtlpReceiver) 
     assert len(roots) == 2 and len({s.trace_id for s in spans}) == 2
     assert roots[1].attributes["gen_ai.provider.name"] == "ollama"  # the session's facts
     assert roots[1].attributes["sandbox_agent.turns"] == 1
+
+
+def test_a_delegated_child_s_calls_nest_under_the_delegate_call(receiver: OtlpReceiver) -> None:
+    tracing = traced(receiver.endpoint)
+    bus = HookBus()
+    tracing.attach(bus)
+    start, *_ = hook_events()
+    bus.emit(start)
+    bus.emit(ToolCallEvent(call_id="c1", tool=DELEGATE_TOOL, arguments={"task": "survey"},
+                           decision="allow", rule="default:medium", approved_by="user"))
+    child_call = ToolCallEvent(call_id="c1", tool="run_shell_command",
+                               arguments={"command": f"echo {SECRET}"}, decision="allow",
+                               rule="default:high", approved_by="--yes")
+    child_result = ToolResultEvent(call_id="c1", tool="run_shell_command", ok=False,
+                                   meta={"exit_code": 2})
+    for inner in (child_call, child_result):  # as Runner.delegate relays them
+        bus.emit(ChildEvent(session="fix-tests.1", event=inner.kind, payload=inner.data))
+    bus.emit(ToolResultEvent(call_id="c1", tool=DELEGATE_TOOL, ok=True, output="done"))
+    bus.emit(CompleteEvent(status="ok", turns=2))
+    tracing.close()
+    receiver.wait_for(3)
+    delegate = next(receiver.named(f"execute_tool {DELEGATE_TOOL}"))
+    child = next(receiver.named("execute_tool run_shell_command"))
+    assert child.parent_span_id == delegate.span_id and child.trace_id == delegate.trace_id
+    assert child.attributes["sandbox_agent.session"] == "fix-tests.1"
+    assert child.attributes["process.exit.code"] == 2 and child.status_code == ERROR
+    assert delegate.status_code != ERROR  # the same call id, kept apart from the child's
+    assert SECRET not in child.attributes["gen_ai.tool.call.arguments"]
 
 
 def test_the_user_config_file_turns_it_on(receiver: OtlpReceiver, tmp_path: Path,

@@ -27,7 +27,6 @@ from datetime import datetime
 from typing import Any, TextIO
 
 from executor import __version__
-from executor.audit import canonical
 
 OCSF_VERSION = "1.8.0"
 """The OCSF schema version the events conform to."""
@@ -147,7 +146,7 @@ def envelope(record: Mapping[str, Any], cls: tuple[int, int], activity: int, *,
         "class_uid": class_uid, "category_uid": category, "activity_id": activity,
         "type_uid": class_uid * 100 + activity, "severity_id": severity,
         "time": _epoch_ms(record.get("ts")), "metadata": _metadata(record),
-        "raw_data": canonical(body).decode("ascii"),
+        "raw_data": _CANONICAL(body),
         "unmapped": {"kind": record.get("kind"), "session": record.get("session"),
                      "run": record.get("run"), "prev": record.get("prev")},
     }
@@ -445,12 +444,18 @@ MAPPERS: dict[str, Mapper] = {
 """The mapping of each record kind (executor.audit.RECORD_KINDS and PLANNED_KINDS)."""
 
 
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=True,
+                              allow_nan=False).encode
+"""executor.audit.canonical as text, one encoder for the whole export (the chain test,
+test_events_keep_the_chain_so_a_consumer_can_verify_it, shows they agree)."""
+_EVENT = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True).encode
+
+
 def export_ocsf(records: Iterable[Mapping[str, Any]], out: TextIO) -> int:
     """Write one OCSF event a line (ASCII JSON, so inert anywhere); returns the count."""
     mapper = OcsfMapper()
     count = 0
     for record in records:
-        out.write(json.dumps(mapper.event(record), ensure_ascii=True,
-                             separators=(",", ":")) + "\n")
+        out.write(_EVENT(mapper.event(record)) + "\n")
         count += 1
     return count

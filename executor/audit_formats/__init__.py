@@ -1,6 +1,7 @@
-"""Audit exports beyond JSON lines and CSV: OCSF events, the HTML report, OpenTelemetry traces.
+"""Audit exports beyond JSON lines and CSV: OCSF events (`ocsf`) and the HTML report (`report`).
 
-Each format is a small module reading the records `executor.audit.read_records` yields, one at
-a time (a large log streams), and keeping the chain's `seq`, `prev` and `hash` so a consumer can
-still check what it got. Formats are versioned in docs/AUDIT.md.
+Each reads the records `executor.audit.read_records` yields, in chain order, one at a time,
+and keeps what a reader needs to trust them: OCSF events carry each record's `seq`, `prev` and
+`hash`; the report shows the chain's verification at its top. OpenTelemetry traces come from
+the hook bus instead (executor/telemetry.py). Formats are versioned in docs/AUDIT.md.
 """

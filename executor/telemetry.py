@@ -206,12 +206,14 @@ class Tracing:
     def _model_request(self, event: ModelRequestEvent) -> None:
         from opentelemetry.trace import SpanKind
 
-        self._root_span(event.at - event.duration_ms / 1000)
+        end = int(event.at * 1e9)
+        began = end - round(event.duration_ms * 1e6)  # exact: the request's own duration
+        self._root_span(began / 1e9)
         self._tokens[0] += event.prompt_tokens or 0
         self._tokens[1] += event.completion_tokens or 0
         span = self._tracer.start_span(
             f"chat {self._redactor.text(event.model)}", context=self._in_run(),
-            kind=SpanKind.CLIENT, start_time=_ns(event.at - event.duration_ms / 1000),
+            kind=SpanKind.CLIENT, start_time=began,
             attributes=self._clean({
                 "gen_ai.operation.name": "chat", "gen_ai.request.model": event.model,
                 "gen_ai.provider.name": self._run.get("gen_ai.provider.name"),
@@ -220,7 +222,7 @@ class Tracing:
                 "sandbox_agent.messages": event.messages,
                 "sandbox_agent.prompt_bytes": event.prompt_bytes,
             }))
-        span.end(end_time=_ns(event.at))
+        span.end(end_time=end)
 
     def _tool_call(self, event: ToolCallEvent, child: str | None = None) -> None:
         import json

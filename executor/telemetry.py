@@ -110,11 +110,6 @@ class Tracing:
         self._provider = provider
         self._on_warning = on_warning or (lambda text: log.warning("%s", text))
         self._failures = _ExportFailures()
-        sdk_log = logging.getLogger("opentelemetry")
-        if not any(isinstance(h, logging.NullHandler) for h in sdk_log.handlers):
-            sdk_log.addHandler(logging.NullHandler())  # a late line after close stays quiet too
-        sdk_log.addHandler(self._failures)
-        sdk_log.propagate = False  # no SDK traceback lines in the middle of a run's output
         self._tracer: Tracer = provider.get_tracer("sandbox-agent")
         self._redactor = redactor
         self._shutdown_timeout = shutdown_timeout
@@ -151,7 +146,14 @@ class Tracing:
         return cls(provider, redactor, on_warning=on_warning)
 
     def attach(self, bus: HookBus) -> Tracing:
-        """Follow `bus`'s events (never critical: tracing cannot stop a run)."""
+        """Follow `bus`'s events (never critical: tracing cannot stop a run); the SDK's log
+        lines (one per failed export attempt) are counted from now on, for `close` to tell."""
+        sdk_log = logging.getLogger("opentelemetry")
+        if not any(isinstance(h, logging.NullHandler) for h in sdk_log.handlers):
+            sdk_log.addHandler(logging.NullHandler())  # a late line after close stays quiet too
+        if self._failures not in sdk_log.handlers:
+            sdk_log.addHandler(self._failures)
+        sdk_log.propagate = False  # no SDK traceback lines in the middle of a run's output
         bus.subscribe(self.on_event, *_SPAN_EVENTS)  # type: ignore[arg-type]
         return self
 

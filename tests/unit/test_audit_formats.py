@@ -102,6 +102,14 @@ def test_every_event_is_valid_ocsf_of_its_class(log_dir: Path) -> None:
             ("apply", 1001), ("undo", 1001), ("warning", 6008), ("error", 6008)} == classes
 
 
+def test_exports_are_stable_byte_for_byte(log_dir: Path) -> None:
+    """The same log gives the same bytes (no export time, no random ids), in every format."""
+    for args in (["export", "-f", "ocsf"], ["export", "-f", "csv"], ["report"]):
+        first, second = (CliRunner().invoke(app, ["audit", *args, "--audit-dir", str(log_dir)])
+                         for _ in range(2))
+        assert first.exit_code == 0 and first.stdout == second.stdout, args
+
+
 def test_the_schema_check_catches_what_is_not_ocsf(log_dir: Path) -> None:
     events = events_of(export(log_dir, "--format", "ocsf"))
     write = next(e for e in events if e["class_uid"] == 1001)

@@ -1084,18 +1084,37 @@ def toolbox_payload(magic: bytes) -> bytes:
 
 @functools.cache
 def compiled_toolbox() -> bytes:
-    """The toolbox compiled here (marshal, compressed); made once a process."""
-    code = compile(_toolbox_file(), "toolbox.py", "exec", dont_inherit=True)
-    return zlib.compress(marshal.dumps(code), 6)
+    """The toolbox package compiled here, as the bundle boot/bootstrap.py imports from (module
+    name -> (is a package, code), marshalled, compressed); made once a process."""
+    bundle = {name: (package, compile(text, filename, "exec", dont_inherit=True))
+              for name, (package, filename, text) in _toolbox_modules().items()}
+    return zlib.compress(marshal.dumps(bundle), 6)
 
 
 @functools.cache
 def _toolbox_source() -> bytes:
-    return zlib.compress(_toolbox_file(), 6)
+    """The same bundle with each module's source, for a Python of another bytecode format."""
+    bundle = {name: (package, text) for name, (package, _, text) in _toolbox_modules().items()}
+    return zlib.compress(marshal.dumps(bundle), 6)
 
 
-def _toolbox_file() -> bytes:
-    return resources.files("executor.sandbox").joinpath("toolbox.py").read_bytes()
+def _toolbox_modules() -> dict[str, tuple[bool, str, bytes]]:
+    """Every module of executor/sandbox/toolbox as it is named in the container (`toolbox`,
+    `toolbox.tools.shell`, ...): (is a package, its file name there, its source)."""
+    found: dict[str, tuple[bool, str, bytes]] = {}
+
+    def walk(folder: Any, prefix: str) -> None:
+        for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+            if entry.is_dir() and entry.joinpath("__init__.py").is_file():
+                walk(entry, f"{prefix}.{entry.name}")
+            elif entry.name.endswith(".py"):
+                package = entry.name == "__init__.py"
+                name = prefix if package else f"{prefix}.{entry.name[:-3]}"
+                filename = name.replace(".", "/") + ("/__init__.py" if package else ".py")
+                found[name] = (package, filename, entry.read_bytes())
+
+    walk(resources.files("executor.sandbox.toolbox"), "toolbox")
+    return found
 
 
 def container_name(session_id: str) -> str:

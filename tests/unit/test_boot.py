@@ -9,12 +9,17 @@ import sys
 import time
 import zlib
 
-from executor.sandbox import boot, docker, toolbox
+from executor.sandbox import boot, docker
+from tests.unit import toolbox_view as toolbox
 
 
 def payload(source: str) -> bytes:
-    """What the host sends the bootstrap: KIND SIZE, then the zlib'd marshalled code."""
-    blob = zlib.compress(marshal.dumps(compile(source, "t.py", "exec")))
+    """What the host sends the bootstrap: KIND SIZE, then a zlib'd marshalled bundle whose
+    `toolbox.__main__` runs `source` as its main()."""
+    main = "def main(argv):\n" + "".join(f"    {line}\n" for line in source.splitlines())
+    bundle = {"toolbox": (True, compile("", "toolbox/__init__.py", "exec")),
+              "toolbox.__main__": (False, compile(main, "toolbox/__main__.py", "exec"))}
+    blob = zlib.compress(marshal.dumps(bundle))
     return f"code {len(blob)}\n".encode() + blob
 
 
@@ -34,7 +39,7 @@ def first(exit_code: int) -> subprocess.Popen[bytes]:
                             stderr=subprocess.PIPE)
     assert proc.stdin is not None and proc.stdout is not None
     proc.stdout.readline()  # the bootstrap's magic number
-    proc.stdin.write(payload(f"import sys\nsys.exit({exit_code})\n"))
+    proc.stdin.write(payload(f"return {exit_code}"))
     proc.stdin.close()
     return proc
 

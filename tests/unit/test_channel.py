@@ -7,7 +7,6 @@ import hmac
 import os
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from executor.errors import ToolboxError
-from executor.sandbox import toolbox
 from executor.sandbox.channel import Channel, FifoChannel
 from executor.sandbox.docker import fifo_pair, unlink_fifos
+from tests.unit import toolbox_view as toolbox
 
 KEY = bytes(range(32))
 
@@ -29,7 +28,7 @@ class Started:
         self.directory = directory
         self.pipes = fifo_pair(directory)
         self.proc = subprocess.Popen(
-            [sys.executable, toolbox.__file__, "--root", str(root), "--sign",
+            [*toolbox.COMMAND, "--root", str(root), "--sign",
              "--channel", str(directory)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         assert self.proc.stdin is not None and self.proc.stdout is not None
@@ -155,7 +154,7 @@ def test_the_end_of_the_toolbox_is_seen_on_the_channel(started: Started):
 def test_without_the_fifos_the_toolbox_stays_on_stdio(tmp_path: Path):
     (tmp_path / "chan").mkdir()
     done = subprocess.run(
-        [sys.executable, toolbox.__file__, "--root", str(tmp_path), "--sign",
+        [*toolbox.COMMAND, "--root", str(tmp_path), "--sign",
          "--channel", str(tmp_path / "chan")],
         input=KEY.hex().encode() + b"\n", capture_output=True, timeout=60, check=False)
     line = done.stdout.splitlines()[0].split(b" ", 1)[1]
@@ -170,7 +169,7 @@ def test_fifos_nobody_holds_open_are_not_waited_on(tmp_path: Path):
     os.mkfifo(chan / "in")
     os.mkfifo(chan / "out")
     done = subprocess.run(
-        [sys.executable, toolbox.__file__, "--root", str(tmp_path), "--sign",
+        [*toolbox.COMMAND, "--root", str(tmp_path), "--sign",
          "--channel", str(chan)],
         input=KEY.hex().encode() + b"\n", capture_output=True, timeout=60, check=False)
     line = done.stdout.splitlines()[0].split(b" ", 1)[1]

@@ -92,7 +92,7 @@ def test_only_lines_the_toolbox_signed_are_answers(tmp_path: Path):
     import time
 
     from executor.sandbox.channel import Channel
-    from executor.sandbox.toolbox import Signed
+    from executor.sandbox.toolbox.channel import Signed
 
     key, other = b"k" * 32, b"x" * 32
     signed, forged = io.BytesIO(), io.BytesIO()
@@ -111,12 +111,11 @@ def test_only_lines_the_toolbox_signed_are_answers(tmp_path: Path):
 def test_the_toolbox_signs_when_asked(tmp_path: Path):
     import hmac
     import subprocess
-    import sys
 
-    from executor.sandbox import toolbox
+    from tests.unit import toolbox_view as toolbox
 
     key = bytes(range(32))
-    done = subprocess.run([sys.executable, toolbox.__file__, "--root", str(tmp_path), "--sign"],
+    done = subprocess.run([*toolbox.COMMAND, "--root", str(tmp_path), "--sign"],
                           input=key.hex().encode() + b"\n", capture_output=True, timeout=60,
                           check=False)
     mac, line = done.stdout.splitlines()[0].split(b" ", 1)

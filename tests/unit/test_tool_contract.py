@@ -7,30 +7,17 @@ If the two drift, a call the host accepts is refused in the container, or the re
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 
 from executor.tools.base import schema_of
 from executor.tools.builtin import BUILTIN_TOOLS
+from tests.unit import toolbox_view as BOX
 
-TOOLBOX = Path(__file__).resolve().parents[2] / "executor" / "sandbox" / "toolbox.py"
 HOST_ONLY = {"expect_sha256", "expect_sha256_after"}
 """Arguments the host adds after an approval; never offered to the model."""
 
-
-def toolbox() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("toolbox_contract", TOOLBOX)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-BOX = toolbox()
 JSON_TYPES = {BOX.STR: {"string"}, BOX.INT: {"integer"}, BOX.BOOL: {"boolean"},
               BOX.NUMBER: {"integer", "number"}}
 

@@ -28,9 +28,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from executor.sandbox import toolbox
+from tests.unit import toolbox_view as toolbox
 
-TOOLBOX = Path(toolbox.__file__)
+PACKAGE = Path(toolbox.MODULES[0].__file__ or "").parent
+REPO = Path(__file__).resolve().parents[2]
 PYTHON = os.environ.get("TOOLBOX_TEST_PYTHON", sys.executable)
 SECRET = "TOP-SECRET-never-in-output"
 HAS_RG = shutil.which("rg") is not None
@@ -43,8 +44,9 @@ class Box:
                  fsize: int | None = None) -> None:
         self.root = root
         self.proc = subprocess.Popen(
-            [PYTHON, str(TOOLBOX), "--root", str(root), *args],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
+            [PYTHON, "-m", "executor.sandbox.toolbox", "--root", str(root), *args],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            env={**(env if env is not None else os.environ), "PYTHONPATH": str(REPO)},
             preexec_fn=(lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize)))
             if fsize else None,
         )
@@ -348,21 +350,36 @@ def test_another_python_gets_the_source(root: Path):
 
 
 def test_the_bootstrap_runs_the_code_it_is_sent(root: Path):
-    """`code`: the marshalled code runs as the toolbox (here one that only says so)."""
+    """`code`: the bundle's `toolbox.__main__` runs as the toolbox (here one that only says
+    so), importing its sibling modules from the bundle, under their own names."""
     import marshal
     import zlib
 
-    code = zlib.compress(marshal.dumps(compile(
-        "import json, sys\nprint(json.dumps({'ready': 'code'}))\n"
-        "print(json.dumps({'argv': sys.argv}))", "t", "exec")))
-    _, ready, reply = _bootstrapped(root, f"code {len(code)}\n".encode() + code)
+    def code(text: str, name: str) -> Any:
+        return compile(text, name, "exec")
+
+    bundle = {"toolbox": (True, code("", "toolbox/__init__.py")),
+              "toolbox.said": (False, code("import json\nREADY = json.dumps({'ready': "
+                                           "'code'})\n", "toolbox/said.py")),
+              "toolbox.__main__": (False, code(
+                  "import json, sys\nfrom .said import READY\n"
+                  "def main(argv):\n    print(READY)\n    print(json.dumps({'argv': sys.argv, "
+                  "'name': __name__, 'file': __file__}))\n    return 0\n",
+                  "toolbox/__main__.py"))}
+    blob = zlib.compress(marshal.dumps(bundle))
+    _, ready, reply = _bootstrapped(root, f"code {len(blob)}\n".encode() + blob)
     assert ready == {"ready": "code"}
-    assert reply == {"argv": ["toolbox", "--root", str(root)]}
+    assert reply == {"argv": ["toolbox", "--root", str(root)], "name": "toolbox.__main__",
+                     "file": "toolbox/__main__.py"}
 
 
 def test_source_is_python39_syntax():
-    ast.parse(TOOLBOX.read_text(), feature_version=(3, 9))
-    assert "from __future__ import annotations" in TOOLBOX.read_text()
+    files = sorted(PACKAGE.rglob("*.py"))
+    assert len(files) > 20
+    for path in files:
+        ast.parse(path.read_text(), feature_version=(3, 9))
+        assert path.name == "__init__.py" or "from __future__ import annotations" in \
+            path.read_text(), path
 
 
 # -- paths ------------------------------------------------------------------------------------
@@ -1086,7 +1103,7 @@ def test_a_python_scan_that_dies_is_not_a_complete_search(root: Path,
     def dies(*args: Any) -> list[Any]:
         raise MemoryError
 
-    monkeypatch.setattr(toolbox, "_grep_file", dies)  # in the forked child too
+    toolbox.patch(monkeypatch, "_grep_file", dies)  # in the forked child too
     found = toolbox._search_py(ctx, str(root), re.compile("add"), 10, time.monotonic() + 10)
     assert found == ["the Python scan ended early (out of memory?); narrow the path"]
 
@@ -1359,8 +1376,8 @@ def in_process(root: Path, *argv: str) -> Callable[[str], dict[str, Any]]:
 
 
 def test_big_files_are_not_hashed_but_still_compared(root: Path, monkeypatch):
-    monkeypatch.setattr(toolbox, "HASH_FILE_MAX", 100)
-    monkeypatch.setattr(toolbox, "HASH_WALK_MAX", 150)
+    toolbox.patch(monkeypatch, "HASH_FILE_MAX", 100)
+    toolbox.patch(monkeypatch, "HASH_WALK_MAX", 150)
     (root / "big.bin").write_bytes(b"x" * 200)
     run = in_process(root)
     reply = run("head -c 300 /dev/zero >> big.bin; head -c 90 /dev/zero > a.bin; "
@@ -1379,7 +1396,7 @@ def test_big_files_are_not_hashed_but_still_compared(root: Path, monkeypatch):
 
 
 def test_a_capped_walk_says_so_and_reports_no_false_deletions(root: Path, monkeypatch):
-    monkeypatch.setattr(toolbox, "TRACK_MAX_ENTRIES", 4)
+    toolbox.patch(monkeypatch, "TRACK_MAX_ENTRIES", 4)
     run = in_process(root)
     reply = run("true")
     assert reply["meta"]["changes_incomplete"] is True

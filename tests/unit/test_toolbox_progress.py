@@ -6,7 +6,7 @@ import io
 import json
 from pathlib import Path
 
-from executor.sandbox import toolbox
+from tests.unit import toolbox_view as toolbox
 
 
 def serve_one(root: Path, request: dict[str, object]) -> tuple[list[dict], dict]:

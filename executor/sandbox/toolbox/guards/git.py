@@ -1,0 +1,151 @@
+"""A `.git` (or a look-alike) that a command made is disabled before git on the host can see it."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+
+from ..limits import QUARANTINE
+from ..paths import _chmod_nofollow, _open_parent
+from ..tracking import _kind, _readonly_mounts
+
+TYPE_CHECKING = False  # typing is not imported at run time: the toolbox starts fast
+if TYPE_CHECKING:  # names for the type checker only (annotations are never evaluated)
+    from ..context import Context
+    from ..tracking import Snapshot, _Tracking
+    from ..wire import Change, QuarantineRecord
+    pass
+
+
+
+def _quarantine_git(ctx: Context, old: Snapshot, report: _Tracking) -> None:
+    """Rename .git entries a command made or replaced, so git on the host never honours them."""
+    tracker = ctx.tracker
+    assert tracker is not None and tracker.index is not None  # after _track_before
+    made = [path for path in tracker.index.gits
+            if tracker.identity(old, path) != tracker.identity(tracker.index, path)]
+    if not made:
+        return
+    mounts = _readonly_mounts(ctx.root)
+    done = [_disable_git(ctx, path) for path in made
+            if os.path.join(ctx.root, path) not in mounts]
+    for record in done:
+        what = ("could not be disabled: " + record["error"] if "error" in record
+                else f"was disabled (renamed to {record['renamed_to']})")
+        report.lines.append("new git repositories inside the project are not allowed in the "
+                            f"sandbox; {record['path']} {what}")
+    if done:
+        report.meta["git_quarantined"] = done
+
+
+def _disable_git(ctx: Context, path: str) -> QuarantineRecord:
+    assert ctx.tracker is not None and ctx.tracker.index is not None  # after _track_before
+    kind = _kind(ctx.tracker.index.stats[path][0])
+    renamed = path[:-4] + QUARANTINE + os.urandom(4).hex()
+    try:
+        _rename_in_place(ctx, path, renamed)
+        ctx.tracker.rename(path, renamed)
+        if kind == "dir":  # not a repository under its new name either (cd into it + git)
+            _rename_head(ctx, renamed)
+    except OSError as exc:
+        ctx.tracker.own_git.add(path)  # not "from outside": the git guard must not trip on it
+        return {"path": path, "kind": kind, "renamed_to": None, "error": exc.strerror or str(exc)}
+    return {"path": path, "kind": kind, "renamed_to": renamed}
+
+
+def _rename_in_place(ctx: Context, path: str, renamed: str) -> None:
+    """Rename an entry within its directory, never through a link; a directory the command
+    made read-only (ours: same uid) is opened for the rename and closed again."""
+    try:
+        _rename_at(ctx.root, path, renamed)
+    except PermissionError:
+        folder = path.rsplit("/", 1)[0] if "/" in path else "."
+        st = os.lstat(os.path.join(ctx.root, folder))
+        if not stat.S_ISDIR(st.st_mode):
+            raise
+        _chmod_nofollow(ctx.root, folder, st.st_ino, stat.S_IMODE(st.st_mode) | 0o700,
+                        kind=stat.S_IFDIR)
+        try:
+            _rename_at(ctx.root, path, renamed)
+        finally:
+            _chmod_nofollow(ctx.root, folder, st.st_ino, stat.S_IMODE(st.st_mode),
+                            kind=stat.S_IFDIR)
+
+
+def _rename_at(root: str, path: str, renamed: str) -> None:
+    parent, leaf = _open_parent(root, path)
+    try:
+        os.rename(leaf, renamed.rsplit("/", 1)[-1], src_dir_fd=parent, dst_dir_fd=parent)
+    finally:
+        os.close(parent)
+
+
+GITDIR_PARTS = ("HEAD", "objects", "refs", "commondir")
+"""What makes git take a directory for a repository (bare, or a .git under another name)."""
+GITDIR_CODE = ("HEAD", "objects", "refs", "commondir", "config", "hooks")
+"""Its parts a command may not write or complete: git on the host would act on them."""
+
+
+def gitdir_shape(modes: dict[str, int]) -> bool:
+    """Whether git could take a directory with these entries (name -> lstat mode) for a
+    repository. Looser than git on purpose: git's own test (setup.c, is_git_directory) takes a
+    HEAD that is a file or a symlink, and checks objects/ and refs/ with access(), which follows
+    links and passes for an executable file; a commondir file points both elsewhere."""
+    head = modes.get("HEAD")
+    if head is None or stat.S_ISDIR(head):
+        return False
+    return ("objects" in modes and "refs" in modes) or "commondir" in modes
+
+
+def _disable_gitdirs(ctx: Context, found: list[Change], report: _Tracking) -> None:
+    """Directories a command turned into something git takes for a repository, whatever their
+    name (`fake/` with HEAD, objects/, refs/ and a config with core.fsmonitor): their HEAD is
+    renamed, so git on the host no longer sees a repository there."""
+    assert ctx.tracker is not None and ctx.tracker.index is not None  # after _track_before
+    index, mounts = ctx.tracker.index, _readonly_mounts(ctx.root)
+    touched = {path.rsplit("/", 1)[0] if "/" in path else "" for path, _ in found}
+    suspects = sorted(d for d in touched | {p for p, _ in found} if _looks_like_gitdir(index, d)
+                      and os.path.join(ctx.root, d) not in mounts)
+    done: list[QuarantineRecord] = []
+    for folder in suspects:
+        prefix = folder + "/" if folder else ""
+        if not any(p == prefix + part or p.startswith(prefix + part + "/")
+                   for p, _ in found for part in GITDIR_CODE):
+            continue  # the command neither completed it nor wrote what git would run
+        head = prefix + "HEAD"
+        renamed = head + "." + QUARANTINE.strip(".") + os.urandom(4).hex()
+        record: QuarantineRecord = {"path": folder or ".", "kind": "gitdir", "renamed_to": renamed}
+        try:
+            _rename_in_place(ctx, head, renamed)
+            index.stats.pop(head)
+            ctx.tracker.refresh(renamed)
+            if folder:
+                ctx.tracker.refresh(folder)
+        except OSError as exc:
+            record.update({"renamed_to": None, "error": exc.strerror or str(exc)})
+        done.append(record)
+        report.lines.append(f"{record['path']} was made to look like a git repository; its HEAD "
+                            + (f"was renamed to {renamed}" if record["renamed_to"]
+                               else f"could not be renamed: {record['error']}")
+                            + " so git on the host does not use it")
+    if done:
+        report.meta.setdefault("git_quarantined", []).extend(done)
+
+
+def _rename_head(ctx: Context, folder: str) -> None:
+    head = folder + "/HEAD"
+    assert ctx.tracker is not None and ctx.tracker.index is not None  # after _track_before
+    if head in ctx.tracker.index.stats:
+        renamed = head + "." + QUARANTINE.strip(".") + os.urandom(4).hex()
+        with contextlib.suppress(OSError):
+            _rename_in_place(ctx, head, renamed)
+            ctx.tracker.index.stats.pop(head)
+            ctx.tracker.refresh(renamed)  # renaming changed its ctime: not a change of theirs
+            ctx.tracker.refresh(folder)
+
+
+def _looks_like_gitdir(index: Snapshot, folder: str) -> bool:
+    prefix = folder + "/" if folder else ""
+    stats = {part: index.stats.get(prefix + part) for part in GITDIR_PARTS}
+    return gitdir_shape({part: st[0] for part, st in stats.items() if st is not None})

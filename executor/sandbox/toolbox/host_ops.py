@@ -1,0 +1,136 @@
+"""What the host asks of a copy workspace (never offered to the model)."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import stat
+
+from .paths import _open_parent, rel, resolve
+from .tracking import _is_git, _kind, _opaque, _sha256, _snapshot
+from .wire import ok
+
+TYPE_CHECKING = False  # typing is not imported at run time: the toolbox starts fast
+if TYPE_CHECKING:  # names for the type checker only (annotations are never evaluated)
+    from typing import Any
+
+    from .context import Context
+    from .tracking import Snapshot
+    from .wire import Chunk, Lstat, ManifestEntry, Result, RootIdentity
+    pass
+
+
+
+# -- host operations: what the host asks of a copy workspace (never offered to the model) ------
+
+READ_FILES_MAX = 16 * 1024 * 1024  # bytes of file content in one read_files answer
+
+
+def _identity(path: str) -> RootIdentity | None:
+    """What tells a directory apart across machines: device, inode and mtime."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return {"dev": st.st_dev, "ino": st.st_ino, "mtime_ns": st.st_mtime_ns}
+
+
+def op_manifest(ctx: Context) -> Result:
+    """Every entry of the tree with its kind, mode, size, hash and link target."""
+    entries: list[ManifestEntry]
+    skipped: list[list[str]]
+    old = ctx.tracker.index if ctx.tracker is not None else None
+    snap = _snapshot(ctx, old)  # what a command's walk already hashed is not read again
+    entries, skipped = [], []
+    for path, st in sorted(snap.stats.items()):
+        parts = path.split("/")
+        if any(_opaque(name) for name in parts[:-1]):
+            continue  # inside a .git entry (a walk never enters one; a carried-over entry may be)
+        if _opaque(parts[-1]):
+            skipped.append([path, "git repository" if _is_git(parts[-1]) else "quarantined"])
+            continue
+        entries.append(_manifest_entry(ctx, snap, path, st))
+    return ok(f"{len(entries)} entries", entries=entries, skipped=skipped,
+              complete=snap.complete)
+
+
+def _manifest_entry(ctx: Context, snap: Snapshot, path: str, st: Lstat) -> ManifestEntry:
+    kind, digest = _kind(st[0]), None
+    if kind == "file":
+        digest = snap.hashes.get(path) or _sha256(os.path.join(ctx.root, path), st[4])[0]
+    return [path, kind, stat.S_IMODE(st[0]), st[1] if kind == "file" else 0, digest,
+            snap.targets.get(path) if kind == "symlink" else None]
+
+
+def op_read_files(ctx: Context, files: list[Any]) -> Result:
+    """Chunks of regular files, never through a link; errors per file."""
+    found: list[Chunk]
+    found, budget = [], READ_FILES_MAX
+    for item in files:
+        if budget <= 0:
+            break
+        found.append(_read_chunk(ctx, item, budget))
+        budget -= found[-1].get("length", 0)
+    return ok(f"{len(found)} files", files=found)
+
+
+def _read_chunk(ctx: Context, item: object, budget: int) -> Chunk:
+    if (not isinstance(item, list) or len(item) != 3 or not isinstance(item[0], str)
+            or not all(isinstance(n, int) and n >= 0 for n in item[1:])):
+        return {"path": str(item)[:200], "error": "expected [path, offset, length]"}
+    path, offset, length = item
+    if not _plain_relative(ctx, path):
+        return {"path": path, "error": "not a plain relative path"}
+    try:
+        parent, leaf = _open_parent(ctx.root, path)
+        try:
+            fd = os.open(leaf, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                         dir_fd=parent)
+        finally:
+            os.close(parent)
+        with os.fdopen(fd, "rb"):
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                return {"path": path, "error": "not a regular file"}
+            data = os.pread(fd, min(length, budget), offset)
+    except OSError as exc:
+        return {"path": path, "error": exc.strerror or str(exc)}
+    return {"path": path, "offset": offset, "size": info.st_size, "length": len(data),
+            "data": base64.b64encode(data).decode("ascii")}
+
+
+def _plain_relative(ctx: Context, path: str) -> bool:
+    parts = path.split("/")
+    return (bool(path) and "\0" not in path and not path.startswith("/")
+            and all(part not in ("", ".", "..") for part in parts) and parts[0] not in ctx.hidden)
+
+
+def op_snapshot(ctx: Context, path: str, max_bytes: int = 0) -> Result:
+    """The file a write of `path` would change, as it is now (content when small enough)."""
+    real = resolve(ctx, path, write=True)
+    found: dict[str, Any] = {"resolved": rel(ctx, real), "exists": False}
+    try:
+        st = os.lstat(real)
+    except FileNotFoundError:
+        return ok("absent", **found)
+    found.update(exists=True, kind=_kind(st.st_mode), mode=stat.S_IMODE(st.st_mode),
+                 size=st.st_size)
+    if found["kind"] == "file":
+        found.update(_snapshot_content(real, st, max_bytes))
+    return ok(found["kind"], **found)
+
+
+def _snapshot_content(real: str, st: os.stat_result, max_bytes: int) -> dict[str, str | None]:
+    fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as f:
+        if os.fstat(fd).st_ino != st.st_ino:
+            return {"sha256": None}
+        digest, kept = hashlib.sha256(), bytearray()
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+            if len(kept) <= max_bytes:
+                kept += chunk
+    small = len(kept) <= max_bytes
+    return {"sha256": digest.hexdigest(),
+            "data": base64.b64encode(bytes(kept)).decode("ascii") if small else None}

@@ -1,0 +1,149 @@
+"""Paths the model names, resolved inside the root, and no-follow file helpers."""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from collections import deque
+
+from .wire import ToolError
+
+TYPE_CHECKING = False  # typing is not imported at run time: the toolbox starts fast
+if TYPE_CHECKING:  # names for the type checker only (annotations are never evaluated)
+    from .context import Context
+    pass
+
+
+
+# -- paths ------------------------------------------------------------------------------------
+
+
+def resolve(ctx: Context, raw: str, write: bool = False) -> str:
+    """The real path inside the root for a path argument, or a ToolError saying why not."""
+    if not raw.strip():
+        raise ToolError("path is empty; give a path relative to the project root, "
+                        "e.g. 'src/app.py'")
+    if "\0" in raw:
+        raise ToolError("path contains a NUL byte")
+    if os.path.isabs(raw) and not any(_inside(r, os.path.normpath(raw)) for r in ctx.roots):
+        raise ToolError(f"path '{raw}' is outside the project root")
+    real = os.path.realpath(os.path.join(ctx.root, raw))
+    if not _inside(ctx.root, real):
+        raise ToolError(f"path '{raw}' is outside the project root")
+    parts = rel(ctx, real).split("/")
+    if parts[0] in ctx.hidden:
+        raise ToolError(f"'{raw}' is reserved and not accessible")
+    # Nested ones too (a vendored repo's .git/hooks would run on the host as well), and names
+    # met on the way: a link to a .git directory leaves no ".git" in the resolved path.
+    met = parts + _names_on_the_way(ctx.root, raw) if write and ctx.readonly else []
+    # Any case: on a case-insensitive host file system .GIT is .git.
+    locked = sorted({name for name in met if name.lower() in ctx.readonly_folded})
+    if locked:
+        raise ToolError(f"'{raw}' is inside {locked[0]}, which is read-only in the sandbox")
+    return real
+
+
+def _names_on_the_way(root: str, raw: str) -> list[str]:
+    """Every name resolving raw from root passes through, symlink targets included."""
+    names: list[str]
+    names, todo, here, hops = [], deque(raw.split("/")), "/" if raw.startswith("/") else root, 0
+    while todo:
+        part = todo.popleft()
+        if part in ("", "."):
+            continue
+        if part == "..":
+            here = os.path.dirname(here)
+            continue
+        names.append(part)
+        path = os.path.join(here, part)
+        try:
+            target = os.readlink(path) if hops < 40 else None
+        except OSError:
+            target = None  # not a link, or missing: a plain name
+        if target is None:
+            here = path
+            continue
+        hops += 1
+        todo.extendleft(reversed(target.split("/")))
+        here = "/" if target.startswith("/") else here
+    return names
+
+
+def _inside(root: str, path: str) -> bool:
+    return path == root or path.startswith(os.path.join(root, ""))
+
+
+def rel(ctx: Context, path: str) -> str:
+    """`path` relative to the root, as the model should write it."""
+    return os.path.relpath(path, ctx.root)
+
+
+def os_error_text(ctx: Context, exc: OSError) -> str:
+    """A short, clear text for an OSError a tool ran into."""
+    name = exc.filename or ""
+    if name and _inside(ctx.root, os.path.abspath(name)):
+        name = rel(ctx, name)
+    texts: dict[int | None, str] = {
+        errno.ENOENT: f"file not found: {name}",
+        errno.EACCES: f"permission denied: {name}",
+        errno.EPERM: f"operation not permitted: {name}",
+        errno.EROFS: "read-only file system: the project is mounted read-only",
+        errno.ENOSPC: "no space left on device",
+        errno.EDQUOT: "disk quota exceeded",
+        errno.EISDIR: f"'{name}' is a directory",
+        errno.ENOTDIR: f"not a directory: a parent of '{name}' is a file",
+        errno.EEXIST: f"'{name}' already exists and is not a directory",
+        errno.ENAMETOOLONG: f"path too long: {name}",
+        errno.ELOOP: f"too many levels of symbolic links: {name}",
+        errno.EFBIG: f"file too large: {name}",
+        errno.EMFILE: "too many open files in the sandbox",
+        errno.ENOMEM: "out of memory in the sandbox",
+    }
+    return texts.get(exc.errno, f"{exc.strerror or exc}: {name}".rstrip(": "))
+
+
+def _regular_file(real: str, path: str) -> os.stat_result:
+    """Raise unless `real` is an existing regular file (never open a FIFO: it would block)."""
+    info = os.stat(real)
+    if stat.S_ISDIR(info.st_mode):
+        raise ToolError(f"'{path}' is a directory; use list_files")
+    if not stat.S_ISREG(info.st_mode):
+        raise ToolError(f"'{path}' is not a regular file")
+    return info
+
+
+def _skipped(ctx: Context, parent: str, name: str) -> bool:
+    return name == ".git" or (name in ctx.hidden and parent == ctx.root)
+
+
+def _open_parent(root: str, path: str) -> tuple[int, str]:
+    """(fd of path's directory, opened from the root without following any link; last name)."""
+    *dirs, leaf = path.split("/")
+    fd = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for name in dirs:
+            below = os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                            dir_fd=fd)
+            os.close(fd)
+            fd = below
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, leaf
+
+
+def _chmod_nofollow(root: str, path: str, ino: int, mode: int, kind: int = stat.S_IFREG) -> None:
+    """chmod root/path; a symlink swapped in anywhere on the way cannot redirect it."""
+    parent, leaf = _open_parent(root, path)
+    try:
+        fd = os.open(leaf, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+    finally:
+        os.close(parent)
+    try:
+        info = os.fstat(fd)
+        if stat.S_IFMT(info.st_mode) != kind or info.st_ino != ino:
+            raise OSError(errno.ESTALE, "replaced since it was seen")
+        os.chmod(f"/proc/self/fd/{fd}", mode)  # Linux has no fchmod on an O_PATH descriptor
+    finally:
+        os.close(fd)

@@ -1,0 +1,1 @@
+"""The six tools the model is offered, one module each."""

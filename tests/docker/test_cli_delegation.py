@@ -12,6 +12,7 @@ import pytest
 
 from executor.audit import default_audit_dir, read_records
 from executor.session import NdjsonSessionStore
+from tests.conftest import Engine
 from tests.docker.cli_support import (
     assert_user_error,
     containers_of,
@@ -228,11 +229,13 @@ def test_a_child_keeps_the_persons_policy_whatever_the_run_wrote(
     assert_the_child_was_denied(project, model_server, "policy.toml:5 [[rules]] #2")
 
 
+@pytest.mark.engines
 def test_a_child_keeps_the_trusted_project_policy_the_sandbox_rewrote(
-        project: Path, model_server: ModelServer):
+        project: Path, model_server: ModelServer, engine: Engine):
     """Without --policy: the project's policy, trusted by the person, denies commands; the model
     rewrites it with allow-all. Read again for the child, it was untrusted (changed), so none
-    of its rules held and --yes approved the child's command."""
+    of its rules held and --yes approved the child's command. On every engine: the planting
+    is a command writing the tree."""
     (project / ".sandbox-agent").mkdir()
     (project / ".sandbox-agent" / "policy.toml").write_text(POLICY)
     trusted = run_cli("policy", "trust", "--root", project)

@@ -102,8 +102,11 @@ def test_a_named_skill_in_the_project_or_reaching_into_it_is_refused(tmp_path: P
     (root / "to-outside.md").symlink_to(outside)  # the sandbox could re-point the link
     (tmp_path / "to-inside.md").symlink_to(root / "in.md")
     (tmp_path / "dir").symlink_to(root)  # a directory of skills, linked into the root
+    (tmp_path / "mixed").mkdir()  # a directory outside, one of whose files links into the root
+    (tmp_path / "mixed" / "a.md").write_text(skill_text("fine"))
+    (tmp_path / "mixed" / "b.md").symlink_to(root / "in.md")
     for given in (root / "in.md", root / "to-outside.md", tmp_path / "to-inside.md",
-                  tmp_path / "dir"):
+                  tmp_path / "dir", tmp_path / "mixed"):
         with pytest.raises(ConfigError, match=r"the skill .* is inside the project root") as err:
             load_skills(root, command="ask", paths=[given])
         assert "policy trust" in (err.value.fix or "")

@@ -212,6 +212,29 @@ class Settings(BaseSettings):
         return parse_size(value) if isinstance(value, str) else value
 
 
+class _GivenSettings(Settings):
+    """Settings from the values given alone, for a later phase or a child session of a run:
+    the environment and the user config were read at the run's start, not again."""
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """The arguments only."""
+        return (init_settings,)
+
+
+def derive_settings(base: Settings, values: Mapping[str, Any]) -> Settings:
+    """`values` over `base`, validated (ValidationError), reading neither the environment nor
+    the user config file again."""
+    return _GivenSettings(**{**base.model_dump(), **values})
+
+
 def split_names(value: Any) -> Any:
     """A JSON list (`'["a"]'`) or names separated by commas or spaces (`a,b`); else as it is."""
     if not isinstance(value, str):

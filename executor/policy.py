@@ -524,6 +524,13 @@ class Policy:
             return replace(decision, decision="allow", approved_by="--yes")
         return decision
 
+    def with_overrides(self, overrides: PolicyOverrides) -> Policy:
+        """The same files' rules and defaults under another session's flags (a child's, or a
+        later phase's of the same run): nothing is read again."""
+        return Policy(self.rules, self.defaults, overrides, source=self.source,
+                      default_sources=self.default_sources, tighten=self.tighten,
+                      notices=self.notices)
+
     def without_allows(self) -> Policy:
         """A copy that can only tighten: no allow rules, no allow defaults."""
         defaults = {lv: v for lv, v in self.defaults.items()

@@ -5,9 +5,10 @@
         result = runner.run("What does main.py do?")
         print(result.answer)
 
-`build` does no I/O beyond reading the policy file; the model server, the container, the
-session file and the audit log are started by `start()` (or the first `run`) and the
-container is removed by `close()` (or leaving the `with` block).
+`build` does no I/O beyond reading what the run is allowed and told (its `Basis`: the policy,
+the skills, AGENTS.md; a child session or a later phase gets its parent's instead); the model
+server, the container, the session file and the audit log are started by `start()` (or the
+first `run`) and the container is removed by `close()` (or leaving the `with` block).
 """
 
 from __future__ import annotations
@@ -28,8 +29,9 @@ from pydantic import BaseModel, Field, ValidationError
 from executor import durable
 from executor.agent import Agent, Authorization, RunResult
 from executor.audit import AuditLog
+from executor.basis import Basis, read_basis
 from executor.coach import Coach
-from executor.config import Settings, load_settings
+from executor.config import Settings, derive_settings, load_settings
 from executor.context import (
     INTERRUPTED_RESULT,
     CachedSummarizer,
@@ -61,11 +63,11 @@ from executor.hooks import (
     SkillsEvent,
     WarningEvent,
 )
-from executor.instructions import Instructions, read_project_instructions
+from executor.instructions import Instructions
 from executor.messages import Message, ToolCall, ToolResult, ToolSpec
 from executor.models import build_model
 from executor.models.toolproto import uses_json
-from executor.policy import Decision, Policy, PolicyOverrides, load_policy
+from executor.policy import Decision, Policy, PolicyOverrides
 from executor.protocols import LoadingModel, Model, Sandbox
 from executor.redact import Redactor
 from executor.sandbox.docker import DockerSandbox, SandboxConfig
@@ -78,7 +80,7 @@ from executor.session import (
     child_sessions,
     session_names,
 )
-from executor.skills import SkillSet, load_skills
+from executor.skills import SkillSet
 from executor.state import legacy_notice
 from executor.tools import Preview, Tool, ToolContext, ToolRegistry, default_registry
 from executor.userconfig import check_outside_project
@@ -118,7 +120,8 @@ class RunOptions(BaseModel):
     deny_commands: list[str] = Field(default_factory=list)
     """Shell commands starting with one of these are denied."""
     policy_file: Path | None = None
-    """A policy TOML the person names (default: the project's, if they trusted it)."""
+    """A policy TOML the person names, outside the project (default: the project's, as far as
+    they trusted it)."""
     session: str | None = None
     """Session name (generated when None)."""
     resume: bool = False
@@ -201,12 +204,15 @@ class Runner:
         model: Model,
         tools: ToolRegistry,
         policy: Policy,
+        basis: Basis,
         hooks: HookBus,
         approver: Approver | None = None,
         sandbox: Sandbox | SandboxFactory | None = None,
     ) -> None:
         self.settings, self.options = settings, options
         self.model, self.tools, self.policy, self.hooks = model, tools, policy, hooks
+        self.basis = basis
+        """What the run read at its start: children and later phases are built from it."""
         self.approver = approver
         self.backend = sandbox
         """A sandbox to use as is, or a factory of one per session (None: Docker)."""
@@ -241,13 +247,17 @@ class Runner:
         model: Model | str | None = None,
         approver: Approver | None = None,
         sandbox: Sandbox | SandboxFactory | None = None,
+        basis: Basis | None = None,
         **options: Any,
     ) -> Runner:
         """A runner for `root`; `options` are Settings fields and RunOptions fields by name.
 
         `model` is a Model to use as is, or a model name (the Settings field of that name).
         `sandbox` is a Sandbox to use as is, or a factory called with the session's
-        `SandboxConfig` (default: a `DockerSandbox`).
+        `SandboxConfig` (default: a `DockerSandbox`). `settings` and `basis` are what an
+        earlier phase of the run (or the parent session) read at its start, used as they are:
+        without them the environment, the user config, the policy, the skills and AGENTS.md
+        are read now.
         """
         if isinstance(model, str):
             options, model = {**options, "model": model}, None
@@ -262,12 +272,16 @@ class Runner:
         if settings is None:
             check_outside_project(run.root,
                                   writable=not run.read_only and merged.workspace == "bind")
+        if basis is not None and run.policy_file is not None:
+            raise ConfigError("policy_file goes without a basis: the basis holds the policy")
+        basis = basis or read_basis(run.root, merged, policy_file=run.policy_file,
+                                    instructions=run.project_instructions)
         hooks = hooks or HookBus()
         delegate = Delegate() if run.orchestrator and run.depth < run.delegation_depth else None
         runner = cls(
             merged, run, model=model or build_model(merged, hooks=hooks),
             tools=_registry([*tools, *([delegate] if delegate else [])], run),
-            policy=load_policy(run.root, run.policy_file, _overrides(run)),
+            policy=basis.policy.with_overrides(_overrides(run)), basis=basis,
             hooks=hooks, approver=approver, sandbox=sandbox,
         )
         if delegate is not None:
@@ -655,13 +669,12 @@ class Runner:
         return "\n\n".join(block for block in blocks if block)
 
     def _load_skills(self) -> None:
-        """The prompt skills (a bad --skill or --skills-include fails before anything starts);
-        announced with their hashes, and a notice for each project skill left out."""
+        """The prompt skills, chosen from those read at the start (a bad --skills-include
+        fails before anything starts); announced with their hashes, and a notice for each
+        project skill left out."""
         s = self.settings
-        self.skills = load_skills(
-            self.options.root, command=self.options.skills_for, enabled=s.skills_enabled,
-            paths=s.skill_paths, include=s.skills_include, exclude=s.skills_exclude,
-            project=s.external_skills_enabled)
+        self.skills = self.basis.skills.choose(self.options.skills_for, s.skills_include,
+                                               s.skills_exclude)
         for notice in self.skills.notices:
             self.hooks.emit(NoticeEvent(message=notice))
         if self.skills.skills:
@@ -671,10 +684,11 @@ class Runner:
                 for skill in self.skills.skills]))
 
     def _read_instructions(self) -> None:
-        """AGENTS.md, announced (with its text, for --trace) when there is one."""
+        """AGENTS.md as read at the start, announced (with its text, for --trace) when there
+        is one."""
         if not self.options.project_instructions:
             return
-        self.instructions = read_project_instructions(self.options.root)
+        self.instructions = self.basis.instructions
         if self.instructions is not None:
             i = self.instructions
             self.hooks.emit(InstructionsEvent(source=i.source, bytes=i.bytes,
@@ -760,15 +774,17 @@ class Runner:
                                 "turns": result.turns})
 
     def _child(self, read_only: bool) -> Runner:
-        """A child runner: this session's settings, model, approvals and limits, one level down."""
+        """A child runner: this session's settings, basis (policy, skills, instructions, as read
+        at the start: nothing is read again), model, approvals and limits, one level down."""
         o = self.options
         child = Runner.build(
-            o.root, settings=self.settings, model=BorrowedModel(self.model),
+            o.root, settings=self.settings, basis=self.basis, model=BorrowedModel(self.model),
             approver=self.approver, hooks=HookBus(), read_only=read_only,
             sandbox=None if _is_sandbox(self.backend) else self.backend,  # a factory: its own
             yes=o.yes, interactive=o.interactive, deny_tools=o.deny_tools,
             deny_prefixes=o.deny_prefixes, deny_commands=o.deny_commands,
-            policy_file=o.policy_file, audit_required=o.audit_required,
+            system_prompt=o.system_prompt, skills_for=o.skills_for,
+            audit_required=o.audit_required,
             audit_prompts=o.audit_prompts, argv=o.argv, project_instructions=o.project_instructions,
             orchestrator=o.orchestrator, confirm_delegation=o.confirm_delegation,
             max_delegations=o.max_delegations, delegation_depth=o.delegation_depth,
@@ -797,11 +813,12 @@ def _declined(decision: Decision, answer: Approval) -> Decision:
     return replace(declined, reason=f"{declined.reason}, who said: {answer.reason}")
 
 def _settings(base: Settings | None, values: dict[str, Any]) -> Settings:
-    """`values` over `base`; without a base, over the environment, user config and defaults."""
+    """`values` over `base` (nothing is read again); without a base, over the environment,
+    the user config and the defaults."""
     if base is None:
         return load_settings(values)
     try:
-        return Settings.model_validate({**base.model_dump(), **values})
+        return derive_settings(base, values)
     except ValidationError as exc:
         raise ConfigError(_first_error(exc)) from None
 

@@ -38,6 +38,8 @@ ROOT_MARKER = "root"
 """File in a project's state dir holding the project's real path."""
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
 _OPEN_FLAGS = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_MAX_LINKS = 40
+"""Links followed resolving one path, as Linux's own limit."""
 
 
 def _xdg(variable: str, override: str, fallback: str) -> Path:
@@ -99,15 +101,63 @@ def _write_marker(path: Path, real: Path) -> None:
         out.write(os.fsencode(real) + b"\n")
 
 
-def check_outside(root: Path, path: Path, what: str) -> None:
-    """ConfigError when `path` lies inside the project `root` (the sandbox could reach it)."""
-    target = real_root(path)
-    if target == root or root in target.parents:
+def check_outside(root: Path, path: Path, what: str,
+                  fix: str = "point it at a directory outside the project") -> None:
+    """ConfigError when `path` lies inside the project `root` (a real path) or reaches into it
+    on the way (`reaches_into`): the sandbox and the repository could rewrite what it names."""
+    hit = reaches_into(root, path)
+    if hit is not None:
+        written = _absolute(path)
+        through = "" if hit == written or hit in written.parents else f" (through {hit})"
         raise ConfigError(
-            f"{what} {path} is inside the project root {root}, where the sandbox and the "
-            "repository could read or forge it",
-            fix="point it at a directory outside the project",
-        )
+            f"{what} {path} is inside the project root {root}{through}, where the sandbox and "
+            "the repository could read or forge it", fix=fix)
+
+
+def reaches_into(root: Path, path: Path) -> Path | None:
+    """The first place on the way to `path` that lies in the project `root` (a real path): the
+    path as written, a link followed on the way (one the sandbox could re-point) or the real
+    target; None when all lie outside.
+
+    Decided component by component, never by a string prefix, following each link as the
+    kernel would: `<root>/p.toml` linked to a file outside is inside, and so is `~/p.toml`
+    linked into the root. Passing through the root itself (`<root>/../x`) is not inside.
+    """
+    todo = list(reversed(_absolute(path).parts[1:]))  # the next component last
+    here, links = Path("/"), 0
+    while todo:
+        part = todo.pop()
+        if part in ("", "."):
+            continue
+        if part == "..":
+            here = here.parent  # `here` has no link in it: its parent is the real one
+            continue
+        step = here / part
+        if root in step.parents:
+            return step
+        target = _link(step)
+        if target is None:
+            here = step
+            continue
+        links += 1
+        if links > _MAX_LINKS:  # the kernel gives up (ELOOP): so do we, closed
+            return step
+        here = Path("/") if target.is_absolute() else here
+        todo.extend(reversed(target.parts[1:] if target.is_absolute() else target.parts))
+    return here if here == root or root in here.parents else None
+
+
+def _absolute(path: Path) -> Path:
+    """`path` from `/`, with its `..` kept (a lexical `normpath` is wrong across links)."""
+    return path if path.is_absolute() else Path.cwd() / path
+
+
+def _link(path: Path) -> Path | None:
+    """Where the link `path` points, or None when it is no link (or not there)."""
+    try:
+        return Path(os.readlink(path))
+    except OSError:
+        return None
 
 
 def private_dir(path: Path, *, parents: bool = False) -> Path:

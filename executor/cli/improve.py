@@ -45,6 +45,7 @@ from executor.text import inert_line, markup_safe
 
 if TYPE_CHECKING:
     from executor.review import ReviewReport
+    from executor.runner import Runner
 
 FIX_PROMPT = (
     "A code review of this project found the problems listed below. Fix each one with a small, "
@@ -112,21 +113,26 @@ def improve(
         think=think, max_turns=max_turns, image=image, runtime=runtime, timeout=timeout,
         max_retries=max_retries,
         max_tokens=max_tokens, policy_file=policy, copy_exclude=exclude, copy_limit=copy_limit,
-    ) | {"audit_required": audit_required} | prompt_options(None, no_project_instructions) \
+    ) | {"audit_required": audit_required} | prompt_options(root, None, no_project_instructions) \
         | skill_options(skill, skills, skills_include, skills_exclude, project_skills)
-    report = _review(root, common, diff_base, untracked, stream=stream, trace=trace,
-                     audit=not no_audit)
+    report, review = _review(root, common, diff_base, untracked, stream=stream, trace=trace,
+                             audit=not no_audit)
     if not report.findings:
         err_console.print(f"[dim]nothing to improve: {markup_safe(report.summary, line=True)}[/]")
         return
     _show_findings(report)
-    _fix(root, common | {"workspace": "copy", "yes": yes}, report, stream=stream, trace=trace,
-         audit=not no_audit, at_terminal=at_terminal)
+    # The fix is a later phase of the same run: what the review read at its start (settings,
+    # policy, skills, AGENTS.md) is handed over as values, never read again.
+    fix = {k: v for k, v in common.items() if k != "policy_file"} | {
+        "workspace": "copy", "yes": yes, "settings": review.settings, "basis": review.basis}
+    _fix(root, fix, report, stream=stream, trace=trace, audit=not no_audit,
+         at_terminal=at_terminal)
 
 
 def _review(root: Path, common: dict[str, Any], diff_base: str | None, untracked: bool, *,
-            stream: bool | None, trace: bool, audit: bool) -> ReviewReport:
-    """The read-only review (as `sandbox-agent review` runs it); raises when it failed."""
+            stream: bool | None, trace: bool, audit: bool) -> tuple[ReviewReport, Runner]:
+    """The read-only review (as `sandbox-agent review` runs it), and its runner; raises when
+    it failed."""
     from executor.review import ReviewRequest, SubmitReview, run_review
 
     tool = SubmitReview()
@@ -143,7 +149,7 @@ def _review(root: Path, common: dict[str, Any], diff_base: str | None, untracked
                                   fix=report.error.fix)
         error.exit_code = report.error.exit_code
         raise error
-    return report
+    return report, runner
 
 
 def _show_findings(report: ReviewReport) -> None:

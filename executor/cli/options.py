@@ -111,7 +111,8 @@ PolicyOpt = Annotated[
     Path | None,
     typer.Option(
         "--policy",
-        help="Policy TOML (default: <root>/.sandbox-agent/policy.toml).",
+        help="Your policy TOML, kept outside the project (default: the project's "
+        "<root>/.sandbox-agent/policy.toml, in full only once you trusted it).",
         exists=True,
         dir_okay=False,
         show_default=False,
@@ -151,7 +152,8 @@ SystemPromptFileOpt = Annotated[
     Path | None,
     typer.Option(
         "--system-prompt-file",
-        help="Use this file's text as the system prompt instead of the built-in one.",
+        help="Use this file's text (kept outside the project) as the system prompt instead "
+        "of the built-in one.",
         exists=True, dir_okay=False, show_default=False,
     ),
 ]
@@ -170,8 +172,8 @@ SkillOpt = Annotated[
     typer.Option(
         "--skill",
         metavar="PATH",
-        help="Add this skill file, or a directory of *.md skills, to the prompt (repeatable; "
-        "docs/SKILLS.md).",
+        help="Add this skill file, or a directory of *.md skills, kept outside the project, "
+        "to the prompt (repeatable; docs/SKILLS.md).",
         show_default=False,
     ),
 ]
@@ -214,12 +216,16 @@ def skill_options(paths: list[Path] | None, enabled: bool | None, include: str |
     return {k: v for k, v in given.items() if v is not None}
 
 
-def prompt_options(system_prompt_file: Path | None, no_instructions: bool) -> dict[str, object]:
-    """The RunOptions for --system-prompt-file and --no-project-instructions."""
+def prompt_options(root: Path, system_prompt_file: Path | None, no_instructions: bool
+                   ) -> dict[str, object]:
+    """The RunOptions for --system-prompt-file (read once, here; refused in the project `root`)
+    and --no-project-instructions."""
+    from executor.basis import check_named_file
     from executor.instructions import read_system_prompt_file
 
     options: dict[str, object] = {"project_instructions": not no_instructions}
     if system_prompt_file is not None:
+        check_named_file(root, system_prompt_file, "--system-prompt-file")
         options["system_prompt"] = read_system_prompt_file(system_prompt_file)
     return options
 WorkspaceOpt = Annotated[

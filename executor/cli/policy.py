@@ -36,8 +36,8 @@ app = typer.Typer(
 PolicyFileOption = Annotated[
     Path | None,
     typer.Option(
-        "--policy", help="Policy TOML file to use instead of the project's (your own policy, "
-        "~/.config/sandbox-agent/policy.toml, always applies).",
+        "--policy", help="Policy TOML file, kept outside the project, to use instead of the "
+        "project's (your own policy, ~/.config/sandbox-agent/policy.toml, always applies).",
         dir_okay=False,
     ),
 ]
@@ -84,10 +84,10 @@ def explain_command(
 ) -> None:
     """Print the decision for one call, the rule that made it and, for a shell command, how
     it was parsed: each simple command's words and what cannot be resolved statically."""
-    from executor.policy import explain, load_policy, shell_of
+    from executor.policy import explain, shell_of
 
     overrides = _overrides(yes, deny_tool, deny_prefix, deny_command, read_only)
-    policy = load_policy(root, policy_file, overrides)
+    policy = _load(root, policy_file, overrides)
     facts, arguments = tool_facts(tool, risk), parse_args(args)
     if as_json:
         decision = policy.decide(facts, arguments, interactive=not non_interactive)
@@ -112,10 +112,8 @@ def show_command(
     read_only: ReadOnlyOption = False,
 ) -> None:
     """Print the effective rules in the order they are applied."""
-    from executor.policy import load_policy
-
     overrides = _overrides(yes, deny_tool, deny_prefix, deny_command, read_only)
-    policy = load_policy(root, policy_file, overrides)
+    policy = _load(root, policy_file, overrides)
     out_console.print(f"policy: {inert_line(policy.source)}", markup=False)
     for notice in policy.notices:
         err_console.print(f"note: {inert(notice)}", markup=False)
@@ -218,6 +216,17 @@ def parse_args(text: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ConfigError("--args must be a JSON object", fix=example)
     return value
+
+
+def _load(root: Path, policy_file: Path | None, overrides: "PolicyOverrides") -> "Policy":
+    """The policy a run with these flags would use: a --policy file in the project is refused
+    as a run refuses it."""
+    from executor.basis import check_named_file
+    from executor.policy import load_policy
+
+    if policy_file is not None:
+        check_named_file(root, policy_file, "--policy")
+    return load_policy(root, policy_file, overrides)
 
 
 def _overrides(

@@ -144,7 +144,8 @@ def review(
         deny_tools=deny_tool, deny_prefixes=deny_prefix, policy_file=policy,
         workspace=workspace, copy_exclude=exclude,
     ) | {"read_only": True, "audit_required": audit_required, "tools": [tool],
-         "skills_for": "review"} | prompt_options(system_prompt_file, no_project_instructions) \
+         "skills_for": "review"} \
+        | prompt_options(root, system_prompt_file, no_project_instructions) \
         | skill_options(skill, skills, skills_include, skills_exclude, project_skills)
     runner, view = _prepare(root, options, stream=stream, trace=trace, audit=not no_audit,
                             interactive=False)

@@ -370,7 +370,7 @@ def ask(
         "context_summarize": context_summarize,
         "audit_required": audit_required,
         "audit_prompts": audit_prompts,
-    } | prompt_options(system_prompt_file, no_project_instructions) | skill_options(
+    } | prompt_options(root, system_prompt_file, no_project_instructions) | skill_options(
         skill, skills, skills_include, skills_exclude, project_skills) | delegation_options(
         orchestrate, no_confirm_delegation, max_delegations)
     if allow_git_writes:
@@ -404,7 +404,7 @@ def ask(
         from executor.cli.workspace import run_apply
 
         run_apply(runner.options.root, runner.changes, yes=yes, at_terminal=at_terminal,
-                  audit=not no_audit, to_stderr=True)
+                  audit=not no_audit, to_stderr=True, settings=runner.settings)
 
 
 def _finish(result: RunResult, view: ProgressView, output: JsonOutput,

@@ -26,6 +26,7 @@ from executor.state import real_root
 
 if TYPE_CHECKING:  # imported where used: `--help` loads neither Rich nor pydantic
     from executor.audit import AuditLog
+    from executor.config import Settings
     from executor.workspace.apply import Outcome, UndoPlan
     from executor.workspace.changes import Change, Changeset
     from executor.workspace.gitrun import GitRun
@@ -191,8 +192,10 @@ def at_terminal() -> bool:
 
 
 def run_apply(root: Path, changeset: Changeset, *, yes: bool, at_terminal: bool,
-              audit: bool = True, to_stderr: bool = False) -> Outcome | None:
-    """Show, ask (unless --yes), apply; ConflictError when files were left alone."""
+              audit: bool = True, to_stderr: bool = False,
+              settings: Settings | None = None) -> Outcome | None:
+    """Show, ask (unless --yes), apply; ConflictError when files were left alone. `settings`:
+    those of the run that made the changes (`ask --apply`), not read again."""
     from executor.workspace.apply import apply_changes, for_review, pending
     from executor.workspace.gitrun import git_run
     from executor.workspace.render import reader
@@ -214,7 +217,7 @@ def run_apply(root: Path, changeset: Changeset, *, yes: bool, at_terminal: bool,
         _show(git_marked(todo, content, git), content)
         if not _confirm(f"Apply these {len(todo)} changes to {root}?"):
             raise ApplyDeclinedError("nothing applied; the changes stay pending")
-    log = _audit(root, changeset.session) if audit else None
+    log = _audit(root, changeset.session, settings) if audit else None
     outcome = apply_changes(root, changeset, approved_by="--yes" if yes else "user", audit=log,
                             git=git)
     _report(outcome, "applied", to_stderr=to_stderr)
@@ -251,11 +254,11 @@ def _confirm(question: str) -> bool:
         return False
 
 
-def _audit(root: Path, session: str) -> AuditLog | None:
+def _audit(root: Path, session: str, settings: Settings | None = None) -> AuditLog | None:
     from executor.audit import AuditLog
     from executor.config import Settings
 
-    settings = Settings()
+    settings = settings or Settings()
     if not settings.audit:
         return None
     return AuditLog.for_root(root, session=session, audit_dir=settings.audit_dir,

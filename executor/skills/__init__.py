@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from executor.errors import ConfigError
-from executor.state import open_private
+from executor.state import check_outside, open_private, real_root
 from executor.trust import read_project_file
 
 PROJECT_SKILL_DIR = ".sandbox-agent/skills"
@@ -44,6 +44,9 @@ MAX_SKILL_BYTES = 16 * 1024
 MAX_SKILLS_PER_DIR = 32
 """Skill files read from one directory at most."""
 COMMANDS = ("ask", "review")
+IN_PROJECT_FIX = (f"move it outside the project, or put it in {PROJECT_SKILL_DIR}/ and trust it "
+                  "with `sandbox-agent policy trust`")
+"""What to do about a --skill in the project, where the sandbox could rewrite it."""
 Source = Literal["bundled", "user", "project"]
 _ID = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
 PREAMBLE = (
@@ -148,14 +151,19 @@ def bundled_skills() -> list[Skill]:
             for f in files]
 
 
-def user_skills(paths: Iterable[Path]) -> list[Skill]:
+def user_skills(paths: Iterable[Path], *, root: Path | None = None) -> list[Skill]:
     """The skills the person named: files, or directories of `*.md` files; ConfigError for one
-    that cannot be used (the person asked for it)."""
+    that cannot be used (the person asked for it), or that lies in the project `root` or
+    reaches into it: the sandbox and the repository could write it there."""
     skills = []
     for given in paths:
         path = Path(given).expanduser()
-        for file in (sorted(path.glob("*.md"))[:MAX_SKILLS_PER_DIR] if path.is_dir() else [path]):
-            skills.append(_user_skill(file))
+        files = sorted(path.glob("*.md"))[:MAX_SKILLS_PER_DIR] if path.is_dir() else [path]
+        if root is not None:  # the directory, and each file in it: one may link into the root
+            for file in dict.fromkeys([path, *files]):
+                check_outside(real_root(root), file, "the skill (--skill / skill_paths)",
+                              fix=IN_PROJECT_FIX)
+        skills += [_user_skill(file) for file in files]
     return skills
 
 
@@ -218,17 +226,45 @@ def project_skills(root: Path) -> tuple[list[Skill], list[str]]:
 # -- choosing ------------------------------------------------------------------------------------
 
 
-def load_skills(root: Path, *, command: str, enabled: bool = True, paths: Sequence[Path] = (),
-                include: Sequence[str] = (), exclude: Sequence[str] = (),
-                project: bool = True) -> SkillSet:
-    """The skills of a `command` run: bundled, the person's, then the trusted project ones;
-    `include` keeps only those ids, whatever command they are for or their default (an
-    unknown one is a ConfigError), `exclude` drops ids; without `include`, a skill is used
-    when it is for `command` and its front matter does not say `default: off`."""
+@dataclass(frozen=True)
+class SkillLibrary:
+    """Every skill a run may use, read once at its start: bundled, the person's and the trusted
+    project ones (an id taken by an earlier source is not replaced), and what was left out.
+    Each session of the run chooses from it for its command (`choose`), reading nothing."""
+
+    skills: tuple[Skill, ...] = ()
+    notices: tuple[str, ...] = ()
+    enabled: bool = True
+    """False: skills are off for the run (`--no-skills`), whatever `choose` is asked."""
+
+    def choose(self, command: str, include: Sequence[str] = (),
+               exclude: Sequence[str] = ()) -> SkillSet:
+        """The skills of a `command` run: `include` keeps only those ids, whatever command they
+        are for or their default (an unknown one is a ConfigError), `exclude` drops ids;
+        without `include`, a skill is used when it is for `command` and its front matter does
+        not say `default: off`."""
+        if not self.enabled:
+            return SkillSet()
+        known = {skill.id for skill in self.skills}
+        unknown = sorted(set(include) - known)
+        if unknown:
+            raise ConfigError(f"unknown skill id(s) in --skills-include: {', '.join(unknown)}",
+                              fix=f"use one of: {', '.join(sorted(known)) or 'none available'}")
+        kept = [s for s in self.skills if s.id not in exclude and (s.id in include if include
+                else s.default and (not s.commands or command in s.commands))]
+        order: dict[Source, int] = {"bundled": 0, "user": 1, "project": 2}
+        return SkillSet(sorted(kept, key=lambda s: (order[s.source], s.id)), list(self.notices))
+
+
+def read_skills(root: Path, *, enabled: bool = True, paths: Sequence[Path] = (),
+                project: bool = True) -> SkillLibrary:
+    """The skills a run on `root` may use: bundled, the person's (`paths`), then the trusted
+    project ones (`project`); none when not `enabled`."""
     if not enabled:
-        return SkillSet()
+        return SkillLibrary(enabled=False)
     chosen: dict[str, Skill] = {}
-    for skill in [*user_skills(paths), *bundled_skills()]:  # the person's replace bundled ones
+    # the person's replace bundled ones
+    for skill in [*user_skills(paths, root=root), *bundled_skills()]:
         chosen.setdefault(skill.id, skill)
     found, notices = project_skills(root) if project else ([], [])
     for skill in found:
@@ -237,11 +273,12 @@ def load_skills(root: Path, *, command: str, enabled: bool = True, paths: Sequen
                            "taken by a bundled or your own skill")
         else:
             chosen[skill.id] = skill
-    unknown = sorted(set(include) - set(chosen))
-    if unknown:
-        raise ConfigError(f"unknown skill id(s) in --skills-include: {', '.join(unknown)}",
-                          fix=f"use one of: {', '.join(sorted(chosen)) or 'none available'}")
-    kept = [s for s in chosen.values() if s.id not in exclude and (
-        s.id in include if include else s.default and (not s.commands or command in s.commands))]
-    order: dict[Source, int] = {"bundled": 0, "user": 1, "project": 2}
-    return SkillSet(sorted(kept, key=lambda s: (order[s.source], s.id)), notices)
+    return SkillLibrary(tuple(chosen.values()), tuple(notices))
+
+
+def load_skills(root: Path, *, command: str, enabled: bool = True, paths: Sequence[Path] = (),
+                include: Sequence[str] = (), exclude: Sequence[str] = (),
+                project: bool = True) -> SkillSet:
+    """The skills of a `command` run, read now (`read_skills`, then `SkillLibrary.choose`)."""
+    library = read_skills(root, enabled=enabled, paths=paths, project=project)
+    return library.choose(command, include, exclude)

@@ -17,9 +17,10 @@ from tests.docker.cli_support import (
     model_args,
     offered_tools,
     run_cli,
+    tool_exchanges,
     tree,
 )
-from tests.fakes.model_server import Call, ModelServer
+from tests.fakes.model_server import Call, ModelServer, Reply
 
 pytestmark = pytest.mark.docker
 
@@ -93,3 +94,25 @@ def test_a_failed_review_is_one_error_and_no_fix(project: Path, model_server: Mo
     done = improve(project, model_server, "--yes")
     assert_user_error(done, 23, "the review failed")
     assert len(model_server.chat_requests) == 1
+
+
+def test_the_fix_phase_keeps_what_the_review_read_at_the_start(
+        project: Path, workdir: Path, model_server: ModelServer):
+    """The fix is a later phase of the same run: the person's policy file rewritten (allow-all)
+    between the review and the fix changes nothing; the fix's command is still denied."""
+    policy = workdir / "policy.toml"
+    policy.write_text('[[rules]]\nname = "no shell"\ntool = "run_shell_command"\n'
+                      'decision = "deny"\nreason = "no commands in this run"\n')
+    model_server.reply(tool_calls=[Call("submit_review", {"summary": "One bug.",
+                                                          "findings": [FINDING]})])
+    model_server.respond(lambda request: (policy.write_text(  # the review's last reply
+        '[[rules]]\ntool = "*"\ndecision = "allow"\n'), Reply("Reviewed."))[1])
+    model_server.reply(tool_calls=[Call("run_shell_command", {"command": "touch pwned"})])
+    model_server.reply("1. not fixed")
+
+    done = improve(project, model_server, "--yes", "--policy", policy)
+
+    assert done.returncode == 0 and done.stdout == "1. not fixed\n", explain(done)
+    [(tool, _, result)] = tool_exchanges(model_server.last_chat)
+    assert tool == "run_shell_command" and result.startswith("Denied:"), result
+    assert "no commands in this run" in result

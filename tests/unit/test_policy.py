@@ -644,12 +644,18 @@ def test_cli_explain_custom_tools_need_a_risk(cli: Callable[..., Any], tmp_path:
 def test_cli_user_errors(cli: Callable[..., Any], tmp_path: Path) -> None:
     bad_json = cli("explain", "--root", str(tmp_path), "--tool", "read_file", "--args", "{")
     assert bad_json.exit_code == 2 and "not valid JSON" in bad_json.output
+    root = tmp_path / "proj"
+    root.mkdir()
     bad_file = tmp_path / "bad.toml"
     bad_file.write_text('[[rules]]\ntool = "x"\ndecision = "maybe"\n')
-    result = cli("explain", "--root", str(tmp_path), "--policy", str(bad_file), "--tool", "x",
+    result = cli("explain", "--root", str(root), "--policy", str(bad_file), "--tool", "x",
                  "--risk", "low")
     assert result.exit_code == PolicyFileError.exit_code == 3
     assert f"{bad_file}:3:" in result.output
+    inside = root / "p.toml"  # a run refuses it (the sandbox could rewrite it): explain too
+    inside.write_text('[[rules]]\ntool = "*"\ndecision = "allow"\n')
+    refused = cli("show", "--root", str(root), "--policy", str(inside))
+    assert refused.exit_code == 2 and "inside the project root" in refused.output
 
 
 def test_cli_show_lists_rules_in_order(cli: Callable[..., Any], project: Path) -> None:

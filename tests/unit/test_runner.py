@@ -163,10 +163,12 @@ def test_denied_commands_are_denied_even_with_yes(tmp_path: Path) -> None:
 
 
 def test_a_policy_file_is_read_at_build(tmp_path: Path) -> None:
+    root = tmp_path / "proj"
+    root.mkdir()
     bad = tmp_path / "policy.toml"
     bad.write_text("[[rules]\n")
     with pytest.raises(PolicyFileError):
-        build(tmp_path, policy_file=bad)
+        build(root, policy_file=bad)
 
 
 # -- approvals (the runner's authorize, without a sandbox) ----------------------------------------

@@ -66,22 +66,51 @@ def test_include_and_exclude_choose_by_id(tmp_path: Path) -> None:
         load_skills(tmp_path, command="ask", include=["nope"])
 
 
+def project(tmp_path: Path) -> Path:
+    """A root beside the test's other files (a skill the person names lies outside it)."""
+    root = tmp_path / "proj"
+    root.mkdir()
+    return root
+
+
 def test_the_persons_skill_replaces_a_bundled_one_of_the_same_id(tmp_path: Path) -> None:
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "a.md").write_text(skill_text("safe-shell", "My own shell rules."))
     (mine / "b.md").write_text(skill_text("terse"))
-    skills = load_skills(tmp_path, command="ask", paths=[mine]).skills
+    skills = load_skills(project(tmp_path), command="ask", paths=[mine]).skills
     assert [(s.id, s.source) for s in skills] == [("safe-shell", "user"), ("terse", "user")]
     assert "My own shell rules." in skills[0].prompt()
 
 
 def test_a_named_skill_that_cannot_be_used_is_a_config_error(tmp_path: Path) -> None:
+    root = project(tmp_path)
     (tmp_path / "bad.md").write_text("no front matter\n")
     with pytest.raises(ConfigError, match="front matter"):
-        load_skills(tmp_path, command="ask", paths=[tmp_path / "bad.md"])
+        load_skills(root, command="ask", paths=[tmp_path / "bad.md"])
     with pytest.raises(ConfigError, match="cannot read the skill"):
-        load_skills(tmp_path, command="ask", paths=[tmp_path / "missing.md"])
+        load_skills(root, command="ask", paths=[tmp_path / "missing.md"])
+
+
+def test_a_named_skill_in_the_project_or_reaching_into_it_is_refused(tmp_path: Path) -> None:
+    """The sandbox (and the repository) write the tree: a skill there is not the person's word.
+    Decided by the path as written, every link on the way and the real target."""
+    root = project(tmp_path)
+    (root / "in.md").write_text(skill_text("mine"))
+    outside = tmp_path / "out.md"
+    outside.write_text(skill_text("mine"))
+    (root / "to-outside.md").symlink_to(outside)  # the sandbox could re-point the link
+    (tmp_path / "to-inside.md").symlink_to(root / "in.md")
+    (tmp_path / "dir").symlink_to(root)  # a directory of skills, linked into the root
+    (tmp_path / "mixed").mkdir()  # a directory outside, one of whose files links into the root
+    (tmp_path / "mixed" / "a.md").write_text(skill_text("fine"))
+    (tmp_path / "mixed" / "b.md").symlink_to(root / "in.md")
+    for given in (root / "in.md", root / "to-outside.md", tmp_path / "to-inside.md",
+                  tmp_path / "dir", tmp_path / "mixed"):
+        with pytest.raises(ConfigError, match=r"the skill .* is inside the project root") as err:
+            load_skills(root, command="ask", paths=[given])
+        assert "policy trust" in (err.value.fix or "")
+    assert ids(root, paths=[outside]) == ["mine"]
 
 
 def test_a_project_skill_counts_only_once_trusted_and_until_it_changes(tmp_path: Path) -> None:
@@ -147,6 +176,7 @@ def test_a_skill_marked_default_off_is_used_only_when_named(tmp_path: Path) -> N
     mine.mkdir()
     (mine / "a.md").write_text("---\nid: opt-in\ndescription: d\ndefault: off\n---\nBe brief.\n")
     (mine / "b.md").write_text(skill_text("always"))
-    assert "opt-in" not in ids(tmp_path, paths=[mine])
-    assert "always" in ids(tmp_path, paths=[mine])
-    assert ids(tmp_path, paths=[mine], include=["opt-in"]) == ["opt-in"]
+    root = project(tmp_path)
+    assert "opt-in" not in ids(root, paths=[mine])
+    assert "always" in ids(root, paths=[mine])
+    assert ids(root, paths=[mine], include=["opt-in"]) == ["opt-in"]

@@ -12,11 +12,13 @@ import pytest
 
 from executor.errors import ConfigError, SessionError
 from executor.state import (
+    check_outside,
     config_home,
     ensure_project_dir,
     legacy_notice,
     open_private,
     project_dir,
+    reaches_into,
     read_private,
     state_home,
 )
@@ -110,3 +112,53 @@ def test_an_old_in_tree_state_dir_gets_one_notice(tmp_path: Path) -> None:
     notice = legacy_notice(tmp_path)
     assert notice is not None and "ignored and never trusted" in notice
     assert str(state_home()) in notice
+
+
+def test_what_reaches_into_the_root_is_decided_by_every_step_not_a_prefix(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As written, every link followed on the way (the sandbox could re-point one in the
+    tree) and the real target must all lie outside the root."""
+    root = tmp_path / "proj"
+    (root / "sub").mkdir(parents=True)
+    (root / "p.toml").write_text("x")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "p.toml").write_text("x")
+    (root / "to-out.toml").symlink_to(out / "p.toml")  # inside as written, outside for real
+    (out / "to-in.toml").symlink_to(root / "p.toml")  # outside as written, inside for real
+    (out / "dir").symlink_to(root / "sub")
+    (root / "hop").symlink_to(out)  # a link in the tree, on the way to a file outside
+    (out / "via").symlink_to("../proj/hop/p.toml")
+    (out / "loop").symlink_to("loop")
+    (tmp_path / "proj-evil").mkdir()  # a string prefix of the root, not inside it
+    inside = {
+        root / "p.toml": root / "p.toml",
+        root / "sub" / "new.toml": root / "sub",  # not there yet: still inside
+        root / "to-out.toml": root / "to-out.toml",
+        out / "to-in.toml": root / "p.toml",
+        out / "dir" / "p.toml": root / "sub",
+        out / "via": root / "hop",
+        out / "loop": out / "loop",  # the kernel gives up: so do we, closed
+        root: root,
+    }
+    for path, hit in inside.items():
+        assert reaches_into(root, path) == hit, path
+    for path in (out / "p.toml", root / ".." / "out" / "p.toml", tmp_path / "proj-evil" / "p",
+                 tmp_path / "missing" / "p.toml"):
+        assert reaches_into(root, path) is None, path
+    monkeypatch.chdir(root / "sub")  # relative paths are taken from the cwd, as written
+    assert reaches_into(root, Path("p.toml")) == root / "sub"
+    assert reaches_into(root, Path("../../out/p.toml")) == root / "sub"  # through the tree
+    monkeypatch.chdir(root)
+    assert reaches_into(root, Path("../out/p.toml")) is None  # through the root itself only
+
+
+def test_a_path_refused_for_a_link_names_the_link(tmp_path: Path) -> None:
+    root = tmp_path / "proj"
+    root.mkdir()
+    (root / "p.toml").write_text("x")
+    (tmp_path / "p.toml").symlink_to(root / "p.toml")
+    with pytest.raises(ConfigError, match=r"the file \S+/p.toml is inside the project root "
+                       r"\S+ \(through \S+/proj/p.toml\)") as err:
+        check_outside(root, tmp_path / "p.toml", "the file", fix="move it")
+    assert err.value.fix == "move it"

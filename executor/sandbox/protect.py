@@ -37,7 +37,7 @@ from pathlib import Path
 
 from executor import gitconfig
 from executor.errors import ConfigError
-from executor.workspace.paths import GITDIR_PARTS, gitdir_shape
+from executor.sandbox.toolbox.gitshape import GITDIR_PARTS, gitdir_shape
 
 MAX_ENTRIES = 2_000_000
 """Entries walked before giving up (a guarantee we cannot give is an error, not a guess)."""

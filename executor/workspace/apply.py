@@ -33,12 +33,13 @@ from typing import Any, overload
 
 from executor.audit import AuditLog
 from executor.errors import WorkspaceError
+from executor.sandbox.toolbox.gitshape import GITDIR_PARTS, gitdir_shape
 from executor.state import config_home, state_home
 from executor.workspace import hostfs
 from executor.workspace.changes import Change, Changeset, utc_now
 from executor.workspace.gitrun import GitRun, git_run
 from executor.workspace.manifest import Entry, from_row
-from executor.workspace.paths import GITDIR_PARTS, gitdir_shape, problem, sort_key
+from executor.workspace.paths import problem, sort_key
 from executor.workspace.render import reader
 from executor.workspace.resolve import after_state, host_state, leaves_root, resolve
 from executor.workspace.risk import flags

@@ -20,20 +20,6 @@ QUARANTINE = ".git.quarantined-"
 """What the toolbox renames a `.git` made in the sandbox to."""
 
 
-GITDIR_PARTS = ("HEAD", "objects", "refs", "commondir")
-
-
-def gitdir_shape(kinds: dict[str, str]) -> bool:
-    """Whether git could take a directory with these entries (name -> 'dir', 'file', 'symlink'
-    or 'other') for a repository; looser than git on purpose. git's own test (setup.c,
-    is_git_directory) takes a HEAD that is a file or a symlink, and checks objects/ and refs/
-    with access(), which follows links and passes for an executable file; a commondir file
-    points both elsewhere. The toolbox has the same rule (toolbox.gitdir_shape)."""
-    if kinds.get("HEAD") in (None, "dir"):
-        return False
-    return ("objects" in kinds and "refs" in kinds) or "commondir" in kinds
-
-
 def is_git_name(name: str) -> bool:
     """`.git` in any case (a case-insensitive host takes `.GIT` for it), or a quarantined one."""
     return name.lower() == ".git" or name.startswith(QUARANTINE)

@@ -7,8 +7,9 @@ import hashlib
 import os
 import stat
 
+from .gitshape import kind_of as _kind
 from .paths import _open_parent, rel, resolve
-from .tracking import _is_git, _kind, _opaque, _sha256, _snapshot
+from .tracking import _is_git, _opaque, _sha256, _snapshot
 from .wire import ok
 
 TYPE_CHECKING = False  # typing is not imported at run time: the toolbox starts fast

@@ -10,6 +10,7 @@ import stat
 import time
 from collections import Counter
 
+from .gitshape import kind_of as _kind
 from .limits import CHANGES_MAX, HASH_FILE_MAX, HASH_WALK_MAX, QUARANTINE, TRACK_MAX_ENTRIES
 from .paths import _chmod_nofollow, _inside, rel
 
@@ -234,14 +235,6 @@ def _sha256(path: str, ino: int) -> tuple[str | None, str | None]:
     except OSError as exc:
         return None, f"not hashed: {exc.strerror or exc}"
     return digest.hexdigest(), None
-
-
-def _kind(mode: int) -> str:
-    if stat.S_ISREG(mode):
-        return "file"
-    if stat.S_ISDIR(mode):
-        return "dir"
-    return "symlink" if stat.S_ISLNK(mode) else "other"
 
 
 def _diff(old: Snapshot, new: Snapshot) -> list[Change]:

@@ -6,9 +6,11 @@ import contextlib
 import os
 import stat
 
+from ..gitshape import GITDIR_CODE, GITDIR_PARTS, gitdir_shape, kind_of
+from ..gitshape import kind_of as _kind
 from ..limits import QUARANTINE
 from ..paths import _chmod_nofollow, _open_parent
-from ..tracking import _kind, _readonly_mounts
+from ..tracking import _readonly_mounts
 
 TYPE_CHECKING = False  # typing is not imported at run time: the toolbox starts fast
 if TYPE_CHECKING:  # names for the type checker only (annotations are never evaluated)
@@ -81,23 +83,6 @@ def _rename_at(root: str, path: str, renamed: str) -> None:
         os.close(parent)
 
 
-GITDIR_PARTS = ("HEAD", "objects", "refs", "commondir")
-"""What makes git take a directory for a repository (bare, or a .git under another name)."""
-GITDIR_CODE = ("HEAD", "objects", "refs", "commondir", "config", "hooks")
-"""Its parts a command may not write or complete: git on the host would act on them."""
-
-
-def gitdir_shape(modes: dict[str, int]) -> bool:
-    """Whether git could take a directory with these entries (name -> lstat mode) for a
-    repository. Looser than git on purpose: git's own test (setup.c, is_git_directory) takes a
-    HEAD that is a file or a symlink, and checks objects/ and refs/ with access(), which follows
-    links and passes for an executable file; a commondir file points both elsewhere."""
-    head = modes.get("HEAD")
-    if head is None or stat.S_ISDIR(head):
-        return False
-    return ("objects" in modes and "refs" in modes) or "commondir" in modes
-
-
 def _disable_gitdirs(ctx: Context, found: list[Change], report: _Tracking) -> None:
     """Directories a command turned into something git takes for a repository, whatever their
     name (`fake/` with HEAD, objects/, refs/ and a config with core.fsmonitor): their HEAD is
@@ -148,4 +133,4 @@ def _rename_head(ctx: Context, folder: str) -> None:
 def _looks_like_gitdir(index: Snapshot, folder: str) -> bool:
     prefix = folder + "/" if folder else ""
     stats = {part: index.stats.get(prefix + part) for part in GITDIR_PARTS}
-    return gitdir_shape({part: st[0] for part, st in stats.items() if st is not None})
+    return gitdir_shape({part: kind_of(st[0]) for part, st in stats.items() if st is not None})

@@ -9,8 +9,9 @@ import os
 import re
 from collections import Counter
 
+from ..gitshape import GITDIR_PARTS, gitdir_shape, kind_of
 from ..guards.disk import _check_write, _note_write
-from ..guards.git import GITDIR_PARTS, _rename_in_place, gitdir_shape
+from ..guards.git import _rename_in_place
 from ..limits import (
     _NAME,
     ABSENT,
@@ -481,7 +482,8 @@ def _gitdir_made_by_write(ctx: Context, real: str) -> QuarantineRecord | None:
         for part in GITDIR_PARTS:
             with contextlib.suppress(OSError):
                 modes[part] = os.lstat(os.path.join(folder, part)).st_mode
-        if gitdir_shape(modes) and folder not in _readonly_mounts(ctx.root):
+        if gitdir_shape({part: kind_of(mode) for part, mode in modes.items()}) and \
+                folder not in _readonly_mounts(ctx.root):
             head = rel(ctx, os.path.join(folder, "HEAD"))
             renamed = head + "." + QUARANTINE.strip(".") + os.urandom(4).hex()
             try:

@@ -420,8 +420,7 @@ class Runner:
         if self.audit is not None:
             self.audit.record("run_abandoned", calls_without_result=calls)
         what = (f"; {len(calls)} tool call(s) had no result ("
-                f"{', '.join(c['tool'] for c in calls)}), and what the sandbox ran for them was "
-                "stopped when the controller went away") if calls else ""
+                f"{', '.join(c['tool'] for c in calls)})") if calls else ""
         self.hooks.emit(WarningEvent(message=f"the last run of session {store.name} ended "
                                              f"without its controller (killed or crashed){what}"))
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import errno
 import fcntl
 import functools
 import marshal
@@ -57,7 +58,7 @@ from executor.errors import (
 )
 from executor.messages import ToolResult
 from executor.protocols import OutputCallback, SandboxInfo
-from executor.sandbox import boot, seccomp
+from executor.sandbox import boot, runrecord, seccomp
 from executor.sandbox.channel import Channel, FifoChannel, OnProgress
 from executor.sandbox.copy import CopyAbort, load_copy
 from executor.sandbox.engine import (
@@ -312,6 +313,9 @@ class DockerSandbox:
         self._channel: Path | bool | None = False
         """The channel directory once decided (`_channel_dir`); False: not yet."""
         self._image_id = ""
+        self._life: int | None = None
+        """Our end of PID 1's lifeline (`hold_life`): closed, by us or by our death, it ends
+        what the container runs."""
         self.reattached = False
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -357,11 +361,16 @@ class DockerSandbox:
             if self.copying:
                 self._plan_copy()
             else:
+                self._settle_abandoned()
                 self._protect()
             self._lock()
+            self._record_start()
             self._container = self._existing() or self._create()
             if self.reattached:
                 self._clear_left()
+                channel = self._channel_dir()
+                if channel is not None and self._life is None:
+                    make_life(channel)  # its PID 1 looks for a new one (boot/init.py)
             self._start_copy()
             self._start_toolbox(running=True)
             self._info = self._describe(image)
@@ -384,6 +393,7 @@ class DockerSandbox:
             with docker_errors("removing the sandbox container"):
                 self._container.remove(force=True, v=True)
             self._container = None
+            self._drop_life()
             self._drop_channel_dir()
             self._after_session()
         if self._copying is not None:  # its container is gone: a copy still running ends now
@@ -506,44 +516,36 @@ class DockerSandbox:
         """Clear set-id bits the session left, report new repositories, remove our mountpoints."""
         if self._tree is None:
             return
-        for path in self._made_dirs:  # the engine created these empty mountpoints
-            with contextlib.suppress(OSError):
-                _rmdir_beneath(self.config.root, path)
-        try:  # the protected paths first: a walk of the whole tree can fail (too big)
-            done = Sweep()
-            check_replaced(self.config.root, self._identities, done)
-            done = sweep(self.config.root, self._tree, self._started_ns, done)
-        except (OSError, SandboxAgentError) as exc:
-            self._warn(f"could not check the whole project after the session: {exc}")
-        try:  # every new `.git`: the toolbox's own renaming is skipped when a command kills it
-            disable_git(self.config.root, sorted(self._undisabled | set(done.new_git)), done)
-        except (OSError, SandboxAgentError) as exc:
-            self._warn(f"could not check the project after the session: {exc}")
-        for rel in done.missing:
-            self._warn(f"{rel} is protected (git on the host runs it) and is gone: a command "
-                       "moved it away; find it in the project and put it back after review")
-        for rel, aside in done.replaced.items():
-            self._warn(f"{rel} is protected (git runs it) but was replaced during the session; "
-                       f"the replacement was moved to {aside}: find the original and review")
-        for rel in done.disabled:
-            if rel not in done.new_git:
-                self._warn(f"disabled the repository (or look-alike) the sandbox made at {rel}")
-        for rel in done.setid_cleared:
-            self._warn(f"removed the set-id bits of {rel}: set-id files are not allowed")
-        for rel in done.new_git:
-            if rel in done.renamed:
-                self._warn(f"a git repository appeared during the session at {rel}: renamed to "
-                           f"{done.renamed[rel]} so git on the host runs nothing from it; review "
-                           "its hooks and config before you rename it back (if you made it)")
-            else:
-                self._warn(f"a git repository appeared during the session at {rel} and could "
-                           "not be renamed; review its hooks and config before running git there")
+        after_session(self.config.root, self._tree, self._started_ns, self._identities,
+                      self._made_dirs, self._undisabled, self._warn)
+        runrecord.forget(self._lock_path().parent, self.name)
+
+    def _record_start(self) -> None:
+        """What the end-of-session checks need, on disk until they ran (runrecord.py)."""
+        if self._tree is None:
+            return
+        root = self.config.root
+        runrecord.RunRecord(
+            name=self.name, root=str(root), started_ns=self._started_ns, tree=self._tree,
+            identities=self._identities,
+            made_dirs=[str(path.relative_to(root)) for path in self._made_dirs],
+        ).save(self._lock_path().parent)
+
+    def _settle_abandoned(self) -> None:
+        """Runs on this root whose controller died: their containers go (with whatever still
+        runs there), then their end-of-session checks run, before this run's start looks at
+        the tree (what they planted must not be taken for the person's)."""
+        for record in runrecord.abandoned(self._lock_path().parent, self.config.root):
+            self._warn(f"a run on this project ({record.name}) ended without its controller: "
+                       "its container is removed and its end-of-session checks run now")
+            settle(self._client, record, self._lock_path().parent, self._warn)
 
     def detach(self) -> None:
         """Leave the container running for a later `--resume` (stdin closed, lock released)."""
         if self._toolbox is not None:
             self._toolbox.stop()
             self._toolbox = None
+        self._drop_life()
         self._container = None
         self._unlock()
 
@@ -646,12 +648,14 @@ class DockerSandbox:
             with docker_errors("removing the sandbox container"):
                 self._container.remove(force=True, v=True)
             self._container = None
+        self._drop_life()
         try:  # a tree the session left can make this fail (a hard-linked hook, a broken config)
             moved = misplaced(self.config.root, self._identities)
             if moved:  # a new container would protect them where they are, not the originals
                 raise SandboxError(f"protected paths are not where they were at the start "
                                    f"({', '.join(sorted(moved)[:3])}); the session ends")
             self._protect()
+            self._record_start()
             self._channel = False  # a new container has nothing left in it: decided afresh
             self._container = self._create()
         except BaseException:
@@ -722,6 +726,7 @@ class DockerSandbox:
         with docker_errors("removing the sandbox container"):
             self._container.remove(force=True, v=True)
         self._container = None
+        self._drop_life()
         self._channel = False
         self._container = self._create()
 
@@ -788,8 +793,10 @@ class DockerSandbox:
         return SandboxSpec.of(decided, self.toolbox_argv(), self._image_id)
 
     def _existing(self) -> Any:
-        """The session's container when it is exactly what this run would create; a bind
-        session replaces one that is not, a copy session (whose changes are in it) stops."""
+        """A copy session's container when it is exactly what this run would create (else the
+        run stops: the session's changes are in it). A bind session never re-uses one: its
+        mounts hold the tree as it was when it was made, and a protected directory the person
+        replaced since (`rm -rf .git && git init`) is silently no longer mounted in it."""
         import docker.errors
 
         with docker_errors("looking for the session's container"):
@@ -799,18 +806,18 @@ class DockerSandbox:
                 return None
             if container.labels.get(LABEL_ROOT) != str(self.config.root):
                 raise SandboxError(f"container {self.name} belongs to another project root")
+            if not self.copying:  # its mounts are the tree as it was: see the docstring
+                self._warn(f"container {self.name} of an earlier run is not re-used: a bind "
+                           "session always starts a new one (files in /tmp are lost)")
+                container.remove(force=True, v=True)
+                return None
             changed = ", ".join(self.spec().differences(container.labels))
-            if changed and self.copying:
+            if changed:
                 raise SandboxError(
                     f"container {self.name} holds this session's copy, but it was made with "
                     f"other {changed} than this run asks for, so it is not re-used",
                     fix="resume with the options of the run that made it, or discard it "
                         f"(`docker rm -f {self.name}`: its uncollected changes are lost)")
-            if changed:
-                self._warn(f"container {self.name} was made with other {changed} than this run "
-                           "asks for; starting a new one (files in /tmp are lost)")
-                container.remove(force=True, v=True)
-                return None
             if container.status != "running":
                 container.start()
         self.reattached = True
@@ -819,6 +826,9 @@ class DockerSandbox:
     def _create(self) -> Any:
         options = self.create_options()
         options["labels"].update(self.spec().labels())
+        channel = self._channel_dir()
+        if channel is not None:  # its PID 1 opens it first thing
+            make_life(channel)
         with _unreachable_root(self.config.root), docker_errors("creating the sandbox container"):
             container = self._client.containers.create(**options)
             try:
@@ -881,6 +891,9 @@ class DockerSandbox:
                           self.toolbox_argv(), attached, self._channel_dir())
         ready = toolbox.start()
         self._toolbox = toolbox
+        channel = self._channel_dir()
+        if self._life is None and channel is not None:
+            self._life = hold_life(channel)
         if not self.copying and not self._root_checked:
             self._check_root(ready.get("root"))
         filtered = str(ready.get("filter", "not reported"))
@@ -925,6 +938,12 @@ class DockerSandbox:
     def _drop_channel_dir(self) -> None:
         """Remove the channel directory once the container is gone."""
         drop_channel(self._lock_path().parent, self.name)
+
+    def _drop_life(self) -> None:
+        """Let go of PID 1's lifeline: it ends (bind) or clears (copy) what the container runs."""
+        if self._life is not None:
+            os.close(self._life)
+            self._life = None
 
     def _tool_user(self) -> str:
         """Who the tools run as: a read-only copy's tools own nothing in it."""
@@ -973,6 +992,67 @@ class DockerSandbox:
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
+
+
+def after_session(root: Path, tree: TreeScan, started_ns: int,
+                  identities: dict[str, Identity | None], made_dirs: list[Path],
+                  undisabled: set[str], warn: Warn) -> None:
+    """The checks after a bind session: its mountpoints removed, protected paths put back,
+    set-id bits cleared, repositories the sandbox made renamed aside; each said with `warn`."""
+    for path in made_dirs:  # the engine created these empty mountpoints
+        with contextlib.suppress(OSError):
+            _rmdir_beneath(root, path)
+    try:  # the protected paths first: a walk of the whole tree can fail (too big)
+        done = Sweep()
+        check_replaced(root, identities, done)
+        done = sweep(root, tree, started_ns, done)
+    except (OSError, SandboxAgentError) as exc:
+        warn(f"could not check the whole project after the session: {exc}")
+    try:  # every new `.git`: the toolbox's own renaming is skipped when a command kills it
+        disable_git(root, sorted(undisabled | set(done.new_git)), done)
+    except (OSError, SandboxAgentError) as exc:
+        warn(f"could not check the project after the session: {exc}")
+    _report_sweep(done, warn)
+
+
+def settle(client: Any, record: runrecord.RunRecord, lock_dir: Path, warn: Warn) -> None:
+    """A dead bind session's container removed and its end-of-session checks run."""
+    import docker.errors
+
+    root = Path(record.root)
+    with docker_errors(f"removing {record.name}"):
+        try:
+            container = client.containers.get(record.name)
+            if container.labels.get(LABEL_ROOT) == record.root:
+                container.remove(force=True, v=True)
+        except docker.errors.NotFound:
+            pass
+    drop_channel(lock_dir, record.name)
+    after_session(root, record.tree, record.started_ns, record.identities,
+                  [root / rel for rel in record.made_dirs], set(), warn)
+    runrecord.forget(lock_dir, record.name)
+
+
+def _report_sweep(done: Sweep, warn: Warn) -> None:
+    for rel in done.missing:
+        warn(f"{rel} is protected (git on the host runs it) and is gone: a command "
+                   "moved it away; find it in the project and put it back after review")
+    for rel, aside in done.replaced.items():
+        warn(f"{rel} is protected (git runs it) but was replaced during the session; "
+                   f"the replacement was moved to {aside}: find the original and review")
+    for rel in done.disabled:
+        if rel not in done.new_git:
+            warn(f"disabled the repository (or look-alike) the sandbox made at {rel}")
+    for rel in done.setid_cleared:
+        warn(f"removed the set-id bits of {rel}: set-id files are not allowed")
+    for rel in done.new_git:
+        if rel in done.renamed:
+            warn(f"a git repository appeared during the session at {rel}: renamed to "
+                       f"{done.renamed[rel]} so git on the host runs nothing from it; review "
+                       "its hooks and config before you rename it back (if you made it)")
+        else:
+            warn(f"a git repository appeared during the session at {rel} and could "
+                       "not be renamed; review its hooks and config before running git there")
 
 
 def _runtime_of(container: Any) -> str:
@@ -1057,6 +1137,48 @@ def unlink_fifos(directory: Path) -> None:
                 os.unlink(name, dir_fd=folder)
     finally:
         os.close(folder)
+
+
+def make_life(directory: Path) -> None:
+    """A fresh FIFO `life` in our channel `directory`, for the container's PID 1 to open
+    (boot/init.py: it watches the host through it)."""
+    try:
+        folder = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink("life", dir_fd=folder)
+        os.mkfifo("life", 0o600, dir_fd=folder)
+        os.chmod("life", 0o666, dir_fd=folder)  # PID 1 runs as the root's owner
+    except OSError:
+        pass
+    finally:
+        os.close(folder)
+
+
+def hold_life(directory: Path, timeout: float = 2.0) -> int | None:
+    """Our write end of `life`, once PID 1 holds the other (a non-blocking open for writing
+    fails until a reader exists); the name is unlinked either way. None: no PID 1 took it."""
+    try:
+        folder = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    deadline, fd = time.monotonic() + timeout, None
+    try:
+        while fd is None and time.monotonic() < deadline:
+            try:
+                fd = os.open("life", os.O_WRONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC,
+                             dir_fd=folder)
+            except OSError as exc:
+                if exc.errno != errno.ENXIO:
+                    break
+                time.sleep(0.005)
+        with contextlib.suppress(OSError):
+            os.unlink("life", dir_fd=folder)
+    finally:
+        os.close(folder)
+    return fd
 
 
 def hosts_file(directory: Path) -> Path:
@@ -1189,7 +1311,8 @@ def container_options(config: SandboxConfig, lock_path: Path, user: str,
         first: dict[str, Any] = {"command": toolbox_command(toolbox, first=True), "init": False,
                                  "stdin_open": True, "log_config": LogConfig(type="none")}
     else:
-        first = {"command": ["python3", "-I", "-S", "-c", boot.reaper()], "init": False}
+        first = {"command": ["python3", "-I", "-S", "-c",
+                             boot.reaper(end=config.workspace == "bind")], "init": False}
     return {**runtime, **first,
         "image": config.image, "name": container_name(config.session_id), "user": user,
         "working_dir": WORKSPACE, "hostname": "sandbox", "mounts": mounts, "tmpfs": tmpfs,

@@ -104,6 +104,38 @@ def test_a_killed_controller_stops_what_the_sandbox_runs(project: Path, model_se
         container.remove(force=True)
 
 
+STOPPED = ("( while true; do echo x >> grow.txt; sleep 0.2; done ) & sleep 0.3; "
+           "kill -STOP $PPID; wait")
+"""A command that stops its own toolbox (same uid) so the toolbox's watch cannot run."""
+
+
+@pytest.mark.engines("runc", "podman")
+def test_a_command_that_stops_its_toolbox_still_ends_with_its_controller(
+        project: Path, model_server: ModelServer, docker_client: Any, engine: Any):
+    """Red-team round 14: SIGSTOP of the toolbox kept its watch from running, and the loop
+    outlived the SIGKILLed controller. PID 1, which no command can signal, watches the host's
+    lifeline FIFO and ends the container. (gVisor has no FIFO channel: a known limit there.)"""
+    model_server.reply(tool_calls=[Call("run_shell_command",
+                                        {"command": STOPPED, "timeout_seconds": 600})])
+    model_server.reply("never seen")
+    run = subprocess.Popen(
+        [str(SANDBOX_AGENT), "ask", "--root", str(project), *model_args(model_server, "ollama"),
+         "--yes", "grow it"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, env=cli_env(), start_new_session=True)
+    grow = project / "grow.txt"
+    deadline = time.monotonic() + 60
+    while (not grow.exists() or grow.stat().st_size < 8) and time.monotonic() < deadline:
+        assert run.poll() is None, run.communicate()
+        time.sleep(0.05)
+    time.sleep(0.5)  # the toolbox is stopped by now
+    os.kill(run.pid, signal.SIGKILL)
+    run.wait()
+    first, later = size_settles(grow, 1.0)
+    assert first == later, "the loop kept writing after its controller died"
+    for container in containers(docker_client, project):
+        container.remove(force=True)
+
+
 def _start_copy_loop(project: Path, server: ModelServer, docker_client: Any
                      ) -> subprocess.Popen[str]:
     server.reply(tool_calls=[Call("run_shell_command",
@@ -219,18 +251,20 @@ def test_a_resumed_session_gets_the_sandbox_this_run_asks_for(project: Path,
     done = ask(project, model_server, "ollama", "--yes", "--session", "s1", "--resume",
                *flags, query="again", env=env)
     assert done.returncode == 0, explain(done)
-    assert "starting a new one" in done.stderr, explain(done)
+    # a bind session never re-uses a container; the dead run's is removed and its checks run
+    assert "ended without its controller" in done.stderr, explain(done)
     shown = model_server.last_chat.body["messages"][-1]["content"]
     if change != "read-only":  # a read-only run has no shell: the new container is the point
         assert "kept" not in shown and "token=none" in shown, shown
-    if change == "git-init":
-        assert not (project / "sub" / ".husky" / "pre-commit").exists(), shown
+    if change == "git-init":  # git on the host runs no hook the sandbox wrote
+        hook = project / "sub" / ".husky" / "pre-commit"
+        assert not hook.exists() or not (project / "sub" / ".git").exists(), shown
     assert old.id not in [c.id for c in containers(docker_client, project)]
 
 
-def test_an_unchanged_resume_re_attaches(project: Path, model_server: ModelServer,
-                                         docker_client: Any):
-    _first_run(project, model_server)
+def test_an_unchanged_copy_resume_re_attaches(project: Path, model_server: ModelServer,
+                                              docker_client: Any):
+    _first_run(project, model_server, "--workspace", "copy")
     [old] = containers(docker_client, project)
     model_server.reply(tool_calls=[Call("run_shell_command", {"command": "cat /tmp/mark"})])
     model_server.reply("Again.")

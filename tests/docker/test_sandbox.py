@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -221,8 +223,8 @@ def test_a_toolbox_that_cannot_be_killed_is_a_warning(project: Path, docker_clie
     assert "Operation not permitted" in warning
 
 
-def test_reattach_to_a_left_container(project: Path, docker_client: Any):
-    config = make_config(project)
+def test_a_copy_session_re_attaches_to_its_left_container(project: Path, docker_client: Any):
+    config = make_config(project, workspace="copy")
     first = DockerSandbox(config, client=docker_client)
     first.start()
     first.call("run_shell_command", {"command": "echo kept > /tmp/marker"})
@@ -232,6 +234,32 @@ def test_reattach_to_a_left_container(project: Path, docker_client: Any):
         assert second.reattached and second.info.container_id == container_id
         assert "kept" in second.call("run_shell_command", {"command": "cat /tmp/marker"}).output
     assert not docker_client.containers.list(all=True, filters={"id": container_id})
+
+
+def test_a_bind_session_never_re_uses_a_left_container(project: Path, docker_client: Any):
+    """Red-team round 14: a protected directory the person replaced on the host after the
+    container was made (`rm -rf .git && git init`) is no longer mounted in it, though the
+    paths, and so the spec, are the same. Only a new container mounts the tree as it is, and
+    the dead run's own checks see the replacement first (and move it aside, as they would
+    have had the run ended: what replaced a protected path while a sandbox ran is suspect)."""
+    config = make_config(project)
+    first = DockerSandbox(config, client=docker_client)
+    first.start()
+    first.call("run_shell_command", {"command": "echo kept > /tmp/marker"})
+    container_id = first.info.container_id
+    first.detach()  # as if the controller had crashed
+    shutil.rmtree(project / ".git")
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    warnings: list[str] = []
+    with DockerSandbox(config, client=docker_client, warn=warnings.append) as second:
+        assert not second.reattached and second.info.container_id != container_id
+        shown = second.call("run_shell_command", {"command": "cat /tmp/marker; "
+                                                  "mkdir -p .git/hooks && touch .git/hooks/x"})
+        assert "kept" not in shown.output, shown.output
+    assert not (project / ".git" / "hooks" / "x").exists()  # git on the host finds nothing
+    assert not docker_client.containers.list(all=True, filters={"id": container_id})
+    assert any("ended without its controller" in w for w in warnings), warnings
+    assert any(".git is protected" in w and "replaced" in w for w in warnings), warnings
 
 
 @pytest.mark.parametrize("workspace", ["bind", "copy"])
@@ -250,7 +278,9 @@ def test_what_a_dead_run_left_is_gone_before_a_toolbox_starts_again(project: Pat
     container.exec_run(["sleep", "1000"], user="1000:1000", detach=True)  # a survivor
     first.detach()  # as if the controller had been killed
     with DockerSandbox(config, client=docker_client) as second:
-        assert second.reattached and second.info.container_id == container.id
+        # a copy re-attaches (its changes are there); a bind session gets a new container
+        assert second.reattached == (workspace == "copy")
+        assert (second.info.container_id == container.id) == (workspace == "copy")
         left = second.call("run_shell_command", {"command": "cat /proc/[0-9]*/cmdline | "
                                                             "tr '\\0' ' '"}).output
         assert "sleep 1000" not in left, left
@@ -289,3 +319,29 @@ def test_a_gone_image_falls_back_with_a_warning(project: Path, docker_client: An
     assert warnings == [f"image {gone[:19]} is gone; using {IMAGE}"]
     with pytest.raises(ImageNotFoundError):  # without a fallback it stays an error
         DockerSandbox(make_config(project, image=gone), client=docker_client).start()
+
+
+def test_a_dead_bind_runs_checks_run_before_the_next_run_looks_at_the_tree(project: Path,
+                                                                          docker_client: Any):
+    """Red-team round 14: a repository the sandbox made was left in place when its controller
+    died (no end-of-session sweep), and the next run took it for the person's: `git status` on
+    the host ran its fsmonitor. The dead run's start is on disk; the next run finishes it."""
+    for path in [project, *project.rglob("*")]:
+        os.lchown(path, 1000, 1000)
+    config = make_config(project)
+    first = DockerSandbox(config, client=docker_client)
+    first.start()
+    container = docker_client.containers.get(first.info.container_id)
+    planted = container.exec_run(["sh", "-c", "mkdir -p sub/.git/hooks sub/.git/objects "
+                                  "sub/.git/refs && echo 'ref: refs/heads/x' > sub/.git/HEAD"],
+                                 user="1000:1000", workdir="/workspace")
+    assert planted.exit_code == 0, planted.output
+    first.detach()  # the controller dies: no end-of-session checks
+    assert (project / "sub" / ".git").is_dir()
+    warnings: list[str] = []
+    other = make_config(project)  # another session on the same root
+    with DockerSandbox(other, client=docker_client, warn=warnings.append):
+        assert not (project / "sub" / ".git").exists(), warnings
+        assert any("ended without its controller" in w for w in warnings), warnings
+        assert any("sub/.git" in w for w in warnings), warnings
+    assert not docker_client.containers.list(all=True, filters={"id": container.id})

@@ -62,7 +62,7 @@ def test_pid_1_is_ours_with_or_without_the_first_toolbox(tmp_path: Path):
     plain = _options(tmp_path)
     assert plain["init"] is False and plain["command"][:4] == ["python3", "-I", "-S", "-c"]
     assert plain["command"][4].startswith(_INIT_TAG)  # reaps, forks no toolbox
-    assert plain["command"][4].rstrip().endswith("reap(0)")
+    assert plain["command"][4].rstrip().endswith("reap(0, end=True)")  # a bind container
     first = container_options(SandboxConfig(root=tmp_path, session_id="s1"), tmp_path / "l.lock",
                               "1000:1000", toolbox=["--root", "/workspace"])
     assert first["init"] is False and first["command"][5].startswith(_INIT_TAG)

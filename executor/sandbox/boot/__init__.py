@@ -22,9 +22,10 @@ def source(name: str) -> str:
     return resources.files(__name__).joinpath(f"{name}.py").read_text()
 
 
-def reaper() -> str:
-    """PID 1 of a container whose toolboxes are `docker exec`s (Podman, gVisor, a copy)."""
-    return source("init") + "\nif __name__ == '__main__':\n    reap(0)\n"
+def reaper(*, end: bool = True) -> str:
+    """PID 1 of a container whose toolboxes are `docker exec`s (Podman, gVisor, a copy);
+    `end`: the container ends when its host's lifeline goes (a bind one), else it lives on."""
+    return source("init") + f"\nif __name__ == '__main__':\n    reap(0, end={end})\n"
 
 
 def first_toolbox() -> str:

@@ -12,18 +12,34 @@ it, saving the `docker exec` of a second process), it writes `INIT_MARK` on stde
 toolbox ends (the engine keeps the container's stdout open while PID 1 lives, so the host
 could not see the end there), and exits when the toolbox exited `EXIT_ORPHANED` (its host
 went away mid-command): the kernel then ends whatever is left in the pid namespace.
+
+It also watches its host itself, where commands cannot reach: the host makes a FIFO `life`
+in the channel directory before the container starts, PID 1 opens it for reading, the host
+opens it for writing and unlinks the name, and keeps it open while the session lives. When
+the host's process is gone, by whatever death, the kernel reports POLLHUP: PID 1 of a bind
+container exits (the kernel kills the rest of the namespace); of a copy container, kills
+every process it can signal (the tools' uid) and waits for the next host's `life`. A command
+can SIGSTOP the toolbox (same uid) but not PID 1 (a namespace's init gets no signal it did
+not ask for; gVisor differs, and has no channel directory: there the toolbox's own watch is
+all there is).
 """
 
 import contextlib
 import os
+import select
 import signal
 
 INIT_MARK = b"sandbox-agent-init: the toolbox exited"
 EXIT_ORPHANED = 75
+LIFE = "/run/sandbox-agent/life"
+"""The host's lifeline FIFO (see the docstring); absent: nothing to watch."""
+WATCH_SECONDS = 0.2
 
 
-def reap(toolbox: int) -> None:
-    """Ignore signals, drop stdin and stdout, and reap children forever."""
+def reap(toolbox: int, end: bool = True) -> None:
+    """Ignore signals, drop stdin and stdout, and reap children forever; watch the host's
+    lifeline (`end`: exit when it is gone, else kill what runs and wait for the next)."""
+    life = _open_life()
     os.chdir("/")
     try:
         import ctypes
@@ -41,7 +57,49 @@ def reap(toolbox: int) -> None:
     os.dup2(null, 1)
     while True:
         _reap_all(toolbox, null)
-        signal.sigwait({signal.SIGCHLD})
+        if life is not None and _gone(life):
+            if end:
+                os._exit(0)
+            os.close(life)
+            life = None
+            _kill_all()
+        elif life is None and not end:
+            life = _open_life()  # a copy container re-attached: the new host's lifeline
+        signal.sigtimedwait({signal.SIGCHLD}, WATCH_SECONDS)
+
+
+def _open_life() -> "int | None":
+    try:
+        return os.open(LIFE, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+
+
+def _gone(fd: int) -> bool:
+    """POLLHUP: every writer (only ever the host) closed its end."""
+    poller = select.poll()
+    poller.register(fd, 0)
+    return bool(poller.poll(0))
+
+
+def _kill_all() -> None:
+    """SIGKILL everything we may signal, until nothing of our uid is left (a second's worth)."""
+    for _ in range(200):
+        with contextlib.suppress(OSError):
+            os.kill(-1, signal.SIGKILL)
+        if not [p for p in os.listdir("/proc") if p.isdigit() and p != "1" and _ours(p)]:
+            return
+        signal.sigtimedwait({signal.SIGCHLD}, 0.005)
+        with contextlib.suppress(ChildProcessError):
+            while os.waitpid(-1, os.WNOHANG)[0] > 0:
+                pass
+
+
+def _ours(pid: str) -> bool:
+    try:
+        return os.stat(f"/proc/{pid}").st_uid == os.getuid()
+    except OSError:
+        return False
 
 
 def _reap_all(toolbox: int, null: int) -> None:

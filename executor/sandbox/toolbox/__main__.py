@@ -9,6 +9,7 @@ import sys
 from .channel import Signed, Verified, _hangup_watch, _open_channel, _read_key
 from .confine import PR_GET_DUMPABLE, PR_SET_DUMPABLE, confine
 from .context import Context
+from .limits import EXIT_ORPHANED
 from .options import parse_args
 from .server import serve
 from .wire import send
@@ -74,8 +75,10 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         return serve(ctx, inp, out, filtered)
-    except (BrokenPipeError, KeyboardInterrupt):
+    except KeyboardInterrupt:
         return 0
+    except BrokenPipeError:  # our host's end is gone: PID 1 ends a bind container on this
+        return EXIT_ORPHANED
 
 
 if __name__ == "__main__":

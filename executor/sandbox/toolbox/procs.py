@@ -121,6 +121,9 @@ class _Progress:
         self.decoders = {name: codecs.getincrementaldecoder("utf-8")("replace")
                          for name in self.pending}
         self.sent, self.due = 0, 0.0
+        self.broken = False
+        """The host's end of our lines is gone (EPIPE): nothing more is sent, and the call's
+        command is stopped as for a hang-up (`_run`)."""
 
     def tee(self, stream: str, capture: _Capture) -> _Tee:
         """A sink for _pump that feeds `capture` and this stream's progress."""
@@ -143,10 +146,13 @@ class _Progress:
         for stream, text in self.pending.items():
             if final:
                 text += self.decoders[stream].decode(b"", final=True)
-            if (text or self.dropped[stream]) and self.sent < PROGRESS_TOTAL:
+            if (text or self.dropped[stream]) and self.sent < PROGRESS_TOTAL and not self.broken:
                 self.sent += len(text)
-                send(self.out, {"id": self.rid, "progress": {
-                    "stream": stream, "text": text, "dropped": self.dropped[stream]}})
+                try:
+                    send(self.out, {"id": self.rid, "progress": {
+                        "stream": stream, "text": text, "dropped": self.dropped[stream]}})
+                except BrokenPipeError:
+                    self.broken = True
             self.pending[stream], self.dropped[stream] = "", 0
 
 

@@ -74,14 +74,14 @@ def _run(ctx: Context, command: str, timeout: float) -> tuple[
         progress.tee("stdout", out), progress.tee("stderr", err))
 
     def stop() -> str | None:
-        """Stop a command drowning us in output, filling the disk, or left by its host."""
+        """Stop a command left by its host, drowning us in output, or filling the disk."""
+        if ctx.hangup() or (progress is not None and progress.broken):
+            ctx.orphaned = True
+            return "orphaned"
         if progress is not None:
             progress.flush()
         if out.total + err.total > OUTPUT_HARD_LIMIT:
             return "overflow"
-        if ctx.hangup():
-            ctx.orphaned = True
-            return "orphaned"
         return disk() if disk else None
 
     tick = min(DISK_POLL_SECONDS if disk else HANGUP_SECONDS, HANGUP_SECONDS)

@@ -1,0 +1,119 @@
+"""What a bind session decided at its start, kept on disk until its end-of-session checks ran.
+
+The checks after a session (`after_session`: set-id bits cleared, repositories the sandbox
+made renamed aside, protected paths put back) need what the start saw: the `.git` entries,
+the protected paths' identities, when it began. A controller that dies (SIGKILL, OOM, a
+crash) takes that with it, and the next run would take what the sandbox planted for the
+person's own. So the start writes it beside the session's lock (the user's lock dir, outside
+the project), the end removes it, and whoever finds one whose lock is free — the next run on
+the root, or `gc` — removes that session's container and runs the dead run's checks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from executor.sandbox.protect import Identity, TreeScan
+
+SUFFIX = ".run.json"
+_NAME = re.compile(r"sandbox-agent-[A-Za-z0-9][A-Za-z0-9_.-]*")
+"""A container name as `container_name` makes them: a record naming anything else is refused."""
+_MAX_BYTES = 16 * 1024 * 1024
+
+
+@dataclass
+class RunRecord:
+    """A bind session's start, as its end-of-session checks need it."""
+
+    name: str
+    """The container's name (the lock file beside is `<name>.lock`)."""
+    root: str
+    started_ns: int
+    tree: TreeScan
+    identities: dict[str, Identity | None] = field(default_factory=dict)
+    made_dirs: list[str] = field(default_factory=list)
+    """Mountpoints the engine made (relative to the root), removed when empty."""
+
+    def save(self, lock_dir: Path) -> None:
+        """Write it atomically, never through a link (the lock dir is ours, 0700)."""
+        data = json.dumps({
+            "name": self.name, "root": self.root, "started_ns": self.started_ns,
+            "git_entries": self.tree.git_entries, "git_dirs": list(self.tree.git_dirs),
+            "identities": {k: list(v) if v else None for k, v in self.identities.items()},
+            "made_dirs": self.made_dirs}).encode()
+        path = lock_dir / f"{self.name}{SUFFIX}"
+        temporary = lock_dir / f".{self.name}{SUFFIX}.{os.getpid()}"
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(temporary, path)
+
+
+def forget(lock_dir: Path, name: str) -> None:
+    """The session's checks ran: its record goes."""
+    with contextlib.suppress(OSError):
+        os.unlink(lock_dir / f"{name}{SUFFIX}")
+
+
+def abandoned(lock_dir: Path, root: Path | None = None) -> list[RunRecord]:
+    """Records (of `root`'s sessions, or all) whose session no longer holds its lock."""
+    found = []
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(lock_dir):
+            if not entry.name.endswith(SUFFIX) or entry.name.startswith("."):
+                continue
+            record = _load(Path(entry.path))
+            if record is None or not _NAME.fullmatch(record.name) \
+                    or entry.name != f"{record.name}{SUFFIX}" \
+                    or (root is not None and record.root != str(root)):
+                continue
+            if not _held(lock_dir / f"{record.name}.lock"):
+                found.append(record)
+    return found
+
+
+def _load(path: Path) -> RunRecord | None:
+    """A record we wrote, or None for anything else (a link, not regular, not ours, bad)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(f.fileno())
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid() \
+                or info.st_size > _MAX_BYTES:
+            return None
+        try:
+            raw: Any = json.loads(f.read())
+            return RunRecord(
+                name=str(raw["name"]), root=str(raw["root"]), started_ns=int(raw["started_ns"]),
+                tree=TreeScan({str(k): str(v) for k, v in raw["git_entries"].items()},
+                              tuple(str(d) for d in raw["git_dirs"])),
+                identities={str(k): (int(v[0]), int(v[1])) if v else None
+                            for k, v in raw["identities"].items()},
+                made_dirs=[str(d) for d in raw["made_dirs"]])
+        except (ValueError, KeyError, TypeError, IndexError, AttributeError):
+            return None
+
+
+def _held(lock: Path) -> bool:
+    """Whether a live session holds `lock` (a missing lock: nobody does)."""
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # closing drops a lock we took
+    return False

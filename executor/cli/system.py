@@ -106,6 +106,8 @@ def gc(
     result = collect(root=str(root) if root else None, all_hosts=all_hosts, force=force)
     for name in result.removed:
         out_console.print(f"removed {inert_line(name)}", markup=False)
+    for note in result.notes:
+        err_console.print(f"warning: {inert_line(note)}", markup=False, highlight=False)
     err_console.print(
         f"[dim]{len(result.removed)} removed, {len(result.in_use)} in use, "
         f"{len(result.skipped)} from other hosts left alone[/]"

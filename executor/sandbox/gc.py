@@ -11,15 +11,18 @@ import fcntl
 import os
 import socket
 import stat
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
 
+from executor.sandbox import runrecord
 from executor.sandbox.docker import (
     LABEL_HOST,
     LABEL_LOCK,
     LABEL_ROOT,
     LABEL_SESSION,
+    after_session,
     default_lock_dir,
     drop_channel,
 )
@@ -35,6 +38,8 @@ class GcResult(BaseModel):
     """Names of containers whose session is still running."""
     skipped: list[str]
     """Containers of other hosts (left alone unless all_hosts)."""
+    notes: list[str] = []
+    """What the end-of-session checks of removed bind sessions found (they ran here)."""
 
 
 def gc(
@@ -64,6 +69,17 @@ def _classify(container: Any, result: GcResult, *, all_hosts: bool, force: bool)
                 return  # removed meanwhile by its own session or another gc
         result.removed.append(container.name)
         drop_channel(default_lock_dir(), container.name)  # of a session that was killed
+        _finish(container.name, result)
+
+
+def _finish(name: str, result: GcResult) -> None:
+    """A removed bind session's end-of-session checks, which its dead controller skipped."""
+    for record in runrecord.abandoned(default_lock_dir()):
+        if record.name == name:
+            after_session(Path(record.root), record.tree, record.started_ns, record.identities,
+                          [Path(record.root) / rel for rel in record.made_dirs], set(),
+                          result.notes.append)
+            runrecord.forget(default_lock_dir(), name)
 
 
 def _in_use(lock_path: str) -> bool:

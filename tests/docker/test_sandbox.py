@@ -345,3 +345,22 @@ def test_a_dead_bind_runs_checks_run_before_the_next_run_looks_at_the_tree(proje
         assert any("ended without its controller" in w for w in warnings), warnings
         assert any("sub/.git" in w for w in warnings), warnings
     assert not docker_client.containers.list(all=True, filters={"id": container.id})
+
+
+def test_gc_runs_the_checks_a_dead_bind_run_skipped(project: Path, docker_client: Any):
+    from executor.sandbox.gc import gc
+
+    for path in [project, *project.rglob("*")]:
+        os.lchown(path, 1000, 1000)
+    first = DockerSandbox(make_config(project), client=docker_client)
+    first.start()
+    container = docker_client.containers.get(first.info.container_id)
+    planted = container.exec_run(["sh", "-c", "mkdir -p sub/.git/objects sub/.git/refs && "
+                                  "echo 'ref: refs/heads/x' > sub/.git/HEAD"],
+                                 user="1000:1000", workdir="/workspace")
+    assert planted.exit_code == 0, planted.output
+    first.detach()  # the controller dies: no end-of-session checks
+    result = gc(docker_client, root=str(project))
+    assert result.removed == [container.name]
+    assert not (project / "sub" / ".git").exists()
+    assert any("sub/.git" in note for note in result.notes), result.notes

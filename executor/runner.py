@@ -67,6 +67,8 @@ from executor.instructions import Instructions
 from executor.messages import Message, ToolCall, ToolResult, ToolSpec
 from executor.models import build_model
 from executor.models.toolproto import uses_json
+from executor.network.egress import EgressConfig
+from executor.network.session import egress_config, egress_hooks, prompt_note
 from executor.policy import Decision, Policy, PolicyOverrides
 from executor.protocols import LoadingModel, Model, Sandbox
 from executor.redact import Redactor
@@ -98,8 +100,8 @@ SandboxFactory = Callable[[SandboxConfig], Sandbox]
 SYSTEM_PROMPT = (
     "You are a coding agent working on the project in /workspace; tool paths are relative to "
     "it. Look at files before changing them, make small exact edits, and run commands to check "
-    "your work (python3; there is no network). When you are done, answer briefly with what you "
-    "did or found."
+    "your work (python3; there is no network unless said below). When you are done, answer "
+    "briefly with what you did or found."
 )
 READ_ONLY_NOTE = " This run is read-only: you can list, read and search files, not change them."
 
@@ -158,6 +160,10 @@ class RunOptions(BaseModel):
     """This session's depth: 0 for a session a person started, 1 for its children ..."""
     parent_session: str | None = None
     """The session that delegated to this one."""
+    allow_host_flags: list[str] = Field(default_factory=list)
+    """Hosts the sandbox may reach (--allow-host), besides the user config's `allow_hosts`."""
+    network_flags: list[str] = Field(default_factory=list)
+    """Network presets (--network pypi|npm|github), besides the user config's `network`."""
 
 
 @dataclass(frozen=True)
@@ -234,6 +240,9 @@ class Runner:
         """The prompt skills in the system prompt, once started."""
         self.children: list[str] = []
         """Sessions delegated to from this one."""
+        self.egress: EgressConfig | None = egress_config(
+            settings, options.allow_host_flags, options.network_flags)
+        """The hosts the sandbox may reach, decided once (None: no network)."""
         hooks.subscribe(self._count_reply, "model_request")
 
     @classmethod
@@ -562,7 +571,8 @@ class Runner:
     def _backend_for(self, config: SandboxConfig) -> Sandbox:
         """The sandbox given, one from the factory given, or a DockerSandbox."""
         if self.backend is None:
-            return DockerSandbox(config, warn=self._warn)
+            hooks = egress_hooks(self.hooks) if config.egress is not None else None
+            return DockerSandbox(config, warn=self._warn, egress_hooks=hooks)
         if _is_sandbox(self.backend):
             return self.backend  # type: ignore[return-value]
         return self.backend(config)  # type: ignore[operator]
@@ -608,6 +618,7 @@ class Runner:
             copy_exclude=s.copy_exclude, copy_storage=s.copy_storage,
             copy_overlay=put_back or {},
             blob_dir=BlobStore.for_root(self.options.root).directory if put_back else None,
+            egress=self.egress,
         )
 
     def _open_audit(self, store: NdjsonSessionStore) -> AuditLog | None:
@@ -664,6 +675,7 @@ class Runner:
     def _system_prompt(self) -> str:
         prompt = self.options.system_prompt or SYSTEM_PROMPT
         prompt += READ_ONLY_NOTE if self.options.read_only else ""
+        prompt += prompt_note(self.egress)
         blocks = [prompt, self.skills.prompt(), self.instructions.prompt() if self.instructions
                   else ""]
         return "\n\n".join(block for block in blocks if block)
@@ -789,6 +801,7 @@ class Runner:
             orchestrator=o.orchestrator, confirm_delegation=o.confirm_delegation,
             max_delegations=o.max_delegations, delegation_depth=o.delegation_depth,
             depth=o.depth + 1, parent_session=self.session_name,
+            allow_host_flags=o.allow_host_flags, network_flags=o.network_flags,
         )
 
         def relay(event: Event) -> None:

@@ -49,6 +49,8 @@ class EgressConfig(BaseModel):
     """Bytes both ways over the session."""
     max_connections: int = Limits.max_connections
     """Connections over the session."""
+    env: dict[str, str] = Field(default_factory=dict)
+    """What points the sandbox's tools at the allowed indexes (a preset's PIP_INDEX_URL ...)."""
 
     def rules(self) -> EgressRules:
         """The allow-list as rules."""
@@ -66,8 +68,8 @@ def environment(config: EgressConfig | None) -> dict[str, str]:
     if config is None:
         return {}
     url = f"http://127.0.0.1:{config.port}"
-    env = {"HTTP_PROXY": url, "HTTPS_PROXY": url, "http_proxy": url, "https_proxy": url,
-           "npm_config_proxy": url, "npm_config_https_proxy": url}
+    env = {**config.env, "HTTP_PROXY": url, "HTTPS_PROXY": url, "http_proxy": url,
+           "https_proxy": url, "npm_config_proxy": url, "npm_config_https_proxy": url}
     if not config.rules().loopback():  # the sandbox's own servers stay its own
         local = "localhost,127.0.0.1,::1"
         env |= {"NO_PROXY": local, "no_proxy": local}

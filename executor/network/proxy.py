@@ -73,6 +73,7 @@ class Connection:
     address: str | None = None
     rule: str | None = None
     allowed_by: str | None = None
+    address_rule: str | None = None
     reason: str = ""
     bytes_up: int = 0
     bytes_down: int = 0
@@ -84,7 +85,8 @@ class Connection:
         """The fields of its audit record."""
         return {"host": self.host, "port": self.port, "method": self.method,
                 "decision": self.decision, "address": self.address, "rule": self.rule,
-                "allowed_by": self.allowed_by, "reason": self.reason, "bytes_up": self.bytes_up,
+                "allowed_by": self.allowed_by, "address_rule": self.address_rule,
+                "reason": self.reason, "bytes_up": self.bytes_up,
                 "bytes_down": self.bytes_down, "duration_ms": self.duration_ms,
                 "call_id": self.call_id}
 
@@ -236,6 +238,8 @@ class EgressProxy:
                 return None
             assert verdict.rule is not None and conn.address is not None
             conn.rule, conn.allowed_by = verdict.rule.text, verdict.rule.source
+            if verdict.address_rule is not None:
+                conn.address_rule = verdict.address_rule.text
             try:
                 upstream = self._connect(conn.address, conn.port, self.limits.connect_timeout)
             except OSError as exc:

@@ -72,7 +72,10 @@ class Verdict:
 
     allowed: bool
     rule: Rule | None = None
+    """The rule that allowed the destination (by its name, or its address)."""
     reason: str = ""
+    address_rule: Rule | None = None
+    """The range (or `localhost:PORT`) rule that allowed a non-public address."""
 
 
 def parse_rule(text: str, source: str) -> Rule:
@@ -141,7 +144,7 @@ class EgressRules:
         then `localhost` in the sandbox must go through the proxy too."""
         loops = [ipaddress.ip_network("127.0.0.0/8"), ipaddress.ip_network("::1/128")]
         return any(rule.host == "localhost" or (rule.network is not None and any(
-            rule.network.version == net.version and rule.network.overlaps(net)  # type: ignore[arg-type]
+            rule.network.version == net.version and rule.network.overlaps(net)
             for net in loops)) for rule in self.rules)
 
     def rule_for(self, host: str, port: int) -> Rule | None:
@@ -162,7 +165,7 @@ class EgressRules:
             return Verdict(True, rule)
         for candidate in (rule, *self.rules):
             if candidate.covers(address, port):
-                return Verdict(True, candidate)
+                return Verdict(True, rule, address_rule=candidate)
         hint = _range_hint(address, port)
         return Verdict(False, rule, f"it resolves to {address}, {kind_of(address)} address; "
                                     f"allow exactly that with --allow-host {hint}")

@@ -1,0 +1,162 @@
+"""Invariant 10 end to end: the sandbox reaches exactly the hosts the person allowed.
+
+The real `sandbox-agent ask` (no terminal), the stand-in model server, a real container and
+its forwarder. Traffic stays on this machine: the upstream is an HTTP server on 127.0.0.1,
+allowed explicitly (a name pinned to it with SANDBOX_AGENT_EGRESS_RESOLVE, and its exact
+address and port). Destinations that must be refused are refused by the proxy before any
+connection (the records say so: no bytes, the refusal's reason): their names are pinned to
+loopback or metadata addresses their rules do not cover.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from executor.audit import default_audit_dir, verify
+from tests.docker.cli_support import ask, explain, run_cli, tool_exchanges
+from tests.fakes.model_server import Call, ModelServer
+
+pytestmark = pytest.mark.docker
+
+
+class Upstream:
+    """An HTTP server on 127.0.0.1 that records the paths it was asked for."""
+
+    def __init__(self) -> None:
+        seen = self.paths = []  # type: list[str]
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                seen.append(self.path)
+                body = f"upstream says hello to {self.path}\n".encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def upstream() -> Iterator[Upstream]:
+    server = Upstream()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def fetch(url: str) -> str:
+    """A shell command that fetches `url` with Python's urllib (proxy-aware) and prints the
+    status and body, or the error and its body."""
+    code = ("import urllib.request as r, urllib.error as e\n"
+            "try:\n"
+            f"    print('STATUS 200', r.urlopen({url!r}, timeout=20).read().decode())\n"
+            "except e.HTTPError as x:\n"
+            "    print('STATUS', x.code, x.read().decode())\n")
+    return f"python3 -c {shlex.quote(code)}"
+
+
+PROBE = (  # inside the sandbox, without the proxy: a raw connect and a name lookup
+    "import socket\n"
+    "for what, go in (('raw', lambda: socket.create_connection(('127.0.0.1', PORT), 3)),\n"
+    "                 ('dns', lambda: socket.getaddrinfo('dns-probe.invalid', 80))):\n"
+    "    try:\n"
+    "        go(); print(what, 'REACHED')\n"
+    "    except OSError as exc:\n"
+    "        print(what, 'failed', type(exc).__name__)\n"
+)
+
+
+def connections(root: Path) -> list[dict[str, Any]]:
+    recs = [json.loads(line) for path in sorted(default_audit_dir(root).glob("*.ndjson"))
+            for line in path.read_bytes().splitlines()]
+    return [r for r in recs if r["kind"] == "connection"]
+
+
+def test_allowed_denied_and_private_behind_a_name_through_the_cli_all_audited(
+        workdir: Path, model_server: ModelServer, upstream: Upstream) -> None:
+    root = workdir / "proj"
+    root.mkdir()
+    port = upstream.port
+    pins = {"upstream.test": "127.0.0.1", "sneaky.test": "127.0.0.2",
+            "metadata.test": "169.254.169.254"}
+    model_server.reply(tool_calls=[Call("run_shell_command", {"command": "; ".join([
+        fetch(f"http://upstream.test:{port}/allowed"),
+        fetch(f"http://denied.test:{port}/nope"),
+        fetch(f"http://sneaky.test:{port}/private"),
+        fetch(f"http://metadata.test:{port}/latest/meta-data/"),
+    ])})])
+    model_server.reply(tool_calls=[Call("run_shell_command", {
+        "command": f"python3 -c {shlex.quote(PROBE.replace('PORT', str(port)))}"})])
+    model_server.reply(content="done")
+    done = ask(root, model_server, "ollama", "--yes", "--json", "--no-stream",
+               "--allow-host", f"upstream.test:{port}", "--allow-host", f"127.0.0.1/32:{port}",
+               "--allow-host", f"sneaky.test:{port}", "--allow-host", f"metadata.test:{port}",
+               env={"SANDBOX_AGENT_EGRESS_RESOLVE": json.dumps(pins)})
+    assert done.returncode == 0, explain(done)
+
+    (_, _, first), (_, _, second) = tool_exchanges(model_server.last_chat)
+    assert "STATUS 200 upstream says hello to /allowed" in first
+    assert ("STATUS 403 blocked: denied.test is not allowed; the person can allow it with "
+            "--allow-host denied.test") in first
+    assert "sneaky.test is refused: it resolves to 127.0.0.2, a loopback address" in first
+    assert "metadata.test is refused: it resolves to 169.254.169.254, a cloud metadata" in first
+    assert "raw failed ConnectionRefusedError" in second  # the upstream is not in its namespace
+    assert "dns failed gaierror" in second
+    assert upstream.paths == ["/allowed"]  # sneaky.test never reached it
+
+    by_host = {r["host"]: r for r in connections(root)}
+    assert set(by_host) == {"upstream.test", "denied.test", "sneaky.test", "metadata.test"}
+    allowed = by_host["upstream.test"]
+    assert (allowed["decision"], allowed["address"], allowed["port"]) == ("allowed", "127.0.0.1",
+                                                                          port)
+    assert (allowed["rule"], allowed["allowed_by"]) == (f"upstream.test:{port}", "--allow-host")
+    assert allowed["address_rule"] == f"127.0.0.1/32:{port}"
+    assert allowed["bytes_up"] > 0 and allowed["bytes_down"] > 0 and allowed["method"] == "GET"
+    denied = by_host["denied.test"]
+    assert (denied["decision"], denied["address"], denied["rule"]) == ("denied", None, None)
+    for host, address in (("sneaky.test", "127.0.0.2"), ("metadata.test", "169.254.169.254")):
+        assert (by_host[host]["decision"], by_host[host]["address"]) == ("denied", address)
+        assert by_host[host]["bytes_down"] == 0
+    report = json.loads(done.stdout)
+    call_id = report["tool_calls"][0]["id"]
+    assert {r["call_id"] for r in by_host.values()} == {call_id}
+    assert {(c["host"], c["decision"]) for c in report["connections"]} == {
+        (h, r["decision"]) for h, r in by_host.items()}
+    assert verify(default_audit_dir(root)).ok
+    shown = run_cli("audit", "show", "--root", root)
+    assert "connection" in shown.stdout and "upstream.test" in shown.stdout, explain(shown)
+    assert "4 connections, 3 blocked" in done.stderr, explain(done)
+
+
+def test_without_allow_host_there_is_no_proxy_and_no_forwarder(
+        workdir: Path, model_server: ModelServer) -> None:
+    root = workdir / "proj"
+    root.mkdir()
+    model_server.reply(tool_calls=[Call("run_shell_command", {"command": (
+        "env | grep -ci proxy; python3 -c \"import socket; socket.create_connection("
+        "('127.0.0.1', 3128), 3)\" 2>&1 | tail -1")})])
+    model_server.reply(content="done")
+    done = ask(root, model_server, "ollama", "--yes", "--no-stream")
+    assert done.returncode == 0, explain(done)
+    ((_, _, output),) = tool_exchanges(model_server.last_chat)
+    assert output.splitlines()[2:4] == [
+        "0", "ConnectionRefusedError: [Errno 111] Connection refused"], output  # no forwarder

@@ -241,7 +241,7 @@ class Runner:
         self.children: list[str] = []
         """Sessions delegated to from this one."""
         self.egress: EgressConfig | None = egress_config(
-            settings, options.allow_host_flags, options.network_flags)
+            settings, options.allow_host_flags, options.network_flags, options.root)
         """The hosts the sandbox may reach, decided once (None: no network)."""
         hooks.subscribe(self._count_reply, "model_request")
 

@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from executor.errors import ConfigError, SandboxError
+from executor.network.deps import deps_environment, deps_mount
 from executor.network.forwarder import SOCKET_NAME, Forwarder, forwarder_options
 from executor.network.proxy import Asker, Connection, EgressProxy, Limits, pinned_resolver
 from executor.network.rules import EgressRules, Rule, parse_rule
@@ -51,6 +52,10 @@ class EgressConfig(BaseModel):
     """Connections over the session."""
     env: dict[str, str] = Field(default_factory=dict)
     """What points the sandbox's tools at the allowed indexes (a preset's PIP_INDEX_URL ...)."""
+    files: dict[str, str] = Field(default_factory=dict)
+    """The person's files mounted read-only (inside -> host path), e.g. their pip's CA bundle."""
+    deps_volume: str | None = None
+    """The project's volume installs go to (executor/network/deps.py); None: none."""
 
     def rules(self) -> EgressRules:
         """The allow-list as rules."""
@@ -68,12 +73,24 @@ def environment(config: EgressConfig | None) -> dict[str, str]:
     if config is None:
         return {}
     url = f"http://127.0.0.1:{config.port}"
-    env = {**config.env, "HTTP_PROXY": url, "HTTPS_PROXY": url, "http_proxy": url,
+    deps = deps_environment() if config.deps_volume else {}
+    env = {**deps, **config.env, "HTTP_PROXY": url, "HTTPS_PROXY": url, "http_proxy": url,
            "https_proxy": url, "npm_config_proxy": url, "npm_config_https_proxy": url}
     if not config.rules().loopback():  # the sandbox's own servers stay its own
         local = "localhost,127.0.0.1,::1"
         env |= {"NO_PROXY": local, "no_proxy": local}
     return env
+
+
+def mounts(config: EgressConfig | None) -> list[Any]:
+    """The project's package volume, when installs have one, and the person's files."""
+    from docker.types import Mount
+
+    if config is None:
+        return []
+    files = [Mount(inside, host, type="bind", read_only=True)
+             for inside, host in sorted(config.files.items())]
+    return files + ([deps_mount(config.deps_volume)] if config.deps_volume else [])
 
 
 def check_engine(config: EgressConfig | None, *, gvisor: bool, podman: bool) -> None:

@@ -9,6 +9,7 @@ default index is asked of pip itself, with the host its files are served from.
 from __future__ import annotations
 
 import importlib.util
+import os
 import shutil
 import subprocess
 import sys
@@ -22,6 +23,8 @@ PRESETS = ("pypi", "npm", "github")
 """The presets there are."""
 GITHUB = ("github.com", "*.github.com", "*.githubusercontent.com")
 """Cloning, the API, release and raw downloads."""
+PIP_CERT = "/run/sandbox-agent-ca/pip.pem"
+"""Where the CA bundle the person's pip trusts is mounted in the sandbox."""
 Run = Callable[[Sequence[str]], str]
 """Runs a command and returns its stdout; OSError or CalledProcessError when it fails."""
 _PIP_DEFAULT = ("from pip._internal.models.index import PyPI; "
@@ -35,6 +38,9 @@ class Preset:
     hosts: list[str]
     env: dict[str, str] = field(default_factory=dict)
     """PIP_INDEX_URL, NPM_CONFIG_REGISTRY ...: the sandbox has no config of the person's."""
+    files: dict[str, str] = field(default_factory=dict)
+    """Files of the person's mounted read-only (path inside -> path on the host): the CA
+    bundle their pip trusts, which a mirror's certificate may need."""
 
 
 def run_command(argv: Sequence[str]) -> str:
@@ -64,16 +70,26 @@ def pip_preset(run: Run) -> Preset:
     """The hosts of the indexes pip is configured with (http and https ones)."""
     pip = _pip()
     config = _pip_config(run([*pip, "config", "list"]))
-    env = _pip_env(config)
+    env, files = _pip_env(config), _pip_cert(config)
+    if files:
+        env["PIP_CERT"] = PIP_CERT
     urls = [url for key, values in config.items()
             if key.endswith((".index-url", ".extra-index-url")) for url in values.split()]
     if "PIP_INDEX_URL" not in env:  # pip's own default index
         if pip[1:2] != ["-m"]:
             raise ConfigError("--network pypi: your pip names no index-url, and its default "
                               "could not be asked of it", fix="allow it with --allow-host HOST")
-        default, files = [*run([pip[0], "-c", _PIP_DEFAULT]).split(), "", ""][:2]
-        urls += [default] + ([f"https://{files}/"] if files else [])
-    return Preset(list(dict.fromkeys(rule for rule in map(url_rule, urls) if rule)), env)
+        default, storage = [*run([pip[0], "-c", _PIP_DEFAULT]).split(), "", ""][:2]
+        urls += [default] + ([f"https://{storage}/"] if storage else [])
+    return Preset(list(dict.fromkeys(rule for rule in map(url_rule, urls) if rule)), env, files)
+
+
+def _pip_cert(config: dict[str, str]) -> dict[str, str]:
+    """The CA bundle pip is configured to trust (`cert`), when it is a file here."""
+    for key in sorted(config, key=lambda key: not key.startswith(":env:")):
+        if key.endswith(".cert") and os.path.isfile(config[key]):
+            return {PIP_CERT: os.path.realpath(config[key])}
+    return {}
 
 
 def _pip_env(config: dict[str, str]) -> dict[str, str]:

@@ -5,32 +5,37 @@ and `--json`)."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from pathlib import Path
 
 from executor.config import Settings
 from executor.hooks import ConnectionEvent, HookBus, ToolCallEvent, ToolResultEvent
+from executor.network.deps import deps_volume
 from executor.network.egress import AllowedHost, EgressConfig, EgressHooks
 from executor.network.presets import preset
 from executor.network.proxy import Asker, Connection
 from executor.network.rules import parse_rule
 
 
-def egress_config(settings: Settings, flags: Iterable[str], presets: Iterable[str]
-                  ) -> EgressConfig | None:
+def egress_config(settings: Settings, flags: Iterable[str], presets: Iterable[str],
+                  root: Path | None = None) -> EgressConfig | None:
     """The session's allow-list (None: no host allowed, no network); a bad rule or preset is
     a ConfigError now, before anything starts."""
     hosts = [AllowedHost(text=text, source="--allow-host") for text in flags]
     hosts += [AllowedHost(text=text, source="config") for text in settings.allow_hosts]
     env: dict[str, str] = {}
+    files: dict[str, str] = {}
     for name in dict.fromkeys([*presets, *settings.network]):
         found = preset(name)
         hosts += [AllowedHost(text=text, source=f"preset {name}") for text in found.hosts]
         env |= found.env
+        files |= found.files
     for host in hosts:
         parse_rule(host.text, host.source)
     if not hosts:
         return None
     return EgressConfig(allow=hosts, resolve=settings.egress_resolve,
-                        max_bytes=settings.egress_max_bytes, env=env)
+                        max_bytes=settings.egress_max_bytes, env=env, files=files,
+                        deps_volume=deps_volume(root) if root is not None else None)
 
 
 def prompt_note(config: EgressConfig | None) -> str:

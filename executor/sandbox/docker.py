@@ -1221,6 +1221,7 @@ def container_options(config: SandboxConfig, lock_path: Path, user: str,
         runtime["network_disabled"] = True
     if channel is not None:
         mounts.append(Mount(CHANNEL, str(channel), type="bind", read_only=True))
+    mounts += network.mounts(config.egress)
     if toolbox is not None:
         first: dict[str, Any] = {"command": toolbox_command(toolbox, first=True), "init": False,
                                  "stdin_open": True, "log_config": LogConfig(type="none")}
@@ -1234,7 +1235,7 @@ def container_options(config: SandboxConfig, lock_path: Path, user: str,
         "read_only": True,
         "pids_limit": config.pids_limit * (GVISOR_PIDS_FACTOR if gvisor else 1),
         "mem_limit": memory, "memswap_limit": memory, "nano_cpus": int(config.cpus * 1e9),
-        "environment": {**_BASE_ENV, **config.env, **network.environment(config.egress)},
+        "environment": {**_BASE_ENV, **network.environment(config.egress), **config.env},
         "ipc_mode": "private", "ulimits": ulimits,
         "labels": {
             LABEL_SESSION: config.session_id, LABEL_ROOT: root,

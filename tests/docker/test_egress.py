@@ -10,6 +10,7 @@ loopback or metadata addresses their rules do not cover.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import shlex
 import threading
@@ -21,6 +22,9 @@ from typing import Any
 import pytest
 
 from executor.audit import default_audit_dir, verify
+from executor.network.presets import preset
+from executor.network.proxy import system_resolver
+from executor.network.rules import is_public
 from tests.docker.cli_support import ask, explain, run_cli, tool_exchanges
 from tests.fakes.model_server import Call, ModelServer
 
@@ -160,3 +164,49 @@ def test_without_allow_host_there_is_no_proxy_and_no_forwarder(
     ((_, _, output),) = tool_exchanges(model_server.last_chat)
     assert output.splitlines()[2:4] == [
         "0", "ConnectionRefusedError: [Errno 111] Connection refused"], output  # no forwarder
+
+
+def mirror_ranges(hosts: list[str]) -> list[str]:
+    """`--allow-host ADDR/32:443` for each non-public address the index hosts resolve to: on
+    a machine whose mirror sits on a private or documentation address (this one's does), the
+    person has to allow exactly that, and the test does what they would."""
+    ranges: dict[str, None] = {}
+    for rule in hosts:
+        name, _, port = rule.partition(":")
+        for text in system_resolver(name, int(port or 443)):
+            address = ipaddress.ip_address(text)
+            if not is_public(address):
+                ranges[f"{address}/{address.max_prefixlen}:{port or 443}"] = None
+    return [flag for text in ranges for flag in ("--allow-host", text)]
+
+
+def test_pip_install_through_the_proxy_from_the_index_pip_is_configured_with(
+        workdir: Path, model_server: ModelServer, docker_client: Any) -> None:
+    """One real install of a small pure-Python package, from the index this machine's pip
+    is configured with (read from pip's configuration now, never written down here)."""
+    hosts = preset("pypi").hosts
+    if not hosts:
+        pytest.skip("pip is configured with no http(s) index here (file:// only)")
+    root = workdir / "proj"
+    root.mkdir()
+    (root / "requirements.txt").write_text("six\n")
+    model_server.reply(tool_calls=[Call("run_shell_command", {"timeout_seconds": 100, "command": (
+        "python3 -m pip install -q --no-input -r requirements.txt && python3 -c "
+        "'import six; print(\"SIX\", six.__file__)'")})])
+    model_server.reply(content="installed")
+    try:
+        done = ask(root, model_server, "ollama", "--yes", "--no-stream", "--network", "pypi",
+                   *mirror_ranges(hosts))
+        assert done.returncode == 0, explain(done)
+        ((_, _, output),) = tool_exchanges(model_server.last_chat)
+        assert "SIX /opt/sandbox-deps/python/lib/python3" in output, output
+        assert sorted(p.name for p in root.iterdir()) == ["requirements.txt"]  # nothing built here
+        made = connections(root)
+        assert made and all(r["decision"] == "allowed" for r in made), made
+        assert {r["allowed_by"] for r in made} == {"preset pypi"}
+        assert {r["rule"] for r in made} <= set(hosts)
+        assert {r["address_rule"] for r in made} <= {None, *mirror_ranges(hosts)[1::2]}
+        assert all(r["method"] == "CONNECT" or r["port"] == 80 for r in made)
+    finally:
+        removed = run_cli("gc", "--deps", "--root", root)
+    assert "removed volume sandbox-agent-deps-" in removed.stdout, explain(removed)

@@ -85,6 +85,9 @@ def parse_rule(text: str, source: str) -> Rule:
     if not host:
         raise ConfigError(f"empty host in allowed host {text!r} ({source})", fix=_FIX)
     network = _network(host)
+    if raw.startswith("[") and network is None:
+        raise ConfigError(f"not an IPv6 address or range in brackets: {text!r} ({source})",
+                          fix=_FIX)
     if network is not None:
         return Rule(raw, source, network=network, port=port)
     name = host.lower().rstrip(".")
@@ -101,8 +104,8 @@ def parse_rules(texts: Iterable[str], source: str) -> list[Rule]:
 
 def _split_port(text: str, source: str) -> tuple[str, int | None]:
     if text.startswith("["):  # [v6] or [v6/len], then :PORT
-        inside, _, rest = text[1:].partition("]")
-        if rest and not rest.startswith(":"):
+        inside, bracket, rest = text[1:].partition("]")
+        if not bracket or (rest and not rest.startswith(":")):
             raise ConfigError(f"not an allowed host: {text!r} ({source})", fix=_FIX)
         return inside, _port(rest[1:], text, source) if rest else None
     if text.count(":") > 1:  # a bare IPv6 address or range: no port

@@ -571,7 +571,8 @@ class Runner:
     def _backend_for(self, config: SandboxConfig) -> Sandbox:
         """The sandbox given, one from the factory given, or a DockerSandbox."""
         if self.backend is None:
-            hooks = egress_hooks(self.hooks) if config.egress is not None else None
+            prompt = getattr(self.approver, "host", None) if self.options.interactive else None
+            hooks = egress_hooks(self.hooks, prompt) if config.egress is not None else None
             return DockerSandbox(config, warn=self._warn, egress_hooks=hooks)
         if _is_sandbox(self.backend):
             return self.backend  # type: ignore[return-value]

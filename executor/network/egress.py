@@ -186,7 +186,7 @@ def _private(directory: Path) -> None:
     os.chmod(directory, 0o700)
 
 
-def granted(host: str, port: int) -> Rule:
+def granted(host: str, port: int, by: str) -> Rule:
     """The rule a person's yes at the terminal makes: exactly that host and port."""
     text = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    return parse_rule(text, "approved at the terminal")
+    return parse_rule(text, by)

@@ -38,9 +38,9 @@ Resolver = Callable[[str, int], list[str]]
 """Addresses of a name, in the order to try them."""
 Connector = Callable[[str, int, float], socket.socket]
 """Opens a TCP connection to an address (never a name) within a timeout."""
-Asker = Callable[[str, int, str | None], Rule | None]
+Asker = Callable[[str, int, str | None], tuple[Rule, bool] | None]
 """Asks the person about a destination no rule allows (host, port, tool call id): the rule
-their yes makes, or None."""
+their yes makes and whether it holds for the session, or None."""
 
 
 @dataclass(frozen=True)
@@ -256,10 +256,11 @@ class EgressProxy:
         """The rule that allows `conn` and the address to use (set on `conn`); else why not."""
         rule = self.rules.rule_for(conn.host, conn.port) or self._granted_rule(conn)
         if rule is None and self._ask is not None:
-            rule = self._ask(conn.host, conn.port, conn.call_id)
-            if rule is not None:
+            answer = self._ask(conn.host, conn.port, conn.call_id)
+            rule = answer[0] if answer else None
+            if answer is not None and answer[1]:
                 with self._lock:
-                    self._granted.append(rule)
+                    self._granted.append(answer[0])
         if rule is None:
             return Verdict(False, None, blocked_text(conn.host))
         literal = address_of(conn.host)

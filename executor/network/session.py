@@ -4,16 +4,28 @@ and `--json`)."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Literal, Protocol
 
 from executor.config import Settings
 from executor.hooks import ConnectionEvent, HookBus, ToolCallEvent, ToolResultEvent
 from executor.network.deps import deps_volume
-from executor.network.egress import AllowedHost, EgressConfig, EgressHooks
+from executor.network.egress import AllowedHost, EgressConfig, EgressHooks, granted
 from executor.network.presets import preset
-from executor.network.proxy import Asker, Connection
-from executor.network.rules import parse_rule
+from executor.network.proxy import Connection
+from executor.network.rules import Rule, parse_rule
+
+Answer = Literal["y", "n", "a"]
+"""yes (this connection), no, always (this host and port, for the session)."""
+
+
+class HostPrompt(Protocol):
+    """Asks the person at the terminal about a host no rule allows."""
+
+    def __call__(self, host: str, port: int, command: str) -> Answer:
+        ...
 
 
 def egress_config(settings: Settings, flags: Iterable[str], presets: Iterable[str],
@@ -53,21 +65,34 @@ class CallTracker:
 
     def __init__(self, hooks: HookBus) -> None:
         self.current: str | None = None
+        self.command = ""
+        """What the running call runs (a shell command; else the tool's name)."""
         hooks.subscribe(self._on_event, "tool_call", "tool_result")
 
     def _on_event(self, event: object) -> None:
         if isinstance(event, ToolCallEvent) and event.decision == "allow":
             self.current = event.call_id
+            self.command = str(event.arguments.get("command") or event.tool)
         elif isinstance(event, ToolResultEvent) and event.call_id == self.current:
-            self.current = None
+            self.current, self.command = None, ""
 
 
-def egress_hooks(hooks: HookBus, ask: Asker | None = None) -> EgressHooks:
-    """Connections become `connection` events on `hooks`, under the call that ran."""
+def egress_hooks(hooks: HookBus, prompt: HostPrompt | None = None) -> EgressHooks:
+    """Connections become `connection` events on `hooks`, under the call that ran; with a
+    `prompt`, a host no rule allows is the person's to decide (one question at a time)."""
     tracker = CallTracker(hooks)
+    asking = threading.Lock()
 
     def on_connection(connection: Connection) -> None:
         hooks.emit(ConnectionEvent(**connection.record()))
 
+    def ask(host: str, port: int, call_id: str | None) -> tuple[Rule, bool] | None:
+        assert prompt is not None
+        with asking:
+            answer = prompt(host, port, tracker.command if call_id else "")
+        if answer == "n":
+            return None
+        return granted(host, port, "user:session" if answer == "a" else "user"), answer == "a"
+
     return EgressHooks(on_connection=on_connection, current_call=lambda: tracker.current,
-                       ask=ask)
+                       ask=ask if prompt is not None else None)

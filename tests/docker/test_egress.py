@@ -210,3 +210,35 @@ def test_pip_install_through_the_proxy_from_the_index_pip_is_configured_with(
     finally:
         removed = run_cli("gc", "--deps", "--root", root)
     assert "removed volume sandbox-agent-deps-" in removed.stdout, explain(removed)
+
+
+def test_at_a_terminal_a_host_no_rule_allows_is_asked_inert(
+        workdir: Path, model_server: ModelServer, upstream: Upstream) -> None:
+    """y/n/a, like every other prompt: `a` holds for the session, `n` is a 403 for the model;
+    the host, the port and the command that asked are shown, escapes inert."""
+    from tests.docker.test_cli_terminal import ask_argv, converse
+
+    root = workdir / "proj"
+    root.mkdir()
+    port = upstream.port
+    twice = "; ".join([fetch(f"http://localhost:{port}/one"), fetch(f"http://localhost:{port}/two"),
+                       fetch(f"http://other.test:{port}/three")])
+    model_server.reply(tool_calls=[Call("run_shell_command", {"command": twice + " #\x1b[2K"})])
+    model_server.reply(content="done")
+    # the range makes `localhost` go through the proxy (host's loopback); no rule names it
+    argv = ask_argv(root, model_server, "--yes", "--no-stream", "--allow-host",
+                    f"127.0.0.1/32:{port}")
+    seen = converse(argv, [b"a\n", b"n\n"], prompt=b"Allow this connection?")
+    assert seen.code == 0, seen.text()
+    assert len(seen.at_prompts) == 2, seen.text()
+    first = "\n".join(seen.at_prompts[0])
+    assert f"the sandbox asks to connect to localhost:{port}" in first
+    assert "while running: $ python3 -c" in first and "\\x1b[2K" in first  # shown inert
+    assert f"the sandbox asks to connect to other.test:{port}" in "\n".join(seen.at_prompts[1])
+    ((_, _, output),) = tool_exchanges(model_server.last_chat)
+    assert upstream.paths == ["/one", "/two"], output  # asked once; other.test refused
+    assert "STATUS 403 blocked: other.test is not allowed" in output
+    by_path = [(r["host"], r["decision"], r["allowed_by"]) for r in connections(root)]
+    assert by_path == [("localhost", "allowed", "user:session"),
+                       ("localhost", "allowed", "user:session"),
+                       ("other.test", "denied", None)]

@@ -231,9 +231,10 @@ def test_a_person_s_yes_allows_exactly_that_host_and_port(tmp_path: Path, upstre
                                                            started: list[EgressProxy]):
     asked: list[tuple[str, int, str | None]] = []
 
-    def ask(host: str, port: int, call: str | None) -> Rule | None:
+    def ask(host: str, port: int, call: str | None) -> tuple[Rule, bool] | None:
         asked.append((host, port, call))
-        return parse_rule(f"{host}:{port}", "approved at the terminal") if host == "yes.test" \
+        rule = parse_rule(f"{host}:{port}", "user:session")
+        return (rule, True) if host == "yes.test" else (rule, False) if host == "once.test" \
             else None
 
     p = run(make_proxy(tmp_path, f"127.0.0.1/32:{upstream}", ask=ask,
@@ -243,4 +244,8 @@ def test_a_person_s_yes_allows_exactly_that_host_and_port(tmp_path: Path, upstre
     assert p.ask(request).startswith(b"HTTP/1.0 200")  # asked once: the yes holds
     assert p.ask(b"GET http://no.test/ HTTP/1.1\r\n\r\n").startswith(b"HTTP/1.1 403 blocked")
     assert asked == [("yes.test", upstream, "call-7"), ("no.test", 80, "call-7")]
-    assert wait_records(p, 3)[0].allowed_by == "approved at the terminal"
+    assert wait_records(p, 3)[0].allowed_by == "user:session"
+    once = f"GET http://once.test:{upstream}/ HTTP/1.1\r\n\r\n".encode()
+    p.net.pins["once.test"] = ["127.0.0.1"]
+    assert p.ask(once).startswith(b"HTTP/1.0 200") and p.ask(once).startswith(b"HTTP/1.0 200")
+    assert asked[2:] == [("once.test", upstream, "call-7")] * 2  # a plain yes: that one only

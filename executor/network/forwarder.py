@@ -48,7 +48,7 @@ hello.close()
 def pump(source, sink):
     try:
         while True:
-            data = source.recv(65536)
+            data = source.recv(262144)
             if not data:
                 break
             sink.sendall(data)

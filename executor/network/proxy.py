@@ -346,7 +346,7 @@ class EgressProxy:
                 conn.reason = f"ended: idle for {self.limits.idle_timeout:.0f} s"
                 return
             for end in ready:
-                data = end.recv(65536)
+                data = end.recv(262144)
                 if not data:
                     open_ends.remove(end)
                     with contextlib.suppress(OSError):

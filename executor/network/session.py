@@ -29,14 +29,17 @@ class HostPrompt(Protocol):
 
 
 def egress_config(settings: Settings, flags: Iterable[str], presets: Iterable[str],
-                  root: Path | None = None) -> EgressConfig | None:
+                  root: Path | None = None, *, from_config: bool = True
+                  ) -> EgressConfig | None:
     """The session's allow-list (None: no host allowed, no network); a bad rule or preset is
-    a ConfigError now, before anything starts."""
+    a ConfigError now, before anything starts. `from_config`: the user config's hosts and
+    presets count too (not for --read-only runs and review: they take the flags only)."""
     hosts = [AllowedHost(text=text, source="--allow-host") for text in flags]
-    hosts += [AllowedHost(text=text, source="config") for text in settings.allow_hosts]
+    if from_config:
+        hosts += [AllowedHost(text=text, source="config") for text in settings.allow_hosts]
     env: dict[str, str] = {}
     files: dict[str, str] = {}
-    for name in dict.fromkeys([*presets, *settings.network]):
+    for name in dict.fromkeys([*presets, *(settings.network if from_config else [])]):
         found = preset(name)
         hosts += [AllowedHost(text=text, source=f"preset {name}") for text in found.hosts]
         env |= found.env

@@ -1,0 +1,52 @@
+"""A run's egress decisions: flags, the user config, presets; nothing from the project."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from executor.config import Settings
+from executor.errors import ConfigError
+from executor.network.deps import DEPS_DIR, deps_volume
+from executor.network.egress import environment
+from executor.network.session import egress_config, prompt_note
+
+
+def test_no_host_allowed_means_no_network_at_all():
+    assert egress_config(Settings(), [], []) is None
+    assert environment(None) == {}
+
+
+def test_flags_and_the_user_config_together_each_with_its_source(tmp_path: Path):
+    settings = Settings(allow_hosts="a.test, *.b.test", egress_resolve={"a.test": "1.2.3.4"})
+    config = egress_config(settings, ["c.test:8443"], [], tmp_path)
+    assert config is not None
+    assert [(h.text, h.source) for h in config.allow] == [
+        ("c.test:8443", "--allow-host"), ("a.test", "config"), ("*.b.test", "config")]
+    assert config.resolve == {"a.test": "1.2.3.4"}
+    assert config.deps_volume == deps_volume(tmp_path)
+    env = environment(config)
+    assert env["HTTPS_PROXY"] == env["http_proxy"] == "http://127.0.0.1:3128"
+    assert env["NO_PROXY"] == "localhost,127.0.0.1,::1"  # the sandbox's own servers stay its own
+    assert env["PYTHONUSERBASE"] == f"{DEPS_DIR}/python"
+    assert "c.test:8443" in prompt_note(config)
+
+
+def test_read_only_runs_and_review_take_the_flags_only():
+    settings = Settings(allow_hosts="a.test", network="github")
+    assert egress_config(settings, [], [], from_config=False) is None
+    only = egress_config(settings, ["c.test"], [], from_config=False)
+    assert only is not None and [h.text for h in only.allow] == ["c.test"]
+
+
+def test_an_allowed_loopback_sends_localhost_through_the_proxy_too():
+    config = egress_config(Settings(), ["localhost:5432"], [])
+    assert config is not None and "NO_PROXY" not in environment(config)
+
+
+def test_a_bad_rule_or_preset_fails_before_anything_starts():
+    with pytest.raises(ConfigError, match="not a host name: 'bad host' \\(--allow-host\\)"):
+        egress_config(Settings(), ["bad host"], [])
+    with pytest.raises(ConfigError, match="no network preset 'pipy'"):
+        egress_config(Settings(), [], ["pipy"])

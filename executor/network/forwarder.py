@@ -30,9 +30,11 @@ READY_TIMEOUT = 15.0
 """Seconds the forwarder may take to listen and say so."""
 # Stdlib only, any python3 >= 3.9. It binds first, then says so through the proxy's socket
 # (its token: the proxy knows it started this one), then relays; a thread per connection, which
-# the container's pids limit and the proxy's open-connection limit bound.
+# the container's pids limit and the proxy's open-connection limit bound. Every few seconds it
+# checks that the proxy still answers, and exits once it does not: a controller killed with
+# SIGKILL leaves no forwarder running for long (`gc` removes the container).
 PROGRAM = """\
-import socket, sys, threading
+import os, socket, sys, threading, time
 port, path, token = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
 listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -45,6 +47,14 @@ def unix():
 hello = unix()
 hello.sendall(b"SANDBOX-AGENT-FORWARDER " + token.encode() + b"\\r\\n\\r\\n")
 hello.close()
+def watch():
+    while True:
+        time.sleep(3)
+        try:
+            unix().close()
+        except OSError:
+            os._exit(0)
+threading.Thread(target=watch, daemon=True).start()
 def pump(source, sink):
     try:
         while True:

@@ -14,6 +14,7 @@ import ipaddress
 import json
 import shlex
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -242,3 +243,31 @@ def test_at_a_terminal_a_host_no_rule_allows_is_asked_inert(
     assert by_path == [("localhost", "allowed", "user:session"),
                        ("localhost", "allowed", "user:session"),
                        ("other.test", "denied", None)]
+
+
+def test_a_resume_with_another_allow_list_gets_a_new_container(
+        project: Path, model_server: ModelServer, docker_client: Any) -> None:
+    """The allow-list is part of the sandbox spec: a container (and its forwarder) made for
+    other hosts is not re-used; the forwarder of a killed controller ends by itself."""
+    from tests.docker.test_run_invariants import _first_run, containers
+
+    _first_run(project, model_server, "--allow-host", "a.test")
+    old = {c.name: c.id for c in containers(docker_client, project)}
+    name = next(n for n in old if not n.endswith("-egress"))
+    assert sorted(old) == [name, f"{name}-egress"], old
+    forwarder = docker_client.containers.get(old[f"{name}-egress"])
+    for _ in range(100):  # its proxy died with the controller: it notices within seconds
+        forwarder.reload()
+        if forwarder.status == "exited":
+            break
+        time.sleep(0.1)
+    assert forwarder.status == "exited"
+    model_server.reply(tool_calls=[Call("run_shell_command", {"command": "cat /tmp/mark; true"})])
+    model_server.reply("Again.")
+    done = ask(project, model_server, "ollama", "--yes", "--session", "s1", "--resume",
+               "--allow-host", "b.test", query="again")
+    assert done.returncode == 0, explain(done)
+    assert "starting a new one" in done.stderr and "network allow-list" in done.stderr, \
+        explain(done)
+    assert "kept" not in model_server.last_chat.body["messages"][-1]["content"]
+    assert containers(docker_client, project) == []  # both gone with the run

@@ -93,19 +93,13 @@ def mounts(config: EgressConfig | None) -> list[Any]:
     return files + ([deps_mount(config.deps_volume)] if config.deps_volume else [])
 
 
-def check_engine(config: EgressConfig | None, *, gvisor: bool, podman: bool) -> None:
-    """ConfigError when this engine cannot carry egress the way it is built."""
-    if config is None:
-        return
-    if gvisor:
+def check_engine(config: EgressConfig | None, *, gvisor: bool) -> None:
+    """ConfigError when this runtime cannot carry egress the way it is built."""
+    if config is not None and gvisor:
         raise ConfigError(
             "--allow-host does not work under gVisor (runsc): its network stack is its own, "
             "so nothing beside the sandbox can listen on the sandbox's loopback",
             fix="drop --runtime runsc for runs that need the network, or drop --allow-host")
-    if podman:
-        raise ConfigError(
-            "--allow-host is not supported on Podman yet: its forwarder is untested there",
-            fix="use Docker's engine for runs that need the network, or drop --allow-host")
 
 
 @dataclass

@@ -347,7 +347,7 @@ class DockerSandbox:
         self._image()
         if self.config.runtime:  # one more question to the engine, only when a runtime is named
             self._podman = is_podman(self._client)
-            self._runtime_is_gvisor()
+            network.check_engine(self.config.egress, gvisor=self._runtime_is_gvisor())
 
     def start(self) -> None:
         """Create (or re-attach to) the session's container and start the toolbox."""
@@ -357,7 +357,7 @@ class DockerSandbox:
             if self._podman:  # it reads the profile from a file, not from the request
                 self._seccomp_file = seccomp.profile_file(self._lock_path().parent)
             self._gvisor = self._runtime_is_gvisor()
-            network.check_engine(self.config.egress, gvisor=self._gvisor, podman=self._podman)
+            network.check_engine(self.config.egress, gvisor=self._gvisor)
             image = self._image()
             self._image_id = str(image.id)
             # compiled while the engine makes the container (GIL released on its socket)
@@ -890,8 +890,10 @@ class DockerSandbox:
                                           self.name, self._egress_hooks)
         kept = (LABEL_SESSION, LABEL_ROOT, LABEL_LOCK, LABEL_HOST)  # so `gc` knows it too
         labels = {k: v for k, v in self._container.labels.items() if k in kept}
+        profile = (f"seccomp={seccomp.profile_file(self._lock_path().parent, unix=True)}"
+                   if self._podman else seccomp.forwarder_security_opt())  # Podman: a path
         self._egress.attach(self._client, self._container, self._image_id, labels,
-                            ["no-new-privileges", seccomp.forwarder_security_opt()],
+                            ["no-new-privileges", profile],
                             _ulimits(self.config.model_copy(update={"disk_budget": 0}),
                                      gvisor=False))
 

@@ -273,7 +273,7 @@ def probe_egress(lab: Lab) -> str:
             resolve={"allowed.probe": "127.0.0.1", "private.probe": "127.0.0.1"})
         try:
             box = lab.box(egress=config)
-        except ConfigError as exc:  # gVisor, Podman: no hosts can be allowed at all
+        except ConfigError as exc:  # gVisor: no hosts can be allowed at all
             return f"hosts cannot be allowed on this engine, so none is reached ({exc.message})"
         result = box.call("run_shell_command", {"command": _EGRESS.format(
             proxy=config.port, port=port, other=other), "timeout_seconds": 30})

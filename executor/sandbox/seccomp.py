@@ -112,13 +112,13 @@ def forwarder_security_opt() -> str:
     return "seccomp=" + json.dumps(profile(unix=True), separators=(",", ":"))
 
 
-def profile_file(directory: Path) -> Path:
+def profile_file(directory: Path, *, unix: bool = False) -> Path:
     """`profile()` as a file in `directory` (a private dir of ours), for engines that take a path.
 
     Podman's Docker-compatible API reads `seccomp=` as a path on its host, where Docker's takes
     the JSON itself. The file is named by its content and rewritten whenever it differs.
     """
-    data = json.dumps(profile(), separators=(",", ":")).encode()
+    data = json.dumps(profile(unix=unix), separators=(",", ":")).encode()
     path = directory / f"seccomp-{hashlib.sha256(data).hexdigest()[:16]}.json"
     return publish(path, data, "the seccomp profile")
 

@@ -26,7 +26,7 @@ from executor.audit import default_audit_dir, verify
 from executor.network.presets import preset
 from executor.network.proxy import system_resolver
 from executor.network.rules import is_public
-from tests.docker.cli_support import ask, explain, run_cli, tool_exchanges
+from tests.docker.cli_support import ask, assert_user_error, explain, run_cli, tool_exchanges
 from tests.fakes.model_server import Call, ModelServer
 
 pytestmark = pytest.mark.docker
@@ -96,8 +96,9 @@ def connections(root: Path) -> list[dict[str, Any]]:
     return [r for r in recs if r["kind"] == "connection"]
 
 
+@pytest.mark.engines("runc", "podman")
 def test_allowed_denied_and_private_behind_a_name_through_the_cli_all_audited(
-        workdir: Path, model_server: ModelServer, upstream: Upstream) -> None:
+        workdir: Path, model_server: ModelServer, upstream: Upstream, engine: Any) -> None:
     root = workdir / "proj"
     root.mkdir()
     port = upstream.port
@@ -150,6 +151,16 @@ def test_allowed_denied_and_private_behind_a_name_through_the_cli_all_audited(
     shown = run_cli("audit", "show", "--root", root)
     assert "connection" in shown.stdout and "upstream.test" in shown.stdout, explain(shown)
     assert "4 connections, 3 blocked" in done.stderr, explain(done)
+
+
+@pytest.mark.engines("runsc")
+def test_under_gvisor_allow_host_is_refused_in_one_line(workdir: Path, model_server: ModelServer,
+                                                        engine: Any) -> None:
+    root = workdir / "proj"
+    root.mkdir()
+    done = ask(root, model_server, "ollama", "--yes", "--allow-host", "a.test")
+    assert_user_error(done, 2, "--allow-host does not work under gVisor (runsc)")
+    assert model_server.chat_requests == []  # said before the model was asked
 
 
 def test_without_allow_host_there_is_no_proxy_and_no_forwarder(

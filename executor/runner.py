@@ -242,7 +242,8 @@ class Runner:
         """Sessions delegated to from this one."""
         self.egress: EgressConfig | None = egress_config(
             settings, options.allow_host_flags, options.network_flags, options.root,
-            from_config=not options.read_only)  # read-only runs and review: only when asked
+            from_config=not options.read_only,  # read-only runs and review: only when asked
+            policy=policy.network)
         """The hosts the sandbox may reach, decided once (None: no network)."""
         hooks.subscribe(self._count_reply, "model_request")
 

@@ -29,17 +29,24 @@ class HostPrompt(Protocol):
 
 
 def egress_config(settings: Settings, flags: Iterable[str], presets: Iterable[str],
-                  root: Path | None = None, *, from_config: bool = True
-                  ) -> EgressConfig | None:
+                  root: Path | None = None, *, from_config: bool = True,
+                  policy: Iterable[tuple[str, str]] = ()) -> EgressConfig | None:
     """The session's allow-list (None: no host allowed, no network); a bad rule or preset is
-    a ConfigError now, before anything starts. `from_config`: the user config's hosts and
-    presets count too (not for --read-only runs and review: they take the flags only)."""
+    a ConfigError now, before anything starts. `from_config`: the user config's and the
+    person's policy's hosts and presets count too (not for --read-only runs and review: they
+    take the flags only). `policy`: (rule or `preset:NAME`, source) of the person's policy."""
     hosts = [AllowedHost(text=text, source="--allow-host") for text in flags]
+    named = [(name, "--network") for name in presets]
     if from_config:
         hosts += [AllowedHost(text=text, source="config") for text in settings.allow_hosts]
+        hosts += [AllowedHost(text=text, source=source) for text, source in policy
+                  if not text.startswith("preset:")]
+        named += [(name, "config") for name in settings.network]
+        named += [(text.removeprefix("preset:"), source) for text, source in policy
+                  if text.startswith("preset:")]
     env: dict[str, str] = {}
     files: dict[str, str] = {}
-    for name in dict.fromkeys([*presets, *(settings.network if from_config else [])]):
+    for name in dict.fromkeys(name for name, _ in named):
         found = preset(name)
         hosts += [AllowedHost(text=text, source=f"preset {name}") for text in found.hosts]
         env |= found.env

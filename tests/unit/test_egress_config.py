@@ -50,3 +50,40 @@ def test_a_bad_rule_or_preset_fails_before_anything_starts():
         egress_config(Settings(), ["bad host"], [])
     with pytest.raises(ConfigError, match="no network preset 'pipy'"):
         egress_config(Settings(), [], ["pipy"])
+
+
+def _write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def test_the_persons_policy_allows_hosts_a_projects_never(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch):
+    from executor.policy import load_policy, user_policy_path
+
+    root = tmp_path / "proj"
+    table = '[network]\nallow = ["mirror.corp.test:8443"]\npresets = ["github"]\n'
+    _write(user_policy_path(), table)
+    _write(root / ".sandbox-agent" / "policy.toml", '[network]\nallow = ["evil.test"]\n')
+    inside = _write(root / "named.toml", '[network]\nallow = ["evil-too.test"]\n')
+    policy = load_policy(root)
+    assert [text for text, _ in policy.network] == ["mirror.corp.test:8443", "preset:github"]
+    config = egress_config(Settings(), [], [], policy=policy.network)
+    assert config is not None
+    sources = {h.text: h.source for h in config.allow}
+    assert sources["mirror.corp.test:8443"].startswith("policy ")
+    assert sources["github.com"] == "preset github" and "evil.test" not in sources
+    named = load_policy(root, inside)
+    assert "evil-too.test" not in [text for text, _ in named.network]
+    assert any("is not used" in notice for notice in named.notices)
+    outside = _write(tmp_path / "mine.toml", '[network]\nallow = ["mine.test"]\n')
+    assert sorted(t for t, _ in load_policy(root, outside).network) == [
+        "mine.test", "mirror.corp.test:8443", "preset:github"]  # the user's and the named
+    from executor.policy import POLICY_FILE
+    from executor.trust import read_project_file, trust
+
+    project_file = read_project_file(root, POLICY_FILE.as_posix())
+    assert project_file is not None
+    trust(root, project_file)  # trusted for its rules; still no host
+    assert "evil.test" not in [t for t, _ in load_policy(root).network]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -165,6 +166,28 @@ class Egress:
             self._proxy = None
         with contextlib.suppress(OSError):
             self.socket_dir.rmdir()
+
+
+_NAME = re.compile(r"sandbox-agent-[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
+def drop_socket_dir(lock_dir: Path, name: str) -> None:
+    """Remove the proxy socket directory a killed run of container `name` left (`gc` passes
+    the engine's name: checked, never a path; nothing followed through a link)."""
+    if not _NAME.fullmatch(name) or name.endswith("-egress"):
+        return
+    directory = lock_dir / f"{name}.egress"
+    try:
+        folder = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        with contextlib.suppress(OSError):
+            os.unlink(SOCKET_NAME, dir_fd=folder)
+    finally:
+        os.close(folder)
+    with contextlib.suppress(OSError):
+        directory.rmdir()
 
 
 def _private(directory: Path) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from executor.network.egress import drop_socket_dir
 from executor.sandbox.docker import (
     LABEL_HOST,
     LABEL_LOCK,
@@ -64,6 +65,7 @@ def _classify(container: Any, result: GcResult, *, all_hosts: bool, force: bool)
                 return  # removed meanwhile by its own session or another gc
         result.removed.append(container.name)
         drop_channel(default_lock_dir(), container.name)  # of a session that was killed
+        drop_socket_dir(default_lock_dir(), container.name)
 
 
 def _in_use(lock_path: str) -> bool:

@@ -87,3 +87,20 @@ def test_the_persons_policy_allows_hosts_a_projects_never(tmp_path: Path,
     assert project_file is not None
     trust(root, project_file)  # trusted for its rules; still no host
     assert "evil.test" not in [t for t, _ in load_policy(root).network]
+
+
+def test_gc_drops_the_socket_dir_a_killed_run_left_never_through_a_link(tmp_path: Path):
+    from executor.network.egress import drop_socket_dir
+
+    left = tmp_path / "sandbox-agent-abc.egress"
+    left.mkdir()
+    (left / "proxy.sock").write_text("")
+    drop_socket_dir(tmp_path, "sandbox-agent-abc")
+    assert not left.exists()
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    (target / "proxy.sock").write_text("keep")
+    (tmp_path / "sandbox-agent-def.egress").symlink_to(target)
+    drop_socket_dir(tmp_path, "sandbox-agent-def")
+    drop_socket_dir(tmp_path, "../elsewhere")
+    assert (target / "proxy.sock").read_text() == "keep"

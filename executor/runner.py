@@ -68,6 +68,7 @@ from executor.messages import Message, ToolCall, ToolResult, ToolSpec
 from executor.models import build_model
 from executor.models.toolproto import uses_json
 from executor.network.egress import EgressConfig
+from executor.network.notes import NotedSandbox, Refusals
 from executor.network.session import egress_config, egress_hooks, prompt_note
 from executor.policy import Decision, Policy, PolicyOverrides
 from executor.protocols import LoadingModel, Model, Sandbox
@@ -245,6 +246,8 @@ class Runner:
             from_config=not options.read_only,  # read-only runs and review: only when asked
             policy=policy.network)
         """The hosts the sandbox may reach, decided once (None: no network)."""
+        self._refusals = Refusals()
+        """What the proxy refused: each call's result names what it refused meanwhile."""
         hooks.subscribe(self._count_reply, "model_request")
 
     @classmethod
@@ -574,7 +577,8 @@ class Runner:
         """The sandbox given, one from the factory given, or a DockerSandbox."""
         if self.backend is None:
             prompt = getattr(self.approver, "host", None) if self.options.interactive else None
-            hooks = egress_hooks(self.hooks, prompt) if config.egress is not None else None
+            hooks = (egress_hooks(self.hooks, prompt, self._refusals)
+                     if config.egress is not None else None)
             return DockerSandbox(config, warn=self._warn, egress_hooks=hooks)
         if _is_sandbox(self.backend):
             return self.backend  # type: ignore[return-value]
@@ -661,7 +665,10 @@ class Runner:
 
     def _agent(self, store: NdjsonSessionStore, history: list[Message]) -> Agent:
         assert self.sandbox is not None
-        context = ToolContext(sandbox=self._lazy or self.sandbox, root=self.options.root,
+        used: Sandbox = self._lazy or self.sandbox
+        if self.egress is not None:
+            used = NotedSandbox(used, self._refusals)
+        context = ToolContext(sandbox=used, root=self.options.root,
                               read_only=self.options.read_only, session_id=store.name)
         agent = Agent(
             model=self.model, tools=self.tools, context=context, authorize=self._authorize,

@@ -13,6 +13,7 @@ from executor.config import Settings
 from executor.hooks import ConnectionEvent, HookBus, ToolCallEvent, ToolResultEvent
 from executor.network.deps import deps_volume
 from executor.network.egress import AllowedHost, EgressConfig, EgressHooks, granted
+from executor.network.notes import Refusals
 from executor.network.presets import preset
 from executor.network.proxy import Connection
 from executor.network.rules import Rule, parse_rule
@@ -87,13 +88,16 @@ class CallTracker:
             self.current, self.command = None, ""
 
 
-def egress_hooks(hooks: HookBus, prompt: HostPrompt | None = None) -> EgressHooks:
+def egress_hooks(hooks: HookBus, prompt: HostPrompt | None = None,
+                 refusals: Refusals | None = None) -> EgressHooks:
     """Connections become `connection` events on `hooks`, under the call that ran; with a
     `prompt`, a host no rule allows is the person's to decide (one question at a time)."""
     tracker = CallTracker(hooks)
     asking = threading.Lock()
 
     def on_connection(connection: Connection) -> None:
+        if refusals is not None:
+            refusals.add(connection)
         hooks.emit(ConnectionEvent(**connection.record()))
 
     def ask(host: str, port: int, call_id: str | None) -> tuple[Rule, bool] | None:

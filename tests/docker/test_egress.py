@@ -125,6 +125,11 @@ def test_allowed_denied_and_private_behind_a_name_through_the_cli_all_audited(
             "--allow-host denied.test") in first
     assert "sneaky.test is refused: it resolves to 127.0.0.2, a loopback address" in first
     assert "metadata.test is refused: it resolves to 169.254.169.254, a cloud metadata" in first
+    # whatever the client prints, the result names each refusal with the proxy's reason
+    assert (f"network: denied denied.test:{port}: blocked: denied.test is not allowed; the "
+            "person can allow it with --allow-host denied.test") in first
+    assert f"network: denied metadata.test:{port}: metadata.test is refused" in first
+    assert "network:" not in second
     assert "raw failed ConnectionRefusedError" in second  # the upstream is not in its namespace
     assert "dns failed gaierror" in second
     assert upstream.paths == ["/allowed"]  # sneaky.test never reached it

@@ -104,3 +104,27 @@ def test_gc_drops_the_socket_dir_a_killed_run_left_never_through_a_link(tmp_path
     drop_socket_dir(tmp_path, "sandbox-agent-def")
     drop_socket_dir(tmp_path, "../elsewhere")
     assert (target / "proxy.sock").read_text() == "keep"
+
+
+def test_a_result_names_what_the_network_refused_during_its_call():
+    from executor.messages import ToolResult
+    from executor.network.notes import MAX_NOTES, NotedSandbox, Refusals
+    from executor.network.proxy import Connection
+    from tests.fakes.sandbox import FakeSandbox
+
+    refusals = Refusals()
+    refusals.add(Connection("before.test", 443, "CONNECT", reason="blocked: before"))
+    def during(args: dict) -> ToolResult:  # a command whose connections were refused
+        refusals.add(Connection("a.test", 443, "CONNECT", reason="blocked: a.test is not allowed"))
+        refusals.add(Connection("ok.test", 443, "CONNECT", decision="allowed"))
+        for n in range(MAX_NOTES):
+            refusals.add(Connection(f"n{n}.test", 80, "GET", reason="blocked"))
+        return ToolResult(ok=True, output="done\n")
+
+    box = NotedSandbox(FakeSandbox({"run_shell_command": during}), refusals)
+    with box:  # started and stopped through the wrapper
+        result = box.call("run_shell_command", {"command": "curl ..."})
+    assert result.output.splitlines() == [
+        "done", "network: denied a.test:443: blocked: a.test is not allowed",
+        *[f"network: denied n{n}.test:80: blocked" for n in range(MAX_NOTES - 1)],
+        "network: 1 more connections refused"]

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from executor.audit import default_audit_dir, verify
+from executor.network.deps import remove_deps
 from executor.network.presets import preset
 from executor.network.proxy import system_resolver
 from executor.network.rules import is_public
@@ -57,6 +58,13 @@ class Upstream:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+@pytest.fixture(autouse=True)
+def _no_leftover_package_volume(workdir: Path, docker_client: Any) -> Iterator[None]:
+    """A run with hosts allowed makes its project's package volume: each test removes it."""
+    yield
+    remove_deps(docker_client, workdir / "proj")
 
 
 @pytest.fixture

@@ -63,3 +63,19 @@ def test_url_rules():
     assert url_rule("http://a.test:8080/") == "a.test:8080"
     assert url_rule("https://[fd00::1]:8443/x") == "[fd00::1]:8443"
     assert url_rule("file:///opt/pypi/simple") == ""
+
+
+def test_npm_takes_the_registry_npm_is_configured_with():
+    import shutil
+
+    from executor.network.presets import npm_preset
+
+    run, calls = fake_run({"config get registry": "https://npm.corp.test:4873/\n"})
+    if shutil.which("npm") is None:
+        with pytest.raises(ConfigError, match="npm is not installed here"):
+            npm_preset(run)
+        return
+    found = npm_preset(run)
+    assert found.hosts == ["npm.corp.test:4873"]
+    assert found.env == {"NPM_CONFIG_REGISTRY": "https://npm.corp.test:4873/"}
+    assert calls[0][1:] == ["config", "get", "registry"]

@@ -522,6 +522,11 @@ class AuditLog:
         """Something the user was warned about."""
         return self.record("warning", message=message, **extra)
 
+    def connection(self, *, host: str, port: int, decision: str, **fields: Any) -> dict[str, Any]:
+        """One egress connection: destination, resolved address, decision and who allowed it,
+        bytes each way, duration, the tool call it belongs to."""
+        return self.record("connection", host=host, port=port, decision=decision, **fields)
+
     def run_end(
         self,
         *,
@@ -605,6 +610,8 @@ class AuditLog:
                               exit_code=event.exit_code)
         if isinstance(event, h.WarningEvent):
             return self.warning(message=event.message)
+        if isinstance(event, h.ConnectionEvent):
+            return self.connection(**event.data)
         return None
 
     # ------------------------------------------------------------------ internals
@@ -686,7 +693,7 @@ _RESULT_META = (
     "lines_changed",
 )
 RECORDED_EVENTS = ("run_start", "sandbox_start", "model_request", "tool_call", "tool_result",
-                   "retry", "complete", "error", "warning")
+                   "retry", "complete", "error", "warning", "connection")
 """The hook events the log records (`complete` as `run_end`)."""
 ARGUMENT_MAX_BYTES = 16 * 1024
 """A longer string argument (a write's content) is kept as its head, length and SHA-256."""

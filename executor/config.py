@@ -152,6 +152,16 @@ class Settings(BaseSettings):
     """Skill ids left out."""
     external_skills_enabled: bool = True
     """Use the project's skills (`.sandbox-agent/skills/*.md`) the person trusted."""
+    allow_hosts: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    """Hosts the sandbox may reach through the egress proxy (`HOST[:PORT]`, `*.DOMAIN`, an
+    address or a range; docs/NETWORK.md), besides those of --allow-host."""
+    network: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    """Network presets (pypi, npm, github), besides those of --network."""
+    egress_resolve: dict[str, str] = Field(default_factory=dict)
+    """Names the egress proxy resolves to these addresses (like curl --resolve); the address
+    is still checked like any other."""
+    egress_max_bytes: int = Field(4 * 1024**3, ge=1)
+    """Bytes a session may move through the egress proxy, both ways (`1g`, `500m`, bytes)."""
     audit: bool = True
     """Write the audit log."""
     audit_dir: Path | None = None
@@ -183,6 +193,12 @@ class Settings(BaseSettings):
         """Skill ids as for env_allow: a JSON list, or separated by commas or spaces."""
         return split_names(value)
 
+    @field_validator("allow_hosts", "network", mode="before")
+    @classmethod
+    def _hosts(cls, value: Any) -> Any:
+        """As for env_allow: a JSON list, or separated by commas or spaces."""
+        return split_names(value)
+
     @field_validator("skill_paths", mode="before")
     @classmethod
     def _paths(cls, value: Any) -> Any:
@@ -205,7 +221,7 @@ class Settings(BaseSettings):
             raise ValueError(f"not an environment variable name: {bad[0]!r}")
         return value
 
-    @field_validator("disk_budget", "copy_limit", mode="before")
+    @field_validator("disk_budget", "copy_limit", "egress_max_bytes", mode="before")
     @classmethod
     def _size(cls, value: Any) -> Any:
         """Sizes are given as text (`1g`) in flags and the environment."""
@@ -264,6 +280,7 @@ FLAGS = {
     "max_retries": "--max-retries", "think": "--think", "skill_paths": "--skill",
     "skills_enabled": "--skills", "skills_include": "--skills-include",
     "skills_exclude": "--skills-exclude", "external_skills_enabled": "--project-skills",
+    "allow_hosts": "--allow-host", "network": "--network",
 }
 """The flag that sets each setting, for error messages."""
 

@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 EventKind = Literal[
     "run_start", "token", "model_request", "tool_call", "tool_output", "tool_result", "retry",
     "complete", "error", "warning", "progress", "notice", "sandbox_start", "instructions",
-    "thinking", "skills", "child_event",
+    "thinking", "skills", "child_event", "connection",
 ]
 
 
@@ -154,6 +154,32 @@ class ToolResultEvent(BaseEvent):
     meta: dict[str, Any] = Field(default_factory=dict)
 
 
+class ConnectionEvent(BaseEvent):
+    """One connection the sandbox asked the egress proxy for, allowed or not, once it ended."""
+
+    kind: Literal["connection"] = "connection"
+    host: str
+    port: int
+    method: str
+    """CONNECT (TLS passed through) or the HTTP method of a plain request."""
+    decision: Literal["allowed", "denied", "failed"]
+    """failed: allowed, but the upstream could not be reached."""
+    address: str | None = None
+    """The address the proxy resolved and checked (and connected to, when allowed)."""
+    rule: str | None = None
+    """The rule that allowed it, as written."""
+    allowed_by: str | None = None
+    """Where that rule came from: --allow-host, config, preset NAME, approved at the terminal."""
+    address_rule: str | None = None
+    """The range (or `localhost:PORT`) rule that let it reach a non-public address."""
+    reason: str = ""
+    bytes_up: int = 0
+    bytes_down: int = 0
+    duration_ms: int = 0
+    call_id: str | None = None
+    """The tool call that was running (None: between calls, e.g. a background process)."""
+
+
 class RetryEvent(BaseEvent):
     """A model request failed and is tried again after `delay` seconds."""
 
@@ -244,7 +270,7 @@ Event = Annotated[
     RunStartEvent | SandboxStartEvent | TokenEvent | ThinkingEvent | ModelRequestEvent
     | ToolCallEvent | ToolOutputEvent | ToolResultEvent | RetryEvent | CompleteEvent
     | ErrorEvent | WarningEvent | NoticeEvent | ProgressEvent | InstructionsEvent | SkillsEvent
-    | ChildEvent,
+    | ChildEvent | ConnectionEvent,
     Field(discriminator="kind"),
 ]
 """Any event, told apart by `kind`."""

@@ -426,7 +426,11 @@ class Policy:
         default_sources: Mapping[RiskLevel, str] | None = None,
         tighten: Policy | None = None,
         notices: Sequence[str] = (),
+        network: Sequence[tuple[str, str]] = (),
     ) -> None:
+        self.network = tuple(network)
+        """(rule or `preset:NAME`, source) the person's own policy files allow (docs/NETWORK.md);
+        never a project's."""
         self.tighten = tighten
         """An untrusted project policy: only its deny and ask rules count, and only to tighten."""
         self.notices = tuple(notices)
@@ -663,7 +667,12 @@ def load_policy(
     layers, notices = _user_layer(root)
     tighten = None
     if path is not None:
-        layers.append(_parse_file(path, "--policy"))
+        named = _parse_file(path, "--policy")
+        if named.network and root is not None and _inside(path, root):  # the tree's words
+            notices.append(f"the [network] table of {path} is not used: it lies inside the "
+                           "project, and nothing there allows a host")
+            named.network = ()
+        layers.append(named)
     elif root is not None:
         project, tighten, more = _project_policy(root)
         notices += more
@@ -686,6 +695,11 @@ def _user_layer(root: Path | None) -> tuple[list[Policy], list[str]]:
     return [_parse_file(path, "user")], []
 
 
+def _inside(path: Path, root: Path) -> bool:
+    real, top = Path(os.path.realpath(path)), Path(os.path.realpath(root))
+    return real == top or top in real.parents
+
+
 def _parse_file(path: Path, label: str) -> Policy:
     return parse_policy(_read(path), path=str(path), label=label)
 
@@ -700,7 +714,9 @@ def _project_policy(root: Path) -> tuple[Policy | None, Policy | None, list[str]
         return None, None, []
     text = _decode(file.data, file.path)
     if file.trusted:
-        return parse_policy(text, path=str(file.path), label="project, trusted"), None, []
+        trusted = parse_policy(text, path=str(file.path), label="project, trusted")
+        trusted.network = ()  # trusted for its rules; a host is the person's to allow
+        return trusted, None, []
     untrusted = parse_policy(text, path=str(file.path), label="project, untrusted: deny/ask only")
     why = "changed since you trusted it" if file.changed else "not trusted"
     notice = (f"project policy {file.path} is {why}: only its deny and ask rules apply; "
@@ -719,8 +735,9 @@ def _combine(layers: list[Policy], overrides: PolicyOverrides | None, tighten: P
             if source != "built-in":
                 defaults[level], sources[level] = layer.defaults[level], source
     names = [layer.source for layer in layers] + ([tighten.source] if tighten else [])
+    network = [entry for layer in layers for entry in layer.network]
     return Policy(rules, defaults, overrides, source=" + ".join(names) or BUILTIN_SOURCE,
-                  default_sources=sources, tighten=tighten, notices=notices)
+                  default_sources=sources, tighten=tighten, notices=notices, network=network)
 
 
 def _decode(data: bytes, path: Path) -> str:
@@ -755,7 +772,10 @@ def parse_policy(text: str, *, path: str, overrides: PolicyOverrides | None = No
     rules = [_rule(rule_id(src, index), rule) for index, rule in enumerate(spec.rules, 1)]
     sources = {level: f"{src.name} [defaults]" for level in defaults}
     source = f"{path} ({label})" if label else path
-    return Policy(rules, defaults, overrides, source=source, default_sources=sources)
+    network = [(text, f"policy {src.name}") for text in spec.network.allow]
+    network += [(f"preset:{name}", f"policy {src.name}") for name in spec.network.presets]
+    return Policy(rules, defaults, overrides, source=source, default_sources=sources,
+                  network=network)
 
 
 def _rule(id: str, spec: RuleSpec) -> Rule:

@@ -64,6 +64,18 @@ class DefaultsSpec(BaseModel):
     critical: Verdict | None = None
 
 
+class NetworkSpec(BaseModel):
+    """The `[network]` table: hosts the sandbox may reach (docs/NETWORK.md). Only the person's
+    own policy files count: the user policy, or a --policy file outside the project."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    allow: list[str] = Field(default_factory=list)
+    """Rules as for --allow-host."""
+    presets: list[str] = Field(default_factory=list)
+    """Presets as for --network."""
+
+
 class PolicySpec(BaseModel):
     """A whole policy file."""
 
@@ -71,6 +83,7 @@ class PolicySpec(BaseModel):
 
     defaults: DefaultsSpec = Field(default_factory=DefaultsSpec)
     rules: list[RuleSpec] = Field(default_factory=list)
+    network: NetworkSpec = Field(default_factory=NetworkSpec)
 
 
 def load_spec(text: str, path: str) -> tuple[PolicySpec, _Source]:
@@ -132,9 +145,13 @@ def _first_problem(src: _Source, data: dict[str, Any], error: ErrorDetails) -> P
         return _defaults_problem(src, loc[1:], kind, error.get("input"))
     key = str(loc[0]) if loc else ""
     if kind == "extra_forbidden":
-        return src.error(f"unknown key {key!r} (expected [defaults] and [[rules]])", src.top(key))
+        return src.error(f"unknown key {key!r} (expected [defaults], [[rules]] and [network])",
+                         src.top(key))
     if key == "rules":
         return src.error("rules must be an array of tables ([[rules]])", src.top("rules"))
+    if key == "network":
+        return src.error("[network] takes allow and presets, each a list of strings",
+                         src.top("network"))
     return src.error("[defaults] must be a table", src.top("defaults"))
 
 

@@ -67,6 +67,9 @@ from executor.instructions import Instructions
 from executor.messages import Message, ToolCall, ToolResult, ToolSpec
 from executor.models import build_model
 from executor.models.toolproto import uses_json
+from executor.network.egress import EgressConfig
+from executor.network.notes import NotedSandbox, Refusals
+from executor.network.session import egress_config, egress_hooks, prompt_note
 from executor.policy import Decision, Policy, PolicyOverrides
 from executor.protocols import LoadingModel, Model, Sandbox
 from executor.redact import Redactor
@@ -98,8 +101,8 @@ SandboxFactory = Callable[[SandboxConfig], Sandbox]
 SYSTEM_PROMPT = (
     "You are a coding agent working on the project in /workspace; tool paths are relative to "
     "it. Look at files before changing them, make small exact edits, and run commands to check "
-    "your work (python3; there is no network). When you are done, answer briefly with what you "
-    "did or found."
+    "your work (python3; there is no network unless said below). When you are done, answer "
+    "briefly with what you did or found."
 )
 READ_ONLY_NOTE = " This run is read-only: you can list, read and search files, not change them."
 
@@ -158,6 +161,10 @@ class RunOptions(BaseModel):
     """This session's depth: 0 for a session a person started, 1 for its children ..."""
     parent_session: str | None = None
     """The session that delegated to this one."""
+    allow_host_flags: list[str] = Field(default_factory=list)
+    """Hosts the sandbox may reach (--allow-host), besides the user config's `allow_hosts`."""
+    network_flags: list[str] = Field(default_factory=list)
+    """Network presets (--network pypi|npm|github), besides the user config's `network`."""
 
 
 @dataclass(frozen=True)
@@ -234,6 +241,13 @@ class Runner:
         """The prompt skills in the system prompt, once started."""
         self.children: list[str] = []
         """Sessions delegated to from this one."""
+        self.egress: EgressConfig | None = egress_config(
+            settings, options.allow_host_flags, options.network_flags, options.root,
+            from_config=not options.read_only,  # read-only runs and review: only when asked
+            policy=policy.network)
+        """The hosts the sandbox may reach, decided once (None: no network)."""
+        self._refusals = Refusals()
+        """What the proxy refused: each call's result names what it refused meanwhile."""
         hooks.subscribe(self._count_reply, "model_request")
 
     @classmethod
@@ -561,7 +575,10 @@ class Runner:
     def _backend_for(self, config: SandboxConfig) -> Sandbox:
         """The sandbox given, one from the factory given, or a DockerSandbox."""
         if self.backend is None:
-            return DockerSandbox(config, warn=self._warn)
+            prompt = getattr(self.approver, "host", None) if self.options.interactive else None
+            hooks = (egress_hooks(self.hooks, prompt, self._refusals)
+                     if config.egress is not None else None)
+            return DockerSandbox(config, warn=self._warn, egress_hooks=hooks)
         if _is_sandbox(self.backend):
             return self.backend  # type: ignore[return-value]
         return self.backend(config)  # type: ignore[operator]
@@ -607,6 +624,7 @@ class Runner:
             copy_exclude=s.copy_exclude, copy_storage=s.copy_storage,
             copy_overlay=put_back or {},
             blob_dir=BlobStore.for_root(self.options.root).directory if put_back else None,
+            egress=self.egress,
         )
 
     def _open_audit(self, store: NdjsonSessionStore) -> AuditLog | None:
@@ -646,7 +664,10 @@ class Runner:
 
     def _agent(self, store: NdjsonSessionStore, history: list[Message]) -> Agent:
         assert self.sandbox is not None
-        context = ToolContext(sandbox=self._lazy or self.sandbox, root=self.options.root,
+        used: Sandbox = self._lazy or self.sandbox
+        if self.egress is not None:
+            used = NotedSandbox(used, self._refusals)
+        context = ToolContext(sandbox=used, root=self.options.root,
                               read_only=self.options.read_only, session_id=store.name)
         agent = Agent(
             model=self.model, tools=self.tools, context=context, authorize=self._authorize,
@@ -663,6 +684,7 @@ class Runner:
     def _system_prompt(self) -> str:
         prompt = self.options.system_prompt or SYSTEM_PROMPT
         prompt += READ_ONLY_NOTE if self.options.read_only else ""
+        prompt += prompt_note(self.egress)
         blocks = [prompt, self.skills.prompt(), self.instructions.prompt() if self.instructions
                   else ""]
         return "\n\n".join(block for block in blocks if block)
@@ -788,6 +810,7 @@ class Runner:
             orchestrator=o.orchestrator, confirm_delegation=o.confirm_delegation,
             max_delegations=o.max_delegations, delegation_depth=o.delegation_depth,
             depth=o.depth + 1, parent_session=self.session_name,
+            allow_host_flags=o.allow_host_flags, network_flags=o.network_flags,
         )
 
         def relay(event: Event) -> None:

@@ -55,6 +55,23 @@ class Change(BaseModel):
     tool: str
 
 
+class ConnectionReport(BaseModel):
+    """One connection through the egress proxy (the audit's `connection` record, in short)."""
+
+    host: str
+    port: int
+    decision: str
+    """allowed, denied, or failed (allowed but not reached)."""
+    address: str | None = None
+    rule: str | None = None
+    allowed_by: str | None = None
+    address_rule: str | None = None
+    reason: str = ""
+    bytes_up: int = 0
+    bytes_down: int = 0
+    call_id: str | None = None
+
+
 class Usage(BaseModel):
     """What the run cost."""
 
@@ -91,6 +108,8 @@ class RunReport(BaseModel):
     """Model turns (replies) of this request."""
     tool_calls: list[ToolCallReport] = Field(default_factory=list)
     changes: list[Change] = Field(default_factory=list)
+    connections: list[ConnectionReport] = Field(default_factory=list)
+    """What the sandbox reached, or tried to, through the egress proxy."""
     usage: Usage = Field(default_factory=Usage)
     error: ErrorReport | None = None
 
@@ -108,13 +127,15 @@ class RunRecorder:
         self._by_id: dict[str, ToolCallReport] = {}
         """The latest call of each id (servers reuse ids across turns)."""
         self.changes: dict[str, Change] = {}
+        self.connections: list[ConnectionReport] = []
         self.usage = Usage()
         self.started = time.monotonic()
         self.context: dict[str, Any] = {}
 
     def attach(self, hooks: HookBus) -> RunRecorder:
         """Listen to `hooks`; returns self."""
-        hooks.subscribe(self.handle, "run_start", "model_request", "tool_call", "tool_result")
+        hooks.subscribe(self.handle, "run_start", "model_request", "tool_call", "tool_result",
+                        "connection")
         return self
 
     def handle(self, event: Event) -> None:
@@ -142,6 +163,10 @@ class RunRecorder:
         )
         self.calls.append(call)
         self._by_id[call.id] = call
+
+    def _on_connection(self, data: Mapping[str, Any]) -> None:
+        fields = ConnectionReport.model_fields
+        self.connections.append(ConnectionReport(**{k: v for k, v in data.items() if k in fields}))
 
     def _on_tool_result(self, data: Mapping[str, Any]) -> None:
         call = self._by_id.get(str(data["call_id"]))
@@ -178,6 +203,7 @@ class RunRecorder:
             status=status_of(error), answer=answer, **facts,
             turns=self.usage.model_requests if turns is None else turns,
             tool_calls=list(self.calls), changes=list(self.changes.values()),
+            connections=list(self.connections),
             usage=self.usage.model_copy(), error=error_report(error),
         )
 
@@ -216,6 +242,8 @@ _STREAMED = {
     "warning": ("warning", ("message",)),
     "notice": ("notice", ("message",)),
     "instructions": ("instructions", ("source", "bytes", "truncated")),
+    "connection": ("connection", ("host", "port", "decision", "address", "rule", "allowed_by",
+                                  "address_rule", "reason", "bytes_up", "bytes_down", "call_id")),
 }
 """Hook events that appear in the stream: their `type` there and the fields they keep."""
 

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from executor.hooks import (
         ChildEvent,
         CompleteEvent,
+        ConnectionEvent,
         ErrorEvent,
         Event,
         HookBus,
@@ -90,6 +91,10 @@ class Totals:
     completion_tokens: int = 0
     calls: int = 0
     denied: int = 0
+    connections: int = 0
+    """Connections the sandbox asked the egress proxy for."""
+    blocked: int = 0
+    """Of those, the ones not allowed (or not reached)."""
 
     def add(self, other: Totals) -> None:
         """Fold a finished turn into a session's totals."""
@@ -98,12 +103,17 @@ class Totals:
         self.completion_tokens += other.completion_tokens
         self.calls += other.calls
         self.denied += other.denied
+        self.connections += other.connections
+        self.blocked += other.blocked
 
     def line(self, elapsed: float) -> str:
         """`4.2 s · 2 model turns · tokens 1,234 in / 56 out · 3 tool calls, 1 denied`."""
         calls = f"{self.calls} tool call{'s' * (self.calls != 1)}"
         if self.denied:
             calls += f", {self.denied} denied"
+        if self.connections:
+            calls += (f" · {self.connections} connection{'s' * (self.connections != 1)}"
+                      f"{f', {self.blocked} blocked' if self.blocked else ''}")
         return (f"{elapsed:.1f} s · {self.turns} model turn{'s' * (self.turns != 1)} · tokens "
                 f"{self.prompt_tokens:,} in / {self.completion_tokens:,} out · {calls}")
 
@@ -311,6 +321,16 @@ class ProgressView:
     def _on_retry(self, event: RetryEvent) -> None:
         self._print(f"[yellow]retrying[/] model request (attempt {event.attempt}): "
                     f"{markup_safe(event.reason)}")
+
+    def _on_connection(self, event: ConnectionEvent) -> None:
+        """Count it; a blocked one gets a line (the person may want to allow it)."""
+        self.turn.connections += 1
+        if event.decision == "allowed":
+            return
+        self.turn.blocked += 1
+        where = markup_safe(f"{event.host}:{event.port}", line=True)
+        self._print(f"[yellow]network:[/] {event.decision} {where}: "
+                    f"{markup_safe(event.reason[:200], line=True)}")
 
     def _on_warning(self, event: WarningEvent) -> None:
         self._print(f"[yellow]warning:[/] {markup_safe(event.message)}")

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Build the sandbox base image from Debian packages, for machines that reach Debian's package
-# mirror but no container registry: debootstrap a minimal bookworm with python3, pytest, ripgrep
-# and git, then `docker import` it. Usage: scripts/build-base-image.sh [IMAGE_NAME]
+# mirror but no container registry: debootstrap a minimal bookworm with python3, pytest, ripgrep,
+# git, pip and venv, then `docker import` it. Usage: scripts/build-base-image.sh [IMAGE_NAME]
 set -euo pipefail
 
 NAME="${1:-sandbox-agent-base:bookworm}"
 SUITE="${SUITE:-bookworm}"
 
-HAS='command -v rg && command -v git && python3 -m pytest --version'
+HAS='command -v rg && command -v git && python3 -m pytest --version && python3 -m pip --version && python3 -m venv --help'
 if docker image inspect "$NAME" >/dev/null 2>&1; then
     if docker run --rm --network none "$NAME" sh -c "$HAS" >/dev/null 2>&1; then
         echo "base image $NAME already present"
@@ -36,7 +36,7 @@ fi
 ROOTFS="$(mktemp -d /tmp/sandbox-agent-rootfs.XXXXXX)"
 trap 'rm -rf "$ROOTFS"' EXIT
 echo "debootstrap $SUITE into $ROOTFS (about a minute) ..."
-debootstrap --variant=minbase --include=python3,python3-pytest,ripgrep,git "$SUITE" "$ROOTFS" ${MIRROR:+"$MIRROR"} \
+debootstrap --variant=minbase --include=python3,python3-pytest,python3-pip,python3-venv,ripgrep,git "$SUITE" "$ROOTFS" ${MIRROR:+"$MIRROR"} \
     > "$ROOTFS.log" 2>&1 || { tail -20 "$ROOTFS.log" >&2; exit 1; }
 rm -f "$ROOTFS.log"
 rm -rf "$ROOTFS"/var/cache/apt/archives/*.deb "$ROOTFS"/var/lib/apt/lists/*

@@ -20,7 +20,7 @@ the call as the model gave it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from executor.cli.common import err_console
 from executor.grants import Grant, SessionGrants
@@ -49,6 +49,8 @@ RUN_CELLS = 60
 QUESTION = "Allow this call? [y/n/a/r/v] (n): "
 QUESTION_NO_GRANT = "Allow this call? [y/n/r/v] (n): "
 """Asked when "always" cannot be offered (the command runs another one, or is not simple)."""
+HOST_QUESTION = "Allow this connection? [y/n/a] (n): "
+"""Asked about a host no rule allows (a: that host and port for the session)."""
 SESSION = "user:session"
 """`approved_by` of a call a session grant allowed."""
 
@@ -80,6 +82,31 @@ class TerminalApprover:
         summary = _summary(tool.name, text.count("\n") + 1, lines, preview.runs)
         _ask_under(summary, offer)
         return self._answer(lines, preview.error, summary, offer)
+
+    def host(self, host: str, port: int, command: str) -> Literal["y", "n", "a"]:
+        """The person's answer about a host no rule allows (y: this connection, a: this host
+        and port for the session, n: no, the default). Everything shown is inert."""
+        self.view.close()
+        where = inert_line(f"{host}:{port}")
+        err_console.rule(f"[bold]network[/] needs approval [dim](no rule allows "
+                         f"{markup_safe(where, line=True)})[/]")
+        err_console.print(f"the sandbox asks to connect to {where}", markup=False,
+                          highlight=False)
+        if command:
+            err_console.print(f"while running: $ {inert_line(command)[:2000]}", markup=False,
+                              highlight=False)
+        while True:
+            _discard_typeahead()
+            try:
+                answer = err_console.input(HOST_QUESTION, markup=False).strip().lower()
+            except EOFError:
+                return "n"
+            if answer in ("", "n", "no"):
+                return "n"
+            if answer in ("y", "yes", "a", "always"):
+                return "y" if answer.startswith("y") else "a"
+            err_console.print("answer y (yes, this connection), n (no) or a (always: this "
+                              "host and port for the session)", markup=False)
 
     def _answer(self, lines: list[str], error: str | None, summary: str,
                 offer: Grant | None) -> Approval:

@@ -265,6 +265,17 @@ def _write(r: Mapping[str, Any]) -> str:
     return f"{r.get('path')} {before} → {after} ({size})"
 
 
+def _connection(r: Mapping[str, Any]) -> str:
+    where = f"{r.get('host')}:{r.get('port')}" + (f" ({r['address']})" if r.get("address") else "")
+    if r.get("decision") == "allowed":
+        why = f"by {r.get('rule')} ({r.get('allowed_by')}), {r.get('bytes_up')} B up / " \
+              f"{r.get('bytes_down')} B down, {r.get('duration_ms')} ms"
+    else:
+        why = _short(r.get("reason", ""), 100)
+    call = f" [call {r['call_id']}]" if r.get("call_id") else ""
+    return f"{r.get('method')} {where} {r.get('decision')}: {why}{call}"
+
+
 def _run_end(r: Mapping[str, Any]) -> str:
     return f"{r.get('status')} after {r.get('turns')} turn(s), {r.get('duration_ms')} ms"
 
@@ -286,4 +297,5 @@ _SUMMARIES: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "error": lambda r: _short(r.get("message", ""), 120),
     "warning": lambda r: _short(r.get("message", ""), 120),
     "run_end": _run_end,
+    "connection": _connection,
 }

@@ -148,6 +148,27 @@ EnvOpt = Annotated[
         show_default=False,
     ),
 ]
+AllowHostOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--allow-host",
+        metavar="HOST[:PORT]",
+        help="Let the sandbox reach this host through the audited egress proxy (repeatable; "
+        "*.example.org, an address or a range such as 127.0.0.1/32:8080; without a port: 80 "
+        "and 443). Default: no network at all (docs/NETWORK.md).",
+        show_default=False,
+    ),
+]
+NetworkOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--network",
+        metavar="PRESET",
+        help="Allow a preset's hosts (repeatable): pypi and npm (the index and registry your "
+        "own pip and npm are configured with), github.",
+        show_default=False,
+    ),
+]
 SystemPromptFileOpt = Annotated[
     Path | None,
     typer.Option(

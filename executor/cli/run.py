@@ -15,6 +15,7 @@ import typer
 
 from executor.cli.common import RootOption, cli_errors, err_console, out_console, real_console
 from executor.cli.options import (
+    AllowHostOpt,
     AuditPromptsOpt,
     AuditRequiredOpt,
     CopyLimitOpt,
@@ -28,6 +29,7 @@ from executor.cli.options import (
     MaxTokensOpt,
     MaxTurnsOpt,
     ModelOpt,
+    NetworkOpt,
     NoAuditOpt,
     NoInstructionsOpt,
     PolicyOpt,
@@ -261,6 +263,8 @@ def ask(
         ),
     ] = None,
     env: EnvOpt = None,
+    allow_host: AllowHostOpt = None,
+    network: NetworkOpt = None,
     allow_git_writes: Annotated[
         bool,
         typer.Option(
@@ -363,6 +367,8 @@ def ask(
         workspace=workspace,
         copy_exclude=exclude,
         copy_limit=copy_limit,
+        allow_host_flags=allow_host,
+        network_flags=network,
     ) | {
         "read_only": read_only,
         "yes": yes,

@@ -96,11 +96,18 @@ def gc(
     force: Annotated[
         bool, typer.Option("--force", help="Also remove containers of running sessions.")
     ] = False,
+    deps: Annotated[
+        bool, typer.Option("--deps", help="Also remove the project's package volume (what "
+                           "`pip install` in its sandboxes installed); needs --root.")
+    ] = False,
 ) -> None:
     """Remove sandbox containers whose session is no longer running (e.g. after a crash)."""
     if root is not None and not root.is_dir():
         raise ConfigError(f"project root {root} does not exist",
                           fix="pass the root the sessions ran on, or leave out --root")
+    if deps and root is None:
+        raise ConfigError("--deps removes one project's package volume",
+                          fix="add --root DIR")
     from executor.sandbox.gc import gc as collect
 
     result = collect(root=str(root) if root else None, all_hosts=all_hosts, force=force)
@@ -108,6 +115,12 @@ def gc(
         out_console.print(f"removed {inert_line(name)}", markup=False)
     for note in result.notes:
         err_console.print(f"warning: {inert_line(note)}", markup=False, highlight=False)
+    if deps and root is not None:
+        from executor.network.deps import deps_volume, remove_deps
+        from executor.sandbox.engine import connect
+
+        if remove_deps(connect(), root):
+            out_console.print(f"removed volume {deps_volume(root)}", markup=False)
     err_console.print(
         f"[dim]{len(result.removed)} removed, {len(result.in_use)} in use, "
         f"{len(result.skipped)} from other hosts left alone[/]"

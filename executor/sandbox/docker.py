@@ -57,6 +57,8 @@ from executor.errors import (
     WorkspaceUnreachableError,
 )
 from executor.messages import ToolResult
+from executor.network import egress as network
+from executor.network.egress import EgressConfig, EgressHooks
 from executor.protocols import OutputCallback, SandboxInfo
 from executor.sandbox import boot, runrecord, seccomp
 from executor.sandbox.channel import Channel, FifoChannel, OnProgress
@@ -171,6 +173,8 @@ class SandboxConfig(BaseModel):
     fifo_channel: bool = True
     """Carry tool calls over two FIFOs the host makes (`channel_dir`) instead of the engine's
     stream relay, where the engine is on this machine and the runtime is not gVisor."""
+    egress: EgressConfig | None = None
+    """The hosts the sandbox may reach through the host's proxy (None: no network at all)."""
 
 
 class Toolbox:
@@ -284,8 +288,11 @@ class Toolbox:
 class DockerSandbox:
     """A hardened per-session container; satisfies the `Sandbox` protocol."""
 
-    def __init__(self, config: SandboxConfig, *, client: Any = None, warn: Warn | None = None):
+    def __init__(self, config: SandboxConfig, *, client: Any = None, warn: Warn | None = None,
+                 egress_hooks: EgressHooks | None = None):
         self.config = config
+        self._egress_hooks = egress_hooks
+        self._egress: network.Egress | None = None
         self._client = client
         self._warn = warn or (lambda message: None)
         self._container: Any = None
@@ -344,7 +351,7 @@ class DockerSandbox:
         self._image()
         if self.config.runtime:  # one more question to the engine, only when a runtime is named
             self._podman = is_podman(self._client)
-            self._runtime_is_gvisor()
+            network.check_engine(self.config.egress, gvisor=self._runtime_is_gvisor())
 
     def start(self) -> None:
         """Create (or re-attach to) the session's container and start the toolbox."""
@@ -354,6 +361,7 @@ class DockerSandbox:
             if self._podman:  # it reads the profile from a file, not from the request
                 self._seccomp_file = seccomp.profile_file(self._lock_path().parent)
             self._gvisor = self._runtime_is_gvisor()
+            network.check_engine(self.config.egress, gvisor=self._gvisor)
             image = self._image()
             self._image_id = str(image.id)
             # compiled while the engine makes the container (GIL released on its socket)
@@ -371,6 +379,7 @@ class DockerSandbox:
                 channel = self._channel_dir()
                 if channel is not None and self._life is None:
                     make_life(channel)  # its PID 1 looks for a new one (boot/init.py)
+            self._start_egress()
             self._start_copy()
             self._start_toolbox(running=True)
             self._info = self._describe(image)
@@ -389,6 +398,7 @@ class DockerSandbox:
         if self._toolbox is not None:
             self._toolbox.stop()
             self._toolbox = None
+        self._stop_egress()
         if self._container is not None:
             with docker_errors("removing the sandbox container"):
                 self._container.remove(force=True, v=True)
@@ -546,6 +556,7 @@ class DockerSandbox:
             self._toolbox.stop()
             self._toolbox = None
         self._drop_life()
+        self._stop_egress()  # the proxy ends with this process: a resume starts both again
         self._container = None
         self._unlock()
 
@@ -644,6 +655,8 @@ class DockerSandbox:
         if self._toolbox is not None:
             self._toolbox.stop()
             self._toolbox = None
+        if self._egress is not None:
+            self._egress.detach()
         if self._container is not None:
             with docker_errors("removing the sandbox container"):
                 self._container.remove(force=True, v=True)
@@ -658,6 +671,7 @@ class DockerSandbox:
             self._record_start()
             self._channel = False  # a new container has nothing left in it: decided afresh
             self._container = self._create()
+            self._start_egress()
         except BaseException:
             self._after_session()  # then stop() finds no container: the checks happen here
             raise
@@ -790,7 +804,8 @@ class DockerSandbox:
         """This run's sandbox as one value: what `_create` would make now (the copy's size
         left out: it is the data's, not a decision)."""
         decided = self.create_options(self.config.model_copy(update={"copy_bytes": 0}))
-        return SandboxSpec.of(decided, self.toolbox_argv(), self._image_id)
+        egress = self.config.egress.spec() if self.config.egress else None
+        return SandboxSpec.of(decided, self.toolbox_argv(), self._image_id, network=egress)
 
     def _existing(self) -> Any:
         """A copy session's container when it is exactly what this run would create (else the
@@ -866,7 +881,8 @@ class DockerSandbox:
     def create_options(self, config: SandboxConfig | None = None) -> dict[str, Any]:
         """What the container is created with (`container_options` for this engine)."""
         config = config or self.config
-        quick = config.workspace == "bind" and not self._podman and not config.network
+        quick = (config.workspace == "bind" and not self._podman and not config.network
+                 and config.egress is None)  # a forwarder joins a namespace the engine made
         first = config.workspace == "bind" and not self._podman and not self._gvisor
         return container_options(config, self._lock_path(), self._mount_user(),
                                  self._protected, podman_profile=self._seccomp_file,
@@ -874,6 +890,27 @@ class DockerSandbox:
                                  hosts=hosts_file(self._lock_path().parent) if quick else None,
                                  toolbox=self.toolbox_argv() if first else None,
                                  channel=self._channel_dir())
+
+    def _start_egress(self) -> None:
+        """The forwarder of this container, before any command runs (none without egress)."""
+        if self.config.egress is None:
+            return
+        if self._egress is None:
+            self._egress = network.Egress(self.config.egress, self._lock_path().parent,
+                                          self.name, self._egress_hooks)
+        kept = (LABEL_SESSION, LABEL_ROOT, LABEL_LOCK, LABEL_HOST)  # so `gc` knows it too
+        labels = {k: v for k, v in self._container.labels.items() if k in kept}
+        profile = (f"seccomp={seccomp.profile_file(self._lock_path().parent, unix=True)}"
+                   if self._podman else seccomp.forwarder_security_opt())  # Podman: a path
+        self._egress.attach(self._client, self._container, self._image_id, labels,
+                            ["no-new-privileges", profile],
+                            _ulimits(self.config.model_copy(update={"disk_budget": 0}),
+                                     gvisor=False))
+
+    def _stop_egress(self) -> None:
+        if self._egress is not None:
+            self._egress.stop()
+            self._egress = None
 
     def _check_runtime(self, container: Any) -> None:
         """The runtime asked for is the one the engine used (Podman's API ignores it)."""
@@ -959,7 +996,8 @@ class DockerSandbox:
         return SandboxInfo(
             container_id=self._container.id, container_name=self.name, image=self.config.image,
             image_digest=str(image.id), mount_mode="ro" if self.config.read_only else "rw",
-            network="bridge" if self.config.network else "none", user=self._tool_user(),
+            network="bridge" if self.config.network else "egress" if self.config.egress
+            else "none", user=self._tool_user(),
             workspace=self.config.workspace, runtime=_runtime_of(self._container),
             engine="Podman" if self._podman else "Docker",
         )
@@ -1307,6 +1345,7 @@ def container_options(config: SandboxConfig, lock_path: Path, user: str,
         runtime["network_disabled"] = True
     if channel is not None:
         mounts.append(Mount(CHANNEL, str(channel), type="bind", read_only=True))
+    mounts += network.mounts(config.egress)
     if toolbox is not None:
         first: dict[str, Any] = {"command": toolbox_command(toolbox, first=True), "init": False,
                                  "stdin_open": True, "log_config": LogConfig(type="none")}
@@ -1321,7 +1360,8 @@ def container_options(config: SandboxConfig, lock_path: Path, user: str,
         "read_only": True,
         "pids_limit": config.pids_limit * (GVISOR_PIDS_FACTOR if gvisor else 1),
         "mem_limit": memory, "memswap_limit": memory, "nano_cpus": int(config.cpus * 1e9),
-        "environment": {**_BASE_ENV, **config.env}, "ipc_mode": "private", "ulimits": ulimits,
+        "environment": {**_BASE_ENV, **network.environment(config.egress), **config.env},
+        "ipc_mode": "private", "ulimits": ulimits,
         "labels": {
             LABEL_SESSION: config.session_id, LABEL_ROOT: root,
             LABEL_LOCK: str(lock_path), LABEL_HOST: socket.gethostname(),

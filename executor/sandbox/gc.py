@@ -16,6 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from executor.network.egress import drop_socket_dir
 from executor.sandbox import runrecord
 from executor.sandbox.docker import (
     LABEL_HOST,
@@ -69,6 +70,7 @@ def _classify(container: Any, result: GcResult, *, all_hosts: bool, force: bool)
                 return  # removed meanwhile by its own session or another gc
         result.removed.append(container.name)
         drop_channel(default_lock_dir(), container.name)  # of a session that was killed
+        drop_socket_dir(default_lock_dir(), container.name)
         _finish(container.name, result)
 
 

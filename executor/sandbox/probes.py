@@ -6,6 +6,9 @@ a security team can check docs/SECURITY.md's guarantees on *their* engine, runti
     paths          `..`, absolute paths and symlinks never reach a file next to the root
     read-only      with --read-only a write fails in the kernel and no byte changes
     network        a listener on the host's loopback is never reached; no interface but lo
+    egress         with hosts allowed: only those are reached, through the proxy; a denied
+                   host and a private address behind an allowed name are refused; no raw TCP
+                   and no DNS of the sandbox's own
     capabilities   no capability in any set; no-new-privileges; chown refused
     set-id         chmod/open/mknod with a set-id bit are refused (checked inside and on the host)
     unix socket    a server on a unix socket in the project gets no connection
@@ -41,8 +44,9 @@ from typing import Self
 
 from pydantic import BaseModel
 
-from executor.errors import SandboxAgentError
+from executor.errors import ConfigError, SandboxAgentError
 from executor.messages import ToolResult
+from executor.network.egress import AllowedHost, EgressConfig
 from executor.sandbox.docker import DockerSandbox, SandboxConfig
 from executor.state import LEGACY_DIR, ensure_project_dir
 from executor.text import inert_line
@@ -99,7 +103,7 @@ class Lab:
         self.root = self.base / "proj"
         self.secret = self.base / "secret.txt"
         self.state: Path | None = None
-        self._boxes: dict[bool, DockerSandbox] = {}
+        self._boxes: dict[tuple[bool, bool], DockerSandbox] = {}
 
     def __enter__(self) -> Self:
         try:
@@ -137,16 +141,19 @@ class Lab:
             shutil.rmtree(self.state, ignore_errors=True)
         shutil.rmtree(self.base, ignore_errors=True)
 
-    def box(self, *, read_only: bool = False) -> DockerSandbox:
-        """The started sandbox on the project (one read-write, one read-only)."""
-        if read_only not in self._boxes:
+    def box(self, *, read_only: bool = False, egress: EgressConfig | None = None
+            ) -> DockerSandbox:
+        """The started sandbox on the project (one read-write, one read-only, one with
+        `egress`: the first one asked for)."""
+        key = (read_only, egress is not None)
+        if key not in self._boxes:
             config = self.template.model_copy(update={
                 "root": self.root, "read_only": read_only, "disk_budget": DISK_BUDGET,
-                "session_id": "probe-" + secrets.token_hex(5)})
+                "session_id": "probe-" + secrets.token_hex(5), "egress": egress})
             box = self.factory(config)
-            self._boxes[read_only] = box
+            self._boxes[key] = box
             box.start()
-        return self._boxes[read_only]
+        return self._boxes[key]
 
     def writable(self) -> None:
         """A control: the sandbox can write the project at all (else a refusal proves nothing)."""
@@ -239,6 +246,48 @@ def probe_network(lab: Lab) -> str:
     if "interfaces ['lo']" not in result.output:
         raise Breach(f"the sandbox has a network: {inert(result.output, 100)}")
     return "4 hosts blocked, the host's listener saw nothing; interfaces: lo"
+
+
+_EGRESS = (
+    "python3 -c \"\n"
+    "import socket\n"
+    "def tunnel(host, port):\n"
+    "    s = socket.create_connection(('127.0.0.1', {proxy}), 5)\n"
+    "    s.sendall(('CONNECT %s:%d HTTP/1.1' % (host, port)).encode() + bytes([13, 10, 13, 10]))\n"
+    "    print(host, s.recv(300).decode('latin-1').splitlines()[0])\n"
+    "tunnel('allowed.probe', {port}); tunnel('denied.probe', {port})\n"
+    "tunnel('private.probe', {other})\n"
+    "for what, go in (('raw', lambda: socket.create_connection(('127.0.0.1', {port}), 3)),\n"
+    "                 ('dns', lambda: socket.getaddrinfo('allowed.probe', 80))):\n"
+    "    try: go(); print(what, 'REACHED')\n"
+    "    except OSError as e: print(what, 'failed', type(e).__name__)\n"
+    "\""
+)
+
+
+def probe_egress(lab: Lab) -> str:
+    with _listener() as (port, hits), _listener() as (other, other_hits):
+        allowed = [f"allowed.probe:{port}", f"127.0.0.1/32:{port}", f"private.probe:{other}"]
+        config = EgressConfig(
+            allow=[AllowedHost(text=text, source="probe") for text in allowed],
+            resolve={"allowed.probe": "127.0.0.1", "private.probe": "127.0.0.1"})
+        try:
+            box = lab.box(egress=config)
+        except ConfigError as exc:  # gVisor: no hosts can be allowed at all
+            return f"hosts cannot be allowed on this engine, so none is reached ({exc.message})"
+        result = box.call("run_shell_command", {"command": _EGRESS.format(
+            proxy=config.port, port=port, other=other), "timeout_seconds": 30})
+    said = result.output
+    if other_hits or "private.probe HTTP/1.1 403" not in said:
+        raise Breach(f"a private address behind an allowed name was reached: {inert(said, 90)}")
+    if "denied.probe HTTP/1.1 403 blocked" not in said:
+        raise Breach(f"a host nobody allowed was not refused: {inert(said, 90)}")
+    if "raw REACHED" in said or "dns REACHED" in said or len(hits) > 1:
+        raise Breach(f"the sandbox reached out without the proxy: {inert(said, 90)}")
+    if len(hits) != 1 or "allowed.probe HTTP/1.1 200" not in said:
+        raise Breach(f"inconclusive: the allowed host was not reached: {inert(said, 90)}")
+    return ("the allowed host reached once, through the proxy; a denied host and a loopback "
+            "address behind an allowed name refused; raw TCP and DNS from inside failed")
 
 
 def probe_capabilities(lab: Lab) -> str:
@@ -397,6 +446,8 @@ PROBES = (
     Probe("read-only", "--read-only: writes fail in the kernel (EROFS), no byte changes",
           probe_read_only),
     Probe("network", "no network: the host's loopback is out of reach", probe_network),
+    Probe("egress", "allowed hosts only, through the proxy; private addresses refused",
+          probe_egress),
     Probe("capabilities", "no capabilities, no-new-privileges", probe_capabilities),
     Probe("set-id", "no set-id file can be made (so none reaches the host)", probe_set_id),
     Probe("unix socket", "unix sockets in the project are out of reach", probe_unix_socket),

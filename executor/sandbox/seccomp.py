@@ -60,6 +60,8 @@ MODE_ARGUMENT = {
 """Syscalls that set a file's mode, and the index of their mode argument."""
 SOCKET_FAMILIES = {"AF_INET": 2, "AF_INET6": 10, "AF_NETLINK": 16}
 """The address families `socket()` may create (AF_NETLINK: getaddrinfo, getifaddrs, `ip`)."""
+AF_UNIX = 1
+"""The family only the egress forwarder may create (executor/network/forwarder.py)."""
 SOCKETPAIR_TYPES = {"SOCK_STREAM": 1, "SOCK_SEQPACKET": 5}
 """The socket types `socketpair()` may create (asyncio and multiprocessing use streams)."""
 CLONE_NAMESPACES = {
@@ -87,11 +89,13 @@ DEFAULT_PROFILE = "profiles/docker-default.json"
 """Docker's default profile, relative to this package."""
 
 
-def profile(source: Traversable | Path | None = None) -> Profile:
-    """Docker's default profile (or the one at `source`) with this module's rules applied."""
+def profile(source: Traversable | Path | None = None, *, unix: bool = False) -> Profile:
+    """Docker's default profile (or the one at `source`) with this module's rules applied;
+    `unix`: AF_UNIX sockets allowed too (the egress forwarder's, never the sandbox's)."""
     base = load(source or resources.files("executor.sandbox").joinpath(DEFAULT_PROFILE))
     restricted = [*MODE_ARGUMENT, "socket", "socketpair", "clone", *REFUSED, *NO_SYSCALL]
-    base["syscalls"] = [*_without(base["syscalls"], restricted), *added_rules()]
+    unix_rule = [_allow(["socket"], 0, _INT_MASK, AF_UNIX)] if unix else []
+    base["syscalls"] = [*_without(base["syscalls"], restricted), *added_rules(), *unix_rule]
     base["archMap"] = [{**entry, "subArchitectures": []} for entry in base.get("archMap", [])]
     return base
 
@@ -102,13 +106,19 @@ def security_opt() -> str:
     return "seccomp=" + json.dumps(profile(), separators=(",", ":"))
 
 
-def profile_file(directory: Path) -> Path:
+@functools.cache
+def forwarder_security_opt() -> str:
+    """The egress forwarder's: `profile()` and unix sockets (it reaches the host's proxy)."""
+    return "seccomp=" + json.dumps(profile(unix=True), separators=(",", ":"))
+
+
+def profile_file(directory: Path, *, unix: bool = False) -> Path:
     """`profile()` as a file in `directory` (a private dir of ours), for engines that take a path.
 
     Podman's Docker-compatible API reads `seccomp=` as a path on its host, where Docker's takes
     the JSON itself. The file is named by its content and rewritten whenever it differs.
     """
-    data = json.dumps(profile(), separators=(",", ":")).encode()
+    data = json.dumps(profile(unix=unix), separators=(",", ":")).encode()
     path = directory / f"seccomp-{hashlib.sha256(data).hexdigest()[:16]}.json"
     return publish(path, data, "the seccomp profile")
 

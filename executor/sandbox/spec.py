@@ -38,7 +38,8 @@ _NAMES = {
     "mem_limit": "memory limit", "memswap_limit": "memory limit", "nano_cpus": "CPU limit",
     "pids_limit": "process limit", "ulimits": "resource limits (disk budget, files, processes)",
     "command": "first process", "toolbox": "toolbox options (git guard, budget, timeouts)",
-    "read_only": "read-only root file system", "version": "sandbox-agent's sandbox version",
+    "read_only": "read-only root file system", "egress": "network allow-list",
+    "version": "sandbox-agent's sandbox version",
 }
 
 
@@ -50,9 +51,13 @@ class SandboxSpec:
     """Each decision's canonical JSON (environment values and large blobs as digests)."""
 
     @classmethod
-    def of(cls, options: Mapping[str, Any], toolbox: list[str], image_id: str) -> SandboxSpec:
-        """The spec of `containers.create(**options)` whose toolboxes run with `toolbox`."""
+    def of(cls, options: Mapping[str, Any], toolbox: list[str], image_id: str, *,
+           network: Mapping[str, Any] | None = None) -> SandboxSpec:
+        """The spec of `containers.create(**options)` whose toolboxes run with `toolbox`;
+        `network`: the egress decisions (allow-list, pins, limits) when any host is allowed."""
         values: dict[str, Any] = {k: v for k, v in options.items() if k not in _LEFT_OUT}
+        if network:  # absent without egress: the digest of a run without network is unchanged
+            values["egress"] = dict(network)
         values["image"] = image_id  # the digest, whatever name the run used for it
         values["environment"] = _environment(options.get("environment") or {})
         values["toolbox"] = toolbox

@@ -214,7 +214,8 @@ class EditFile(FileWriteTool):
 class RunShellCommand(SandboxTool):
     name = "run_shell_command"
     description = (
-        "Run a shell command in the project root (no network). Returns exit code, stdout, stderr."
+        "Run a shell command in the project root (no network unless the system prompt names "
+        "hosts). Returns exit code, stdout, stderr."
     )
     Args = RunShellCommandArgs
     core_args = ("command",)

@@ -14,6 +14,7 @@ import pytest
 from docker.types import Mount
 
 from executor.messages import ToolResult
+from executor.network.egress import AllowedHost
 from executor.sandbox.docker import DockerSandbox, SandboxConfig
 from executor.sandbox.probes import PROBES, run_probes
 from executor.state import LEGACY_DIR, project_dir
@@ -109,6 +110,8 @@ WEAKENED: dict[str, tuple[Change, Callable[[list[str]], list[str]]]] = {
     # Unsigned replies: on runc the toolbox's non-dumpable flag still keeps commands out, so
     # this one is shown under gVisor (test_the_toolbox_probe_fails_unsigned_under_gvisor).
     "toolbox": (lambda o, root: o, lambda a: [x for x in a if x != "--sign"]),
+    # The proxy's rules, not the container: a range opens the private address (Weakened).
+    "egress": (lambda o, root: o, list),
 }
 """Per probe: how the container's options and the toolbox's argv are weakened."""
 
@@ -117,7 +120,7 @@ class Weakened(DockerSandbox):
     """A sandbox with one guarantee removed on purpose, whose output is hostile too."""
 
     def __init__(self, config: SandboxConfig, client: Any, name: str) -> None:
-        super().__init__(config, client=client)
+        super().__init__(_private_opened(config) if name == "egress" else config, client=client)
         self.change, self.argv_change = WEAKENED[name]
 
     def create_options(self, config: SandboxConfig | None = None) -> Options:
@@ -129,6 +132,17 @@ class Weakened(DockerSandbox):
     def call(self, tool: str, args: dict[str, Any], **kwargs: Any) -> ToolResult:
         result = super().call(tool, args, **kwargs)
         return result.model_copy(update={"output": HOSTILE + result.output})
+
+
+def _private_opened(config: SandboxConfig) -> SandboxConfig:
+    """The egress probe's allow-list plus the loopback range on its private name's port."""
+    if config.egress is None:
+        return config
+    ports = [h.text.rpartition(":")[2] for h in config.egress.allow
+             if h.text.startswith("private.probe:")]
+    opened = [AllowedHost(text=f"127.0.0.0/8:{port}", source="weakened") for port in ports]
+    egress = config.egress.model_copy(update={"allow": [*config.egress.allow, *opened]})
+    return config.model_copy(update={"egress": egress})
 
 
 def test_the_weakenings_cover_every_probe():

@@ -1,7 +1,7 @@
 """What the built sandbox image ships, checked by starting it with testcontainers.
 
 The sandbox relies on the image for python3 (the toolbox), ripgrep and git (better tools),
-pytest (what most projects' tests run with), and
+pytest (what most projects' tests run with), pip and venv (installs, when hosts are allowed), and
 on what it does *not* ship: no set-id binaries, no network clients. The toolbox must bootstrap in
 it exactly as DockerSandbox starts it.
 """
@@ -50,6 +50,14 @@ def test_python3_pytest_ripgrep_and_git(image: DockerContainer) -> None:
     assert run(image, "git --version").startswith("git version ")
     assert run(image, "pytest --version 2>&1").startswith("pytest ")
     run(image, "python3 -c 'import json, selectors, hashlib, difflib, subprocess'")
+
+
+def test_pip_venv_and_the_package_dir(image: DockerContainer) -> None:
+    """Installs need pip and venv; a run with network installs to /opt/sandbox-deps, whose
+    mode (1777) a new per-project volume takes (executor/network/deps.py)."""
+    assert run(image, "python3 -m pip --version").startswith("pip ")
+    run(image, "python3 -m venv --without-pip /tmp/v && /tmp/v/bin/python -c pass")
+    assert run(image, "stat -c %a /opt/sandbox-deps").strip() == "1777"
 
 
 def test_no_set_id_binaries(image: DockerContainer) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -78,3 +79,35 @@ def test_differences_are_named_and_an_unlabelled_container_differs_in_everything
     assert base.differences({}) == ["everything (it was made by an older sandbox-agent)"]
     forged = {**base.labels(), LABEL_SPEC: "0" * 64}
     assert base.differences(forged) == ["the whole description"]
+
+
+def _egress(*hosts: str, **more: Any) -> Any:
+    from executor.network.egress import AllowedHost, EgressConfig
+
+    return EgressConfig(allow=[AllowedHost(text=h, source="--allow-host") for h in hosts], **more)
+
+
+def _run_spec(tmp_path: Path, **config: Any) -> SandboxSpec:
+    """The spec a run's DockerSandbox decides (no engine needed: nothing starts)."""
+    from executor.sandbox.docker import DockerSandbox
+
+    settings = SandboxConfig(root=tmp_path, session_id="s1", lock_dir=tmp_path / "locks",
+                             fifo_channel=False, **config)
+    return DockerSandbox(settings).spec()
+
+
+def test_the_allow_list_is_part_of_the_spec(tmp_path: Path):
+    """A resumed container never keeps an older network: each egress decision is a field."""
+    none = _run_spec(tmp_path)
+    one = _run_spec(tmp_path, egress=_egress("a.example:443"))
+    assert "egress" not in none.fields  # a run without network keeps the digest it had
+    assert one.digest != none.digest
+    assert "environment" in one.differences(none.labels())  # the proxy variables too
+    assert "network allow-list" in one.differences(none.labels())
+    other = _run_spec(tmp_path, egress=_egress("a.example:443", "b.example"))
+    assert "network allow-list" in other.differences(one.labels())
+    pinned = _run_spec(tmp_path, egress=_egress("a.example:443", resolve={"a.example": "1.2.3.4"}))
+    assert pinned.differences(one.labels()) == ["network allow-list"]
+    same = _run_spec(tmp_path, egress=_egress("a.example:443"))
+    assert same.digest == one.digest
+    assert json.loads(one.fields["egress"])["allow"] == ["a.example:443"]

@@ -1,0 +1,297 @@
+"""Invariant 10 end to end: the sandbox reaches exactly the hosts the person allowed.
+
+The real `sandbox-agent ask` (no terminal), the stand-in model server, a real container and
+its forwarder. Traffic stays on this machine: the upstream is an HTTP server on 127.0.0.1,
+allowed explicitly (a name pinned to it with SANDBOX_AGENT_EGRESS_RESOLVE, and its exact
+address and port). Destinations that must be refused are refused by the proxy before any
+connection (the records say so: no bytes, the refusal's reason): their names are pinned to
+loopback or metadata addresses their rules do not cover.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import shlex
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from executor.audit import default_audit_dir, verify
+from executor.network.deps import remove_deps
+from executor.network.presets import preset
+from executor.network.proxy import system_resolver
+from executor.network.rules import is_public
+from tests.docker.cli_support import ask, assert_user_error, explain, run_cli, tool_exchanges
+from tests.fakes.model_server import Call, ModelServer
+
+pytestmark = pytest.mark.docker
+
+
+class Upstream:
+    """An HTTP server on 127.0.0.1 that records the paths it was asked for."""
+
+    def __init__(self) -> None:
+        seen = self.paths = []  # type: list[str]
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                seen.append(self.path)
+                body = f"upstream says hello to {self.path}\n".encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture(autouse=True)
+def _no_leftover_package_volume(workdir: Path, docker_client: Any) -> Iterator[None]:
+    """A run with hosts allowed makes its project's package volume: each test removes it."""
+    yield
+    remove_deps(docker_client, workdir / "proj")
+
+
+@pytest.fixture
+def upstream() -> Iterator[Upstream]:
+    server = Upstream()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def fetch(url: str) -> str:
+    """A shell command that fetches `url` with Python's urllib (proxy-aware) and prints the
+    status and body, or the error and its body."""
+    code = ("import urllib.request as r, urllib.error as e\n"
+            "try:\n"
+            f"    print('STATUS 200', r.urlopen({url!r}, timeout=20).read().decode())\n"
+            "except e.HTTPError as x:\n"
+            "    print('STATUS', x.code, x.read().decode())\n")
+    return f"python3 -c {shlex.quote(code)}"
+
+
+PROBE = (  # inside the sandbox, without the proxy: a raw connect and a name lookup
+    "import socket\n"
+    "for what, go in (('raw', lambda: socket.create_connection(('127.0.0.1', PORT), 3)),\n"
+    "                 ('dns', lambda: socket.getaddrinfo('dns-probe.invalid', 80))):\n"
+    "    try:\n"
+    "        go(); print(what, 'REACHED')\n"
+    "    except OSError as exc:\n"
+    "        print(what, 'failed', type(exc).__name__)\n"
+)
+
+
+def connections(root: Path) -> list[dict[str, Any]]:
+    recs = [json.loads(line) for path in sorted(default_audit_dir(root).glob("*.ndjson"))
+            for line in path.read_bytes().splitlines()]
+    return [r for r in recs if r["kind"] == "connection"]
+
+
+@pytest.mark.engines("runc", "podman")
+def test_allowed_denied_and_private_behind_a_name_through_the_cli_all_audited(
+        workdir: Path, model_server: ModelServer, upstream: Upstream, engine: Any) -> None:
+    root = workdir / "proj"
+    root.mkdir()
+    port = upstream.port
+    pins = {"upstream.test": "127.0.0.1", "sneaky.test": "127.0.0.2",
+            "metadata.test": "169.254.169.254"}
+    model_server.reply(tool_calls=[Call("run_shell_command", {"command": "; ".join([
+        fetch(f"http://upstream.test:{port}/allowed"),
+        fetch(f"http://denied.test:{port}/nope"),
+        fetch(f"http://sneaky.test:{port}/private"),
+        fetch(f"http://metadata.test:{port}/latest/meta-data/"),
+    ])})])
+    model_server.reply(tool_calls=[Call("run_shell_command", {
+        "command": f"python3 -c {shlex.quote(PROBE.replace('PORT', str(port)))}"})])
+    model_server.reply(content="done")
+    done = ask(root, model_server, "ollama", "--yes", "--json", "--no-stream",
+               "--allow-host", f"upstream.test:{port}", "--allow-host", f"127.0.0.1/32:{port}",
+               "--allow-host", f"sneaky.test:{port}", "--allow-host", f"metadata.test:{port}",
+               env={"SANDBOX_AGENT_EGRESS_RESOLVE": json.dumps(pins)})
+    assert done.returncode == 0, explain(done)
+
+    (_, _, first), (_, _, second) = tool_exchanges(model_server.last_chat)
+    assert "STATUS 200 upstream says hello to /allowed" in first
+    assert ("STATUS 403 blocked: denied.test is not allowed; the person can allow it with "
+            "--allow-host denied.test") in first
+    assert "sneaky.test is refused: it resolves to 127.0.0.2, a loopback address" in first
+    assert "metadata.test is refused: it resolves to 169.254.169.254, a cloud metadata" in first
+    # whatever the client prints, the result names each refusal with the proxy's reason
+    assert (f"network: denied denied.test:{port}: blocked: denied.test is not allowed; the "
+            "person can allow it with --allow-host denied.test") in first
+    assert f"network: denied metadata.test:{port}: metadata.test is refused" in first
+    assert "network:" not in second
+    assert "raw failed ConnectionRefusedError" in second  # the upstream is not in its namespace
+    assert "dns failed gaierror" in second
+    assert upstream.paths == ["/allowed"]  # sneaky.test never reached it
+
+    by_host = {r["host"]: r for r in connections(root)}
+    assert set(by_host) == {"upstream.test", "denied.test", "sneaky.test", "metadata.test"}
+    allowed = by_host["upstream.test"]
+    assert (allowed["decision"], allowed["address"], allowed["port"]) == ("allowed", "127.0.0.1",
+                                                                          port)
+    assert (allowed["rule"], allowed["allowed_by"]) == (f"upstream.test:{port}", "--allow-host")
+    assert allowed["address_rule"] == f"127.0.0.1/32:{port}"
+    assert allowed["bytes_up"] > 0 and allowed["bytes_down"] > 0 and allowed["method"] == "GET"
+    denied = by_host["denied.test"]
+    assert (denied["decision"], denied["address"], denied["rule"]) == ("denied", None, None)
+    for host, address in (("sneaky.test", "127.0.0.2"), ("metadata.test", "169.254.169.254")):
+        assert (by_host[host]["decision"], by_host[host]["address"]) == ("denied", address)
+        assert by_host[host]["bytes_down"] == 0
+    report = json.loads(done.stdout)
+    call_id = report["tool_calls"][0]["id"]
+    assert {r["call_id"] for r in by_host.values()} == {call_id}
+    assert {(c["host"], c["decision"]) for c in report["connections"]} == {
+        (h, r["decision"]) for h, r in by_host.items()}
+    assert verify(default_audit_dir(root)).ok
+    shown = run_cli("audit", "show", "--root", root)
+    assert "connection" in shown.stdout and "upstream.test" in shown.stdout, explain(shown)
+    assert "4 connections, 3 blocked" in done.stderr, explain(done)
+
+
+@pytest.mark.engines("runsc")
+def test_under_gvisor_allow_host_is_refused_in_one_line(workdir: Path, model_server: ModelServer,
+                                                        engine: Any) -> None:
+    root = workdir / "proj"
+    root.mkdir()
+    done = ask(root, model_server, "ollama", "--yes", "--allow-host", "a.test")
+    assert_user_error(done, 2, "--allow-host does not work under gVisor (runsc)")
+    assert model_server.chat_requests == []  # said before the model was asked
+
+
+def test_without_allow_host_there_is_no_proxy_and_no_forwarder(
+        workdir: Path, model_server: ModelServer) -> None:
+    root = workdir / "proj"
+    root.mkdir()
+    model_server.reply(tool_calls=[Call("run_shell_command", {"command": (
+        "env | grep -ci proxy; python3 -c \"import socket; socket.create_connection("
+        "('127.0.0.1', 3128), 3)\" 2>&1 | tail -1")})])
+    model_server.reply(content="done")
+    done = ask(root, model_server, "ollama", "--yes", "--no-stream")
+    assert done.returncode == 0, explain(done)
+    ((_, _, output),) = tool_exchanges(model_server.last_chat)
+    assert output.splitlines()[2:4] == [
+        "0", "ConnectionRefusedError: [Errno 111] Connection refused"], output  # no forwarder
+
+
+def mirror_ranges(hosts: list[str]) -> list[str]:
+    """`--allow-host ADDR/32:443` for each non-public address the index hosts resolve to: on
+    a machine whose mirror sits on a private or documentation address (this one's does), the
+    person has to allow exactly that, and the test does what they would."""
+    ranges: dict[str, None] = {}
+    for rule in hosts:
+        name, _, port = rule.partition(":")
+        for text in system_resolver(name, int(port or 443)):
+            address = ipaddress.ip_address(text)
+            if not is_public(address):
+                ranges[f"{address}/{address.max_prefixlen}:{port or 443}"] = None
+    return [flag for text in ranges for flag in ("--allow-host", text)]
+
+
+def test_pip_install_through_the_proxy_from_the_index_pip_is_configured_with(
+        workdir: Path, model_server: ModelServer, docker_client: Any) -> None:
+    """One real install of a small pure-Python package, from the index this machine's pip
+    is configured with (read from pip's configuration now, never written down here)."""
+    hosts = preset("pypi").hosts
+    if not hosts:
+        pytest.skip("pip is configured with no http(s) index here (file:// only)")
+    root = workdir / "proj"
+    root.mkdir()
+    (root / "requirements.txt").write_text("six\n")
+    model_server.reply(tool_calls=[Call("run_shell_command", {"timeout_seconds": 100, "command": (
+        "python3 -m pip install -q --no-input -r requirements.txt && python3 -c "
+        "'import six; print(\"SIX\", six.__file__)'")})])
+    model_server.reply(content="installed")
+    try:
+        done = ask(root, model_server, "ollama", "--yes", "--no-stream", "--network", "pypi",
+                   *mirror_ranges(hosts))
+        assert done.returncode == 0, explain(done)
+        ((_, _, output),) = tool_exchanges(model_server.last_chat)
+        assert "SIX /opt/sandbox-deps/python/lib/python3" in output, output
+        assert sorted(p.name for p in root.iterdir()) == ["requirements.txt"]  # nothing built here
+        made = connections(root)
+        assert made and all(r["decision"] == "allowed" for r in made), made
+        assert {r["allowed_by"] for r in made} == {"preset pypi"}
+        assert {r["rule"] for r in made} <= set(hosts)
+        assert {r["address_rule"] for r in made} <= {None, *mirror_ranges(hosts)[1::2]}
+        assert all(r["method"] == "CONNECT" or r["port"] == 80 for r in made)
+    finally:
+        removed = run_cli("gc", "--deps", "--root", root)
+    assert "removed volume sandbox-agent-deps-" in removed.stdout, explain(removed)
+
+
+def test_at_a_terminal_a_host_no_rule_allows_is_asked_inert(
+        workdir: Path, model_server: ModelServer, upstream: Upstream) -> None:
+    """y/n/a, like every other prompt: `a` holds for the session, `n` is a 403 for the model;
+    the host, the port and the command that asked are shown, escapes inert."""
+    from tests.docker.test_cli_terminal import ask_argv, converse
+
+    root = workdir / "proj"
+    root.mkdir()
+    port = upstream.port
+    twice = "; ".join([fetch(f"http://localhost:{port}/one"), fetch(f"http://localhost:{port}/two"),
+                       fetch(f"http://other.test:{port}/three")])
+    model_server.reply(tool_calls=[Call("run_shell_command", {"command": twice + " #\x1b[2K"})])
+    model_server.reply(content="done")
+    # the range makes `localhost` go through the proxy (host's loopback); no rule names it
+    argv = ask_argv(root, model_server, "--yes", "--no-stream", "--allow-host",
+                    f"127.0.0.1/32:{port}")
+    seen = converse(argv, [b"a\n", b"n\n"], prompt=b"Allow this connection?")
+    assert seen.code == 0, seen.text()
+    assert len(seen.at_prompts) == 2, seen.text()
+    first = "\n".join(seen.at_prompts[0])
+    assert f"the sandbox asks to connect to localhost:{port}" in first
+    assert "while running: $ python3 -c" in first and "\\x1b[2K" in first  # shown inert
+    assert f"the sandbox asks to connect to other.test:{port}" in "\n".join(seen.at_prompts[1])
+    ((_, _, output),) = tool_exchanges(model_server.last_chat)
+    assert upstream.paths == ["/one", "/two"], output  # asked once; other.test refused
+    assert "STATUS 403 blocked: other.test is not allowed" in output
+    by_path = [(r["host"], r["decision"], r["allowed_by"]) for r in connections(root)]
+    assert by_path == [("localhost", "allowed", "user:session"),
+                       ("localhost", "allowed", "user:session"),
+                       ("other.test", "denied", None)]
+
+
+def test_a_resume_with_another_allow_list_gets_a_new_container(
+        project: Path, model_server: ModelServer, docker_client: Any) -> None:
+    """The allow-list is part of the sandbox spec: a container (and its forwarder) made for
+    other hosts is not re-used; the forwarder of a killed controller ends by itself."""
+    from tests.docker.test_run_invariants import _first_run, containers
+
+    _first_run(project, model_server, "--allow-host", "a.test")
+    old = {c.name: c.id for c in containers(docker_client, project)}
+    name = next(n for n in old if not n.endswith("-egress"))
+    assert sorted(old) == [name, f"{name}-egress"], old
+    forwarder = docker_client.containers.get(old[f"{name}-egress"])
+    for _ in range(100):  # its proxy died with the controller: it notices within seconds
+        forwarder.reload()
+        if forwarder.status == "exited":
+            break
+        time.sleep(0.1)
+    assert forwarder.status == "exited"
+    model_server.reply(tool_calls=[Call("run_shell_command", {"command": "cat /tmp/mark; true"})])
+    model_server.reply("Again.")
+    done = ask(project, model_server, "ollama", "--yes", "--session", "s1", "--resume",
+               "--allow-host", "b.test", query="again")
+    assert done.returncode == 0, explain(done)
+    assert "starting a new one" in done.stderr and "network allow-list" in done.stderr, \
+        explain(done)
+    assert "kept" not in model_server.last_chat.body["messages"][-1]["content"]
+    assert containers(docker_client, project) == []  # both gone with the run

@@ -1,0 +1,251 @@
+"""The egress proxy on a real Unix socket, with upstreams on 127.0.0.1.
+
+The resolver and the connector are recording fakes around the real ones, so a test sees every
+name the proxy looked up and every address it connected to: refused destinations must show
+neither (no socket was ever opened to them).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from executor.network.proxy import Connection, EgressProxy, Limits, tcp_connector
+from executor.network.rules import EgressRules, Rule, parse_rule
+
+
+@dataclass
+class Net:
+    """What the proxy asked of the network: lookups and connections."""
+
+    pins: dict[str, list[str]] = field(default_factory=dict)
+    looked_up: list[str] = field(default_factory=list)
+    connected: list[tuple[str, int]] = field(default_factory=list)
+
+    def resolve(self, host: str, port: int) -> list[str]:
+        self.looked_up.append(host)
+        if host not in self.pins:
+            raise socket.gaierror(socket.EAI_NONAME, "unknown")
+        return self.pins[host]
+
+    def connect(self, address: str, port: int, timeout: float) -> socket.socket:
+        self.connected.append((address, port))
+        return tcp_connector(address, port, timeout)
+
+
+class Hello(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        body = f"{self.path} via {self.headers.get('Host')} proxy-auth="\
+               f"{self.headers.get('Proxy-Authorization')}".encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def upstream() -> Iterator[int]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Hello)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server.server_address[1]
+    server.shutdown()
+    server.server_close()
+
+
+@dataclass
+class Proxy:
+    proxy: EgressProxy
+    net: Net
+    records: list[Connection]
+    path: Path
+
+    def ask(self, request: bytes) -> bytes:
+        with socket.socket(socket.AF_UNIX) as client:
+            client.settimeout(10)
+            client.connect(str(self.path))
+            client.sendall(request)
+            return _read_all(client)
+
+
+def _read_all(client: socket.socket) -> bytes:
+    data = b""
+    while chunk := client.recv(65536):
+        data += chunk
+    return data
+
+
+def make_proxy(tmp_path: Path, *texts: str, pins: dict[str, list[str]] | None = None,
+               limits: Limits | None = None, ask: Any = None) -> Proxy:
+    net = Net(pins or {})
+    records: list[Connection] = []
+    proxy = EgressProxy(EgressRules(parse_rule(t, "--allow-host") for t in texts),
+                        tmp_path / "p.sock", on_connection=records.append, resolver=net.resolve,
+                        connector=net.connect, limits=limits or Limits(), ask=ask,
+                        current_call=lambda: "call-7")
+    return Proxy(proxy, net, records, tmp_path / "p.sock")
+
+
+@pytest.fixture
+def started() -> Iterator[list[EgressProxy]]:
+    proxies: list[EgressProxy] = []
+    yield proxies
+    for proxy in proxies:
+        proxy.stop()
+
+
+def run(p: Proxy, started: list[EgressProxy]) -> Proxy:
+    p.proxy.start()
+    started.append(p.proxy)
+    return p
+
+
+def wait_records(p: Proxy, n: int) -> list[Connection]:
+    for _ in range(200):
+        if len(p.records) >= n:
+            break
+        threading.Event().wait(0.01)
+    return p.records
+
+
+def test_plain_http_is_sent_in_origin_form_to_the_checked_address(tmp_path: Path, upstream: int,
+                                                                    started: list[EgressProxy]):
+    p = run(make_proxy(tmp_path, f"api.test:{upstream}", f"127.0.0.1/32:{upstream}",
+                       pins={"api.test": ["127.0.0.1"]}), started)
+    answer = p.ask(f"GET http://api.test:{upstream}/x?y=1 HTTP/1.1\r\nHost: api.test\r\n"
+                   "Proxy-Authorization: Basic c2VjcmV0\r\nConnection: keep-alive\r\n\r\n".encode())
+    assert answer.startswith(b"HTTP/1.0 200")
+    assert answer.endswith(b"/x?y=1 via api.test proxy-auth=None")  # no proxy header upstream
+    assert p.net.connected == [("127.0.0.1", upstream)]
+    (record,) = wait_records(p, 1)
+    assert (record.decision, record.address, record.rule, record.address_rule) == (
+        "allowed", "127.0.0.1", f"api.test:{upstream}", f"127.0.0.1/32:{upstream}")
+    assert record.call_id == "call-7" and record.bytes_down == len(answer)
+    assert p.proxy.socket_path.stat().st_mode & 0o777 == 0o600
+
+
+def test_connect_tunnels_bytes_untouched(tmp_path: Path, started: list[EgressProxy]):
+    echo = socket.create_server(("127.0.0.1", 0))
+    port = echo.getsockname()[1]
+
+    def serve() -> None:
+        conn, _ = echo.accept()
+        with conn:
+            while data := conn.recv(65536):
+                conn.sendall(data[::-1])
+
+    threading.Thread(target=serve, daemon=True).start()
+    p = run(make_proxy(tmp_path, f"localhost:{port}", pins={"localhost": ["127.0.0.1"]}), started)
+    with socket.socket(socket.AF_UNIX) as client:
+        client.settimeout(10)
+        client.connect(str(p.path))
+        client.sendall(f"CONNECT localhost:{port} HTTP/1.1\r\n\r\n".encode() + b"\x16\x03\x01ab")
+        assert client.recv(100) == b"HTTP/1.1 200 Connection established\r\n\r\n"
+        got = b""
+        while len(got) < 5:
+            got += client.recv(100)
+        assert got == b"ba\x01\x03\x16"
+    echo.close()
+    (record,) = wait_records(p, 1)
+    assert (record.method, record.decision, record.bytes_up) == ("CONNECT", "allowed", 5)
+
+
+def test_a_host_no_rule_allows_is_never_looked_up_nor_connected_to(tmp_path: Path,
+                                                                    started: list[EgressProxy]):
+    p = run(make_proxy(tmp_path, "allowed.test"), started)
+    answer = p.ask(b"CONNECT other.test:443 HTTP/1.1\r\n\r\n")
+    assert answer.startswith(b"HTTP/1.1 403 blocked: other.test is not allowed; the person can "
+                             b"allow it with --allow-host other.test")
+    assert p.net.looked_up == [] and p.net.connected == []
+    (record,) = wait_records(p, 1)
+    assert (record.decision, record.address, record.call_id) == ("denied", None, "call-7")
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1", "169.254.169.254", "10.0.0.7", "fd00:ec2::254",
+                                     "::ffff:127.0.0.1", "100.64.1.1"])
+def test_an_allowed_name_resolving_to_a_private_address_is_refused_before_connecting(
+        tmp_path: Path, address: str, started: list[EgressProxy]):
+    p = run(make_proxy(tmp_path, "mirror.test", pins={"mirror.test": [address]}), started)
+    answer = p.ask(b"GET http://mirror.test/simple/ HTTP/1.1\r\n\r\n")
+    assert answer.startswith(b"HTTP/1.1 403 mirror.test is refused: it resolves to")
+    assert p.net.connected == []
+    (record,) = wait_records(p, 1)
+    assert (record.decision, record.rule) == ("denied", None)
+    assert record.address == str(ipaddress.ip_address(address))
+
+
+def test_only_a_checked_address_is_connected_to_never_the_others(tmp_path: Path, upstream: int,
+                                                                  started: list[EgressProxy]):
+    """A name with a private and an allowed address: the proxy connects to the one it
+    checked (DNS rebinding gets nothing: there is no second lookup)."""
+    p = run(make_proxy(tmp_path, f"two.test:{upstream}", f"127.0.0.1/32:{upstream}",
+                       pins={"two.test": ["10.9.9.9", "127.0.0.1"]}), started)
+    assert p.ask(f"GET http://two.test:{upstream}/ HTTP/1.1\r\n\r\n".encode()).startswith(
+        b"HTTP/1.0 200")
+    assert p.net.connected == [("127.0.0.1", upstream)] and p.net.looked_up == ["two.test"]
+
+
+def test_address_literals_need_a_range_rule(tmp_path: Path, started: list[EgressProxy]):
+    p = run(make_proxy(tmp_path, "example.test"), started)
+    answer = p.ask(b"CONNECT 169.254.169.254:80 HTTP/1.1\r\n\r\n")
+    assert answer.startswith(b"HTTP/1.1 403 blocked: 169.254.169.254 is not allowed")
+    assert p.net.connected == [] and p.net.looked_up == []
+
+
+def test_bad_requests_and_https_in_plain_form_are_refused(tmp_path: Path,
+                                                          started: list[EgressProxy]):
+    p = run(make_proxy(tmp_path, "example.test"), started)
+    assert p.ask(b"GET /relative HTTP/1.1\r\n\r\n").startswith(b"HTTP/1.1 400")
+    assert p.ask(b"GET https://example.test/ HTTP/1.1\r\n\r\n").startswith(b"HTTP/1.1 400")
+    assert p.ask(b"CONNECT example.test HTTP/1.1\r\n\r\n").startswith(b"HTTP/1.1 400")
+    assert p.net.connected == []
+
+
+def test_the_session_limits_are_kept(tmp_path: Path, upstream: int, started: list[EgressProxy]):
+    limits = Limits(max_connections=1)
+    p = run(make_proxy(tmp_path, f"api.test:{upstream}", f"127.0.0.1/32:{upstream}",
+                       pins={"api.test": ["127.0.0.1"]}, limits=limits), started)
+    request = f"GET http://api.test:{upstream}/ HTTP/1.1\r\n\r\n".encode()
+    assert p.ask(request).startswith(b"HTTP/1.0 200")
+    assert p.ask(request).startswith(b"HTTP/1.1 503 this session made its 1 connections")
+    assert len(p.net.connected) == 1
+    (tmp_path / "b").mkdir()
+    budget = run(make_proxy(tmp_path / "b", f"api.test:{upstream}", f"127.0.0.1/32:{upstream}",
+                            pins={"api.test": ["127.0.0.1"]}, limits=Limits(max_bytes=50)),
+                 started)
+    budget.ask(request)  # its reply overruns the 50 bytes: cut, and the next is refused
+    assert budget.ask(request).startswith(b"HTTP/1.1 503 this session moved its 50 bytes")
+
+
+def test_a_person_s_yes_allows_exactly_that_host_and_port(tmp_path: Path, upstream: int,
+                                                           started: list[EgressProxy]):
+    asked: list[tuple[str, int, str | None]] = []
+
+    def ask(host: str, port: int, call: str | None) -> tuple[Rule, bool] | None:
+        asked.append((host, port, call))
+        rule = parse_rule(f"{host}:{port}", "user:session")
+        return (rule, True) if host == "yes.test" else (rule, False) if host == "once.test" \
+            else None
+
+    p = run(make_proxy(tmp_path, f"127.0.0.1/32:{upstream}", ask=ask,
+                       pins={"yes.test": ["127.0.0.1"]}), started)
+    request = f"GET http://yes.test:{upstream}/ HTTP/1.1\r\n\r\n".encode()
+    assert p.ask(request).startswith(b"HTTP/1.0 200")
+    assert p.ask(request).startswith(b"HTTP/1.0 200")  # asked once: the yes holds
+    assert p.ask(b"GET http://no.test/ HTTP/1.1\r\n\r\n").startswith(b"HTTP/1.1 403 blocked")
+    assert asked == [("yes.test", upstream, "call-7"), ("no.test", 80, "call-7")]
+    assert wait_records(p, 3)[0].allowed_by == "user:session"
+    once = f"GET http://once.test:{upstream}/ HTTP/1.1\r\n\r\n".encode()
+    p.net.pins["once.test"] = ["127.0.0.1"]
+    assert p.ask(once).startswith(b"HTTP/1.0 200") and p.ask(once).startswith(b"HTTP/1.0 200")
+    assert asked[2:] == [("once.test", upstream, "call-7")] * 2  # a plain yes: that one only

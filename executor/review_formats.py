@@ -16,7 +16,6 @@ from executor import __version__
 from executor.review import Finding, ReviewReport, Severity
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
-TOOL_URI = "https://pypi.org/project/sandbox-agent/"
 _LEVELS: dict[Severity, Literal["error", "warning", "note"]] = {
     "high": "error", "medium": "warning", "low": "note"}
 _COMMANDS: dict[Severity, str] = {"high": "error", "medium": "warning", "low": "notice"}
@@ -137,7 +136,8 @@ class ToolComponent(_Sarif):
 
     name: str
     version: str
-    information_uri: str = Field(alias="informationUri")
+    # No informationUri: the project has no home page of its own to point to (a package index
+    # page of the same name belongs to another project).
     rules: list[ReportingDescriptor]
 
 
@@ -190,8 +190,7 @@ def _result(finding: Finding) -> Result:
 def to_sarif_log(report: ReviewReport) -> SarifLog:
     """The report as a SARIF 2.1.0 log: one run, one result per finding."""
     root = report.root.rstrip("/") + "/"
-    driver = ToolComponent(name="sandbox-agent", version=__version__,
-                           information_uri=TOOL_URI, rules=_rules())
+    driver = ToolComponent(name="sandbox-agent", version=__version__, rules=_rules())
     properties = {"status": report.status, "summary": report.summary, "model": report.model,
                   "diffBase": report.diff_base,
                   "diff": report.diff.model_dump(mode="json") if report.diff else None}

@@ -3,7 +3,8 @@
 Each `run:` (GitHub) or `script:` line (GitLab) runs in bash, in a clone-like repository with a
 base branch and a change, with the step's environment and the platform's variables set the way
 the platform would. Two lines cannot run here and are checked to be exactly what they should be
-instead: `pip install sandbox-agent` (the package is the one under test, already installed) and
+instead: `pip install 'hardened-sandbox-agent==VERSION'` (the package is the one under test, already
+installed) and
 `sandbox-agent image build` (no registry to pull the base from; the test image is used). The
 GitLab job's venv and `git fetch` lines are left out too: the test's repository has no remote,
 and already has the target branch.
@@ -21,13 +22,14 @@ from typing import Any
 import pytest
 import yaml
 
+from executor import DISTRIBUTION, __version__
 from tests.docker.cli_support import SANDBOX_AGENT, cli_env, explain
 from tests.fakes.model_server import Call, ModelServer
 
 pytestmark = pytest.mark.docker
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "ci"
-NOT_HERE = ("pip install sandbox-agent", "sandbox-agent image build --quiet")
+NOT_HERE = (f"pip install '{DISTRIBUTION}=={__version__}'", "sandbox-agent image build --quiet")
 FINDING = {"file": "src/app.py", "line": 2, "severity": "medium", "title": "add() subtracts",
            "body": "Return a + b."}
 

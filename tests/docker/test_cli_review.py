@@ -288,6 +288,7 @@ def test_sarif_report_has_the_structure_code_scanning_reads(project: Path, workd
     [run] = sarif["runs"]
     driver = run["tool"]["driver"]
     assert driver["name"] == "sandbox-agent" and driver["version"]
+    assert "informationUri" not in driver  # no page of our own; the index's is another project's
     rule_ids = {rule["id"] for rule in driver["rules"]}
     assert run["originalUriBaseIds"]["%SRCROOT%"]["uri"] == f"file://{project}/"
     assert [r["level"] for r in run["results"]] == ["error", "note"]

@@ -181,6 +181,7 @@ def _publish(report: ReviewReport, fmt: ReportFormat, output: Path | None) -> No
 
 
 def _render(report: ReviewReport, fmt: ReportFormat) -> str:
+    from executor.review import one_line
     from executor.review_formats import github_annotations, to_json, to_markdown, to_sarif
 
     if fmt is ReportFormat.json:
@@ -189,7 +190,7 @@ def _render(report: ReviewReport, fmt: ReportFormat) -> str:
         return to_sarif(report)
     if fmt is ReportFormat.github:
         lines = github_annotations(report)
-        summary = report.summary.strip().replace("\n", " ")[:500]
+        summary = one_line(report.summary)[:500]
         return "\n".join([*lines, f"review: {len(report.findings)} finding(s). {summary}"])
     return to_markdown(report)
 
@@ -235,7 +236,7 @@ def _exit(report: ReviewReport, fail_on: FailOn | None) -> None:
     severity: Severity | None = fail_on.value if fail_on else None
     worst = report.at_or_above(severity) if severity else []
     if worst:
-        names = ", ".join(inert_line(f"{f.file}:{f.line or '-'}") for f in worst[:5])
+        names = ", ".join(inert_line(f.where) for f in worst[:5])
         raise FindingsError(f"{len(worst)} finding(s) at or above {severity}: {names}",
                             fix=f"fix them, or raise --fail-on above {severity}")
 

@@ -49,7 +49,7 @@ from executor.cli.options import (
     skill_options,
 )
 from executor.errors import ConfigError, SandboxAgentError
-from executor.text import inert_line, markup_safe
+from executor.text import markup_safe
 
 if TYPE_CHECKING:  # imported where used: `--help` loads neither pydantic nor the agent
     from executor.agent import RunResult
@@ -383,7 +383,7 @@ def ask(
         runner, view = _prepare(root, options, stream=stream, trace=trace, audit=not no_audit,
                                 interactive=at_terminal)
         check_apply(runner, apply)
-        output.attach(runner.hooks)
+        output.attach(runner.hooks, session=lambda: runner.session_name)
         try:
             with runner:
                 _start(runner, view)
@@ -410,15 +410,12 @@ def ask(
 def _finish(result: RunResult, view: ProgressView, output: JsonOutput,
             fail_on_denied: bool) -> None:
     """The answer (or the JSON object) on stdout; exit 32 for denied calls when asked."""
-    from executor.cli.machine import check_denied
     from executor.ui import show_answer
 
     if not output.prints:
         show_answer(result.answer, real_console(out_console))
     err_console.print(f"[dim]done · {markup_safe(view.summary())}[/]")
-    report = output.finish(answer=result.answer, turns=result.turns)
-    if fail_on_denied:
-        check_denied(report, lambda text: inert_line(text[:80]))
+    output.finish(answer=result.answer, turns=result.turns, fail_on_denied=fail_on_denied)
 
 
 def _streams_text(runner: Runner, stream: bool | None) -> bool:

@@ -66,9 +66,10 @@ def test_a_child_session_answers_and_is_linked_to_its_parent(
     assert done.returncode == 0, explain(done)
     result = json.loads(done.stdout)
     assert result["answer"] == "The helper says: it prints hello."
-    [call] = result["tool_calls"]
-    assert (call["tool"], call["approved_by"], call["ok"]) == (
-        "delegate", "--no-confirm-delegation", True)
+    call, read = result["tool_calls"]  # the child's call is the run's too, naming the child
+    assert (call["tool"], call["approved_by"], call["ok"], call["child_session"]) == (
+        "delegate", "--no-confirm-delegation", True, None)
+    assert (read["tool"], read["ok"]) == ("read_file", True) and read["child_session"]
     _, child_1, _, parent_2 = model_server.chat_requests
     assert [is_parent(r) for r in model_server.chat_requests] == [True, False, False, True]
     assert child_1.body["messages"][-1] == {"role": "user", "content": TASK}
@@ -87,6 +88,7 @@ def test_a_child_session_answers_and_is_linked_to_its_parent(
     assert "parent_session" not in starts[parent.name]
     [delegated] = [r for r in records if r["kind"] == "tool_result" and r["tool"] == "delegate"]
     assert delegated["session"] == parent.name and delegated["meta"]["child_session"] == child.name
+    assert read["child_session"] == child.name
     child_reads = [r for r in records if r["kind"] == "tool_call" and r["session"] == child.name]
     assert [r["tool"] for r in child_reads] == ["read_file"]
     assert containers_of(docker_client, project) == []
@@ -107,6 +109,47 @@ def test_a_child_writes_only_when_the_parents_approval_covers_it(
     assert "write_file" in offered_tools(child)
     written = tool_exchanges(model_server.chat_requests[2])[0][2]
     assert written.startswith("Denied:") is not yes
+
+
+def _script_child_writer(server: ModelServer) -> None:
+    server.reply(tool_calls=[Call("delegate", {"task": "Rewrite hello.py", "write": True})])
+    server.reply(tool_calls=[Call("write_file", {"path": "hello.py", "content": "print(1)\n"})])
+    server.reply(tool_calls=[Call("run_shell_command", {"command": "python3 hello.py"})])
+    server.reply("Rewrote it.")
+    server.reply("Delegated.")
+
+
+def test_a_childs_changes_are_in_the_json_result(project: Path, model_server: ModelServer):
+    _script_child_writer(model_server)
+
+    done = orchestrate(project, model_server, "--no-confirm-delegation", "--yes", "--json")
+
+    assert done.returncode == 0, explain(done)
+    result = json.loads(done.stdout)
+    [change] = result["changes"]
+    assert (change["path"], change["change"], change["tool"]) == (
+        "hello.py", "modified", "write_file")
+    assert change["child_session"] and (project / "hello.py").read_text() == "print(1)\n"
+
+
+def test_a_childs_denied_call_fails_the_run_and_is_in_the_stream(project: Path,
+                                                                  model_server: ModelServer):
+    _script_child_writer(model_server)
+
+    done = orchestrate(project, model_server, "--no-confirm-delegation", "--json-stream",
+                       "--fail-on-denied")
+
+    line = assert_user_error(done, 32, "2 tool call(s) were denied", "in child session")
+    events = [json.loads(e) for e in done.stdout.splitlines()]
+    child = [e for e in events if e.get("child_session")]
+    assert [(e["type"], e["tool"]) for e in child] == [
+        ("tool_call", "write_file"), ("tool_result", "write_file"),
+        ("tool_call", "run_shell_command"), ("tool_result", "run_shell_command")]
+    assert [e["decision"] for e in child if e["type"] == "tool_call"] == ["deny", "deny"]
+    assert child[0]["child_session"] in line
+    result = events[-1]
+    assert result["status"] == "denied" and result["error"]["exit_code"] == 32
+    assert result["changes"] == [] and (project / "hello.py").read_text() == 'print("hello")\n'
 
 
 def test_children_cannot_delegate_and_the_count_is_limited(project: Path,

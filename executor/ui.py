@@ -117,6 +117,9 @@ class ProgressView:
         self.trace = trace
         self.show_thinking = stream or trace
         """Whether the model's reasoning (thinking mode) is shown as it streams, dimmed."""
+        self.prose = stream
+        """Whether replies are prose (native tool calling): what the model writes beside its
+        tool calls is shown, streamed or not."""
         self._thinking_now = False
         self.last_reply_streamed = False
         """Whether the latest model reply was shown token by token (without a terminal)."""
@@ -157,6 +160,7 @@ class ProgressView:
         """A request starts: new turn totals, and the spinner."""
         self.turn = Totals(started=time.monotonic())
         self._refused.clear()
+        self._prose = ""
         self.thinking()
 
     def thinking(self, activity: str = "model is thinking…") -> None:
@@ -238,6 +242,8 @@ class ProgressView:
             self.console.print()
             self._streaming = False
         self._tail = Tail()
+        if self.prose and not self._prose.strip():  # not streamed: the reply says it whole
+            self._prose = event.reply
         self.turn.turns += 1
         self.turn.prompt_tokens += event.prompt_tokens or 0
         self.turn.completion_tokens += event.completion_tokens or 0
@@ -247,14 +253,15 @@ class ProgressView:
                         f"{event.duration_ms:.0f} ms, "
                         f"{tokens}\n[dim]{markup_safe(event.reply)}[/]")
 
-    def _show_prose(self) -> None:
-        """What the model wrote beside its tool calls (streamed live; kept once they come)."""
+    def show_prose(self) -> None:
+        """What the model wrote beside its tool calls (streamed live; kept once they come):
+        before an approval prompt, so "I'll add multiply." is read before the call is."""
         prose, self._prose = self._prose.strip(), ""
         if prose and self.live and not self.trace:
             self._print(inert(prose), style="dim", markup=False, highlight=False)
 
     def _on_tool_call(self, event: ToolCallEvent) -> None:
-        self._show_prose()
+        self.show_prose()
         self.turn.calls += 1
         arguments = event.arguments
         self._calls[event.call_id] = arguments

@@ -123,6 +123,7 @@ def _prepare(
     view.attach(runner.hooks)
     _trace(runner)
     view.stream = _streams_text(runner, stream)
+    view.prose = runner.model.tool_protocol == "native"
     view.show_thinking = trace or stream is True or (stream is None and err_console.is_terminal)
     return runner, view
 

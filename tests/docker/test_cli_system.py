@@ -111,6 +111,21 @@ def test_the_query_is_read_from_stdin(project: Path, model_server: ModelServer):
                                                            "content": "what is here?"}
 
 
+def test_a_request_too_long_for_the_context_window_says_it_was_cut(project: Path,
+                                                                  model_server: ModelServer):
+    model_server.reply("Read what I was sent.")
+    query = "HEAD " + "word " * 600_000 + "TAIL"  # 3 MB
+
+    done = ask(project, model_server, "ollama", query="", stdin=query)
+
+    assert done.returncode == 0, explain(done)
+    [warning] = [line for line in done.stderr.splitlines() if "does not fit" in line]
+    assert warning.startswith("warning: the request (3,000,009 characters)")
+    sent = model_server.last_chat.body["messages"][-1]["content"]
+    assert sent.startswith("HEAD") and sent.endswith("TAIL") and len(sent) < len(query)
+    assert "truncated" in sent
+
+
 @pytest.mark.parametrize("where", ["--policy", "root"])
 def test_a_bad_policy_file_is_exit_3_with_its_line(project: Path, workdir: Path,
                                                    model_server: ModelServer, where: str):

@@ -595,3 +595,22 @@ def test_undo_shows_what_it_would_remove_and_put_back_and_no_changes_nothing(
     assert "error: nothing undone: the tree is as it was" in seen.screen, seen.text()
     assert (project / "build" / "cache.o").read_text() == "the only copy\n"
     assert not (project / "thesis.tex").exists()
+
+
+@pytest.mark.parametrize("stream", ["--stream", "--no-stream"])
+def test_the_models_words_before_a_call_are_shown_before_its_approval(
+        project: Path, model_server: ModelServer, stream: str):
+    model_server.reply("I'll add multiply.", tool_calls=[Call("write_file", {
+        "path": "calc.py", "content": "def multiply(a, b):\n    return a * b\n"})])
+    model_server.reply("Added.")
+
+    seen = converse(ask_argv(project, model_server, stream, query="add multiply"), [b"y\n"])
+
+    assert seen.code == 0, seen.text()
+    [at_prompt] = seen.at_prompts
+    said = [i for i, line in enumerate(at_prompt) if line.strip() == "I'll add multiply."]
+    asked = next(i for i, line in enumerate(at_prompt) if "write_file" in line
+                 and "needs approval" in line)
+    assert len(said) == 1 and said[0] < asked, "\n".join(at_prompt)
+    assert seen.text().count("I'll add multiply.") == 1  # not again after the answer
+    assert (project / "calc.py").exists()

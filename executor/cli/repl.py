@@ -6,13 +6,9 @@ request being answered (a running command is killed) and comes back to the promp
 prompt, Ctrl-C twice in a row (or Ctrl-D, or /exit) leaves. An empty line does nothing. With
 stdin not a terminal, requests are read line by line (no prompt_toolkit) until EOF.
 
-Slash commands are registered with `@slash_command(name, help)`. /diff and /undo belong to the
-copy workspace: until it registers them, they say so. Its CLI module (`executor.cli.workspace`,
-loaded by `_load` when it exists) registers them on import, e.g.
-
-    @slash_command("diff", "show what this session changed")
-    def _diff(repl: Repl, argument: str) -> None:
-        ...  # repl.runner.options.root, repl.runner.session_name, repl.runner.sandbox
+Slash commands are registered with `@slash_command(name, help)`; /diff and /undo in
+`executor.cli.repl_workspace` (loaded by `_load`), with the code of the `diff` and `undo`
+commands.
 """
 
 from __future__ import annotations
@@ -34,7 +30,7 @@ if TYPE_CHECKING:
 
 HISTORY_FILE = "repl_history"
 PROMPT = "you> "
-PLUGINS = ("executor.cli.workspace",)
+PLUGINS = ("executor.cli.repl_workspace",)
 """Modules that may register slash commands (loaded when they exist)."""
 
 
@@ -243,14 +239,3 @@ def _model(repl: Repl, argument: str) -> None:
     runner.switch_model(argument)
     err_console.print(f"model is now {markup_safe(runner.model.name, line=True)}")
 
-
-def _needs_workspace(repl: Repl, argument: str) -> None:
-    err_console.print("this needs a copy workspace (--workspace copy), which this version of "
-                      "sandbox-agent does not have: in a bind workspace the changes are already "
-                      "in the project (git diff shows them)")
-
-
-COMMANDS.setdefault("diff", SlashCommand("diff", "show what the session changed (copy workspace)",
-                                         _needs_workspace))
-COMMANDS.setdefault("undo", SlashCommand("undo", "undo the last change (copy workspace)",
-                                         _needs_workspace))

@@ -292,3 +292,55 @@ def test_an_approval_inside_the_repl_then_the_prompt_again(project: Path,
     assert (project / "note.txt").read_text() == "hi\n"
     term.type("\x04")  # Ctrl-D leaves
     assert term.finish() == 0, term.text()
+
+
+def test_diff_and_undo_in_the_repl_of_a_bind_session(project: Path, model_server: ModelServer):
+    model_server.reply(tool_calls=[Call("edit_file", {"path": "src/app.py", "old_text": "a + b",
+                                                      "new_text": "a - b"})])
+    model_server.reply("Edited.")
+    term = Terminal(ask(project, model_server, "-i", "--yes"))
+    term.at_prompt()
+    term.type("/diff\r")
+    term.wait(lambda lines: any("nothing changed yet" in line for line in lines), "no diff")
+    term.at_prompt()
+    term.type("make add subtract\r")
+    term.wait(lambda lines: any(line.startswith("done ·") for line in lines), "answer")
+    term.at_prompt()
+    term.type("/diff\r")
+    term.wait(lambda lines: "+    return a - b" in lines, "diff")
+    term.at_prompt()
+    lines = term.lines()
+    assert "-    return a + b" in lines and "--- a/src/app.py" in lines
+    term.type("/undo\r")
+    term.wait(lambda lines: any("restored" in line and "src/app.py" in line for line in lines),
+              "undo")
+    term.at_prompt()
+    assert (project / "src" / "app.py").read_text() == "def add(a, b):\n    return a + b\n"
+    term.type("/diff\r")
+    term.wait(lambda lines: any("no changes in this session so far" in line for line in lines),
+              "empty diff")
+    term.at_prompt()
+    term.type("/exit\r")
+    assert term.finish() == 0, term.text()
+
+
+def test_diff_in_the_repl_of_a_copy_session_shows_the_pending_changes(
+        project: Path, model_server: ModelServer):
+    model_server.reply(tool_calls=[Call("write_file", {"path": "notes.txt",
+                                                       "content": "pending\n"})])
+    model_server.reply("Wrote notes.")
+    term = Terminal(ask(project, model_server, "-i", "--yes", "--workspace", "copy"))
+    term.at_prompt()
+    term.type("write notes\r")
+    term.wait(lambda lines: any(line.startswith("done ·") for line in lines), "answer")
+    term.at_prompt()
+    term.type("/diff\r")
+    term.wait(lambda lines: "+pending" in lines, "diff")
+    term.at_prompt()
+    assert "+++ b/notes.txt" in term.lines() and not (project / "notes.txt").exists()
+    term.type("/undo\r")
+    term.wait(lambda lines: any("nothing of it to undo" in line for line in lines), "undo")
+    term.at_prompt()
+    term.type("/exit\r")
+    assert term.finish() == 0, term.text()
+    assert not (project / "notes.txt").exists()  # still pending, as the summary says

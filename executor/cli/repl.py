@@ -236,6 +236,28 @@ def _model(repl: Repl, argument: str) -> None:
     if runner.settings.provider == "embedded":
         err_console.print("the embedded model cannot be switched within a session")
         return
-    runner.switch_model(argument)
-    err_console.print(f"model is now {markup_safe(runner.model.name, line=True)}")
+    name = _served(runner, argument)
+    if name is not None:
+        runner.switch_model(name)
+        err_console.print(f"model is now {markup_safe(runner.model.name, line=True)}")
+
+
+def _served(runner: Runner, name: str) -> str | None:
+    """The server's name for model `name`, or None (said why) when it does not have it."""
+    from executor.cli.system import available_models, missing_model, served_name
+    from executor.errors import SandboxAgentError
+
+    try:
+        names = available_models(runner.settings)
+    except SandboxAgentError as exc:
+        err_console.print(f"[bold red]error:[/] cannot list the server's models, so {name!r} "
+                          f"is not taken: {markup_safe(str(exc))}")
+        return None
+    found = served_name(name, names, runner.settings.provider)
+    if found is None:
+        error = missing_model(runner.settings, name, names)
+        err_console.print(f"[bold red]error:[/] {markup_safe(error.message)} (still "
+                          f"{markup_safe(runner.model.name, line=True)})")
+        err_console.print(f"[dim]fix:[/] {markup_safe(error.fix or '')}")
+    return found
 

@@ -344,3 +344,26 @@ def test_diff_in_the_repl_of_a_copy_session_shows_the_pending_changes(
     term.type("/exit\r")
     assert term.finish() == 0, term.text()
     assert not (project / "notes.txt").exists()  # still pending, as the summary says
+
+
+def test_model_in_the_repl_refuses_a_name_the_server_lacks(project: Path,
+                                                           model_server: ModelServer):
+    model_server.model = "llama3:latest"
+    model_server.reply("Answered by llama3.")
+    term = Terminal(ask(project, model_server, "-i", "--model", "llama3:latest"))
+    term.at_prompt()
+    term.type("/model nosuch:7b\r")
+    term.wait(lambda lines: any("the server does not have 'nosuch:7b'" in line
+                                for line in lines), "refusal")
+    term.at_prompt()
+    assert any("still llama3:latest" in line for line in term.lines())
+    term.type("/model llama3\r")  # Ollama's implicit tag
+    term.wait(lambda lines: any("model is now llama3:latest" in line for line in lines),
+              "switch")
+    term.at_prompt()
+    term.type("hello\r")
+    term.wait(lambda lines: "Answered by llama3." in lines, "answer")
+    term.at_prompt()
+    term.type("/exit\r")
+    assert term.finish() == 0, term.text()
+    assert model_server.last_chat.body["model"] == "llama3:latest"

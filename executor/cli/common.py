@@ -62,7 +62,7 @@ RootOption = Annotated[
     typer.Option(
         "--root",
         "-r",
-        help="Project root (mounted at /workspace in the sandbox).",
+        help="The project's root directory.",
         file_okay=False,
         resolve_path=True,
     ),

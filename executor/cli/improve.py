@@ -95,7 +95,7 @@ def improve(
     exclude: ExcludeOpt = None,
     copy_limit: CopyLimitOpt = None,
 ) -> None:
-    """Review DIR read-only, then fix the findings in a copy of it.
+    """Review the project (--root) read-only, then fix the findings in a copy of it.
 
     The fix session works on a copy workspace (docs/WORKSPACES.md): your tree is untouched, and
     the changes wait for `sandbox-agent diff` and `sandbox-agent apply`. Without a terminal

@@ -127,9 +127,10 @@ def review(
     workspace: WorkspaceOpt = None,
     exclude: ExcludeOpt = None,
 ) -> None:
-    """Review DIR read-only and non-interactively (for CI): a report with structured findings.
+    """Review the project (--root) read-only and non-interactively (for CI): a report with
+    structured findings.
 
-    The container mounts the project read-only and no write or shell tool is offered. Under
+    The container sees the project read-only and no write or shell tool is offered. Under
     GitHub Actions (GITHUB_ACTIONS=true) the findings are also printed as annotations.
     """
     from executor.review import ReviewRequest, SubmitReview, run_review

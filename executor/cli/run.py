@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import os
 import signal
 import sys
@@ -256,6 +257,7 @@ def ask(
         list[str] | None,
         typer.Option(
             "--deny-command",
+            metavar="PROGRAM",
             help="Deny shell commands running this program (and these words), however they are "
             "spelled; commands that cannot be checked are denied too (repeatable).",
             show_default=False,
@@ -314,23 +316,19 @@ def ask(
     ] = False,
     exclude: ExcludeOpt = None,
     copy_limit: CopyLimitOpt = None,
+    # orchestrate's own flags: hidden here, shown in its help (_ORCHESTRATE_ONLY)
     no_confirm_delegation: Annotated[
-        bool,
-        typer.Option("--no-confirm-delegation", help="orchestrate: run delegate calls without "
-                     "asking (a policy deny still wins)."),
-    ] = False,
+        bool, typer.Option("--no-confirm-delegation", hidden=True)] = False,
     max_delegations: Annotated[
-        int | None,
-        typer.Option("--max-delegations", min=0, help="orchestrate: child sessions one session "
-                     "may start. [default: 3]", show_default=False),
-    ] = None,
+        int | None, typer.Option("--max-delegations", min=0, hidden=True)] = None,
     orchestrate: Annotated[bool, typer.Option("--orchestrate", hidden=True)] = False,
 ) -> None:
-    """Ask the agent to do something in DIR; every tool call runs in a sandbox container.
+    """Ask the agent to do something in the project (--root); every tool call runs in a
+    sandbox container.
 
     The final answer goes to stdout; progress and tool activity to stderr. Writes and shell
-    commands ask at a terminal (y, n, a: always allow for this session, r: no and say why);
-    without one they are denied unless --yes (fail closed).
+    commands ask at a terminal (y, n, a: always allow for this session, r: no and say why,
+    v: view all of it); without one they are denied unless --yes (fail closed).
     """
     from executor.cli.machine import JsonOutput, reporting
 
@@ -458,6 +456,27 @@ def orchestrate(**options: Any) -> None:
     delegate further, and one session starts at most --max-delegations of them.
     """
     ask(**{**options, "orchestrate": True})
+
+
+_ORCHESTRATE_ONLY: dict[str, Any] = {
+    "no_confirm_delegation": Annotated[
+        bool, typer.Option("--no-confirm-delegation", help="Run delegate calls without asking "
+                           "(a policy deny still wins).")],
+    "max_delegations": Annotated[
+        int | None, typer.Option("--max-delegations", min=0, help="Child sessions one session "
+                                 "may start. [default: 3]", show_default=False)],
+}
+
+
+def _orchestrate_signature() -> inspect.Signature:
+    """ask's parameters, with the delegation flags shown (ask hides them: they are refused)."""
+    signature = inspect.signature(ask, eval_str=True)
+    return signature.replace(parameters=[
+        p.replace(annotation=_ORCHESTRATE_ONLY.get(p.name, p.annotation))
+        for p in signature.parameters.values()])
+
+
+orchestrate.__signature__ = _orchestrate_signature()  # type: ignore[attr-defined]
 
 
 def delegation_options(orchestrator: bool, no_confirm: bool, max_delegations: int | None

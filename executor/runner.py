@@ -113,6 +113,8 @@ class RunOptions(BaseModel):
     """Mount the root read-only and offer no write tools."""
     yes: bool = False
     """Approve every `ask` decision up front (never overrides `deny`)."""
+    auto_edit: bool = False
+    """Approve an `ask` for write_file / edit_file up front; commands still ask."""
     deny_tools: list[str] = Field(default_factory=list)
     """Tools removed before the model sees them (and denied if called)."""
     deny_prefixes: list[str] = Field(default_factory=list)
@@ -781,7 +783,7 @@ class Runner:
             o.root, settings=self.settings, basis=self.basis, model=BorrowedModel(self.model),
             approver=self.approver, hooks=HookBus(), read_only=read_only,
             sandbox=None if _is_sandbox(self.backend) else self.backend,  # a factory: its own
-            yes=o.yes, interactive=o.interactive, deny_tools=o.deny_tools,
+            yes=o.yes, auto_edit=o.auto_edit, interactive=o.interactive, deny_tools=o.deny_tools,
             deny_prefixes=o.deny_prefixes, deny_commands=o.deny_commands,
             system_prompt=o.system_prompt, skills_for=o.skills_for,
             audit_required=o.audit_required,
@@ -835,6 +837,7 @@ def _overrides(run: RunOptions) -> PolicyOverrides:
     return PolicyOverrides(
         yes=run.yes, deny_tools=tuple(run.deny_tools), deny_prefixes=tuple(run.deny_prefixes),
         deny_commands=tuple(run.deny_commands), read_only=run.read_only,
+        auto_edit=run.auto_edit,
     )
 
 

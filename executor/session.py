@@ -577,7 +577,8 @@ class NdjsonSessionStore:
 
     @classmethod
     def latest(cls, root: Path) -> Self:
-        """The session of `root` written to most recently (what `--resume` continues)."""
+        """The session of `root` written to most recently (what `--resume` continues); never
+        a delegated child's (it was the parent's to run), unless named with --session."""
         root = real_root(root)
         by_age = sorted(
             (p.lstat().st_mtime_ns, p.name[: -len(SUFFIX)])
@@ -585,9 +586,12 @@ class NdjsonSessionStore:
         )
         for _, name in reversed(by_age):
             try:
-                return cls.open(root, name)
+                store = cls.open(root, name)
+                child = getattr(store.header, "parent_session", None)
             except SessionError:
                 continue  # cut off at creation: fall back to an older one
+            if not child:
+                return store
         raise SessionNotFoundError(
             f"no sessions to resume in {root}", fix="start one with: sandbox-agent ask"
         )

@@ -214,6 +214,11 @@ def ask(
             "--yes", "-y", help="Approve writes and commands up front (policy denials still apply)."
         ),
     ] = False,
+    auto_edit: Annotated[
+        bool,
+        typer.Option("--auto-edit", help="Approve file writes and edits up front (they stay in "
+                     "the project); shell commands still ask. Audited as --auto-edit."),
+    ] = False,
     stream: StreamOpt = None,
     think: ThinkOpt = None,
     trace: TraceOpt = False,
@@ -241,7 +246,13 @@ def ask(
     ] = None,
     resume: Annotated[
         bool,
-        typer.Option("--resume", help="Continue --session, or this root's most recent session."),
+        typer.Option("--resume", help="Continue --session, or this root's most recent session "
+                     "(never a delegated child's)."),
+    ] = False,
+    continue_: Annotated[
+        bool,
+        typer.Option("--continue", "-c", help="Continue this root's most recent session (as "
+                     "--resume); with no query at a terminal, in the REPL."),
     ] = False,
     max_tokens: MaxTokensOpt = None,
     context_summarize: Annotated[
@@ -333,6 +344,9 @@ def ask(
     from executor.cli.machine import JsonOutput, reporting
 
     output = JsonOutput(stream=json_stream, prints=as_json)
+    resume = resume or continue_
+    if query is None and not output.prints and _person_at_terminal():
+        interactive = True  # `sandbox-agent ask` alone, at a terminal: the REPL
     if output.prints and interactive:
         raise ConfigError("--json and --json-stream print one run: they do not go with -i",
                           fix="drop -i, or drop --json/--json-stream")
@@ -365,6 +379,7 @@ def ask(
     ) | {
         "read_only": read_only,
         "yes": yes,
+        "auto_edit": auto_edit,
         "resume": resume,
         "context_summarize": context_summarize,
         "audit_required": audit_required,
@@ -378,6 +393,7 @@ def ask(
     # that needs no tool never waits for one. A resumed session re-attaches its container first.
     if not resume:
         options["sandbox_warm_up"] = 0.0 if interactive else WARM_UP_SECONDS
+    left_repl = False
     with reporting(output):
         runner, view = _prepare(root, options, stream=stream, trace=trace, audit=not no_audit,
                                 interactive=at_terminal)
@@ -392,12 +408,16 @@ def ask(
                     repl = Repl(runner, view,
                                 lambda text: _answer(runner, view, text, keep_going=True))
                     repl.run(query)
-                    return
-                view.begin()
-                result = runner.run(query or "")
+                    left_repl = True
+                else:
+                    view.begin()
+                    result = runner.run(query or "")
         finally:
             view.close()
             show_changes(runner)
+    if left_repl:
+        _how_to_resume(runner)
+        return
     _finish(result, view, output, fail_on_denied)
     if apply and runner.changes is not None:
         from executor.cli.workspace import run_apply
@@ -415,6 +435,23 @@ def _finish(result: RunResult, view: ProgressView, output: JsonOutput,
         show_answer(result.answer, real_console(out_console))
     err_console.print(f"[dim]done · {markup_safe(view.summary())}[/]")
     output.finish(answer=result.answer, turns=result.turns, fail_on_denied=fail_on_denied)
+
+
+def _person_at_terminal() -> bool:
+    return bool(sys.stdin and sys.stdin.isatty() and err_console.is_terminal)
+
+
+def _how_to_resume(runner: Runner) -> None:
+    """After the REPL: the command that continues this session (when one was kept)."""
+    import shlex
+
+    name = runner.session_name
+    if name is None:
+        return
+    command = (f"sandbox-agent ask --root {shlex.quote(str(runner.options.root))} --resume "
+               f"--session {shlex.quote(name)}")
+    err_console.print(f"[dim]session {markup_safe(name, line=True)} kept; continue it with:[/] "
+                      f"{markup_safe(command, line=True)}")
 
 
 def _streams_text(runner: Runner, stream: bool | None) -> bool:

@@ -5,6 +5,8 @@ in depth and count, and linked to their parent in the sessions and the audit log
 from __future__ import annotations
 
 import json
+import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -330,3 +332,24 @@ def test_a_skill_or_system_prompt_in_the_project_is_refused_at_the_start(
     assert_user_error(done, 2, "is inside the project root", str(named))
     assert "fix: move it outside the project" in done.stderr
     assert model_server.chat_requests == [] and headers(project) == {}
+
+
+def test_resume_never_picks_a_delegated_childs_session(project: Path, model_server: ModelServer):
+    model_server.reply(tool_calls=[Call("delegate", {"task": TASK})])
+    model_server.reply("It prints hello.")
+    model_server.reply("The helper says hello.")
+    assert orchestrate(project, model_server, "--no-confirm-delegation").returncode == 0
+    sessions = headers(project)
+    [child] = [n for n, h in sessions.items() if getattr(h, "parent_session", None)]
+    later = time.time() + 60  # the child written last, as when the parent was killed meanwhile
+    os.utime(NdjsonSessionStore.open(project, child).path, (later, later))
+    model_server.reply("Went on.")
+
+    for flag in ("--resume", "-c"):
+        done = run_cli("ask", "--root", project, *model_args(model_server, "ollama"), flag,
+                       "go on")
+        assert done.returncode == 0, explain(done)
+        users = [m["content"] for m in model_server.last_chat.body["messages"]
+                 if m["role"] == "user"]
+        assert users[0] == "find out what hello.py prints" and TASK not in users
+        model_server.reply("Went on.")

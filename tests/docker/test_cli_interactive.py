@@ -22,6 +22,7 @@ from typing import Any
 import pyte
 import pytest
 
+from executor.session import sessions_dir
 from executor.state import project_dir
 from tests.docker.cli_support import SANDBOX_AGENT, cli_env, model_args, run_cli, tool_exchanges
 from tests.fakes.model_server import Call, ModelServer
@@ -46,7 +47,8 @@ class Answering(pyte.Screen):
 class Terminal:
     """`sandbox-agent ARGV` at a pseudo-terminal (stdin and stderr; stdout too unless piped)."""
 
-    def __init__(self, argv: list[str], *, stdout_piped: bool = False) -> None:
+    def __init__(self, argv: list[str], *, stdout_piped: bool = False, cwd: Path | None = None,
+                 env: dict[str, str] | None = None) -> None:
         self.master, slave = pty.openpty()
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", ROWS, COLUMNS, 0, 0))
         self.screen = Answering(COLUMNS, ROWS)
@@ -54,7 +56,8 @@ class Terminal:
         self.stream = pyte.ByteStream(self.screen)
         self.proc = subprocess.Popen(  # in a session of its own, the pty its terminal: ^C works
             argv, stdin=slave, stderr=slave, stdout=subprocess.PIPE if stdout_piped else slave,
-            env=cli_env(COLUMNS=str(COLUMNS), LINES=str(ROWS), TERM="xterm"),
+            env=cli_env(COLUMNS=str(COLUMNS), LINES=str(ROWS), TERM="xterm", **(env or {})),
+            cwd=cwd,
             start_new_session=True, preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0))
         TERMINALS.append(self)
         os.close(slave)
@@ -367,3 +370,50 @@ def test_model_in_the_repl_refuses_a_name_the_server_lacks(project: Path,
     term.type("/exit\r")
     assert term.finish() == 0, term.text()
     assert model_server.last_chat.body["model"] == "llama3:latest"
+
+
+# -- habits from claude, codex and aider ----------------------------------------------------------
+
+
+def test_sandbox_agent_alone_at_a_terminal_opens_the_repl_and_says_how_to_resume(
+        project: Path, model_server: ModelServer):
+    model_server.reply("Hello from the REPL.")
+    term = Terminal([str(SANDBOX_AGENT)], cwd=project,
+                    env={"SANDBOX_AGENT_HOST": model_server.url})
+    term.at_prompt()
+    term.type("hi\r")
+    term.wait(lambda lines: "Hello from the REPL." in lines, "answer")
+    term.at_prompt()
+    term.type("/exit\r")
+    assert term.finish() == 0, term.text()
+    [name] = [p.name.removesuffix(".ndjson") for p in sessions_dir(project).glob("*.ndjson")]
+    screen = "".join(term.lines())  # the long line is wrapped at the terminal's width
+    assert screen.count("continue it with:") == 1
+    assert (f"session {name} kept; continue it with: sandbox-agent ask --root {project} "
+            f"--resume --session {name}") in screen, term.text()
+
+
+def test_ask_without_a_query_at_a_terminal_opens_the_repl(project: Path,
+                                                          model_server: ModelServer):
+    term = Terminal(ask(project, model_server))
+    term.at_prompt()
+    term.type("/exit\r")
+    assert term.finish() == 0, term.text()
+    assert model_server.chat_requests == []
+
+
+def test_auto_edit_writes_without_asking_and_asks_for_a_command(project: Path,
+                                                               model_server: ModelServer):
+    model_server.reply(tool_calls=[Call("write_file", {"path": "notes.txt", "content": "hi\n"})])
+    model_server.reply(tool_calls=[Call("run_shell_command", {"command": "touch made.txt"})])
+    model_server.reply("Wrote notes; the command was declined.")
+    term = Terminal([*ask(project, model_server, "--auto-edit"), "write notes, then touch"])
+    term.at_question()
+    assert any("run_shell_command needs approval" in line for line in term.lines())
+    assert not any("write_file needs approval" in line for line in term.lines())
+    term.type("n\r")
+    assert term.finish() == 0, term.text()
+    assert (project / "notes.txt").read_text() == "hi\n" and not (project / "made.txt").exists()
+    calls = [r for r in audit_records(project) if r["kind"] == "tool_call"]
+    assert [(r["tool"], r.get("approved_by")) for r in calls] == [
+        ("write_file", "--auto-edit"), ("run_shell_command", None)]

@@ -74,6 +74,9 @@ from executor.sandbox.docker import DockerSandbox, SandboxConfig
 from executor.sandbox.environment import sandbox_environment
 from executor.sandbox.lazy import LazySandbox
 from executor.session import (
+    COMPACTED_NOTE,
+    CONTEXT_CLEARED,
+    CONTEXT_COMPACTED,
     NdjsonSessionStore,
     SessionHeader,
     abandoned_calls,
@@ -507,6 +510,37 @@ class Runner:
     def workspace_mode(self) -> str:
         """bind or copy."""
         return self._workspace_mode
+
+    def clear(self) -> None:
+        """Forget the conversation (the REPL's /clear): same session and container; a resume
+        starts after it too."""
+        if self.agent is not None and self.store is not None:
+            self.agent.messages.clear()
+            self.store.record_event(CONTEXT_CLEARED)
+
+    def compact(self) -> str | None:
+        """Replace the conversation by the model's summary of it (the REPL's /compact); the
+        summary, or None when there was nothing to compact."""
+        if self.agent is None or self.store is None or not self.agent.messages:
+            return None
+        summary = self._summarize(self.agent.messages)
+        self.agent.messages[:] = [Message.system(COMPACTED_NOTE + summary)]
+        self.store.record_event(CONTEXT_COMPACTED, summary=summary)
+        return summary
+
+    def attach_mentions(self, query: str) -> str:
+        """`query` with the files it mentions as `@path` attached, read through the sandbox
+        (executor/attach.py); ConfigError when one cannot be read."""
+        from executor.attach import with_attachments
+
+        sandbox = self._lazy or self.sandbox
+        if sandbox is None or "@" not in query:
+            return query
+        attached, paths = with_attachments(
+            query, lambda path: sandbox.call("read_file", {"path": path}))
+        for path in paths:
+            self.hooks.emit(NoticeEvent(message=f"attached {path}"))
+        return attached
 
     @property
     def sandbox_started(self) -> bool:

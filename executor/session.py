@@ -140,6 +140,13 @@ class Entry:
     data: dict[str, Any] = field(default_factory=dict)
 
 
+CONTEXT_CLEARED = "context_cleared"
+"""Event of the REPL's /clear: the conversation before it is not sent again (nor resumed)."""
+CONTEXT_COMPACTED = "context_compacted"
+"""Event of the REPL's /compact: the conversation before it is its `summary`."""
+COMPACTED_NOTE = "Summary of the session so far (the earlier messages were compacted): "
+
+
 @dataclass(frozen=True)
 class SessionContents:
     """A whole session file read back."""
@@ -151,8 +158,16 @@ class SessionContents:
 
     @property
     def messages(self) -> list[Message]:
-        """The conversation, in order."""
-        return [e.message for e in self.entries if e.message is not None]
+        """The conversation, in order, from its last /clear or /compact on (a compacted part
+        is its summary, one system message)."""
+        start, head = 0, list[Message]()
+        for number, entry in enumerate(self.entries):
+            if entry.event == CONTEXT_CLEARED:
+                start, head = number + 1, []
+            elif entry.event == CONTEXT_COMPACTED:
+                start = number + 1
+                head = [Message.system(COMPACTED_NOTE + str(entry.data.get("summary", "")))]
+        return head + [e.message for e in self.entries[start:] if e.message is not None]
 
 
 # --- directories ---------------------------------------------------------------------------------

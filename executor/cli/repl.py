@@ -225,6 +225,28 @@ def _usage(repl: Repl, argument: str) -> None:
         err_console.print(f"  always allowed: {markup_safe(grant.describe(), line=True)}")
 
 
+@slash_command("clear", "forget the conversation so far (same session and container)")
+def _clear(repl: Repl, argument: str) -> None:
+    repl.runner.clear()
+    err_console.print("conversation cleared: the next request starts afresh")
+
+
+@slash_command("compact", "replace the conversation so far by the model's summary of it")
+def _compact(repl: Repl, argument: str) -> None:
+    from executor.errors import SandboxAgentError
+
+    try:
+        summary = repl.runner.compact()
+    except SandboxAgentError as exc:
+        err_console.print(f"[bold red]error:[/] nothing compacted: {markup_safe(str(exc))}")
+        return
+    if summary is None:
+        err_console.print("nothing to compact yet")
+        return
+    err_console.print(f"compacted; the summary the model will go on from:\n"
+                      f"{markup_safe(inert(summary))}", highlight=False)
+
+
 @slash_command("model", "show the model, or switch to another of the same provider: /model NAME")
 def _model(repl: Repl, argument: str) -> None:
     runner = repl.runner

@@ -411,7 +411,7 @@ def ask(
                     left_repl = True
                 else:
                     view.begin()
-                    result = runner.run(query or "")
+                    result = runner.run(runner.attach_mentions(query or ""))
         finally:
             view.close()
             show_changes(runner)
@@ -470,7 +470,7 @@ def _answer(runner: Runner, view: ProgressView, query: str, *,
 
     view.begin()
     try:
-        result = runner.run(query)
+        result = runner.run(runner.attach_mentions(query))
     except SandboxAgentError as exc:
         view.close()
         if not keep_going:

@@ -25,6 +25,7 @@ import pytest
 from executor.session import sessions_dir
 from executor.state import project_dir
 from tests.docker.cli_support import SANDBOX_AGENT, cli_env, model_args, run_cli, tool_exchanges
+from tests.docker.conftest import SECRET
 from tests.fakes.model_server import Call, ModelServer
 
 pytestmark = pytest.mark.docker
@@ -417,3 +418,58 @@ def test_auto_edit_writes_without_asking_and_asks_for_a_command(project: Path,
     calls = [r for r in audit_records(project) if r["kind"] == "tool_call"]
     assert [(r["tool"], r.get("approved_by")) for r in calls] == [
         ("write_file", "--auto-edit"), ("run_shell_command", None)]
+
+
+def test_an_at_path_attaches_the_file_read_through_the_sandbox(project: Path,
+                                                               model_server: ModelServer):
+    model_server.reply("It adds.")
+    term = Terminal(ask(project, model_server, "-i"))
+    term.at_prompt()
+    term.type("what does @src/app.py do? mail me at me@example.com\r")
+    term.wait(lambda lines: "It adds." in lines, "answer")
+    term.at_prompt()
+    sent = model_server.last_chat.body["messages"][-1]["content"]
+    assert sent.startswith("what does @src/app.py do? mail me at me@example.com\n\n")
+    assert "[file @src/app.py, attached by the user" in sent and "def add(a, b):" in sent
+    assert sent.count("[file @") == 1  # the address is not a mention
+    for wrong in ("@nosuch.py", "@../secret.txt"):
+        term.type(f"look at {wrong}\r")
+        term.wait(lambda lines, w=wrong: any(line.startswith(f"error: cannot attach {w}")
+                                             for line in lines), f"refusal of {wrong}")
+        term.at_prompt()
+    term.type("/exit\r")
+    assert term.finish() == 0, term.text()
+    assert len(model_server.chat_requests) == 1  # the refused requests were never sent
+    assert SECRET not in json.dumps(model_server.chat_requests[0].body)
+
+
+def _users(request: Any) -> list[str]:
+    return [m["content"] for m in request.body["messages"] if m["role"] == "user"]
+
+
+def test_clear_and_compact_in_the_repl_and_after_a_resume(project: Path,
+                                                          model_server: ModelServer):
+    for text in ("A1", "A2", "Two was about the tests.", "A3", "A4"):
+        model_server.reply(text)
+    term = Terminal(ask(project, model_server, "-i", "--session", "talk"))
+    term.at_prompt()
+    for request, answer in (("one", "A1"), ("/clear", "conversation cleared"), ("two", "A2"),
+                            ("/compact", "Two was about the tests."), ("three", "A3")):
+        term.type(f"{request}\r")
+        term.wait(lambda lines, a=answer: any(a in line for line in lines), answer)
+        term.at_prompt()
+    term.type("/exit\r")
+    assert term.finish() == 0, term.text()
+    one, two, summary, three = model_server.chat_requests
+    assert _users(one) == ["one"] and _users(two) == ["two"]  # /clear: "one" is not sent again
+    assert "two" in summary.body["messages"][-1]["content"]  # what /compact summarized
+    systems = [m["content"] for m in three.body["messages"] if m["role"] == "system"]
+    assert any(s.endswith("Two was about the tests.") for s in systems)
+    assert _users(three) == ["three"]
+
+    done = run_cli("ask", "--root", project, *model_args(model_server, "ollama"), "--resume",
+                   "--session", "talk", "four")
+    assert done.returncode == 0, done.stderr
+    assert _users(model_server.last_chat) == ["three", "four"]
+    assert any(m["content"].endswith("Two was about the tests.")
+               for m in model_server.last_chat.body["messages"] if m["role"] == "system")

@@ -19,7 +19,7 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from executor.cli.common import err_console
 from executor.text import inert, markup_safe
@@ -150,6 +150,8 @@ class Repl:
             completer=WordCompleter(words, sentence=True, pattern=None),
             complete_while_typing=False,
             style=Style.from_dict({"prompt": "bold ansicyan"}),
+            multiline=True, key_bindings=_multi_line_keys(),
+            prompt_continuation=lambda width, line, wrap: "." * (width - 1) + " ",
         )
         interrupted = False
         while True:
@@ -167,13 +169,44 @@ class Repl:
             yield line
 
 
+def _multi_line_keys() -> Any:
+    """Enter sends the request, unless the line ends in `\\` (it goes on on the next line);
+    Alt-Enter (Esc, Enter) starts a new line."""
+    from prompt_toolkit.key_binding import KeyBindings
+
+    keys = KeyBindings()
+
+    @keys.add("escape", "enter")
+    def _new_line(event: Any) -> None:
+        event.current_buffer.insert_text("\n")
+
+    @keys.add("enter")
+    def _send(event: Any) -> None:
+        buffer = event.current_buffer
+        if buffer.document.is_cursor_at_the_end and buffer.text.endswith("\\"):
+            buffer.delete_before_cursor(1)
+            buffer.insert_text("\n")
+        else:
+            buffer.validate_and_handle()
+
+    return keys
+
+
 def _piped_lines() -> Iterator[str]:
-    """Requests from a non-terminal stdin, one a line, until EOF."""
+    """Requests from a non-terminal stdin, one a line (a line ending in `\\` goes on on the
+    next one), until EOF."""
+    pending = ""
     while True:
         line = sys.stdin.readline()
         if not line:
+            if pending:
+                yield pending
             return
-        yield line
+        if line.rstrip("\n").endswith("\\"):
+            pending += line.rstrip("\n")[:-1] + "\n"
+            continue
+        yield pending + line
+        pending = ""
 
 
 def history_file(runner: Runner) -> str:

@@ -473,3 +473,27 @@ def test_clear_and_compact_in_the_repl_and_after_a_resume(project: Path,
     assert _users(model_server.last_chat) == ["three", "four"]
     assert any(m["content"].endswith("Two was about the tests.")
                for m in model_server.last_chat.body["messages"] if m["role"] == "system")
+
+
+def test_a_request_goes_on_after_a_trailing_backslash_or_alt_enter(project: Path,
+                                                                   model_server: ModelServer):
+    model_server.reply("Got three lines.")
+    term = Terminal(ask(project, model_server, "-i"))
+    term.at_prompt()
+    term.type("first \\\r")  # a trailing backslash: the request goes on
+    term.type("second\x1b\r")  # Alt-Enter: a new line
+    term.type("third\r")
+    term.wait(lambda lines: "Got three lines." in lines, "answer")
+    term.at_prompt()
+    term.type("/exit\r")
+    assert term.finish() == 0, term.text()
+    assert _users(model_server.last_chat) == ["first \nsecond\nthird"]
+
+
+def test_piped_requests_go_on_after_a_trailing_backslash(project: Path,
+                                                        model_server: ModelServer):
+    model_server.reply("One request.")
+    done = run_cli("ask", "--root", project, *model_args(model_server, "ollama"), "-i",
+                   stdin="line one \\\nline two\n")
+    assert done.returncode == 0, done.stderr
+    assert _users(model_server.last_chat) == ["line one \nline two"]

@@ -333,6 +333,7 @@ def test_a_writable_run_is_refused_when_the_config_dir_is_in_the_project(
     ('model = "m"\nmodle = "x"\n', ["config.toml:2", "unknown key 'modle'"]),
     ("max_turns = 0\n", ["config.toml:1", "max_turns", "greater than or equal to 1"]),
     ("host = \n", ["config.toml:1", "invalid TOML"]),
+    ('model = "m"\n\n[ollama]\nhost = "x"\n', ["config.toml:3", "unknown section [ollama]"]),
 ])
 def test_a_bad_user_config_is_one_line_with_file_and_line(project: Path,
                                                          model_server: ModelServer,
@@ -344,6 +345,8 @@ def test_a_bad_user_config_is_one_line_with_file_and_line(project: Path,
 
     assert_user_error(done, 2, *needles)
     assert model_server.requests == []
+    if "modle" in text:  # a near miss is named
+        assert done.stderr.splitlines()[-1].startswith("fix: did you mean 'model'? use one of:")
 
 
 @pytest.mark.parametrize(("env", "needles"), [

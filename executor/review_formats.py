@@ -7,6 +7,7 @@ cannot end its annotation early or issue a workflow command of its own.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from typing import Any, Literal
@@ -273,6 +274,29 @@ def to_sarif(report: ReviewReport) -> str:
     """SARIF 2.1.0 JSON text."""
     log = to_sarif_log(report).model_dump(mode="json", by_alias=True, exclude_none=True)
     return json.dumps(log, indent=2, ensure_ascii=False)
+
+
+# -- GitLab Code Quality -----------------------------------------------------------------------
+
+_CODE_QUALITY: dict[Severity, str] = {"high": "critical", "medium": "major", "low": "minor"}
+
+
+def to_code_quality(report: ReviewReport) -> str:
+    """GitLab's Code Quality report (a JSON list, `artifacts:reports:codequality`): one issue
+    per finding with a file; a finding without one is left out (the JSON report keeps it)."""
+    issues = []
+    for f in _ordered(report.findings):
+        if f.file is None:
+            continue
+        key = "\0".join([f.severity, f.file, str(f.line or ""), f.title])
+        issues.append({
+            "description": f.title + (f" — {one_line(f.body)}" if f.body.strip() else ""),
+            "check_name": _rule_id(f.severity),
+            "fingerprint": hashlib.sha256(key.encode()).hexdigest(),
+            "severity": _CODE_QUALITY[f.severity],
+            "location": {"path": f.file, "lines": {"begin": f.line or 1}},
+        })
+    return json.dumps(issues, indent=2, ensure_ascii=False)
 
 
 # -- GitHub workflow commands --------------------------------------------------------------------

@@ -65,6 +65,7 @@ class ReportFormat(StrEnum):
     json = "json"
     sarif = "sarif"
     github = "github"
+    codequality = "codequality"
 
 
 class FailOn(StrEnum):
@@ -86,7 +87,8 @@ def review(
     fmt: Annotated[
         ReportFormat,
         typer.Option("--format", "-f", help="Report format: markdown, json (docs/REVIEW.md), "
-                     "sarif (SARIF 2.1.0) or github (workflow annotations)."),
+                     "sarif (SARIF 2.1.0), github (workflow annotations) or codequality "
+                     "(GitLab Code Quality)."),
     ] = ReportFormat.markdown,
     diff_base: Annotated[
         str | None,
@@ -173,7 +175,8 @@ def _publish(report: ReviewReport, fmt: ReportFormat, output: Path | None) -> No
             workflow_command(line)
         echo_result(summary)
     else:
-        _print_untrusted(text, json_text=fmt in (ReportFormat.json, ReportFormat.sarif))
+        _print_untrusted(text, json_text=fmt in (ReportFormat.json, ReportFormat.sarif,
+                                                 ReportFormat.codequality))
     if annotate:
         for line in github_annotations(report):
             # On stdout only when the report is not there (a JSON file must stay JSON).
@@ -183,10 +186,18 @@ def _publish(report: ReviewReport, fmt: ReportFormat, output: Path | None) -> No
 
 def _render(report: ReviewReport, fmt: ReportFormat) -> str:
     from executor.review import one_line
-    from executor.review_formats import github_annotations, to_json, to_markdown, to_sarif
+    from executor.review_formats import (
+        github_annotations,
+        to_code_quality,
+        to_json,
+        to_markdown,
+        to_sarif,
+    )
 
     if fmt is ReportFormat.json:
         return to_json(report)
+    if fmt is ReportFormat.codequality:
+        return to_code_quality(report)
     if fmt is ReportFormat.sarif:
         return to_sarif(report)
     if fmt is ReportFormat.github:

@@ -119,7 +119,20 @@ def test_the_gitlab_job_runs_as_written(checkout: Path, model_server: ModelServe
     after = _run("\n".join(job["after_script"]), checkout, env)
 
     assert done.returncode == 0, explain(done)
-    report = json.loads((checkout / "review.json").read_text())
-    assert report["status"] == "ok" and report["findings"] == [{**FINDING, "location_note": None}]
+    [issue] = json.loads((checkout / "gl-code-quality-report.json").read_text())
+    assert (issue["severity"], issue["location"]) == ("major", {"path": "src/app.py",
+                                                                "lines": {"begin": 2}})
+    assert issue["description"] == "add() subtracts — Return a + b."
+    assert issue["check_name"] == "sandbox-agent/review/medium" and len(issue["fingerprint"]) == 64
+    assert job["artifacts"]["reports"]["codequality"] == "gl-code-quality-report.json"
     assert after.returncode == 0, explain(after)
-    assert "medium src/app.py:2 add() subtracts" in after.stdout
+    assert "major    src/app.py:2 add() subtracts — Return a + b." in after.stdout
+
+
+def test_the_gitlab_jobs_after_script_says_so_when_there_is_no_report(checkout: Path):
+    job = yaml.safe_load((EXAMPLES / "gitlab-ci.yml").read_text())["sandbox-agent-review"]
+
+    after = _run("\n".join(job["after_script"]), checkout, {})
+
+    assert after.returncode == 0 and "Traceback" not in after.stderr, explain(after)
+    assert after.stdout == "no review report was written\n"

@@ -515,3 +515,16 @@ def test_sessions_rm_asks_at_a_terminal(project: Path, model_server: ModelServer
     code, screen = _at_a_terminal(["sessions", "rm", "keepme", "--root", str(project)], b"y\n")
     assert code == 0 and "removed session keepme" in screen
     assert list_sessions(project) == []
+
+
+def test_a_table_piped_without_columns_is_not_squeezed_to_80(project: Path,
+                                                             model_server: ModelServer):
+    answer = "A long last message: " + "word " * 30
+    model_server.reply(answer.strip())
+    assert ask(project, model_server, "ollama").returncode == 0
+
+    done = run_cli("sessions", "--root", project, env={"COLUMNS": ""})
+
+    assert done.returncode == 0, explain(done)
+    [row] = done.stdout.splitlines()[1:]
+    assert len(row.rstrip()) > 120 and "word word word word word word word word" in row

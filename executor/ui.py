@@ -137,6 +137,8 @@ class ProgressView:
         self._since = time.monotonic()
         self._tail = Tail()
         self._outputs: dict[str, Tail] = {}
+        self._running: dict[str, str] = {}
+        """What each call still running is (`tool subject`), for an interruption."""
         self._prose = ""
 
     @property
@@ -275,7 +277,9 @@ class ProgressView:
             args = json.dumps(arguments, ensure_ascii=False)
             self._print(f"[cyan]→[/] {markup_safe(event.tool, line=True)} {markup_safe(args)}")
         self._outputs[event.call_id] = Tail(AFTER_LINES + TAIL_LINES)
-        self.thinking(f"{inert_line(event.tool)} {subject(arguments)}".strip())
+        what = f"{inert_line(event.tool)} {subject(arguments)}".strip()
+        self._running[event.call_id] = what
+        self.thinking(what)
 
     def _on_tool_output(self, event: ToolOutputEvent) -> None:
         output = self._outputs.get(event.call_id)
@@ -287,6 +291,7 @@ class ProgressView:
         call_id = event.call_id
         arguments = self._calls.pop(call_id, {})
         output = self._outputs.pop(call_id, None)
+        self._running.pop(call_id, None)
         if call_id in self._refused:  # its one line is already printed
             self._refused.discard(call_id)
             return
@@ -299,6 +304,16 @@ class ProgressView:
         elif self.live and event.tool == SHELL_TOOL:
             self._last_lines(output, event.output)
         self.thinking()
+
+    def interrupted(self) -> None:
+        """Ctrl-C: the live region goes, so each call still running is named as interrupted,
+        with the last lines it printed (they were only in the live region)."""
+        self.close()
+        for call_id, what in self._running.items():
+            self._print(f"[yellow]✗ interrupted:[/] {markup_safe(what)}")
+            self._last_lines(self._outputs.get(call_id), "")
+        self._running.clear()
+        self._outputs.clear()
 
     def _last_lines(self, output: Tail | None, result: str) -> None:
         """A finished command's last lines: what streamed, else from its result."""

@@ -104,7 +104,7 @@ class Repl:
         except Terminated:
             raise
         except KeyboardInterrupt:
-            self.view.close()
+            self.view.interrupted()
             self.runner.settle()
             err_console.print("[yellow]cancelled[/] [dim](the request was stopped; the "
                               "conversation goes on)[/]")

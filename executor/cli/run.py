@@ -411,7 +411,11 @@ def ask(
                     left_repl = True
                 else:
                     view.begin()
-                    result = runner.run(runner.attach_mentions(query or ""))
+                    try:
+                        result = runner.run(runner.attach_mentions(query or ""))
+                    except KeyboardInterrupt:
+                        view.interrupted()
+                        raise
         finally:
             view.close()
             show_changes(runner)

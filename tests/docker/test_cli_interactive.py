@@ -185,6 +185,9 @@ def test_ctrl_c_cancels_a_running_command_and_the_session_goes_on(
     term.wait(lambda lines: any(line.startswith("cancelled") for line in lines), "cancel")
     term.at_prompt()
     assert time.monotonic() - began < 30
+    lines = term.lines()  # what it printed stays, and the call is named as interrupted
+    said = lines.index("✗ interrupted: run_shell_command echo started; sleep 60; echo never")
+    assert lines[said + 1].strip() == "│ started"
     term.type("and now?\r")
     term.wait(lambda lines: "still here" in lines, "next answer")
     term.at_prompt()

@@ -108,9 +108,9 @@ def _read_back(sandbox: Sandbox, path: str, digest: str) -> bytes | None:
 
 
 def _print_diff(changes: list[Change], content: Content) -> None:
-    from executor.workspace.render import diff, totals
+    from executor.workspace.render import diff, for_terminal, totals
 
-    sys.stdout.writelines(diff(changes, content, safe=sys.stdout.isatty()))
+    sys.stdout.writelines(for_terminal(diff(changes, content, safe=sys.stdout.isatty())))
     sys.stdout.flush()
     _say(totals(changes))
 

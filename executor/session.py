@@ -489,6 +489,7 @@ def summarize_session(path: Path) -> SessionSummary:
         provider=header.provider,
         last_message=_preview(messages[-1] if messages else None),
         path=str(path),
+        parent_session=getattr(header, "parent_session", None) or None,
     )
 
 

@@ -344,6 +344,11 @@ def ask(
     from executor.cli.machine import JsonOutput, reporting
 
     output = JsonOutput(stream=json_stream, prints=as_json)
+    if resume and not continue_ and session is None and not output.prints \
+            and _person_at_terminal():
+        from executor.cli.picker import pick_session
+
+        session = pick_session(root)
     resume = resume or continue_
     if query is None and not output.prints and _person_at_terminal():
         interactive = True  # `sandbox-agent ask` alone, at a terminal: the REPL

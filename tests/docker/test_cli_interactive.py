@@ -500,3 +500,24 @@ def test_piped_requests_go_on_after_a_trailing_backslash(project: Path,
                    stdin="line one \\\nline two\n")
     assert done.returncode == 0, done.stderr
     assert _users(model_server.last_chat) == ["line one \nline two"]
+
+
+def test_resume_at_a_terminal_offers_a_session_picker(project: Path, model_server: ModelServer):
+    for name in ("alpha", "beta"):
+        model_server.reply(f"Answer in {name}.")
+        done = run_cli("ask", "--root", project, *model_args(model_server, "ollama"),
+                       "--session", name, f"request in {name}")
+        assert done.returncode == 0, done.stderr
+    model_server.reply("Back in alpha.")
+    term = Terminal(ask(project, model_server, "--resume"))
+    term.wait(lambda lines: bool(lines) and lines[-1].startswith("Resume which (1-2"), "picker")
+    listed = [line for line in term.lines() if line[:4].strip().rstrip(".").isdigit()]
+    assert [line.split()[1] for line in listed] == ["beta", "alpha"]  # latest first
+    term.type("2\r")
+    term.at_prompt()
+    term.type("go on\r")
+    term.wait(lambda lines: "Back in alpha." in lines, "answer")
+    term.at_prompt()
+    term.type("/exit\r")
+    assert term.finish() == 0, term.text()
+    assert _users(model_server.last_chat) == ["request in alpha", "go on"]

@@ -41,7 +41,7 @@ def to_markdown(report: ReviewReport) -> str:
     scope = f" (changes since {md_code(report.diff_base)})" if report.diff_base else ""
     parts = [f"# Code review of {md_code(report.root)}{scope}"]
     facts = (f"_model {md_text(report.model)} ({md_text(report.provider)}), "
-             f"session {md_text(str(report.session))}")
+             f"session {md_text(report.session or 'none kept')}")
     if report.status == "error" and report.error is not None:
         return "\n\n".join([*parts, f"**Review failed:** {md_text(report.error.message)}",
                              facts + "_"])

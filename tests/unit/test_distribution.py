@@ -30,12 +30,23 @@ def _canonical(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def _dependencies() -> set[str]:
+EXTRAS = set(PYPROJECT["project"]["optional-dependencies"])
+_WITH_OUR_EXTRA = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]*)\[(" + "|".join(EXTRAS) + r")\]")
+"""`NAME[local]`, `NAME[otel]`…: a name given one of this project's extras is this project."""
+
+
+def _specs() -> list[str]:
     project = PYPROJECT["project"]
     specs = list(project["dependencies"])
     for extra in project["optional-dependencies"].values():
         specs += extra
-    return {_canonical(re.split(r"[\s\[=<>!~;]", spec, maxsplit=1)[0]) for spec in specs}
+    return specs
+
+
+def _dependencies() -> set[str]:
+    """What pyproject depends on, its references to itself (`NAME[otel]`) left out."""
+    return {_canonical(re.split(r"[\s\[=<>!~;]", spec, maxsplit=1)[0]) for spec in _specs()
+            if not _WITH_OUR_EXTRA.match(spec)}
 
 
 def _files() -> list[Path]:
@@ -121,6 +132,22 @@ def test_every_install_line_names_this_distribution_or_one_it_depends_on():
     ours = {where for where, name in installs if name == _canonical(executor.DISTRIBUTION)}
     assert {"examples/ci/github-actions.yml", "examples/ci/gitlab-ci.yml", "docs/MODELS.md",
             "docs/EXIT_CODES.md"} <= ours
+
+
+def test_every_name_given_one_of_our_extras_is_this_distribution():
+    named = [(str(path.relative_to(REPO)), _canonical(m.group(1))) for path in _files()
+             for m in _WITH_OUR_EXTRA.finditer(_text(path))]
+    named += [("pyproject.toml", _canonical(m.group(1))) for spec in _specs()
+              if (m := _WITH_OUR_EXTRA.match(spec))]
+    assert [(w, n) for w, n in named if n != _canonical(executor.DISTRIBUTION)] == []
+    assert ("pyproject.toml", _canonical(executor.DISTRIBUTION)) in named  # dev needs otel
+
+
+def _text(path: Path) -> str:
+    try:
+        return path.read_text()
+    except UnicodeDecodeError:
+        return ""
 
 
 def test_the_ci_examples_pin_the_version_pyproject_builds():

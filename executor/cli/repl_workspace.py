@@ -112,7 +112,8 @@ def _print_diff(changes: list[Change], content: Content) -> None:
 
     sys.stdout.writelines(for_terminal(diff(changes, content, safe=sys.stdout.isatty())))
     sys.stdout.flush()
-    _say(totals(changes))
+    if all(c.added is not None for c in changes):  # a bind session's journal has no counts
+        _say(totals(changes))
 
 
 @slash_command("undo", "take back what this session wrote (bind workspace)")

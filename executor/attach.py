@@ -43,8 +43,8 @@ def with_attachments(query: str, read: Reader) -> tuple[str, list[str]]:
         if not result.ok:
             reason = (result.output.strip().splitlines() or ["not readable"])[0][:200]
             raise ConfigError(f"cannot attach @{path}: {reason}",
-                              fix="name a file of the project after @ (a literal @ needs "
-                                  "no letter right after it)")
+                              fix="put a file of the project after @ (a plain @ needs a "
+                                  "space after it)")
         blocks.append(f"[file @{path}, attached by the user, as read_file shows it]\n"
                       f"{result.output}")
     if not blocks:

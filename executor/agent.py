@@ -109,6 +109,8 @@ class Agent:
     coach: Coach | None = None
     """Guards against a weak model's typical mistakes (the runner sets one for the json
     protocols, which weak models use)."""
+    _cut_noted: Message | None = field(default=None, init=False, repr=False)
+    """The request whose cut was already said (once is enough)."""
 
     def __post_init__(self) -> None:
         if self.coach is not None:
@@ -162,6 +164,7 @@ class Agent:
         """Fit the context and ask the model for its next turn."""
         prompt = [Message.system(self.system_prompt)] if self.system_prompt else []
         sent = (self.fitter.fit if self.fitter else list)(prompt + self.messages)
+        self._note_cut_request(sent)
         specs = self.specs
         started = time.monotonic()
         reply = self.model.chat(sent, specs, on_token=self._token, on_thinking=self._thinking)
@@ -175,6 +178,19 @@ class Agent:
             completion_tokens=reply.usage.completion_tokens, reply=reply.raw, prompt=sent,
         ))
         return reply
+
+    def _note_cut_request(self, sent: Sequence[Message]) -> None:
+        """Warn when the request itself did not fit the context window (the fitter then sends
+        its head and tail only): a person should know the model never saw its middle."""
+        latest = next((m for m in reversed(self.messages) if m.role == "user"), None)
+        if latest is None or latest is self._cut_noted or any(m is latest for m in sent):
+            return
+        self._cut_noted = latest
+        self.hooks.emit(WarningEvent(
+            message=f"the request ({len(latest.content):,} characters) does not fit the "
+                    "model's context window: only its start and end were sent, the middle cut "
+                    "(send a smaller request, or raise --max-tokens if the model's window is "
+                    "larger)"))
 
     def _token(self, text: str) -> None:
         self.hooks.emit(TokenEvent(text=text))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from typing import Any
 
@@ -9,6 +10,9 @@ from rich.console import Console, ConsoleOptions, RenderableType
 from rich.segment import Segment
 
 from executor.text import UNSAFE_RE, inert
+
+PIPED_WIDTH = 200
+"""Columns a console writes to a pipe or file with (no COLUMNS set): rich's 80 cut tables."""
 
 
 class InertConsole(Console):
@@ -22,6 +26,8 @@ class InertConsole(Console):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("emoji", False)
         super().__init__(*args, **kwargs)
+        if "width" not in kwargs and not self.is_terminal and not os.environ.get("COLUMNS"):
+            self.width = PIPED_WIDTH  # a pipe has no width: tables are not squeezed to 80
 
     def render(
         self, renderable: RenderableType, options: ConsoleOptions | None = None

@@ -96,12 +96,19 @@ class ToolInfo:
     read_only_safe: bool = False
 
 
+AUTO_EDIT_TOOLS = frozenset({"write_file", "edit_file"})
+"""The tools --auto-edit approves up front: they write files in the project, nothing else."""
+
+
 @dataclass(frozen=True)
 class PolicyOverrides:
     """Command-line flags layered over the policy file."""
 
     yes: bool = False
     """--yes: approve every `ask` up front (never a `deny`)."""
+    auto_edit: bool = False
+    """--auto-edit: approve the default `ask` of a file write or edit up front (a write stays
+    in the project); shell commands, a policy rule's `ask` and every other `ask` still ask."""
     deny_tools: tuple[str, ...] = ()
     """--deny-tool: tool names that are always denied."""
     deny_prefixes: tuple[str, ...] = ()
@@ -526,6 +533,10 @@ class Policy:
     def _apply_yes(self, decision: Decision) -> Decision:
         if decision.decision == "ask" and self.overrides.yes:
             return replace(decision, decision="allow", approved_by="--yes")
+        if (decision.decision == "ask" and self.overrides.auto_edit
+                and decision.tool in AUTO_EDIT_TOOLS
+                and decision.rule.startswith("default:")):  # a policy rule's `ask` still asks
+            return replace(decision, decision="allow", approved_by="--auto-edit")
         return decision
 
     def with_overrides(self, overrides: PolicyOverrides) -> Policy:
@@ -565,7 +576,9 @@ class Policy:
         return rows
 
     def _default_rows(self) -> list[tuple[str, str, str, str]]:
-        yes = " (--yes: ask → allow)" if self.overrides.yes else ""
+        yes = (" (--yes: ask → allow)" if self.overrides.yes else
+               " (--auto-edit: ask → allow for write_file, edit_file)"
+               if self.overrides.auto_edit else "")
         return [
             (f"default:{level.value}", f"{level.value}-risk tools ({self.default_sources[level]})",
              verdict + (yes if verdict == "ask" else ""), "")

@@ -191,6 +191,8 @@ class SessionSummary(BaseModel):
     provider: str
     last_message: str
     path: str
+    parent_session: str | None = None
+    """The session that delegated this one (orchestrate), when it is a child."""
 
 
 @runtime_checkable

@@ -21,6 +21,7 @@ reported (`DiffScope`). Untracked files are reviewed as new files unless asked o
 from __future__ import annotations
 
 import os
+import posixpath
 import re
 import subprocess
 from collections.abc import Iterator
@@ -37,9 +38,10 @@ from executor.models.parsing import json_objects
 from executor.runner import Runner
 from executor.runreport import ErrorReport, error_report
 from executor.state import open_private
+from executor.text import UNSAFE_RE
 from executor.tools.base import RiskLevel, Tool, ToolContext
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """Version of the review report (docs/REVIEW.md)."""
 Severity = Literal["low", "medium", "high"]
 SEVERITIES: tuple[Severity, ...] = ("low", "medium", "high")
@@ -85,6 +87,25 @@ class Finding(BaseModel):
     """One line."""
     body: str = Field(default="", max_length=MAX_TEXT)
     """What is wrong and what to do about it."""
+
+
+NO_LOCATION = "the model named no file inside the project for it"
+"""A located finding's `location_note` when the path it gave was refused."""
+
+
+class ReviewFinding(Finding):
+    """A finding as the report holds it: `file` a normalised path inside the root, or None
+    (the model gave none there: a URL, an absolute path, `../`…), `title` one line."""
+
+    file: str | None = None  # type: ignore[assignment]
+    """Path relative to the project root; None when the model's was not one (`location_note`)."""
+    location_note: str | None = None
+    """Why the finding has no file, when it has none."""
+
+    @property
+    def where(self) -> str:
+        """`file:line` for one-line displays, or that there is no location."""
+        return f"{self.file}:{self.line or '-'}" if self.file else "(no location)"
 
 
 class SubmitReviewArgs(BaseModel):
@@ -161,7 +182,7 @@ class ToolCallSummary(BaseModel):
 
 
 class ReviewReport(BaseModel):
-    """The review report (schema version 1, docs/REVIEW.md)."""
+    """The review report (schema version 2, docs/REVIEW.md)."""
 
     schema_version: int = SCHEMA_VERSION
     status: Literal["ok", "no_changes", "error"]
@@ -172,14 +193,14 @@ class ReviewReport(BaseModel):
     session: str | None = None
     turns: int = 0
     summary: str = ""
-    findings: list[Finding] = Field(default_factory=list)
+    findings: list[ReviewFinding] = Field(default_factory=list)
     findings_source: Literal["tool", "json", "text", "none"] = "none"
     """Where the findings were read from (see the module docstring)."""
     diff: DiffScope | None = None
     tool_calls: list[ToolCallSummary] = Field(default_factory=list)
     error: ErrorReport | None = None
 
-    def at_or_above(self, severity: Severity) -> list[Finding]:
+    def at_or_above(self, severity: Severity) -> list[ReviewFinding]:
         """The findings of `severity` or worse."""
         floor = SEVERITIES.index(severity)
         return [f for f in self.findings if SEVERITIES.index(f.severity) >= floor]
@@ -486,9 +507,41 @@ _SEVERITY_FIRST = re.compile(
 
 
 def clean_path(path: str) -> str:
-    """A finding's path relative to the root (the model may write /workspace/... or ./...)."""
-    path = path.strip().strip("`").removeprefix("/workspace/").removeprefix("./")
-    return path.lstrip("/")
+    """A finding's path as the model meant it (it may write `/workspace/...` or `./...`)."""
+    return path.strip().strip("`").removeprefix("/workspace/").removeprefix("./")
+
+
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
+
+
+def place(path: str, root: str) -> str | None:
+    """`path` as a normalised path relative to `root` and inside it, or None: a URL, an
+    absolute path elsewhere, a `../` out, a backslash or a control character is no place a
+    report may point a code-scanning UI or a reader to."""
+    path = clean_path(path)
+    top = root.rstrip("/") + "/"
+    if path.startswith(top):
+        path = path[len(top):]
+    if (not path or path.startswith("/") or "\\" in path or _SCHEME.match(path)
+            or UNSAFE_RE.search(path) or any(c in path for c in "\t\n")):
+        return None
+    normal = posixpath.normpath(path)
+    return None if normal in (".", "..") or normal.startswith("../") else normal
+
+
+def one_line(text: str) -> str:
+    """`text` with every run of white space (line breaks of any kind too) one space."""
+    return " ".join(text.split())
+
+
+def placed(finding: Finding, root: str) -> ReviewFinding:
+    """The report's form of a finding the model wrote (see `ReviewFinding`)."""
+    file = place(finding.file, root)
+    return ReviewFinding(file=file, line=finding.line if file else None,
+                         severity=finding.severity,
+                         title=one_line(finding.title)[:MAX_TITLE] or "(no title)",
+                         body=finding.body.strip(),
+                         location_note=None if file else NO_LOCATION)
 
 
 def _finding(raw: Any) -> Finding | None:
@@ -498,9 +551,9 @@ def _finding(raw: Any) -> Finding | None:
     severity = str(raw.get("severity", "medium")).lower()
     severity = _LOOSE_SEVERITY.get(severity, severity)
     file, line = str(raw.get("file") or raw.get("path") or ""), raw.get("line")
-    if ":" in file and line is None:
-        file, _, number = file.rpartition(":")
-        line = int(number) if number.isdigit() else None
+    head, _, number = file.rpartition(":")
+    if head and number.isdigit() and line is None:  # `a.py:12`, not `https://…`
+        file, line = head, int(number)
     title = str(raw.get("title") or raw.get("message") or raw.get("body") or "").strip()
     try:
         return Finding(file=clean_path(file), line=line if isinstance(line, int) else None,
@@ -601,12 +654,12 @@ def _ask_to_submit(runner: Runner, first: RunResult) -> RunResult:
 
 def _read_findings(report: ReviewReport, answer: str, tool: SubmitReview) -> None:
     if tool.submitted is not None:
-        report.findings = [f.model_copy(update={"file": clean_path(f.file)})
-                           for f in tool.submitted.findings]
+        findings = tool.submitted.findings
         report.summary = tool.submitted.summary.strip() or answer.strip()
         report.findings_source = "tool"
-        return
-    report.summary, report.findings, report.findings_source = parse_answer(answer)
+    else:
+        report.summary, findings, report.findings_source = parse_answer(answer)
+    report.findings = [placed(f, report.root) for f in findings]
 
 
 def review(root: str | Path, *, diff_base: str | None = None, untracked: bool = True,

@@ -77,6 +77,9 @@ from executor.sandbox.docker import DockerSandbox, SandboxConfig
 from executor.sandbox.environment import sandbox_environment
 from executor.sandbox.lazy import LazySandbox
 from executor.session import (
+    COMPACTED_NOTE,
+    CONTEXT_CLEARED,
+    CONTEXT_COMPACTED,
     NdjsonSessionStore,
     SessionHeader,
     abandoned_calls,
@@ -116,6 +119,8 @@ class RunOptions(BaseModel):
     """Mount the root read-only and offer no write tools."""
     yes: bool = False
     """Approve every `ask` decision up front (never overrides `deny`)."""
+    auto_edit: bool = False
+    """Approve an `ask` for write_file / edit_file up front; commands still ask."""
     deny_tools: list[str] = Field(default_factory=list)
     """Tools removed before the model sees them (and denied if called)."""
     deny_prefixes: list[str] = Field(default_factory=list)
@@ -519,6 +524,37 @@ class Runner:
         """bind or copy."""
         return self._workspace_mode
 
+    def clear(self) -> None:
+        """Forget the conversation (the REPL's /clear): same session and container; a resume
+        starts after it too."""
+        if self.agent is not None and self.store is not None:
+            self.agent.messages.clear()
+            self.store.record_event(CONTEXT_CLEARED)
+
+    def compact(self) -> str | None:
+        """Replace the conversation by the model's summary of it (the REPL's /compact); the
+        summary, or None when there was nothing to compact."""
+        if self.agent is None or self.store is None or not self.agent.messages:
+            return None
+        summary = self._summarize(self.agent.messages)
+        self.agent.messages[:] = [Message.system(COMPACTED_NOTE + summary)]
+        self.store.record_event(CONTEXT_COMPACTED, summary=summary)
+        return summary
+
+    def attach_mentions(self, query: str) -> str:
+        """`query` with the files it mentions as `@path` attached, read through the sandbox
+        (executor/attach.py); ConfigError when one cannot be read."""
+        from executor.attach import with_attachments
+
+        sandbox = self._lazy or self.sandbox
+        if sandbox is None or "@" not in query:
+            return query
+        attached, paths = with_attachments(
+            query, lambda path: sandbox.call("read_file", {"path": path}))
+        for path in paths:
+            self.hooks.emit(NoticeEvent(message=f"attached {path}"))
+        return attached
+
     @property
     def sandbox_started(self) -> bool:
         """Whether the container is up (with `sandbox_warm_up`, it may not be yet)."""
@@ -802,7 +838,7 @@ class Runner:
             o.root, settings=self.settings, basis=self.basis, model=BorrowedModel(self.model),
             approver=self.approver, hooks=HookBus(), read_only=read_only,
             sandbox=None if _is_sandbox(self.backend) else self.backend,  # a factory: its own
-            yes=o.yes, interactive=o.interactive, deny_tools=o.deny_tools,
+            yes=o.yes, auto_edit=o.auto_edit, interactive=o.interactive, deny_tools=o.deny_tools,
             deny_prefixes=o.deny_prefixes, deny_commands=o.deny_commands,
             system_prompt=o.system_prompt, skills_for=o.skills_for,
             audit_required=o.audit_required,
@@ -857,6 +893,7 @@ def _overrides(run: RunOptions) -> PolicyOverrides:
     return PolicyOverrides(
         yes=run.yes, deny_tools=tuple(run.deny_tools), deny_prefixes=tuple(run.deny_prefixes),
         deny_commands=tuple(run.deny_commands), read_only=run.read_only,
+        auto_edit=run.auto_edit,
     )
 
 

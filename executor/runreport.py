@@ -15,12 +15,17 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from executor.errors import EXIT_INTERRUPTED, MaxTurnsExceeded, SandboxAgentError
+from executor.errors import (
+    EXIT_INTERRUPTED,
+    CallsDeniedError,
+    MaxTurnsExceeded,
+    SandboxAgentError,
+)
 from executor.hooks import Event, HookBus
 
 SCHEMA_VERSION = 1
 """Version of the `ask --json` object and of the `--json-stream` events (docs/CLI_JSON.md)."""
-Status = Literal["ok", "max_turns", "error", "interrupted"]
+Status = Literal["ok", "denied", "max_turns", "error", "interrupted"]
 _WRITE_TOOLS = ("write_file", "edit_file")
 
 
@@ -44,6 +49,8 @@ class ToolCallReport(BaseModel):
     """run_shell_command's exit status."""
     timed_out: bool = False
     duration_ms: float | None = None
+    child_session: str | None = None
+    """The delegated child session that made the call (None: this session's own)."""
 
 
 class Change(BaseModel):
@@ -53,6 +60,8 @@ class Change(BaseModel):
     change: str
     """created, modified, deleted, mode or type."""
     tool: str
+    child_session: str | None = None
+    """The delegated child session whose call made the change (None: this session's own)."""
 
 
 class ConnectionReport(BaseModel):
@@ -124,8 +133,9 @@ class RunRecorder:
 
     def __init__(self) -> None:
         self.calls: list[ToolCallReport] = []
-        self._by_id: dict[str, ToolCallReport] = {}
-        """The latest call of each id (servers reuse ids across turns)."""
+        self._by_id: dict[tuple[str | None, str], ToolCallReport] = {}
+        """The latest call of each (child session, id): servers reuse ids across turns, and a
+        child's ids are its own."""
         self.changes: dict[str, Change] = {}
         self.connections: list[ConnectionReport] = []
         self.usage = Usage()
@@ -135,7 +145,7 @@ class RunRecorder:
     def attach(self, hooks: HookBus) -> RunRecorder:
         """Listen to `hooks`; returns self."""
         hooks.subscribe(self.handle, "run_start", "model_request", "tool_call", "tool_result",
-                        "connection")
+                        "connection", "child_event")
         return self
 
     def handle(self, event: Event) -> None:
@@ -152,24 +162,32 @@ class RunRecorder:
         u.completion_tokens += data.get("completion_tokens") or 0
         u.model_ms = round(u.model_ms + float(data.get("duration_ms") or 0), 1)
 
-    def _on_tool_call(self, data: Mapping[str, Any]) -> None:
+    def _on_child_event(self, data: Mapping[str, Any]) -> None:
+        """A delegated child's tool call or result: recorded as this run's, naming the child."""
+        kind, child = data.get("event"), str(data.get("session") or "child")
+        if kind == "tool_call":
+            self._on_tool_call(data.get("data") or {}, child=child)
+        elif kind == "tool_result":
+            self._on_tool_result(data.get("data") or {}, child=child)
+
+    def _on_tool_call(self, data: Mapping[str, Any], child: str | None = None) -> None:
         decision = data.get("decision", "deny")
         call = ToolCallReport(
             id=str(data["call_id"]), tool=str(data["tool"]),
             arguments=dict(data.get("arguments") or {}), decision=decision,
             denied=decision == "deny", reason=(data.get("reason") or None)
             if decision != "allow" else None, rule=str(data.get("rule") or ""),
-            approved_by=data.get("approved_by"),
+            approved_by=data.get("approved_by"), child_session=child,
         )
         self.calls.append(call)
-        self._by_id[call.id] = call
+        self._by_id[child, call.id] = call
 
     def _on_connection(self, data: Mapping[str, Any]) -> None:
         fields = ConnectionReport.model_fields
         self.connections.append(ConnectionReport(**{k: v for k, v in data.items() if k in fields}))
 
-    def _on_tool_result(self, data: Mapping[str, Any]) -> None:
-        call = self._by_id.get(str(data["call_id"]))
+    def _on_tool_result(self, data: Mapping[str, Any], child: str | None = None) -> None:
+        call = self._by_id.get((child, str(data["call_id"])))
         meta = data.get("meta") or {}
         if call is None:
             return
@@ -183,16 +201,22 @@ class RunRecorder:
     def _record_changes(self, call: ToolCallReport, meta: Mapping[str, Any]) -> None:
         if call.tool in _WRITE_TOOLS and meta.get("sha256_after"):
             path = meta.get("path") or call.arguments.get("path")
-            self._change(str(path), "created" if meta.get("created") else "modified", call.tool)
+            self._change(str(path), "created" if meta.get("created") else "modified", call)
         for entry in meta.get("changes") or []:
             if isinstance(entry, Mapping) and entry.get("path"):
-                self._change(str(entry["path"]), str(entry.get("change", "modified")), call.tool)
+                self._change(str(entry["path"]), str(entry.get("change", "modified")), call)
 
-    def _change(self, path: str, change: str, tool: str) -> None:
+    def _change(self, path: str, change: str, call: ToolCallReport) -> None:
         earlier = self.changes.get(path)
-        if earlier is not None and earlier.change == "created" and change != "deleted":
+        if earlier is not None and earlier.change == "created":
+            if change == "deleted":  # created and deleted by this run: no change at all
+                del self.changes[path]
+                return
             change = "created"  # created, then edited: still a new file
-        self.changes[path] = Change(path=path, change=change, tool=tool)
+        elif earlier is not None and earlier.change == "deleted" and change == "created":
+            change = "modified"  # deleted, then written anew: the file was there before
+        self.changes[path] = Change(path=path, change=change, tool=call.tool,
+                                    child_session=call.child_session)
 
     def report(self, *, answer: str | None = None, turns: int | None = None,
                error: BaseException | None = None, **context: Any) -> RunReport:
@@ -209,9 +233,11 @@ class RunRecorder:
 
 
 def status_of(error: BaseException | None) -> Status:
-    """ok, max_turns, interrupted or error."""
+    """ok, denied (--fail-on-denied), max_turns, interrupted or error."""
     if error is None:
         return "ok"
+    if isinstance(error, CallsDeniedError):
+        return "denied"
     if isinstance(error, KeyboardInterrupt):
         return "interrupted"
     return "max_turns" if isinstance(error, MaxTurnsExceeded) else "error"
@@ -248,8 +274,14 @@ _STREAMED = {
 """Hook events that appear in the stream: their `type` there and the fields they keep."""
 
 
+_CHILD_STREAMED = ("tool_call", "tool_result")
+"""A delegated child's events that appear in the stream, with `child_session` naming it."""
+
+
 def stream_event(event: Event) -> dict[str, Any] | None:
     """One `--json-stream` line for `event`, or None when it is not streamed."""
+    if event.kind == "child_event":
+        return _child_line(event.data)
     spec = _STREAMED.get(event.kind)
     if spec is None:
         return None
@@ -258,4 +290,14 @@ def stream_event(event: Event) -> dict[str, Any] | None:
     if kind == "start":
         line["schema_version"] = SCHEMA_VERSION
     line.update({k: event.data.get(k) for k in fields if k in event.data})
+    return line
+
+
+def _child_line(data: Mapping[str, Any]) -> dict[str, Any] | None:
+    kind = data.get("event")
+    if kind not in _CHILD_STREAMED:
+        return None
+    payload, fields = data.get("data") or {}, _STREAMED[str(kind)][1]
+    line: dict[str, Any] = {"type": kind, "child_session": data.get("session")}
+    line.update({k: payload.get(k) for k in fields if k in payload})
     return line

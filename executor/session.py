@@ -140,6 +140,13 @@ class Entry:
     data: dict[str, Any] = field(default_factory=dict)
 
 
+CONTEXT_CLEARED = "context_cleared"
+"""Event of the REPL's /clear: the conversation before it is not sent again (nor resumed)."""
+CONTEXT_COMPACTED = "context_compacted"
+"""Event of the REPL's /compact: the conversation before it is its `summary`."""
+COMPACTED_NOTE = "Summary of the session so far (the earlier messages were compacted): "
+
+
 @dataclass(frozen=True)
 class SessionContents:
     """A whole session file read back."""
@@ -151,8 +158,16 @@ class SessionContents:
 
     @property
     def messages(self) -> list[Message]:
-        """The conversation, in order."""
-        return [e.message for e in self.entries if e.message is not None]
+        """The conversation, in order, from its last /clear or /compact on (a compacted part
+        is its summary, one system message)."""
+        start, head = 0, list[Message]()
+        for number, entry in enumerate(self.entries):
+            if entry.event == CONTEXT_CLEARED:
+                start, head = number + 1, []
+            elif entry.event == CONTEXT_COMPACTED:
+                start = number + 1
+                head = [Message.system(COMPACTED_NOTE + str(entry.data.get("summary", "")))]
+        return head + [e.message for e in self.entries[start:] if e.message is not None]
 
 
 # --- directories ---------------------------------------------------------------------------------
@@ -474,6 +489,7 @@ def summarize_session(path: Path) -> SessionSummary:
         provider=header.provider,
         last_message=_preview(messages[-1] if messages else None),
         path=str(path),
+        parent_session=getattr(header, "parent_session", None) or None,
     )
 
 
@@ -577,7 +593,8 @@ class NdjsonSessionStore:
 
     @classmethod
     def latest(cls, root: Path) -> Self:
-        """The session of `root` written to most recently (what `--resume` continues)."""
+        """The session of `root` written to most recently (what `--resume` continues); never
+        a delegated child's (it was the parent's to run), unless named with --session."""
         root = real_root(root)
         by_age = sorted(
             (p.lstat().st_mtime_ns, p.name[: -len(SUFFIX)])
@@ -585,9 +602,12 @@ class NdjsonSessionStore:
         )
         for _, name in reversed(by_age):
             try:
-                return cls.open(root, name)
+                store = cls.open(root, name)
+                child = getattr(store.header, "parent_session", None)
             except SessionError:
                 continue  # cut off at creation: fall back to an older one
+            if not child:
+                return store
         raise SessionNotFoundError(
             f"no sessions to resume in {root}", fix="start one with: sandbox-agent ask"
         )

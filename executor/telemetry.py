@@ -6,7 +6,7 @@ On when `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` or `OTEL_EXPORTER_OTLP_ENDPOINT` is
 `OTEL_EXPORTER_OTLP_*` variables (headers, timeout, compression, certificates) and
 `OTEL_SERVICE_NAME`/`OTEL_RESOURCE_ATTRIBUTES` apply as the SDK reads them; `OTEL_SDK_DISABLED=true`
 or `OTEL_TRACES_EXPORTER=none` turn it off. Needs the `otel` extra (`pip install
-'sandbox-agent[otel]'`); without it a run says so once and goes on.
+'hardened-sandbox-agent[otel]'`); without it a run says so once and goes on.
 
 Spans follow the GenAI semantic conventions where they exist (`invoke_agent`, `chat`,
 `execute_tool`, `gen_ai.request.model`, `gen_ai.usage.*`, `gen_ai.tool.*`) and add
@@ -28,6 +28,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from executor import DISTRIBUTION
 from executor.delegation import DELEGATE_TOOL
 from executor.hooks import (
     ChildEvent,
@@ -428,7 +429,7 @@ def start(bus: HookBus, *, configured_endpoint: str | None, redactor: Redactor,
         tracing = Tracing.create(endpoint, redactor, on_warning=on_warning)
     except ImportError:
         message = ("OpenTelemetry is configured but its packages are missing: install "
-                   "'sandbox-agent[otel]'; the run goes on without traces")
+                   f"'{DISTRIBUTION}[otel]'; the run goes on without traces")
         log.warning("%s", message)
         if on_warning is not None:
             on_warning(message)

@@ -127,6 +127,9 @@ class ProgressView:
         self.trace = trace
         self.show_thinking = stream or trace
         """Whether the model's reasoning (thinking mode) is shown as it streams, dimmed."""
+        self.prose = stream
+        """Whether replies are prose (native tool calling): what the model writes beside its
+        tool calls is shown, streamed or not."""
         self._thinking_now = False
         self.last_reply_streamed = False
         """Whether the latest model reply was shown token by token (without a terminal)."""
@@ -144,6 +147,8 @@ class ProgressView:
         self._since = time.monotonic()
         self._tail = Tail()
         self._outputs: dict[str, Tail] = {}
+        self._running: dict[str, str] = {}
+        """What each call still running is (`tool subject`), for an interruption."""
         self._prose = ""
 
     @property
@@ -167,6 +172,7 @@ class ProgressView:
         """A request starts: new turn totals, and the spinner."""
         self.turn = Totals(started=time.monotonic())
         self._refused.clear()
+        self._prose = ""
         self.thinking()
 
     def thinking(self, activity: str = "model is thinking…") -> None:
@@ -248,6 +254,8 @@ class ProgressView:
             self.console.print()
             self._streaming = False
         self._tail = Tail()
+        if self.prose and not self._prose.strip():  # not streamed: the reply says it whole
+            self._prose = event.reply
         self.turn.turns += 1
         self.turn.prompt_tokens += event.prompt_tokens or 0
         self.turn.completion_tokens += event.completion_tokens or 0
@@ -257,14 +265,15 @@ class ProgressView:
                         f"{event.duration_ms:.0f} ms, "
                         f"{tokens}\n[dim]{markup_safe(event.reply)}[/]")
 
-    def _show_prose(self) -> None:
-        """What the model wrote beside its tool calls (streamed live; kept once they come)."""
+    def show_prose(self) -> None:
+        """What the model wrote beside its tool calls (streamed live; kept once they come):
+        before an approval prompt, so "I'll add multiply." is read before the call is."""
         prose, self._prose = self._prose.strip(), ""
         if prose and self.live and not self.trace:
             self._print(inert(prose), style="dim", markup=False, highlight=False)
 
     def _on_tool_call(self, event: ToolCallEvent) -> None:
-        self._show_prose()
+        self.show_prose()
         self.turn.calls += 1
         arguments = event.arguments
         self._calls[event.call_id] = arguments
@@ -278,7 +287,9 @@ class ProgressView:
             args = json.dumps(arguments, ensure_ascii=False)
             self._print(f"[cyan]→[/] {markup_safe(event.tool, line=True)} {markup_safe(args)}")
         self._outputs[event.call_id] = Tail(AFTER_LINES + TAIL_LINES)
-        self.thinking(f"{inert_line(event.tool)} {subject(arguments)}".strip())
+        what = f"{inert_line(event.tool)} {subject(arguments)}".strip()
+        self._running[event.call_id] = what
+        self.thinking(what)
 
     def _on_tool_output(self, event: ToolOutputEvent) -> None:
         output = self._outputs.get(event.call_id)
@@ -290,6 +301,7 @@ class ProgressView:
         call_id = event.call_id
         arguments = self._calls.pop(call_id, {})
         output = self._outputs.pop(call_id, None)
+        self._running.pop(call_id, None)
         if call_id in self._refused:  # its one line is already printed
             self._refused.discard(call_id)
             return
@@ -302,6 +314,16 @@ class ProgressView:
         elif self.live and event.tool == SHELL_TOOL:
             self._last_lines(output, event.output)
         self.thinking()
+
+    def interrupted(self) -> None:
+        """Ctrl-C: the live region goes, so each call still running is named as interrupted,
+        with the last lines it printed (they were only in the live region)."""
+        self.close()
+        for call_id, what in self._running.items():
+            self._print(f"[yellow]✗ interrupted:[/] {markup_safe(what)}")
+            self._last_lines(self._outputs.get(call_id), "")
+        self._running.clear()
+        self._outputs.clear()
 
     def _last_lines(self, output: Tail | None, result: str) -> None:
         """A finished command's last lines: what streamed, else from its result."""

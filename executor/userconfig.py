@@ -13,6 +13,7 @@ bad value is one `ConfigError` naming the file and the line.
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 import tomllib
@@ -92,14 +93,26 @@ def read_user_config(fields: Iterable[str]) -> tuple[dict[str, Any], dict[str, i
     lines: dict[str, int | None] = {}
     for key, value in _parse(path, text).items():
         name = key.lower().removeprefix("sandbox_agent_").replace("-", "_")
-        line = key_line(text, key)
-        if name not in known or isinstance(value, dict):
+        if isinstance(value, dict):
             raise ConfigError(
-                f"{where(path, line)}: unknown key {key!r}",
-                fix=f"use one of: {', '.join(sorted(known))}",
-            )
+                f"{where(path, section_line(text, key))}: unknown section [{key}]: the file "
+                "has no sections, only `key = value` lines", fix=_fix(path))
+        line = key_line(text, key)
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=1, cutoff=0.7)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise ConfigError(f"{where(path, line)}: unknown key {key!r}",
+                              fix=f"{hint}use one of: {', '.join(sorted(known))}")
         values[name], lines[name] = value, line
     return values, lines
+
+
+def section_line(text: str, key: str) -> int | None:
+    """The 1-based line of the `[key]` (or `[key.sub]`, `[[key]]`) header."""
+    pattern = re.compile(rf"^[ \t]*\[\[?[ \t]*[\"']?{re.escape(key)}[\"']?[ \t]*[.\]]",
+                         re.MULTILINE)
+    match = pattern.search(text)
+    return text.count("\n", 0, match.start()) + 1 if match else key_line(text, key)
 
 
 def check_outside_project(root: Path, *, writable: bool = True) -> None:

@@ -87,6 +87,8 @@ def main() -> None:
     from executor.cli.actions import guard_streams
 
     guard_streams()  # under GitHub Actions no model text is a workflow command
+    if not sys.argv[1:] and sys.stdin.isatty() and sys.stderr.isatty():
+        sys.argv.append("ask")  # `sandbox-agent` alone at a terminal: the REPL, as claude does
     try:
         code = app(standalone_mode=False)
     except _UsageError as exc:  # a bad flag value, an unknown option, a missing argument

@@ -70,6 +70,7 @@ class TerminalApprover:
         if self.grants.covers(tool.name, values) is not None:
             return Approval(True, by=SESSION)
         self.view.close()
+        self.view.show_prose()
         err_console.rule(f"[bold]{markup_safe(tool.name, line=True)}[/] needs approval "
                          f"[dim]({markup_safe(decision.rule, line=True)})[/]")
         text = inert(preview.text).removesuffix("\n")

@@ -95,7 +95,7 @@ def improve(
     exclude: ExcludeOpt = None,
     copy_limit: CopyLimitOpt = None,
 ) -> None:
-    """Review DIR read-only, then fix the findings in a copy of it.
+    """Review the project (--root) read-only, then fix the findings in a copy of it.
 
     The fix session works on a copy workspace (docs/WORKSPACES.md): your tree is untouched, and
     the changes wait for `sandbox-agent diff` and `sandbox-agent apply`. Without a terminal
@@ -155,14 +155,14 @@ def _review(root: Path, common: dict[str, Any], diff_base: str | None, untracked
 def _show_findings(report: ReviewReport) -> None:
     err_console.print(f"review: {len(report.findings)} finding(s) to fix", markup=False)
     for f in report.findings:
-        err_console.print(f"  {f.severity} {inert_line(f.file)}:{f.line or '-'} "
+        err_console.print(f"  {f.severity} {inert_line(f.where)} "
                           f"{inert_line(f.title)}", markup=False, highlight=False)
 
 
 def fix_prompt(report: ReviewReport) -> str:
     """The fix session's request: the review's summary and every finding."""
     findings = "\n".join(
-        f"{n}. [{f.severity}] {f.file}:{f.line or '-'} {f.title}" + (f"\n   {f.body}" if f.body
+        f"{n}. [{f.severity}] {f.where} {f.title}" + (f"\n   {f.body}" if f.body
                                                                      else "")
         for n, f in enumerate(report.findings, 1))
     return FIX_PROMPT.format(summary=report.summary or "(none)", findings=findings)

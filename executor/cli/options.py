@@ -120,12 +120,14 @@ PolicyOpt = Annotated[
 ]
 DenyToolOpt = Annotated[
     list[str] | None,
-    typer.Option("--deny-tool", help="Remove this tool (repeatable).", show_default=False),
+    typer.Option("--deny-tool", metavar="TOOL", help="Remove this tool (repeatable).",
+                 show_default=False),
 ]
 DenyPrefixOpt = Annotated[
     list[str] | None,
     typer.Option(
         "--deny-prefix",
+        metavar="PREFIX",
         help="Remove tools whose name starts with this (repeatable).",
         show_default=False,
     ),
@@ -144,6 +146,7 @@ EnvOpt = Annotated[
     list[str] | None,
     typer.Option(
         "--env",
+        metavar="NAME",
         help="Pass this host environment variable into the sandbox (repeatable).",
         show_default=False,
     ),
@@ -263,6 +266,7 @@ ExcludeOpt = Annotated[
     list[str] | None,
     typer.Option(
         "--exclude",
+        metavar="PATTERN",
         help="Leave paths matching this gitignore-style pattern out of a copy (repeatable).",
         show_default=False,
     ),

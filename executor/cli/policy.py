@@ -45,15 +45,17 @@ YesOption = Annotated[
     bool, typer.Option("--yes", "-y", help="Approve every 'ask' up front (never a 'deny').")
 ]
 DenyToolOption = Annotated[
-    list[str] | None, typer.Option("--deny-tool", help="Deny this tool (repeatable).")
+    list[str] | None, typer.Option("--deny-tool", metavar="TOOL",
+                                   help="Deny this tool (repeatable).")
 ]
 DenyPrefixOption = Annotated[
     list[str] | None,
-    typer.Option("--deny-prefix", help="Deny tools whose name starts with this (repeatable)."),
+    typer.Option("--deny-prefix", metavar="PREFIX",
+                 help="Deny tools whose name starts with this (repeatable)."),
 ]
 DenyCommandOption = Annotated[
     list[str] | None,
-    typer.Option("--deny-command",
+    typer.Option("--deny-command", metavar="PROGRAM",
                  help="Deny shell commands starting with this, anywhere in a command line; "
                       "unresolvable command lines are denied too (repeatable)."),
 ]

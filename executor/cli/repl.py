@@ -6,13 +6,9 @@ request being answered (a running command is killed) and comes back to the promp
 prompt, Ctrl-C twice in a row (or Ctrl-D, or /exit) leaves. An empty line does nothing. With
 stdin not a terminal, requests are read line by line (no prompt_toolkit) until EOF.
 
-Slash commands are registered with `@slash_command(name, help)`. /diff and /undo belong to the
-copy workspace: until it registers them, they say so. Its CLI module (`executor.cli.workspace`,
-loaded by `_load` when it exists) registers them on import, e.g.
-
-    @slash_command("diff", "show what this session changed")
-    def _diff(repl: Repl, argument: str) -> None:
-        ...  # repl.runner.options.root, repl.runner.session_name, repl.runner.sandbox
+Slash commands are registered with `@slash_command(name, help)`; /diff and /undo in
+`executor.cli.repl_workspace` (loaded by `_load`), with the code of the `diff` and `undo`
+commands.
 """
 
 from __future__ import annotations
@@ -23,7 +19,7 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from executor.cli.common import err_console
 from executor.text import inert, markup_safe
@@ -34,7 +30,7 @@ if TYPE_CHECKING:
 
 HISTORY_FILE = "repl_history"
 PROMPT = "you> "
-PLUGINS = ("executor.cli.workspace",)
+PLUGINS = ("executor.cli.repl_workspace",)
 """Modules that may register slash commands (loaded when they exist)."""
 
 
@@ -108,7 +104,7 @@ class Repl:
         except Terminated:
             raise
         except KeyboardInterrupt:
-            self.view.close()
+            self.view.interrupted()
             self.runner.settle()
             err_console.print("[yellow]cancelled[/] [dim](the request was stopped; the "
                               "conversation goes on)[/]")
@@ -154,6 +150,8 @@ class Repl:
             completer=WordCompleter(words, sentence=True, pattern=None),
             complete_while_typing=False,
             style=Style.from_dict({"prompt": "bold ansicyan"}),
+            multiline=True, key_bindings=_multi_line_keys(),
+            prompt_continuation=lambda width, line, wrap: "." * (width - 1) + " ",
         )
         interrupted = False
         while True:
@@ -171,13 +169,44 @@ class Repl:
             yield line
 
 
+def _multi_line_keys() -> Any:
+    """Enter sends the request, unless the line ends in `\\` (it goes on on the next line);
+    Alt-Enter (Esc, Enter) starts a new line."""
+    from prompt_toolkit.key_binding import KeyBindings
+
+    keys = KeyBindings()
+
+    @keys.add("escape", "enter")
+    def _new_line(event: Any) -> None:
+        event.current_buffer.insert_text("\n")
+
+    @keys.add("enter")
+    def _send(event: Any) -> None:
+        buffer = event.current_buffer
+        if buffer.document.is_cursor_at_the_end and buffer.text.endswith("\\"):
+            buffer.delete_before_cursor(1)
+            buffer.insert_text("\n")
+        else:
+            buffer.validate_and_handle()
+
+    return keys
+
+
 def _piped_lines() -> Iterator[str]:
-    """Requests from a non-terminal stdin, one a line, until EOF."""
+    """Requests from a non-terminal stdin, one a line (a line ending in `\\` goes on on the
+    next one), until EOF."""
+    pending = ""
     while True:
         line = sys.stdin.readline()
         if not line:
+            if pending:
+                yield pending
             return
-        yield line
+        if line.rstrip("\n").endswith("\\"):
+            pending += line.rstrip("\n")[:-1] + "\n"
+            continue
+        yield pending + line
+        pending = ""
 
 
 def history_file(runner: Runner) -> str:
@@ -229,6 +258,28 @@ def _usage(repl: Repl, argument: str) -> None:
         err_console.print(f"  always allowed: {markup_safe(grant.describe(), line=True)}")
 
 
+@slash_command("clear", "forget the conversation so far (same session and container)")
+def _clear(repl: Repl, argument: str) -> None:
+    repl.runner.clear()
+    err_console.print("conversation cleared: the next request starts afresh")
+
+
+@slash_command("compact", "replace the conversation so far by the model's summary of it")
+def _compact(repl: Repl, argument: str) -> None:
+    from executor.errors import SandboxAgentError
+
+    try:
+        summary = repl.runner.compact()
+    except SandboxAgentError as exc:
+        err_console.print(f"[bold red]error:[/] nothing compacted: {markup_safe(str(exc))}")
+        return
+    if summary is None:
+        err_console.print("nothing to compact yet")
+        return
+    err_console.print(f"compacted; the summary the model will go on from:\n"
+                      f"{markup_safe(inert(summary))}", highlight=False)
+
+
 @slash_command("model", "show the model, or switch to another of the same provider: /model NAME")
 def _model(repl: Repl, argument: str) -> None:
     runner = repl.runner
@@ -240,17 +291,28 @@ def _model(repl: Repl, argument: str) -> None:
     if runner.settings.provider == "embedded":
         err_console.print("the embedded model cannot be switched within a session")
         return
-    runner.switch_model(argument)
-    err_console.print(f"model is now {markup_safe(runner.model.name, line=True)}")
+    name = _served(runner, argument)
+    if name is not None:
+        runner.switch_model(name)
+        err_console.print(f"model is now {markup_safe(runner.model.name, line=True)}")
 
 
-def _needs_workspace(repl: Repl, argument: str) -> None:
-    err_console.print("this needs a copy workspace (--workspace copy), which this version of "
-                      "sandbox-agent does not have: in a bind workspace the changes are already "
-                      "in the project (git diff shows them)")
+def _served(runner: Runner, name: str) -> str | None:
+    """The server's name for model `name`, or None (said why) when it does not have it."""
+    from executor.cli.system import available_models, missing_model, served_name
+    from executor.errors import SandboxAgentError
 
+    try:
+        names = available_models(runner.settings)
+    except SandboxAgentError as exc:
+        err_console.print(f"[bold red]error:[/] cannot list the server's models, so {name!r} "
+                          f"is not taken: {markup_safe(str(exc))}")
+        return None
+    found = served_name(name, names, runner.settings.provider)
+    if found is None:
+        error = missing_model(runner.settings, name, names)
+        err_console.print(f"[bold red]error:[/] {markup_safe(error.message)} (still "
+                          f"{markup_safe(runner.model.name, line=True)})")
+        err_console.print(f"[dim]fix:[/] {markup_safe(error.fix or '')}")
+    return found
 
-COMMANDS.setdefault("diff", SlashCommand("diff", "show what the session changed (copy workspace)",
-                                         _needs_workspace))
-COMMANDS.setdefault("undo", SlashCommand("undo", "undo the last change (copy workspace)",
-                                         _needs_workspace))

@@ -65,6 +65,7 @@ class ReportFormat(StrEnum):
     json = "json"
     sarif = "sarif"
     github = "github"
+    codequality = "codequality"
 
 
 class FailOn(StrEnum):
@@ -86,7 +87,8 @@ def review(
     fmt: Annotated[
         ReportFormat,
         typer.Option("--format", "-f", help="Report format: markdown, json (docs/REVIEW.md), "
-                     "sarif (SARIF 2.1.0) or github (workflow annotations)."),
+                     "sarif (SARIF 2.1.0), github (workflow annotations) or codequality "
+                     "(GitLab Code Quality)."),
     ] = ReportFormat.markdown,
     diff_base: Annotated[
         str | None,
@@ -127,9 +129,10 @@ def review(
     workspace: WorkspaceOpt = None,
     exclude: ExcludeOpt = None,
 ) -> None:
-    """Review DIR read-only and non-interactively (for CI): a report with structured findings.
+    """Review the project (--root) read-only and non-interactively (for CI): a report with
+    structured findings.
 
-    The container mounts the project read-only and no write or shell tool is offered. Under
+    The container sees the project read-only and no write or shell tool is offered. Under
     GitHub Actions (GITHUB_ACTIONS=true) the findings are also printed as annotations.
     """
     from executor.review import ReviewRequest, SubmitReview, run_review
@@ -172,7 +175,8 @@ def _publish(report: ReviewReport, fmt: ReportFormat, output: Path | None) -> No
             workflow_command(line)
         echo_result(summary)
     else:
-        _print_untrusted(text, json_text=fmt in (ReportFormat.json, ReportFormat.sarif))
+        _print_untrusted(text, json_text=fmt in (ReportFormat.json, ReportFormat.sarif,
+                                                 ReportFormat.codequality))
     if annotate:
         for line in github_annotations(report):
             # On stdout only when the report is not there (a JSON file must stay JSON).
@@ -181,15 +185,24 @@ def _publish(report: ReviewReport, fmt: ReportFormat, output: Path | None) -> No
 
 
 def _render(report: ReviewReport, fmt: ReportFormat) -> str:
-    from executor.review_formats import github_annotations, to_json, to_markdown, to_sarif
+    from executor.review import one_line
+    from executor.review_formats import (
+        github_annotations,
+        to_code_quality,
+        to_json,
+        to_markdown,
+        to_sarif,
+    )
 
     if fmt is ReportFormat.json:
         return to_json(report)
+    if fmt is ReportFormat.codequality:
+        return to_code_quality(report)
     if fmt is ReportFormat.sarif:
         return to_sarif(report)
     if fmt is ReportFormat.github:
         lines = github_annotations(report)
-        summary = report.summary.strip().replace("\n", " ")[:500]
+        summary = one_line(report.summary)[:500]
         return "\n".join([*lines, f"review: {len(report.findings)} finding(s). {summary}"])
     return to_markdown(report)
 
@@ -235,7 +248,7 @@ def _exit(report: ReviewReport, fail_on: FailOn | None) -> None:
     severity: Severity | None = fail_on.value if fail_on else None
     worst = report.at_or_above(severity) if severity else []
     if worst:
-        names = ", ".join(inert_line(f"{f.file}:{f.line or '-'}") for f in worst[:5])
+        names = ", ".join(inert_line(f.where) for f in worst[:5])
         raise FindingsError(f"{len(worst)} finding(s) at or above {severity}: {names}",
                             fix=f"fix them, or raise --fail-on above {severity}")
 

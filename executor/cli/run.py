@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import os
 import signal
 import sys
@@ -51,7 +52,7 @@ from executor.cli.options import (
     skill_options,
 )
 from executor.errors import ConfigError, SandboxAgentError
-from executor.text import inert_line, markup_safe
+from executor.text import markup_safe
 
 if TYPE_CHECKING:  # imported where used: `--help` loads neither pydantic nor the agent
     from executor.agent import RunResult
@@ -125,6 +126,7 @@ def _prepare(
     view.attach(runner.hooks)
     _trace(runner)
     view.stream = _streams_text(runner, stream)
+    view.prose = runner.model.tool_protocol == "native"
     view.show_thinking = trace or stream is True or (stream is None and err_console.is_terminal)
     return runner, view
 
@@ -214,6 +216,11 @@ def ask(
             "--yes", "-y", help="Approve writes and commands up front (policy denials still apply)."
         ),
     ] = False,
+    auto_edit: Annotated[
+        bool,
+        typer.Option("--auto-edit", help="Approve file writes and edits up front (they stay in "
+                     "the project); shell commands still ask. Audited as --auto-edit."),
+    ] = False,
     stream: StreamOpt = None,
     think: ThinkOpt = None,
     trace: TraceOpt = False,
@@ -241,7 +248,13 @@ def ask(
     ] = None,
     resume: Annotated[
         bool,
-        typer.Option("--resume", help="Continue --session, or this root's most recent session."),
+        typer.Option("--resume", help="Continue --session, or this root's most recent session "
+                     "(never a delegated child's)."),
+    ] = False,
+    continue_: Annotated[
+        bool,
+        typer.Option("--continue", "-c", help="Continue this root's most recent session (as "
+                     "--resume); with no query at a terminal, in the REPL."),
     ] = False,
     max_tokens: MaxTokensOpt = None,
     context_summarize: Annotated[
@@ -257,6 +270,7 @@ def ask(
         list[str] | None,
         typer.Option(
             "--deny-command",
+            metavar="PROGRAM",
             help="Deny shell commands running this program (and these words), however they are "
             "spelled; commands that cannot be checked are denied too (repeatable).",
             show_default=False,
@@ -317,27 +331,31 @@ def ask(
     ] = False,
     exclude: ExcludeOpt = None,
     copy_limit: CopyLimitOpt = None,
+    # orchestrate's own flags: hidden here, shown in its help (_ORCHESTRATE_ONLY)
     no_confirm_delegation: Annotated[
-        bool,
-        typer.Option("--no-confirm-delegation", help="orchestrate: run delegate calls without "
-                     "asking (a policy deny still wins)."),
-    ] = False,
+        bool, typer.Option("--no-confirm-delegation", hidden=True)] = False,
     max_delegations: Annotated[
-        int | None,
-        typer.Option("--max-delegations", min=0, help="orchestrate: child sessions one session "
-                     "may start. [default: 3]", show_default=False),
-    ] = None,
+        int | None, typer.Option("--max-delegations", min=0, hidden=True)] = None,
     orchestrate: Annotated[bool, typer.Option("--orchestrate", hidden=True)] = False,
 ) -> None:
-    """Ask the agent to do something in DIR; every tool call runs in a sandbox container.
+    """Ask the agent to do something in the project (--root); every tool call runs in a
+    sandbox container.
 
     The final answer goes to stdout; progress and tool activity to stderr. Writes and shell
-    commands ask at a terminal (y, n, a: always allow for this session, r: no and say why);
-    without one they are denied unless --yes (fail closed).
+    commands ask at a terminal (y, n, a: always allow for this session, r: no and say why,
+    v: view all of it); without one they are denied unless --yes (fail closed).
     """
     from executor.cli.machine import JsonOutput, reporting
 
     output = JsonOutput(stream=json_stream, prints=as_json)
+    if resume and not continue_ and session is None and not output.prints \
+            and _person_at_terminal():
+        from executor.cli.picker import pick_session
+
+        session = pick_session(root)
+    resume = resume or continue_
+    if query is None and not output.prints and _person_at_terminal():
+        interactive = True  # `sandbox-agent ask` alone, at a terminal: the REPL
     if output.prints and interactive:
         raise ConfigError("--json and --json-stream print one run: they do not go with -i",
                           fix="drop -i, or drop --json/--json-stream")
@@ -372,6 +390,7 @@ def ask(
     ) | {
         "read_only": read_only,
         "yes": yes,
+        "auto_edit": auto_edit,
         "resume": resume,
         "context_summarize": context_summarize,
         "audit_required": audit_required,
@@ -385,11 +404,12 @@ def ask(
     # that needs no tool never waits for one. A resumed session re-attaches its container first.
     if not resume:
         options["sandbox_warm_up"] = 0.0 if interactive else WARM_UP_SECONDS
+    left_repl = False
     with reporting(output):
         runner, view = _prepare(root, options, stream=stream, trace=trace, audit=not no_audit,
                                 interactive=at_terminal)
         check_apply(runner, apply)
-        output.attach(runner.hooks)
+        output.attach(runner.hooks, session=lambda: runner.session_name)
         try:
             with runner:
                 _start(runner, view)
@@ -399,12 +419,20 @@ def ask(
                     repl = Repl(runner, view,
                                 lambda text: _answer(runner, view, text, keep_going=True))
                     repl.run(query)
-                    return
-                view.begin()
-                result = runner.run(query or "")
+                    left_repl = True
+                else:
+                    view.begin()
+                    try:
+                        result = runner.run(runner.attach_mentions(query or ""))
+                    except KeyboardInterrupt:
+                        view.interrupted()
+                        raise
         finally:
             view.close()
             show_changes(runner)
+    if left_repl:
+        _how_to_resume(runner)
+        return
     _finish(result, view, output, fail_on_denied)
     if apply and runner.changes is not None:
         from executor.cli.workspace import run_apply
@@ -416,15 +444,29 @@ def ask(
 def _finish(result: RunResult, view: ProgressView, output: JsonOutput,
             fail_on_denied: bool) -> None:
     """The answer (or the JSON object) on stdout; exit 32 for denied calls when asked."""
-    from executor.cli.machine import check_denied
     from executor.ui import show_answer
 
     if not output.prints:
         show_answer(result.answer, real_console(out_console))
     err_console.print(f"[dim]done · {markup_safe(view.summary())}[/]")
-    report = output.finish(answer=result.answer, turns=result.turns)
-    if fail_on_denied:
-        check_denied(report, lambda text: inert_line(text[:80]))
+    output.finish(answer=result.answer, turns=result.turns, fail_on_denied=fail_on_denied)
+
+
+def _person_at_terminal() -> bool:
+    return bool(sys.stdin and sys.stdin.isatty() and err_console.is_terminal)
+
+
+def _how_to_resume(runner: Runner) -> None:
+    """After the REPL: the command that continues this session (when one was kept)."""
+    import shlex
+
+    name = runner.session_name
+    if name is None:
+        return
+    command = (f"sandbox-agent ask --root {shlex.quote(str(runner.options.root))} --resume "
+               f"--session {shlex.quote(name)}")
+    err_console.print(f"[dim]session {markup_safe(name, line=True)} kept; continue it with:[/] "
+                      f"{markup_safe(command, line=True)}")
 
 
 def _streams_text(runner: Runner, stream: bool | None) -> bool:
@@ -443,7 +485,7 @@ def _answer(runner: Runner, view: ProgressView, query: str, *,
 
     view.begin()
     try:
-        result = runner.run(query)
+        result = runner.run(runner.attach_mentions(query))
     except SandboxAgentError as exc:
         view.close()
         if not keep_going:
@@ -466,6 +508,27 @@ def orchestrate(**options: Any) -> None:
     delegate further, and one session starts at most --max-delegations of them.
     """
     ask(**{**options, "orchestrate": True})
+
+
+_ORCHESTRATE_ONLY: dict[str, Any] = {
+    "no_confirm_delegation": Annotated[
+        bool, typer.Option("--no-confirm-delegation", help="Run delegate calls without asking "
+                           "(a policy deny still wins).")],
+    "max_delegations": Annotated[
+        int | None, typer.Option("--max-delegations", min=0, help="Child sessions one session "
+                                 "may start. [default: 3]", show_default=False)],
+}
+
+
+def _orchestrate_signature() -> inspect.Signature:
+    """ask's parameters, with the delegation flags shown (ask hides them: they are refused)."""
+    signature = inspect.signature(ask, eval_str=True)
+    return signature.replace(parameters=[
+        p.replace(annotation=_ORCHESTRATE_ONLY.get(p.name, p.annotation))
+        for p in signature.parameters.values()])
+
+
+orchestrate.__signature__ = _orchestrate_signature()  # type: ignore[attr-defined]
 
 
 def delegation_options(orchestrator: bool, no_confirm: bool, max_delegations: int | None

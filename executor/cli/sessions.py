@@ -75,7 +75,8 @@ def _table(rows: "list[SessionSummary]") -> "Table":
     from rich.table import Table
     from rich.text import Text
 
-    table = Table(box=None, header_style="bold", pad_edge=False, expand=True)
+    # At a terminal it fills the width; in a pipe it is as wide as its cells (no padding).
+    table = Table(box=None, header_style="bold", pad_edge=False, expand=out_console.is_terminal)
     for title in ("name", "started (UTC)", "turns", "status", "model"):
         table.add_column(title, no_wrap=True, justify="right" if title == "turns" else "left")
     # Expanded, the ratio column gets what is left of the width: the others are never squeezed.

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from executor.choices import DEFAULT_BASE_IMAGE, DEFAULT_IMAGE
-from executor.cli.common import cli_errors, echo_result, err_console, fail, out_console
+from executor.cli.common import cli_errors, echo_result, err_console, fail, fix_for, out_console
 from executor.cli.options import HostOpt, ProviderOpt
 from executor.errors import (
     ConfigError,
@@ -132,7 +132,8 @@ def doctor(
     host: HostOpt = None,
     model: Annotated[
         str | None,
-        typer.Option("--model", "-m", help="Also check that the server has this model.",
+        typer.Option("--model", "-m", help="The model to check the server has (default: the one "
+                     "ask would use; Ollama's :latest tag may be left out).",
                      show_default=False),
     ] = None,
     image: Annotated[
@@ -171,8 +172,9 @@ def doctor(
         checks.append((f"runtime {settings.runtime}", lambda: _runtime(client, settings)))
     if not security:
         checks.append((f"model provider {settings.provider}", lambda: _model(settings)))
-    if not security and settings.model and settings.provider != "embedded":
-        checks.append((f"model {settings.model}", lambda: _has_model(settings)))
+    wanted = model_to_check(settings)
+    if not security and wanted:
+        checks.append((f"model {wanted}", lambda: _has_model(settings, wanted)))
     failed = [name for name, check in checks if not _run_check(name, check)]
     if failed or (security and not _security(settings)):
         raise typer.Exit(1)
@@ -184,8 +186,9 @@ def _run_check(name: str, check: Check) -> bool:
     except SandboxAgentError as exc:
         # A model server's error text is the server's choice: shown inert.
         out_console.print(f"[red]✗[/] {markup_safe(name)}: {markup_safe(exc.message)}")
-        if exc.fix:
-            out_console.print(f"    fix: {inert(exc.fix)}", markup=False)
+        fix = fix_for(exc)
+        if fix:
+            out_console.print(f"    fix: {inert(fix)}", markup=False)
         return False
     out_console.print(f"[green]✓[/] {markup_safe(name)}: {markup_safe(detail)}")
     return True
@@ -273,15 +276,43 @@ def _model(settings: Settings) -> str:
         model.close()
 
 
-def _has_model(settings: Settings) -> str:
+def model_to_check(settings: Settings) -> str | None:
+    """The model `ask` would use with these settings, when the server must have it by name
+    (Ollama's default too; an OpenAI-compatible server without --model takes what it serves)."""
+    from executor.models import DEFAULT_OLLAMA_MODEL
+
+    if settings.provider == "embedded":
+        return None
+    if settings.provider == "ollama":
+        return settings.model or DEFAULT_OLLAMA_MODEL
+    return settings.model
+
+
+def served_name(name: str, names: list[str], provider: str) -> str | None:
+    """The server's name for model `name`: itself, or for Ollama `name:latest` (its tag when
+    none is given); None when the server does not have it."""
+    if name in names:
+        return name
+    if provider == "ollama" and ":" not in name and f"{name}:latest" in names:
+        return f"{name}:latest"
+    return None
+
+
+def missing_model(settings: Settings, name: str, names: list[str]) -> ModelResponseError:
+    """The error for a model the server does not have."""
+    return ModelResponseError(
+        f"the server does not have {name!r}",
+        fix=f"the server has: {', '.join(names[:20]) or 'none'}"
+        + (f"; or `ollama pull {name}`" if settings.provider == "ollama" else ""),
+    )
+
+
+def _has_model(settings: Settings, name: str) -> str:
     names = available_models(settings)
-    if settings.model not in names:
-        raise ModelResponseError(
-            f"the server does not have {settings.model!r}",
-            fix=f"the server has: {', '.join(names[:20]) or 'none'}"
-            + (f"; or `ollama pull {settings.model}`" if settings.provider == "ollama" else ""),
-        )
-    return "present"
+    found = served_name(name, names, settings.provider)
+    if found is None:
+        raise missing_model(settings, name, names)
+    return "present" if found == name else f"present (as {found})"
 
 
 def available_models(settings: Settings) -> list[str]:

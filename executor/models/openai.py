@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -304,15 +305,26 @@ class _Stream:
 def _read(lines: Iterator[str], on_token: TokenCallback | None,
           on_thinking: TokenCallback | None = None) -> Reply:
     """Accumulate a server-sent-event stream up to `data: [DONE]`."""
-    stream = _Stream()
+    stream, events, stray = _Stream(), 0, ""
     for line in lines:
-        if not line.startswith("data:"):
-            continue  # blank separators, comments, `event:` lines
+        if not line.startswith("data:"):  # blank separators, comments, `event:` lines…
+            stray = stray or ("" if _SSE_FIELD.match(line) else line)  # …or an HTML page
+            continue
+        events += 1
         data = line[len("data:"):].strip()
         if data == "[DONE]":
             break
         stream.add(_chunk(_decode(data)), on_token, on_thinking)
+    if not events and stray:  # a web server's page, not the API: the host's fault, not the model's
+        raise ModelResponseError(
+            f"the server's reply is not an event stream of JSON: {stray[:200]!r}",
+            fix="check --host: it must be an OpenAI-compatible API base (usually ending in /v1)",
+        )
     return stream.result()
+
+
+_SSE_FIELD = re.compile(r"^(?:$|:|(?:event|id|retry)(?::|$))")
+"""A line of an event stream that is not data (blank, a comment, another field)."""
 
 
 def _decode(data: str) -> Any:

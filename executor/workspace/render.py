@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 import stat
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from executor.text import inert
@@ -41,6 +41,27 @@ def diff(changes: list[Change], content: Content, *, safe: bool) -> Iterator[str
     for change in changes:
         for line in _file_diff(change, content):
             yield inert(line) if safe else line
+
+
+_COLOURS = (("!!", "\x1b[1;33m"), ("diff --", "\x1b[1m"), ("+++", "\x1b[1m"), ("---", "\x1b[1m"),
+            ("@@", "\x1b[36m"), ("+", "\x1b[32m"), ("-", "\x1b[31m"))
+"""Line starts and their colour, as git colours a diff (the first that matches)."""
+
+
+def coloured(lines: Iterable[str]) -> Iterator[str]:
+    """Diff lines (already inert) coloured for a terminal; only our own escape codes."""
+    for line in lines:
+        colour = next((c for start, c in _COLOURS if line.startswith(start)), None)
+        body = line.removesuffix("\n")
+        yield f"{colour}{body}\x1b[0m\n" if colour and body else line
+
+
+def for_terminal(lines: Iterable[str]) -> Iterable[str]:
+    """`lines` coloured when stdout is a terminal and NO_COLOR is not set."""
+    import os
+    import sys
+
+    return coloured(lines) if sys.stdout.isatty() and not os.environ.get("NO_COLOR") else lines
 
 
 def _file_diff(change: Change, content: Content) -> Iterator[str]:

@@ -136,12 +136,17 @@ class CopyWorkspace(_Delegate):
         save_base(directory, self.base)
         return self.base
 
-    def finish(self) -> Changeset:
-        """Collect and keep the copy's changes (the container must still run)."""
+    def current(self) -> Changeset:
+        """The copy's changes so far, not kept (the REPL's /diff while the session goes on)."""
         base = self.ensure_base()
         changeset = collect(self.inner.call, self.root, self.session, base,
                             BlobStore.for_root(self.root))
         changeset.notes = base.notes + changeset.notes
+        return changeset
+
+    def finish(self) -> Changeset:
+        """Collect and keep the copy's changes (the container must still run)."""
+        changeset = self.current()
         save_changes(ensure_session_dir(self.root, self.session), changeset)
         return changeset
 

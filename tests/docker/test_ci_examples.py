@@ -3,7 +3,8 @@
 Each `run:` (GitHub) or `script:` line (GitLab) runs in bash, in a clone-like repository with a
 base branch and a change, with the step's environment and the platform's variables set the way
 the platform would. Two lines cannot run here and are checked to be exactly what they should be
-instead: `pip install sandbox-agent` (the package is the one under test, already installed) and
+instead: `pip install 'hardened-sandbox-agent==VERSION'` (the package is the one under test, already
+installed) and
 `sandbox-agent image build` (no registry to pull the base from; the test image is used). The
 GitLab job's venv and `git fetch` lines are left out too: the test's repository has no remote,
 and already has the target branch.
@@ -21,13 +22,14 @@ from typing import Any
 import pytest
 import yaml
 
+from executor import DISTRIBUTION, __version__
 from tests.docker.cli_support import SANDBOX_AGENT, cli_env, explain
 from tests.fakes.model_server import Call, ModelServer
 
 pytestmark = pytest.mark.docker
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "ci"
-NOT_HERE = ("pip install sandbox-agent", "sandbox-agent image build --quiet")
+NOT_HERE = (f"pip install '{DISTRIBUTION}=={__version__}'", "sandbox-agent image build --quiet")
 FINDING = {"file": "src/app.py", "line": 2, "severity": "medium", "title": "add() subtracts",
            "body": "Return a + b."}
 
@@ -117,7 +119,20 @@ def test_the_gitlab_job_runs_as_written(checkout: Path, model_server: ModelServe
     after = _run("\n".join(job["after_script"]), checkout, env)
 
     assert done.returncode == 0, explain(done)
-    report = json.loads((checkout / "review.json").read_text())
-    assert report["status"] == "ok" and report["findings"] == [FINDING]
+    [issue] = json.loads((checkout / "gl-code-quality-report.json").read_text())
+    assert (issue["severity"], issue["location"]) == ("major", {"path": "src/app.py",
+                                                                "lines": {"begin": 2}})
+    assert issue["description"] == "add() subtracts — Return a + b."
+    assert issue["check_name"] == "sandbox-agent/review/medium" and len(issue["fingerprint"]) == 64
+    assert job["artifacts"]["reports"]["codequality"] == "gl-code-quality-report.json"
     assert after.returncode == 0, explain(after)
-    assert "medium src/app.py:2 add() subtracts" in after.stdout
+    assert "major    src/app.py:2 add() subtracts — Return a + b." in after.stdout
+
+
+def test_the_gitlab_jobs_after_script_says_so_when_there_is_no_report(checkout: Path):
+    job = yaml.safe_load((EXAMPLES / "gitlab-ci.yml").read_text())["sandbox-agent-review"]
+
+    after = _run("\n".join(job["after_script"]), checkout, {})
+
+    assert after.returncode == 0 and "Traceback" not in after.stderr, explain(after)
+    assert after.stdout == "no review report was written\n"

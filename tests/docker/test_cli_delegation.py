@@ -5,6 +5,8 @@ in depth and count, and linked to their parent in the sessions and the audit log
 from __future__ import annotations
 
 import json
+import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -66,9 +68,10 @@ def test_a_child_session_answers_and_is_linked_to_its_parent(
     assert done.returncode == 0, explain(done)
     result = json.loads(done.stdout)
     assert result["answer"] == "The helper says: it prints hello."
-    [call] = result["tool_calls"]
-    assert (call["tool"], call["approved_by"], call["ok"]) == (
-        "delegate", "--no-confirm-delegation", True)
+    call, read = result["tool_calls"]  # the child's call is the run's too, naming the child
+    assert (call["tool"], call["approved_by"], call["ok"], call["child_session"]) == (
+        "delegate", "--no-confirm-delegation", True, None)
+    assert (read["tool"], read["ok"]) == ("read_file", True) and read["child_session"]
     _, child_1, _, parent_2 = model_server.chat_requests
     assert [is_parent(r) for r in model_server.chat_requests] == [True, False, False, True]
     assert child_1.body["messages"][-1] == {"role": "user", "content": TASK}
@@ -87,6 +90,7 @@ def test_a_child_session_answers_and_is_linked_to_its_parent(
     assert "parent_session" not in starts[parent.name]
     [delegated] = [r for r in records if r["kind"] == "tool_result" and r["tool"] == "delegate"]
     assert delegated["session"] == parent.name and delegated["meta"]["child_session"] == child.name
+    assert read["child_session"] == child.name
     child_reads = [r for r in records if r["kind"] == "tool_call" and r["session"] == child.name]
     assert [r["tool"] for r in child_reads] == ["read_file"]
     assert containers_of(docker_client, project) == []
@@ -107,6 +111,47 @@ def test_a_child_writes_only_when_the_parents_approval_covers_it(
     assert "write_file" in offered_tools(child)
     written = tool_exchanges(model_server.chat_requests[2])[0][2]
     assert written.startswith("Denied:") is not yes
+
+
+def _script_child_writer(server: ModelServer) -> None:
+    server.reply(tool_calls=[Call("delegate", {"task": "Rewrite hello.py", "write": True})])
+    server.reply(tool_calls=[Call("write_file", {"path": "hello.py", "content": "print(1)\n"})])
+    server.reply(tool_calls=[Call("run_shell_command", {"command": "python3 hello.py"})])
+    server.reply("Rewrote it.")
+    server.reply("Delegated.")
+
+
+def test_a_childs_changes_are_in_the_json_result(project: Path, model_server: ModelServer):
+    _script_child_writer(model_server)
+
+    done = orchestrate(project, model_server, "--no-confirm-delegation", "--yes", "--json")
+
+    assert done.returncode == 0, explain(done)
+    result = json.loads(done.stdout)
+    [change] = result["changes"]
+    assert (change["path"], change["change"], change["tool"]) == (
+        "hello.py", "modified", "write_file")
+    assert change["child_session"] and (project / "hello.py").read_text() == "print(1)\n"
+
+
+def test_a_childs_denied_call_fails_the_run_and_is_in_the_stream(project: Path,
+                                                                  model_server: ModelServer):
+    _script_child_writer(model_server)
+
+    done = orchestrate(project, model_server, "--no-confirm-delegation", "--json-stream",
+                       "--fail-on-denied")
+
+    line = assert_user_error(done, 32, "2 tool call(s) were denied", "in child session")
+    events = [json.loads(e) for e in done.stdout.splitlines()]
+    child = [e for e in events if e.get("child_session")]
+    assert [(e["type"], e["tool"]) for e in child] == [
+        ("tool_call", "write_file"), ("tool_result", "write_file"),
+        ("tool_call", "run_shell_command"), ("tool_result", "run_shell_command")]
+    assert [e["decision"] for e in child if e["type"] == "tool_call"] == ["deny", "deny"]
+    assert child[0]["child_session"] in line
+    result = events[-1]
+    assert result["status"] == "denied" and result["error"]["exit_code"] == 32
+    assert result["changes"] == [] and (project / "hello.py").read_text() == 'print("hello")\n'
 
 
 def test_children_cannot_delegate_and_the_count_is_limited(project: Path,
@@ -287,3 +332,24 @@ def test_a_skill_or_system_prompt_in_the_project_is_refused_at_the_start(
     assert_user_error(done, 2, "is inside the project root", str(named))
     assert "fix: move it outside the project" in done.stderr
     assert model_server.chat_requests == [] and headers(project) == {}
+
+
+def test_resume_never_picks_a_delegated_childs_session(project: Path, model_server: ModelServer):
+    model_server.reply(tool_calls=[Call("delegate", {"task": TASK})])
+    model_server.reply("It prints hello.")
+    model_server.reply("The helper says hello.")
+    assert orchestrate(project, model_server, "--no-confirm-delegation").returncode == 0
+    sessions = headers(project)
+    [child] = [n for n, h in sessions.items() if getattr(h, "parent_session", None)]
+    later = time.time() + 60  # the child written last, as when the parent was killed meanwhile
+    os.utime(NdjsonSessionStore.open(project, child).path, (later, later))
+    model_server.reply("Went on.")
+
+    for flag in ("--resume", "-c"):
+        done = run_cli("ask", "--root", project, *model_args(model_server, "ollama"), flag,
+                       "go on")
+        assert done.returncode == 0, explain(done)
+        users = [m["content"] for m in model_server.last_chat.body["messages"]
+                 if m["role"] == "user"]
+        assert users[0] == "find out what hello.py prints" and TASK not in users
+        model_server.reply("Went on.")

@@ -22,8 +22,10 @@ from typing import Any
 import pyte
 import pytest
 
+from executor.session import sessions_dir
 from executor.state import project_dir
 from tests.docker.cli_support import SANDBOX_AGENT, cli_env, model_args, run_cli, tool_exchanges
+from tests.docker.conftest import SECRET
 from tests.fakes.model_server import Call, ModelServer
 
 pytestmark = pytest.mark.docker
@@ -46,7 +48,8 @@ class Answering(pyte.Screen):
 class Terminal:
     """`sandbox-agent ARGV` at a pseudo-terminal (stdin and stderr; stdout too unless piped)."""
 
-    def __init__(self, argv: list[str], *, stdout_piped: bool = False) -> None:
+    def __init__(self, argv: list[str], *, stdout_piped: bool = False, cwd: Path | None = None,
+                 env: dict[str, str] | None = None) -> None:
         self.master, slave = pty.openpty()
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", ROWS, COLUMNS, 0, 0))
         self.screen = Answering(COLUMNS, ROWS)
@@ -54,7 +57,8 @@ class Terminal:
         self.stream = pyte.ByteStream(self.screen)
         self.proc = subprocess.Popen(  # in a session of its own, the pty its terminal: ^C works
             argv, stdin=slave, stderr=slave, stdout=subprocess.PIPE if stdout_piped else slave,
-            env=cli_env(COLUMNS=str(COLUMNS), LINES=str(ROWS), TERM="xterm"),
+            env=cli_env(COLUMNS=str(COLUMNS), LINES=str(ROWS), TERM="xterm", **(env or {})),
+            cwd=cwd,
             start_new_session=True, preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0))
         TERMINALS.append(self)
         os.close(slave)
@@ -181,6 +185,10 @@ def test_ctrl_c_cancels_a_running_command_and_the_session_goes_on(
     term.wait(lambda lines: any(line.startswith("cancelled") for line in lines), "cancel")
     term.at_prompt()
     assert time.monotonic() - began < 30
+    lines = term.lines()  # what it printed stays, and the call is named as cut short
+    [named] = [i for i, line in enumerate(lines) if "echo started; sleep 60; echo never" in line
+               and ("interrupted" in line or "no result" in line)]
+    assert lines[named + 1].strip() == "│ started", term.text()
     term.type("and now?\r")
     term.wait(lambda lines: "still here" in lines, "next answer")
     term.at_prompt()
@@ -292,3 +300,229 @@ def test_an_approval_inside_the_repl_then_the_prompt_again(project: Path,
     assert (project / "note.txt").read_text() == "hi\n"
     term.type("\x04")  # Ctrl-D leaves
     assert term.finish() == 0, term.text()
+
+
+def test_diff_and_undo_in_the_repl_of_a_bind_session(project: Path, model_server: ModelServer):
+    model_server.reply(tool_calls=[Call("edit_file", {"path": "src/app.py", "old_text": "a + b",
+                                                      "new_text": "a - b"})])
+    model_server.reply("Edited.")
+    term = Terminal(ask(project, model_server, "-i", "--yes"))
+    term.at_prompt()
+    term.type("/diff\r")
+    term.wait(lambda lines: any("nothing changed yet" in line or "no changes in this session"
+                                in line for line in lines), "no diff")
+    term.at_prompt()
+    term.type("make add subtract\r")
+    term.wait(lambda lines: any(line.startswith("done ·") for line in lines), "answer")
+    term.at_prompt()
+    term.type("/diff\r")
+    term.wait(lambda lines: "+    return a - b" in lines, "diff")
+    term.at_prompt()
+    lines = term.lines()
+    assert "-    return a + b" in lines and "--- a/src/app.py" in lines
+    term.type("/undo\r")  # the undo command's own question (it shows what it would do)
+    term.wait(lambda lines: bool(lines) and lines[-1].startswith("Undo these 1 changes"),
+              "undo's question")
+    term.type("y\r")
+    term.wait(lambda lines: any("restored" in line and "src/app.py" in line for line in lines),
+              "undo")
+    term.at_prompt()
+    assert (project / "src" / "app.py").read_text() == "def add(a, b):\n    return a + b\n"
+    term.type("/diff\r")
+    term.wait(lambda lines: any("no changes in this session so far" in line for line in lines),
+              "empty diff")
+    term.at_prompt()
+    term.type("/exit\r")
+    assert term.finish() == 0, term.text()
+
+
+def test_diff_in_the_repl_of_a_copy_session_shows_the_pending_changes(
+        project: Path, model_server: ModelServer):
+    model_server.reply(tool_calls=[Call("write_file", {"path": "notes.txt",
+                                                       "content": "pending\n"})])
+    model_server.reply("Wrote notes.")
+    term = Terminal(ask(project, model_server, "-i", "--yes", "--workspace", "copy"))
+    term.at_prompt()
+    term.type("write notes\r")
+    term.wait(lambda lines: any(line.startswith("done ·") for line in lines), "answer")
+    term.at_prompt()
+    term.type("/diff\r")
+    term.wait(lambda lines: "+pending" in lines, "diff")
+    term.at_prompt()
+    assert "+++ b/notes.txt" in term.lines() and not (project / "notes.txt").exists()
+    term.type("/undo\r")
+    term.wait(lambda lines: any("nothing of it to undo" in line for line in lines), "undo")
+    term.at_prompt()
+    term.type("/exit\r")
+    assert term.finish() == 0, term.text()
+    assert not (project / "notes.txt").exists()  # still pending, as the summary says
+
+
+def test_model_in_the_repl_refuses_a_name_the_server_lacks(project: Path,
+                                                           model_server: ModelServer):
+    model_server.model = "llama3:latest"
+    model_server.reply("Answered by llama3.")
+    term = Terminal(ask(project, model_server, "-i", "--model", "llama3:latest"))
+    term.at_prompt()
+    term.type("/model nosuch:7b\r")
+    term.wait(lambda lines: any("the server does not have 'nosuch:7b'" in line
+                                for line in lines), "refusal")
+    term.at_prompt()
+    assert any("still llama3:latest" in line for line in term.lines())
+    term.type("/model llama3\r")  # Ollama's implicit tag
+    term.wait(lambda lines: any("model is now llama3:latest" in line for line in lines),
+              "switch")
+    term.at_prompt()
+    term.type("hello\r")
+    term.wait(lambda lines: "Answered by llama3." in lines, "answer")
+    term.at_prompt()
+    term.type("/exit\r")
+    assert term.finish() == 0, term.text()
+    assert model_server.last_chat.body["model"] == "llama3:latest"
+
+
+# -- habits from claude, codex and aider ----------------------------------------------------------
+
+
+def test_sandbox_agent_alone_at_a_terminal_opens_the_repl_and_says_how_to_resume(
+        project: Path, model_server: ModelServer):
+    model_server.reply("Hello from the REPL.")
+    term = Terminal([str(SANDBOX_AGENT)], cwd=project,
+                    env={"SANDBOX_AGENT_HOST": model_server.url})
+    term.at_prompt()
+    term.type("hi\r")
+    term.wait(lambda lines: "Hello from the REPL." in lines, "answer")
+    term.at_prompt()
+    term.type("/exit\r")
+    assert term.finish() == 0, term.text()
+    [name] = [p.name.removesuffix(".ndjson") for p in sessions_dir(project).glob("*.ndjson")]
+    screen = "".join(term.lines())  # the long line is wrapped at the terminal's width
+    assert screen.count("continue it with:") == 1
+    assert (f"session {name} kept; continue it with: sandbox-agent ask --root {project} "
+            f"--resume --session {name}") in screen, term.text()
+
+
+def test_ask_without_a_query_at_a_terminal_opens_the_repl(project: Path,
+                                                          model_server: ModelServer):
+    term = Terminal(ask(project, model_server))
+    term.at_prompt()
+    term.type("/exit\r")
+    assert term.finish() == 0, term.text()
+    assert model_server.chat_requests == []
+
+
+def test_auto_edit_writes_without_asking_and_asks_for_a_command(project: Path,
+                                                               model_server: ModelServer):
+    model_server.reply(tool_calls=[Call("write_file", {"path": "notes.txt", "content": "hi\n"})])
+    model_server.reply(tool_calls=[Call("run_shell_command", {"command": "touch made.txt"})])
+    model_server.reply("Wrote notes; the command was declined.")
+    term = Terminal([*ask(project, model_server, "--auto-edit"), "write notes, then touch"])
+    term.at_question()
+    assert any("run_shell_command needs approval" in line for line in term.lines())
+    assert not any("write_file needs approval" in line for line in term.lines())
+    term.type("n\r")
+    assert term.finish() == 0, term.text()
+    assert (project / "notes.txt").read_text() == "hi\n" and not (project / "made.txt").exists()
+    calls = [r for r in audit_records(project) if r["kind"] == "tool_call"]
+    assert [(r["tool"], r.get("approved_by")) for r in calls] == [
+        ("write_file", "--auto-edit"), ("run_shell_command", None)]
+
+
+def test_an_at_path_attaches_the_file_read_through_the_sandbox(project: Path,
+                                                               model_server: ModelServer):
+    model_server.reply("It adds.")
+    term = Terminal(ask(project, model_server, "-i"))
+    term.at_prompt()
+    term.type("what does @src/app.py do? mail me at me@example.com\r")
+    term.wait(lambda lines: "It adds." in lines, "answer")
+    term.at_prompt()
+    sent = model_server.last_chat.body["messages"][-1]["content"]
+    assert sent.startswith("what does @src/app.py do? mail me at me@example.com\n\n")
+    assert "[file @src/app.py, attached by the user" in sent and "def add(a, b):" in sent
+    assert sent.count("[file @") == 1  # the address is not a mention
+    for wrong in ("@nosuch.py", "@../secret.txt"):
+        term.type(f"look at {wrong}\r")
+        term.wait(lambda lines, w=wrong: any(line.startswith(f"error: cannot attach {w}")
+                                             for line in lines), f"refusal of {wrong}")
+        term.at_prompt()
+    term.type("/exit\r")
+    assert term.finish() == 0, term.text()
+    assert len(model_server.chat_requests) == 1  # the refused requests were never sent
+    assert SECRET not in json.dumps(model_server.chat_requests[0].body)
+
+
+def _users(request: Any) -> list[str]:
+    return [m["content"] for m in request.body["messages"] if m["role"] == "user"]
+
+
+def test_clear_and_compact_in_the_repl_and_after_a_resume(project: Path,
+                                                          model_server: ModelServer):
+    for text in ("A1", "A2", "Two was about the tests.", "A3", "A4"):
+        model_server.reply(text)
+    term = Terminal(ask(project, model_server, "-i", "--session", "talk"))
+    term.at_prompt()
+    for request, answer in (("one", "A1"), ("/clear", "conversation cleared"), ("two", "A2"),
+                            ("/compact", "Two was about the tests."), ("three", "A3")):
+        term.type(f"{request}\r")
+        term.wait(lambda lines, a=answer: any(a in line for line in lines), answer)
+        term.at_prompt()
+    term.type("/exit\r")
+    assert term.finish() == 0, term.text()
+    one, two, summary, three = model_server.chat_requests
+    assert _users(one) == ["one"] and _users(two) == ["two"]  # /clear: "one" is not sent again
+    assert "two" in summary.body["messages"][-1]["content"]  # what /compact summarized
+    systems = [m["content"] for m in three.body["messages"] if m["role"] == "system"]
+    assert any(s.endswith("Two was about the tests.") for s in systems)
+    assert _users(three) == ["three"]
+
+    done = run_cli("ask", "--root", project, *model_args(model_server, "ollama"), "--resume",
+                   "--session", "talk", "four")
+    assert done.returncode == 0, done.stderr
+    assert _users(model_server.last_chat) == ["three", "four"]
+    assert any(m["content"].endswith("Two was about the tests.")
+               for m in model_server.last_chat.body["messages"] if m["role"] == "system")
+
+
+def test_a_request_goes_on_after_a_trailing_backslash_or_alt_enter(project: Path,
+                                                                   model_server: ModelServer):
+    model_server.reply("Got three lines.")
+    term = Terminal(ask(project, model_server, "-i"))
+    term.at_prompt()
+    term.type("first \\\r")  # a trailing backslash: the request goes on
+    term.type("second\x1b\r")  # Alt-Enter: a new line
+    term.type("third\r")
+    term.wait(lambda lines: "Got three lines." in lines, "answer")
+    term.at_prompt()
+    term.type("/exit\r")
+    assert term.finish() == 0, term.text()
+    assert _users(model_server.last_chat) == ["first \nsecond\nthird"]
+
+
+def test_piped_requests_go_on_after_a_trailing_backslash(project: Path,
+                                                        model_server: ModelServer):
+    model_server.reply("One request.")
+    done = run_cli("ask", "--root", project, *model_args(model_server, "ollama"), "-i",
+                   stdin="line one \\\nline two\n")
+    assert done.returncode == 0, done.stderr
+    assert _users(model_server.last_chat) == ["line one \nline two"]
+
+
+def test_resume_at_a_terminal_offers_a_session_picker(project: Path, model_server: ModelServer):
+    for name in ("alpha", "beta"):
+        model_server.reply(f"Answer in {name}.")
+        done = run_cli("ask", "--root", project, *model_args(model_server, "ollama"),
+                       "--session", name, f"request in {name}")
+        assert done.returncode == 0, done.stderr
+    model_server.reply("Back in alpha.")
+    term = Terminal(ask(project, model_server, "--resume"))
+    term.wait(lambda lines: bool(lines) and lines[-1].startswith("Resume which (1-2"), "picker")
+    listed = [line for line in term.lines() if line[:4].strip().rstrip(".").isdigit()]
+    assert [line.split()[1] for line in listed] == ["beta", "alpha"]  # latest first
+    term.type("2\r")
+    term.at_prompt()
+    term.type("go on\r")
+    term.wait(lambda lines: "Back in alpha." in lines, "answer")
+    term.at_prompt()
+    term.type("/exit\r")
+    assert term.finish() == 0, term.text()
+    assert _users(model_server.last_chat) == ["request in alpha", "go on"]

@@ -94,8 +94,39 @@ def test_fail_on_denied_exits_32_and_still_prints_the_object(project: Path,
 
     done = ask(project, model_server, "ollama", "--json", "--fail-on-denied")
 
-    assert_user_error(done, 32, "2 tool call(s) were denied", "run_shell_command")
-    assert json.loads(done.stdout)["status"] == "ok"
+    line = assert_user_error(done, 32, "2 tool call(s) were denied", "run_shell_command")
+    data = json.loads(done.stdout)
+    assert data["status"] == "denied" and data["answer"] == "Done: one read, one denied."
+    assert data["error"]["type"] == "CallsDeniedError" and data["error"]["exit_code"] == 32
+    assert data["error"]["message"] in line
+    for reason in (c["reason"] for c in data["tool_calls"] if c["denied"]):
+        assert reason[:40] in line  # each reason named, and not cut mid-word…
+    assert " …)" in line or all(c["reason"] in line for c in data["tool_calls"] if c["denied"])
+
+
+def test_a_file_created_and_deleted_in_one_run_is_no_change(project: Path,
+                                                            model_server: ModelServer):
+    model_server.reply(tool_calls=[Call("write_file", {"path": "tmp.txt", "content": "1\n"})])
+    model_server.reply(tool_calls=[Call("run_shell_command", {"command": "rm tmp.txt hello.py"})])
+    model_server.reply(tool_calls=[Call("write_file", {"path": "hello.py", "content": "2\n"})])
+    model_server.reply("Tidied.")
+
+    done = ask(project, model_server, "ollama", "--json", "--yes")
+
+    assert done.returncode == 0, explain(done)
+    data = json.loads(done.stdout)
+    assert [(c["path"], c["change"]) for c in data["changes"]] == [("hello.py", "modified")]
+    assert not (project / "tmp.txt").exists()
+
+
+def test_json_names_no_session_when_the_model_never_answered(project: Path):
+    done = run_cli("ask", "--root", project, "--host", "http://127.0.0.1:1", "--json", "hi",
+                   env={"SANDBOX_AGENT_MAX_RETRIES": "0"})
+
+    assert_user_error(done, 21, "cannot connect")
+    data = json.loads(done.stdout)
+    assert data["status"] == "error" and data["session"] is None
+    assert list_sessions(project) == []  # removed, as the null says
 
 
 def test_fail_on_denied_passes_a_run_without_denials(project: Path, model_server: ModelServer):
@@ -135,6 +166,18 @@ def test_json_stream_is_one_event_a_line_ending_with_the_result(project: Path,
     assert events[2]["tool"] == "read_file" and events[2]["decision"] == "allow"
     assert events[3]["output"] == '     1\tprint("hello")'
     assert events[-1]["answer"] == "It prints hello."
+
+
+def test_json_stream_begins_with_start_then_the_instructions(project: Path,
+                                                             model_server: ModelServer):
+    (project / "AGENTS.md").write_text("Run the tests with pytest.\n")
+    model_server.reply("Noted.")
+
+    done = ask(project, model_server, "ollama", "--json-stream")
+
+    assert done.returncode == 0, explain(done)
+    kinds = [json.loads(line)["type"] for line in done.stdout.splitlines()]
+    assert kinds == ["start", "instructions", "model_reply", "result"]
 
 
 def test_an_interrupted_run_prints_its_json_with_status_interrupted(
@@ -290,6 +333,7 @@ def test_a_writable_run_is_refused_when_the_config_dir_is_in_the_project(
     ('model = "m"\nmodle = "x"\n', ["config.toml:2", "unknown key 'modle'"]),
     ("max_turns = 0\n", ["config.toml:1", "max_turns", "greater than or equal to 1"]),
     ("host = \n", ["config.toml:1", "invalid TOML"]),
+    ('model = "m"\n\n[ollama]\nhost = "x"\n', ["config.toml:3", "unknown section [ollama]"]),
 ])
 def test_a_bad_user_config_is_one_line_with_file_and_line(project: Path,
                                                          model_server: ModelServer,
@@ -301,6 +345,8 @@ def test_a_bad_user_config_is_one_line_with_file_and_line(project: Path,
 
     assert_user_error(done, 2, *needles)
     assert model_server.requests == []
+    if "modle" in text:  # a near miss is named
+        assert done.stderr.splitlines()[-1].startswith("fix: did you mean 'model'? use one of:")
 
 
 @pytest.mark.parametrize(("env", "needles"), [
@@ -469,3 +515,16 @@ def test_sessions_rm_asks_at_a_terminal(project: Path, model_server: ModelServer
     code, screen = _at_a_terminal(["sessions", "rm", "keepme", "--root", str(project)], b"y\n")
     assert code == 0 and "removed session keepme" in screen
     assert list_sessions(project) == []
+
+
+def test_a_table_piped_without_columns_is_not_squeezed_to_80(project: Path,
+                                                             model_server: ModelServer):
+    answer = "A long last message: " + "word " * 30
+    model_server.reply(answer.strip())
+    assert ask(project, model_server, "ollama").returncode == 0
+
+    done = run_cli("sessions", "--root", project, env={"COLUMNS": ""})
+
+    assert done.returncode == 0, explain(done)
+    [row] = done.stdout.splitlines()[1:]
+    assert len(row.rstrip()) > 120 and "word word word word word word word word" in row

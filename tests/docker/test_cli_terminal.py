@@ -374,11 +374,11 @@ def _record_hostile_names(project: Path, server: ModelServer) -> None:
     assert (project / HOSTILE_PATH).read_text() == "hi\n"
 
 
-def _stdout_at_terminal(argv: Sequence[str]) -> bytes:
+def _stdout_at_terminal(argv: Sequence[str], **env: str) -> bytes:
     """Every byte `argv` writes to its stdout, a pseudo-terminal (stderr is a pipe)."""
     master, slave = pty.openpty()
     run = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=slave,
-                           stderr=subprocess.PIPE, env=cli_env(TERM="xterm"))
+                           stderr=subprocess.PIPE, env=cli_env(TERM="xterm", **env))
     os.close(slave)
     raw = b""
     try:
@@ -595,3 +595,39 @@ def test_undo_shows_what_it_would_remove_and_put_back_and_no_changes_nothing(
     assert "error: nothing undone: the tree is as it was" in seen.screen, seen.text()
     assert (project / "build" / "cache.o").read_text() == "the only copy\n"
     assert not (project / "thesis.tex").exists()
+
+
+@pytest.mark.parametrize("stream", ["--stream", "--no-stream"])
+def test_the_models_words_before_a_call_are_shown_before_its_approval(
+        project: Path, model_server: ModelServer, stream: str):
+    model_server.reply("I'll add multiply.", tool_calls=[Call("write_file", {
+        "path": "calc.py", "content": "def multiply(a, b):\n    return a * b\n"})])
+    model_server.reply("Added.")
+
+    seen = converse(ask_argv(project, model_server, stream, query="add multiply"), [b"y\n"])
+
+    assert seen.code == 0, seen.text()
+    [at_prompt] = seen.at_prompts
+    said = [i for i, line in enumerate(at_prompt) if line.strip() == "I'll add multiply."]
+    asked = next(i for i, line in enumerate(at_prompt) if "write_file" in line
+                 and "needs approval" in line)
+    assert len(said) == 1 and said[0] < asked, "\n".join(at_prompt)
+    assert seen.text().count("I'll add multiply.") == 1  # not again after the answer
+    assert (project / "calc.py").exists()
+
+
+def test_diff_at_a_terminal_is_coloured_and_its_content_inert(project: Path,
+                                                             model_server: ModelServer):
+    model_server.reply(tool_calls=[Call("write_file", {"path": "notes.txt",
+                                                       "content": "hi\x1b[31m\n"})])
+    model_server.reply("Wrote it.")
+    done = run_cli("ask", "--root", project, *model_args(model_server, "ollama"), "--yes",
+                   "--workspace", "copy", "write notes")
+    assert done.returncode == 0, done.stderr
+
+    raw = _stdout_at_terminal([str(SANDBOX_AGENT), "diff", "--root", str(project)], NO_COLOR="")
+    plain = _stdout_at_terminal([str(SANDBOX_AGENT), "diff", "--root", str(project)])
+
+    assert b"\x1b[32m+hi\\x1b[31m\x1b[0m" in raw  # ours green; the file's escape inert
+    assert b"\x1b[1m+++ b/notes.txt\x1b[0m" in raw
+    assert b"\x1b[" not in plain and b"+hi\\x1b[31m" in plain  # NO_COLOR: none

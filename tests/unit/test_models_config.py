@@ -173,7 +173,7 @@ def test_build_model_embedded_missing_is_a_clear_error(monkeypatch: pytest.Monke
     monkeypatch.setitem(sys.modules, "executor.models.embedded", None)  # import fails
     with pytest.raises(EmbeddedModelError) as caught:
         build_model(Settings(provider="embedded"))
-    assert caught.value.fix == "pip install 'sandbox-agent[local]'"
+    assert caught.value.fix == "pip install 'hardened-sandbox-agent[local]'"
 
 
 def test_constructors_do_no_io() -> None:

@@ -299,3 +299,22 @@ def test_max_retries_zero_means_one_attempt_for_every_kind_of_failure(
         with pytest.raises(ModelUnavailableError):
             model.chat(HELLO, [])
     assert len(model_server.chat_requests) == 2 and model_server.pending == 1 and seen == []
+
+
+def test_a_host_name_that_does_not_resolve_is_not_called_refused(
+        events: tuple[HookBus, list]) -> None:
+    bus, seen = events
+
+    def unresolved(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("[Errno -2] Name or service not known", request=request) \
+            from socket.gaierror(-2, "Name or service not known")
+
+    policy = RetryPolicy(max_attempts=2, base_delay=0.001)
+    with OllamaModel("m", host="http://not-a-url:11434", retry=policy, hooks=bus,
+                     transport=httpx.MockTransport(unresolved)) as model, \
+            pytest.raises(ModelUnavailableError) as caught:
+        model.chat(HELLO, [])
+    assert "'not-a-url' does not resolve" in caught.value.message
+    assert caught.value.fix is not None and caught.value.fix.startswith("check --host")
+    assert "refused" not in str(caught.value) and "ollama serve" not in str(caught.value)
+    assert [e.data["reason"] for e in seen] == ["host name not resolved"]

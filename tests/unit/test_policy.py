@@ -687,3 +687,14 @@ def test_a_user_policy_inside_the_project_is_not_used(tmp_path: Path,
     elsewhere = tmp_path / "other"
     elsewhere.mkdir()
     assert load_policy(elsewhere).decide(WRITE, {"path": "a"}, interactive=False).allowed
+
+
+def test_auto_edit_approves_default_writes_and_nothing_else() -> None:
+    p = policy('[[rules]]\ntool = "edit_file"\ndecision = "ask"\n', auto_edit=True)
+    decided = p.decide(WriteFile(), {"path": "a.py"}, interactive=False)
+    assert (decided.decision, decided.approved_by) == ("allow", "--auto-edit")
+    assert p.decide(EditFile(), {"path": "a.py"}, interactive=True).decision == "ask"  # a rule's
+    assert shell(p, "touch x").decision == "ask"  # commands still ask…
+    assert shell(p, "touch x", interactive=False).decision == "deny"  # …and fail closed
+    plain = policy("", auto_edit=True).decide(EditFile(), {"path": "a.py"}, interactive=False)
+    assert (plain.decision, plain.approved_by) == ("allow", "--auto-edit")

@@ -364,3 +364,24 @@ def test_gc_runs_the_checks_a_dead_bind_run_skipped(project: Path, docker_client
     assert result.removed == [container.name]
     assert not (project / "sub" / ".git").exists()
     assert any("sub/.git" in note for note in result.notes), result.notes
+
+
+def test_a_repository_made_past_the_walks_cap_is_disabled_after_its_command(project: Path,
+                                                                           docker_client: Any):
+    """Red-team round 14: in a tree of more than 200,000 entries the walk after a command
+    stops at its cap, so a `.git` made past it stayed until the session's end, or for good if
+    the controller died first. Past the cap, every `.git` that is not one of the start's
+    read-only mounts is the command's."""
+    many = project / "node_modules"
+    many.mkdir()
+    for i in range(205_000):
+        os.close(os.open(many / f"f{i}", os.O_CREAT | os.O_WRONLY, 0o644))
+    (project / "zz").mkdir()  # walked last
+    with DockerSandbox(make_config(project), client=docker_client) as box:
+        done = box.call("run_shell_command", {"command": "git init -q zz/deep && "
+                                              "mkdir -p zz/bare/objects zz/bare/refs && "
+                                              "echo 'ref: refs/heads/x' > zz/bare/HEAD"})
+        assert "zz/deep/.git was disabled" in done.output, done.output
+        assert not (project / "zz" / "deep" / ".git").exists()
+        assert not (project / "zz" / "bare" / "HEAD").exists()
+        assert (project / ".git").is_dir()  # the person's own is left alone

@@ -42,6 +42,7 @@ TOKEN_VAR = "SANDBOX_TOOLBOX_TOKEN"
 SHELL_PRELUDE = '{ echo 1000 > /proc/self/oom_score_adj; } 2>/dev/null; exec /bin/sh -c "$1"'
 LONG_LINE_MARK = " [... omitted end of long line]"  # what `rg --max-columns-preview` prints
 TRACK_MAX_ENTRIES = 200_000  # a walk stops here and says changes_incomplete
+GIT_SCAN_MAX_ENTRIES = 5_000_000  # names looked at for new repositories past such a walk
 CHANGES_MAX = 500  # entries of meta["changes"] / meta["outside_changes"]
 HASH_FILE_MAX = 64 * 1024 * 1024  # bigger files are compared by size and mtime only
 HASH_WALK_MAX = 512 * 1024 * 1024  # bytes hashed per walk at most

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from ..guards.disk import _disk_verdict
-from ..guards.git import _disable_gitdirs, _quarantine_git
+from ..guards.git import _disable_gitdirs, _quarantine_git, _quarantine_past_the_walk
 from ..guards.setid import _clear_setid
 from ..limits import TRACK_MAX_ENTRIES
 from ..paths import rel
@@ -124,6 +124,9 @@ def _track_after(ctx: Context, report: _Tracking, reason: str | None) -> None:
         _guard(report, "protected mount", lambda: _restore_mounts(ctx, report))
         _guard(report, ".git", lambda: _quarantine_git(ctx, old, report))
         _guard(report, "repository look-alike", lambda: _disable_gitdirs(ctx, found, report))
+        if report.meta["changes_incomplete"]:
+            _guard(report, "repositories past the walk",
+                   lambda: _quarantine_past_the_walk(ctx, report))
     if ctx.disk is not None:
         ctx.disk.size, ctx.disk.entries = new.size, len(new.stats)
         _disk_verdict(ctx.disk, report, reason)

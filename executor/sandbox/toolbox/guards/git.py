@@ -8,7 +8,7 @@ import stat
 
 from ..gitshape import GITDIR_CODE, GITDIR_PARTS, gitdir_shape, kind_of
 from ..gitshape import kind_of as _kind
-from ..limits import QUARANTINE
+from ..limits import GIT_SCAN_MAX_ENTRIES, QUARANTINE
 from ..paths import _chmod_nofollow, _open_parent
 from ..tracking import _readonly_mounts
 
@@ -134,3 +134,71 @@ def _looks_like_gitdir(index: Snapshot, folder: str) -> bool:
     prefix = folder + "/" if folder else ""
     stats = {part: index.stats.get(prefix + part) for part in GITDIR_PARTS}
     return gitdir_shape({part: kind_of(st[0]) for part, st in stats.items() if st is not None})
+
+
+def _quarantine_past_the_walk(ctx: Context, report: _Tracking) -> None:
+    """A tree too big for the walk (TRACK_MAX_ENTRIES) hides what a command made past it, and
+    git on the host would honour it until the session's end (or for good, if the controller
+    dies first). So every `.git` and repository look-alike under the root that is not one of
+    the read-only mounts the session started with is taken for the command's: at the start
+    every repository was one of them. Names only (no stat beyond scandir's), up to
+    GIT_SCAN_MAX_ENTRIES; past that the result says the check was not whole."""
+    mounts = _readonly_mounts(ctx.root)
+    found, whole = _unmounted_gits(ctx, mounts)
+    done: list[QuarantineRecord] = []
+    for path, kind in found:
+        if kind == "look-alike":
+            with contextlib.suppress(OSError):
+                _rename_in_place(ctx, f"{path}/HEAD", f"{path}/HEAD.{QUARANTINE.strip('.')}"
+                                 + os.urandom(4).hex())
+                done.append({"path": path, "kind": "look-alike", "renamed_to": None})
+            continue
+        renamed = path[:-4] + QUARANTINE + os.urandom(4).hex()
+        try:
+            _rename_in_place(ctx, path, renamed)
+            done.append({"path": path, "kind": kind, "renamed_to": renamed})
+        except OSError as exc:
+            done.append({"path": path, "kind": kind, "renamed_to": None,
+                         "error": exc.strerror or str(exc)})
+    for record in done:
+        what = ("could not be disabled: " + record["error"] if "error" in record
+                else "was disabled" + (f" (renamed to {record['renamed_to']})"
+                                       if record["renamed_to"] else ""))
+        report.lines.append("new git repositories inside the project are not allowed in the "
+                            f"sandbox; {record['path']} {what}")
+    if done:
+        report.meta.setdefault("git_quarantined", []).extend(done)
+    if not whole:
+        report.meta["git_unchecked"] = True
+        report.lines.append(f"warning: the project has more than {GIT_SCAN_MAX_ENTRIES} "
+                            "entries; not all of it was checked for new git repositories")
+
+
+def _unmounted_gits(ctx: Context, mounts: set[str]) -> tuple[list[tuple[str, str]], bool]:
+    """(relative path, kind) of `.git` entries and look-alikes outside `mounts`; whole?"""
+    found: list[tuple[str, str]] = []
+    stack, seen = [""], 0
+    while stack:
+        folder = stack.pop()
+        try:
+            entries = list(os.scandir(os.path.join(ctx.root, folder) if folder else ctx.root))
+        except OSError:
+            continue
+        seen += len(entries)
+        if seen > GIT_SCAN_MAX_ENTRIES:
+            return found, False
+        kinds = {}
+        for entry in entries:
+            path = f"{folder}/{entry.name}" if folder else entry.name
+            if entry.path in mounts or QUARANTINE.strip(".") in entry.name:
+                continue
+            is_dir = entry.is_dir(follow_symlinks=False)
+            if entry.name in GITDIR_PARTS:
+                kinds[entry.name] = "dir" if is_dir else "file"
+            if entry.name.lower() == ".git":
+                found.append((path, "dir" if is_dir else "file"))
+            elif is_dir and not (folder == "" and entry.name in ctx.hidden):
+                stack.append(path)
+        if folder and gitdir_shape(kinds) and os.path.join(ctx.root, folder) not in mounts:
+            found.append((folder, "look-alike"))
+    return found, True

@@ -57,6 +57,8 @@ DEFAULT_COPY_LIMIT = 1024**3
 """Bytes a project may have to be copied into a copy workspace."""
 DEFAULT_COPY_MAX_FILES = 100_000
 """Entries (files, directories, links) a project may have to be copied."""
+DEFAULT_MAX_REPLY_BYTES = 16 * 1024 * 1024
+"""Bytes of one model reply: ~80,000 streamed tokens of an OpenAI-compatible server."""
 COPY_MEMORY_MAX = 256 * 1024 * 1024
 """Projects up to this size are copied into memory (tmpfs) with copy_storage auto."""
 
@@ -101,6 +103,8 @@ class Settings(BaseSettings):
     """Retries after a first attempt that times out or gets 429/5xx (0: no retries)."""
     retry_base_delay: float = Field(0.5, ge=0)
     """First backoff delay in seconds (doubles per attempt, with jitter)."""
+    max_reply_bytes: int = Field(DEFAULT_MAX_REPLY_BYTES, ge=64 * 1024)
+    """Bytes one model reply may take (`16m`; a streamed line a sixteenth): past it, exit 23."""
     max_turns: int = Field(20, ge=1)
     """Model turns before the run stops with an error."""
     max_tokens: int | None = None
@@ -221,7 +225,8 @@ class Settings(BaseSettings):
             raise ValueError(f"not an environment variable name: {bad[0]!r}")
         return value
 
-    @field_validator("disk_budget", "copy_limit", "egress_max_bytes", mode="before")
+    @field_validator("disk_budget", "copy_limit", "egress_max_bytes", "max_reply_bytes",
+                     mode="before")
     @classmethod
     def _size(cls, value: Any) -> Any:
         """Sizes are given as text (`1g`) in flags and the environment."""

@@ -80,6 +80,7 @@ def _common(
         "retry": RetryPolicy.from_settings(settings),
         "hooks": hooks,
         "transport": transport,
+        "max_reply_bytes": settings.max_reply_bytes,
     }
 
 

@@ -11,6 +11,10 @@ Every httpx exception is translated here, once, into the errors of `executor.err
 A streamed response is retried only while nothing of it has been read: once a line has
 been handed to the consumer, tokens may already be on the user's screen.
 
+Every body is read through `limits.py`, in chunks and counted: a reply longer than
+SANDBOX_AGENT_MAX_REPLY_BYTES (or a streamed line longer than a sixteenth of it) is a
+ModelResponseError, never retried, and its connection is closed unread.
+
 `HttpChatModel` is what the HTTP providers (Ollama's native API, OpenAI-compatible servers)
 share on top of it: the `chat` request (streamed or not), the missing-model error, the cached
 context length, `close` and the context manager. Each provider says where to post, what to
@@ -42,6 +46,7 @@ from executor.errors import (
 )
 from executor.hooks import HookBus
 from executor.messages import Message, ModelReply, ToolSpec, Usage
+from executor.models.limits import ReplyLimits, iter_lines, read_body, read_start, text_encoding
 from executor.models.parsing import RawCall, parse_reply
 from executor.models.retry import Retryable, RetryPolicy, call_with_retry
 from executor.protocols import TokenCallback
@@ -79,12 +84,15 @@ class HttpClient:
         headers: Mapping[str, str] | None = None,
         secrets: Sequence[str] = (),
         transport: httpx.BaseTransport | None = None,
+        limits: ReplyLimits | None = None,
     ) -> None:
         self.server = server
         self.timeout = timeout
         self.policy = policy
+        self.limits = limits or ReplyLimits()
         self._hooks = hooks
-        self._headers = dict(headers or {})
+        # Uncompressed: a compressed body could inflate without bound (limits.py refuses one).
+        self._headers = {"Accept-Encoding": "identity", **(headers or {})}
         self._secrets = tuple(s for s in secrets if s)
         self._transport = transport
         self._client: httpx.Client | None = None
@@ -136,9 +144,10 @@ class HttpClient:
 
     def _send(self, method: str, url: str, body: Mapping[str, Any] | None, timeout: float) -> Any:
         try:
-            resp = self._http(url).request(method, url, timeout=timeout, **_json_body(body))
-            self._check(resp, url)
-            return self._decode(resp.text, url)
+            with self._http(url).stream(method, url, timeout=timeout, **_json_body(body)) as resp:
+                self._check(resp, url)
+                data = read_body(resp, self.limits, self._where(url))
+            return self._decode(data.decode(text_encoding(resp), errors="replace"), url)
         except httpx.HTTPError as exc:
             raise self._translate(exc, url, timeout) from exc
 
@@ -149,7 +158,7 @@ class HttpClient:
 
         def lines(resp: httpx.Response) -> Iterator[str]:
             nonlocal started
-            for line in resp.iter_lines():
+            for line in iter_lines(resp, self.limits, self._where(url)):
                 started = True
                 yield line
 
@@ -167,7 +176,7 @@ class HttpClient:
         """Raise for an error status: Retryable for 429/5xx, ModelResponseError otherwise."""
         if resp.status_code < 400:
             return
-        resp.read()
+        resp = _error_response(resp)
         code = resp.status_code
         detail = self._redact(_error_detail(resp.text)) or resp.reason_phrase
         error = ModelResponseError(
@@ -214,6 +223,9 @@ class HttpClient:
         return ModelUnavailableError(
             f"request to {label} at {url} failed: {self._redact(str(exc))}", fix=fix
         )
+
+    def _where(self, url: str) -> str:
+        return f"{self.server.label} at {url}"
 
     def _redact(self, text: str) -> str:
         for secret in self._secrets:
@@ -386,6 +398,14 @@ def _error_detail(text: str) -> str:
     if isinstance(error, dict):
         error = error.get("message", error)
     return str(error).strip()[:_DETAIL_CHARS]
+
+
+def _error_response(resp: httpx.Response) -> httpx.Response:
+    """An error response holding only the start of its body (the rest is never read)."""
+    kept = {k: v for k, v in resp.headers.items() if k.lower() in ("content-type", "retry-after")}
+    reason = resp.extensions.get("reason_phrase", b"")
+    return httpx.Response(resp.status_code, headers=kept, content=read_start(resp),
+                          request=resp.request, extensions={"reason_phrase": reason})
 
 
 def _retry_after(resp: httpx.Response) -> float | None:

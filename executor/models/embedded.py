@@ -47,6 +47,7 @@ from executor.errors import ConfigError, EmbeddedModelError
 from executor.hooks import HookBus
 from executor.messages import Message, ModelReply, ToolSpec
 from executor.models._http import ServerHint
+from executor.models.limits import DEFAULT_MAX_REPLY_BYTES
 from executor.models.openai import OpenAIModel
 from executor.models.retry import RetryPolicy
 from executor.models.toolproto import prepare_messages
@@ -623,6 +624,7 @@ class EmbeddedModel:
         timeout: float = 300.0,
         retry: RetryPolicy | None = None,
         hooks: HookBus | None = None,
+        max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
         cache: Path | None = None,
         progress: ProgressCallback | None = None,
     ) -> None:
@@ -634,6 +636,7 @@ class EmbeddedModel:
         """Directory of the assembled model (None: `cache_dir()`)."""
         self.stream, self.temperature, self.timeout = stream, temperature, timeout
         self._retry, self._hooks = retry, hooks
+        self._max_reply_bytes = max_reply_bytes
         self._progress = progress
         self._server: LlamaServer | None = None
         self._client: OpenAIModel | None = None
@@ -657,6 +660,7 @@ class EmbeddedModel:
             timeout=settings.timeout,
             retry=RetryPolicy.from_settings(settings),
             hooks=hooks,
+            max_reply_bytes=settings.max_reply_bytes,
             progress=progress,
         )
 
@@ -751,5 +755,6 @@ class EmbeddedModel:
             timeout=self.timeout,
             retry=self._retry,
             hooks=self._hooks,
+            max_reply_bytes=self._max_reply_bytes,
             server=_SERVER_HINT,
         )

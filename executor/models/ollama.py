@@ -11,11 +11,12 @@ from typing import Any
 
 import httpx
 
-from executor.config import ToolProtocol
+from executor.config import DEFAULT_MAX_REPLY_BYTES, ToolProtocol
 from executor.errors import ModelError, ModelResponseError
 from executor.hooks import HookBus
 from executor.messages import Message, ToolSpec, Usage, function_schema
 from executor.models._http import HttpChatModel, HttpClient, Reply, ServerHint, check_http_url
+from executor.models.limits import MAX_CALLS, ReplyLimits, too_many_calls
 from executor.models.parsing import RawCall
 from executor.models.retry import RetryPolicy
 from executor.models.toolproto import prepare_messages, reply_schema
@@ -80,9 +81,11 @@ class OllamaModel(HttpChatModel):
         retry: RetryPolicy | None = None,
         hooks: HookBus | None = None,
         transport: httpx.BaseTransport | None = None,
+        max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
     ) -> None:
         http = HttpClient(_hint(model), timeout=timeout, policy=retry or RetryPolicy(),
-                          hooks=hooks, transport=transport)
+                          hooks=hooks, transport=transport,
+                          limits=ReplyLimits(max_reply_bytes))
         super().__init__(model, ollama_base_url(host), http, tool_protocol=tool_protocol,
                          stream=stream)
         self.options = {**(options or {}), **({} if temperature is None else
@@ -198,6 +201,8 @@ def _read(lines: Iterator[str], on_token: TokenCallback | None,
         _relay(str(message.get("thinking") or ""), thoughts, on_thinking)
         _relay(str(message.get("content") or ""), pieces, on_token)
         calls += _calls(message)
+        if len(calls) > MAX_CALLS:  # each costs ~100 times the bytes that can make one
+            raise too_many_calls("Ollama")
         if chunk.get("done"):
             usage = _usage(chunk)
     return "".join(pieces), calls, usage, "".join(thoughts)
@@ -228,7 +233,10 @@ def _chunk(data: Any) -> dict[str, Any]:
 
 def _calls(message: Mapping[str, Any]) -> list[RawCall]:
     calls = []
-    for item in message.get("tool_calls") or []:
+    items = message.get("tool_calls") or []
+    if len(items) > MAX_CALLS:
+        raise too_many_calls("Ollama")
+    for item in items:
         function = item.get("function") or {}
         calls.append(RawCall(function.get("name"), function.get("arguments"), item.get("id")))
     return calls

@@ -18,11 +18,12 @@ from urllib.parse import urlsplit
 import httpx
 from pydantic import SecretStr
 
-from executor.config import ToolProtocol
+from executor.config import DEFAULT_MAX_REPLY_BYTES, ToolProtocol
 from executor.errors import ModelError, ModelResponseError
 from executor.hooks import HookBus
 from executor.messages import Message, ToolSpec, Usage, function_schema
 from executor.models._http import HttpChatModel, HttpClient, Reply, ServerHint, check_http_url
+from executor.models.limits import MAX_CALLS, ReplyLimits, too_many_calls
 from executor.models.parsing import RawCall
 from executor.models.retry import RetryPolicy
 from executor.models.toolproto import prepare_messages, reply_schema
@@ -78,13 +79,14 @@ class OpenAIModel(HttpChatModel):
         retry: RetryPolicy | None = None,
         hooks: HookBus | None = None,
         transport: httpx.BaseTransport | None = None,
+        max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
         server: ServerHint | None = None,
     ) -> None:
         key = api_key if isinstance(api_key, SecretStr) or api_key is None else SecretStr(api_key)
         http = HttpClient(
             server or _hint(), timeout=timeout, policy=retry or RetryPolicy(), hooks=hooks,
             headers=_auth(key), secrets=[key.get_secret_value()] if key else [],
-            transport=transport,
+            transport=transport, limits=ReplyLimits(max_reply_bytes),
         )
         super().__init__(model or "auto", openai_base_url(base_url), http,
                          tool_protocol=tool_protocol, stream=stream)
@@ -231,6 +233,8 @@ def _reply(data: Any) -> Reply:
     if not choices or not isinstance(choices[0], dict):
         raise ModelResponseError(f"the server sent a completion without choices: {chunk!r:.200}")
     message = choices[0].get("message") or {}
+    if len(message.get("tool_calls") or []) > MAX_CALLS:
+        raise too_many_calls("the server")
     calls = [
         RawCall((c.get("function") or {}).get("name"), (c.get("function") or {}).get("arguments"),
                 c.get("id"))
@@ -284,6 +288,8 @@ class _Stream:
         index = fragment.get("index")
         if not isinstance(index, int):  # some servers omit it: a new id starts a new call
             index = len(self.calls) - (0 if fragment.get("id") or not self.calls else 1)
+        if index not in self.calls and len(self.calls) >= MAX_CALLS:
+            raise too_many_calls("the server")
         call = self.calls.setdefault(index, _PartialCall())
         call.id = call.id or fragment.get("id")
         function = fragment.get("function") or {}

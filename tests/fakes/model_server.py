@@ -26,6 +26,9 @@ server, so calls chain::
     server.drop()                         # read the request, close the socket, no response
     server.hang(5)                        # say nothing for 5 s (or until stop), then drop
     server.raw(200, b"not json")          # any status, body and content type
+    server.flood(64 << 20)                # a 64 MiB reply, made as it is sent (never held);
+    server.flood(n, field="thinking")     # ... of reasoning, or of tool-call "arguments";
+                                          # `server.wait_flooded()`: bytes each flood wrote
     server.respond(lambda request: Reply(f"got {len(request.body['messages'])}"))
     server.default = Reply("done")        # answer with this once the queue is empty
 
@@ -128,7 +131,22 @@ class Raw:
     content_type: str = "application/json"
 
 
-Step = Reply | HttpError | Drop | Hang | Raw
+FloodField = Literal["content", "thinking", "arguments"]
+
+
+@dataclass(frozen=True)
+class Flood:
+    """A reply of `size` characters of text in `field`, made while it is written (the server
+    never holds it), streamed when asked in lines of `piece` characters; it stops when the
+    client hangs up. Tool-call arguments come as one call (non-streamed), fragments of one
+    call (OpenAI) or a call a line (Ollama, which sends each call whole)."""
+
+    size: int
+    field: FloodField = "content"
+    piece: int = 65536
+
+
+Step = Reply | HttpError | Drop | Hang | Raw | Flood
 Responder = Callable[["RecordedRequest"], Step]
 
 
@@ -172,6 +190,8 @@ class ModelServer:
         self.default: Step | Responder | None = None
         self._steps: deque[Step | Responder] = deque()
         self._requests: list[RecordedRequest] = []
+        self.flooded: list[int] = []
+        """Body bytes each Flood step wrote before it ended or the client hung up."""
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._httpd: _Server | None = None
@@ -262,6 +282,11 @@ class ModelServer:
         """Script a response with exactly this status and body."""
         return self.enqueue(Raw(status, body, content_type))
 
+    def flood(self, size: int, *, field: FloodField = "content",
+              piece: int = 65536) -> ModelServer:
+        """Script a reply of `size` characters of `field` (see Flood)."""
+        return self.enqueue(Flood(size, field, piece))
+
     def respond(self, responder: Responder) -> ModelServer:
         """Script a step computed from the request when it arrives."""
         return self.enqueue(responder)
@@ -290,6 +315,14 @@ class ModelServer:
         """Scripted steps not used yet."""
         with self._lock:
             return len(self._steps)
+
+    def wait_flooded(self, count: int = 1, timeout: float = 10.0) -> list[int]:
+        """`flooded` once `count` floods ended (the client hung up or read it all)."""
+        deadline = time.monotonic() + timeout
+        while len(self.flooded) < count and time.monotonic() < deadline:
+            time.sleep(0.01)
+        with self._lock:
+            return list(self.flooded)
 
     # used by the handler
     def _record(self, request: RecordedRequest) -> None:
@@ -362,6 +395,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._error(request, step)
         elif isinstance(step, Raw):
             self._send(step.status, step.body, step.content_type)
+        elif isinstance(step, Flood):
+            self._flood(request, step)
         else:
             self._reply(request, step)
 
@@ -429,6 +464,102 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(b"0\r\n\r\n")
         except (BrokenPipeError, ConnectionResetError, TimeoutError):
             pass  # the client went away mid-stream
+
+
+    def _flood(self, request: RecordedRequest, step: Flood) -> None:
+        wire = _FLOODS[request.protocol or "ollama", request.streaming]
+        if request.streaming:
+            content_type = "application/x-ndjson" if request.protocol == "ollama" else \
+                "text/event-stream"
+        else:
+            content_type = "application/json"
+        self.send_response(200)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Transfer-Encoding", "chunked")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        written = 0
+        try:
+            for chunk in wire(self.server.owner.model, step):
+                self.wfile.write(b"%X\r\n%s\r\n" % (len(chunk), chunk))
+                written += len(chunk)
+            self.wfile.write(b"0\r\n\r\n")
+        except (BrokenPipeError, ConnectionResetError, TimeoutError):
+            pass  # the client hung up: what a bounded reader does
+        finally:
+            with self.server.owner._lock:
+                self.server.owner.flooded.append(written)
+
+
+def _flood_pieces(step: Flood) -> Iterator[str]:
+    """`step.size` characters in pieces of `step.piece`."""
+    left = step.size
+    while left > 0:
+        yield "A" * min(step.piece, left)
+        left -= step.piece
+
+
+def _around(head: str, tail: str, step: Flood) -> Iterator[bytes]:
+    """One JSON document whose one long string is written piece by piece."""
+    yield head.encode()
+    for piece in _flood_pieces(step):
+        yield piece.encode()
+    yield tail.encode()
+
+
+def _ollama_whole(model: str, step: Flood) -> Iterator[bytes]:
+    start = f'{{"model": "{model}", "done": true, "message": {{"role": "assistant", '
+    if step.field == "arguments":
+        head = start + ('"content": "", "tool_calls": [{"function": {"name": "write_file", '
+                        '"arguments": {"path": "big.txt", "content": "')
+        return _around(head, '"}}}]}}', step)
+    name = "thinking" if step.field == "thinking" else "content"
+    return _around(start + f'"content": "", "{name}": "', '"}}', step)
+
+
+def _openai_whole(model: str, step: Flood) -> Iterator[bytes]:
+    start = f'{{"model": "{model}", "choices": [{{"index": 0, "message": {{"role": "assistant", '
+    if step.field == "arguments":
+        head = start + ('"content": null, "tool_calls": [{"id": "c1", "type": "function", '
+                        '"function": {"name": "write_file", "arguments": "')
+        return _around(head, '"}}]}}]}', step)
+    name = "reasoning_content" if step.field == "thinking" else "content"
+    return _around(start + f'"{name}": "', '"}}]}', step)
+
+
+def _ollama_lines(model: str, step: Flood) -> Iterator[bytes]:
+    for piece in _flood_pieces(step):
+        message: dict[str, Any] = {"role": "assistant", "content": ""}
+        if step.field == "arguments":
+            message["tool_calls"] = [{"function": {"name": "write_file",
+                                                   "arguments": {"content": piece}}}]
+        else:
+            message["thinking" if step.field == "thinking" else "content"] = piece
+        yield json.dumps({"model": model, "done": False, "message": message}).encode() + b"\n"
+    yield json.dumps({"model": model, "done": True, "message": {"role": "assistant",
+                                                               "content": ""}}).encode() + b"\n"
+
+
+def _openai_events(model: str, step: Flood) -> Iterator[bytes]:
+    def event(delta: dict[str, Any]) -> bytes:
+        chunk = {"model": model, "choices": [{"index": 0, "delta": delta}]}
+        return b"data: " + json.dumps(chunk).encode() + b"\n\n"
+
+    if step.field == "arguments":
+        yield event({"tool_calls": [{"index": 0, "id": "c1", "type": "function",
+                                     "function": {"name": "write_file", "arguments": ""}}]})
+    for piece in _flood_pieces(step):
+        if step.field == "arguments":
+            yield event({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]})
+        else:
+            yield event({"reasoning_content" if step.field == "thinking" else "content": piece})
+    yield b"data: [DONE]\n\n"
+
+
+_FLOODS: dict[tuple[str, bool], Callable[[str, Flood], Iterator[bytes]]] = {
+    ("ollama", False): _ollama_whole, ("ollama", True): _ollama_lines,
+    ("openai", False): _openai_whole, ("openai", True): _openai_events,
+}
 
 
 def _metadata(request: RecordedRequest, owner: ModelServer) -> Any:

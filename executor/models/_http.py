@@ -7,6 +7,7 @@ Every httpx exception is translated here, once, into the errors of `executor.err
     ReadError, WriteError (refused / dropped)      -> ModelUnavailableError  (retried twice)
     HTTP 429 / 5xx                                 -> ModelResponseError     (retried)
     other HTTP 4xx, a body that is not JSON        -> ModelResponseError     (never retried)
+    a reply past SANDBOX_AGENT_MAX_REPLY_BYTES     -> ModelResponseError     (never retried)
 
 A streamed response is retried only while nothing of it has been read: once a line has
 been handed to the consumer, tokens may already be on the user's screen.

@@ -5,6 +5,8 @@ What is retried, and how often:
     timeout, HTTP 429, HTTP 5xx          up to `max_attempts` (1 + Settings.max_retries: 3)
     connection refused / dropped         up to `connect_attempts` (3, i.e. retried at most twice)
     any other HTTP 4xx, unusable payload never
+    a reply past SANDBOX_AGENT_MAX_REPLY_BYTES never (the same request would most likely get
+                                         the same runaway reply; limits.py)
 
 Waits grow exponentially from `base_delay` (Settings.retry_base_delay) with jitter; a
 `Retry-After` header is obeyed instead. Every wait is capped at `max_delay`. Each retry

@@ -401,14 +401,6 @@ def _error_detail(text: str) -> str:
     return str(error).strip()[:_DETAIL_CHARS]
 
 
-def _error_response(resp: httpx.Response) -> httpx.Response:
-    """An error response holding only the start of its body (the rest is never read)."""
-    kept = {k: v for k, v in resp.headers.items() if k.lower() in ("content-type", "retry-after")}
-    reason = resp.extensions.get("reason_phrase", b"")
-    return httpx.Response(resp.status_code, headers=kept, content=read_start(resp),
-                          request=resp.request, extensions={"reason_phrase": reason})
-
-
 def _retry_after(resp: httpx.Response) -> float | None:
     """Seconds the server asked us to wait (delta-seconds or an HTTP date), if any."""
     value = resp.headers.get("retry-after")
@@ -423,6 +415,14 @@ def _retry_after(resp: httpx.Response) -> float | None:
     except (TypeError, ValueError):
         return None
     return max(0.0, when.timestamp() - time.time())
+
+
+def _error_response(resp: httpx.Response) -> httpx.Response:
+    """An error response holding only the start of its body (the rest is never read)."""
+    kept = {k: v for k, v in resp.headers.items() if k.lower() in ("content-type", "retry-after")}
+    reason = resp.extensions.get("reason_phrase", b"")
+    return httpx.Response(resp.status_code, headers=kept, content=read_start(resp),
+                          request=resp.request, extensions={"reason_phrase": reason})
 
 
 def check_http_url(url: str, *, flag: str = "--host") -> str:

@@ -753,8 +753,8 @@ class EmbeddedModel:
             stream=self.stream,
             temperature=self.temperature,
             timeout=self.timeout,
+            max_reply_bytes=self._max_reply_bytes,
             retry=self._retry,
             hooks=self._hooks,
-            max_reply_bytes=self._max_reply_bytes,
             server=_SERVER_HINT,
         )

@@ -310,12 +310,6 @@ class ModelServer:
         assert chats, "the model server received no chat request"
         return chats[-1]
 
-    @property
-    def pending(self) -> int:
-        """Scripted steps not used yet."""
-        with self._lock:
-            return len(self._steps)
-
     def wait_flooded(self, count: int = 1, timeout: float = 10.0) -> list[int]:
         """`flooded` once `count` floods ended (the client hung up or read it all)."""
         deadline = time.monotonic() + timeout
@@ -323,6 +317,12 @@ class ModelServer:
             time.sleep(0.01)
         with self._lock:
             return list(self.flooded)
+
+    @property
+    def pending(self) -> int:
+        """Scripted steps not used yet."""
+        with self._lock:
+            return len(self._steps)
 
     # used by the handler
     def _record(self, request: RecordedRequest) -> None:

@@ -47,7 +47,14 @@ from executor.errors import (
 )
 from executor.hooks import HookBus
 from executor.messages import Message, ModelReply, ToolSpec, Usage
-from executor.models.limits import ReplyLimits, iter_lines, read_body, read_start, text_encoding
+from executor.models.limits import (
+    ReplyLimits,
+    check_values,
+    iter_lines,
+    read_body,
+    read_start,
+    text_encoding,
+)
 from executor.models.parsing import RawCall, parse_reply
 from executor.models.retry import Retryable, RetryPolicy, call_with_retry
 from executor.protocols import TokenCallback
@@ -148,6 +155,7 @@ class HttpClient:
             with self._http(url).stream(method, url, timeout=timeout, **_json_body(body)) as resp:
                 self._check(resp, url)
                 data = read_body(resp, self.limits, self._where(url))
+            check_values(data, self._where(url))
             return self._decode(data.decode(text_encoding(resp), errors="replace"), url)
         except httpx.HTTPError as exc:
             raise self._translate(exc, url, timeout) from exc

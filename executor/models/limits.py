@@ -9,6 +9,9 @@ Every body the HTTP providers read goes through here, streamed or not, errors in
     an error body                                      ERROR_BODY_BYTES (only its start is shown)
     tool calls in one reply                            MAX_CALLS (each costs far more memory
                                                        than the few bytes that make one)
+    values in one non-streamed JSON document          MAX_VALUES (json.loads makes ~60 bytes
+                                                       of objects of a 3-byte `[]`: 16 MiB of
+                                                       them would be 380 MB)
 
 The body is read as it arrives (httpcore reads at most 64 KiB at a time; no re-chunking,
 which would hold back a stream's tokens) and counted as it comes; past a cap the
@@ -23,6 +26,7 @@ the bytes it came in, so it is bounded by `max_bytes` too.
 from __future__ import annotations
 
 import codecs
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -34,6 +38,9 @@ from executor.errors import ModelResponseError
 SETTING = "SANDBOX_AGENT_MAX_REPLY_BYTES"
 ERROR_BODY_BYTES = 64 * 1024
 MAX_CALLS = 256
+MAX_VALUES = 200_000
+_STRING = re.compile(rb'"[^"]*"')
+"""A string once its escapes are gone (linear: no backtracking whatever the input)."""
 _MIN_LINE = 4096
 _IDENTITY = ("", "identity")
 
@@ -99,6 +106,21 @@ def read_body(resp: httpx.Response, limits: ReplyLimits, where: str) -> bytes:
             raise too_long(where, "a reply", cap)
         body += chunk
     return bytes(body)
+
+
+def check_values(body: bytes, where: str) -> None:
+    """Refuse a JSON document of more than MAX_VALUES strings, arrays, objects and elements
+    before json.loads makes an object of each (a legitimate reply has a few dozen)."""
+    marks = b"[{,\""
+    if sum(body.count(mark) for mark in marks) <= MAX_VALUES:
+        return  # the cheap bound: never fewer marks than values, whatever lies in strings
+    unescaped = body.replace(b"\\\\", b"").replace(b'\\"', b"")  # then each " delimits
+    bare, strings = _STRING.subn(b"", unescaped)
+    if strings + sum(bare.count(mark) for mark in marks[:3]) > MAX_VALUES:
+        raise ModelResponseError(
+            f"{where} sent a reply of more than {MAX_VALUES:,} JSON values: not decoded",
+            fix="check the server: a model's reply is a few dozen values",
+        )
 
 
 def _chunks(resp: httpx.Response) -> Iterator[bytes]:

@@ -20,7 +20,7 @@ from executor.config import DEFAULT_MAX_REPLY_BYTES, Settings
 from executor.errors import ModelResponseError
 from executor.messages import Message
 from executor.models import OllamaModel, build_model
-from executor.models.limits import MAX_CALLS, SETTING
+from executor.models.limits import MAX_CALLS, MAX_VALUES, SETTING
 from tests.fakes import ModelServer
 from tests.fakes.model_server import FloodField
 from tests.fakes.providers import PROVIDERS, ProviderName, make_model
@@ -194,3 +194,26 @@ def test_the_controller_memory_stays_bounded_by_the_cap(
     assert result["error"] and SETTING in result["error"], result
     assert result["traced_peak"] < 3 * cap, result  # what Python allocated at the peak
     assert result["rss_growth"] < 3 * cap, result  # the process's peak RSS over its baseline
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_a_document_of_too_many_json_values_is_not_decoded(
+    provider: ProviderName, model_server: ModelServer
+) -> None:
+    # 900 KB of `[]`: within the cap, but json.loads would make ~19 MB of lists of it.
+    model_server.raw(200, b'{"message": {"content": "", "x": [' + b"[]," * 300_000 + b'[]]}}')
+    with make_model(provider, model_server, stream=False, max_reply_bytes=CAP) as model, \
+            pytest.raises(ModelResponseError, match=f"more than {MAX_VALUES:,} JSON values"):
+        model.chat(HELLO, [])
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_brackets_commas_and_quotes_inside_strings_are_not_values(
+    provider: ProviderName, model_server: ModelServer
+) -> None:
+    code = 'x = [{"a": "\\\\", "b": [1, 2]}, {}]\n' * 8_000  # 2 x 340 KB: 256,000 marks
+    whole = {"message": {"role": "assistant", "content": code},
+             "choices": [{"message": {"role": "assistant", "content": code}}]}
+    model_server.raw(200, json.dumps(whole).encode())
+    with make_model(provider, model_server, stream=False, max_reply_bytes=CAP) as model:
+        assert model.chat(HELLO, []).message.content == code.strip()

@@ -10,6 +10,7 @@ it goes and `Egress.stop` at the end.
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import os
 import re
 from collections.abc import Callable
@@ -23,7 +24,7 @@ from executor.errors import ConfigError, SandboxError
 from executor.network.deps import deps_environment, deps_mount
 from executor.network.forwarder import SOCKET_NAME, Forwarder, forwarder_options
 from executor.network.proxy import Asker, Connection, EgressProxy, Limits, pinned_resolver
-from executor.network.rules import EgressRules, Rule, parse_rule
+from executor.network.rules import EgressRules, Rule, address_of, parse_rule, valid_host
 
 PROXY_PORT = 3128
 """Where the forwarder listens in the sandbox (its loopback)."""
@@ -204,6 +205,11 @@ def _private(directory: Path) -> None:
 
 
 def granted(host: str, port: int, by: str) -> Rule:
-    """The rule a person's yes at the terminal makes: exactly that host and port."""
-    text = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    return parse_rule(text, by)
+    """The rule a person's yes at the terminal makes: exactly that host and port, never a
+    wildcard or a range (the proxy asks only about valid hosts: rules.valid_host)."""
+    if not valid_host(host):
+        raise ValueError(f"not a host to allow: {host!r}")
+    address = address_of(host)
+    if address is not None:
+        return Rule(f"{host}:{port}", by, network=ipaddress.ip_network(address), port=port)
+    return Rule(f"{host}:{port}", by, host=host.lower().rstrip("."), port=port)

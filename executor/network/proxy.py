@@ -27,7 +27,14 @@ from types import TracebackType
 from typing import Self
 from urllib.parse import urlsplit
 
-from executor.network.rules import Address, EgressRules, Rule, Verdict, address_of, is_public
+from executor.network.rules import (
+    Address,
+    EgressRules,
+    Rule,
+    Verdict,
+    address_of,
+    valid_host,
+)
 
 HEAD_MAX = 64 * 1024
 """Bytes a request head may have."""
@@ -202,17 +209,24 @@ class EgressProxy:
             except (OSError, ValueError):
                 return
             if head.startswith(FORWARDER_HELLO):
-                event = self.forwarders.get(head[len(FORWARDER_HELLO):].strip().decode())
+                token = head[len(FORWARDER_HELLO):].strip().decode("ascii", "replace")
+                event = self.forwarders.get(token)
                 if event is not None:
                     event.set()
-                return
-            self._request(client, head, rest)
+                    return
+            try:
+                self._request(client, head, rest)
+            except Exception as exc:  # what a client sends never ends in a traceback
+                _reply(client, 400, f"bad request ({type(exc).__name__})")
 
     def _request(self, client: socket.socket, head: bytes, rest: bytes) -> None:
         try:
             method, host, port, forward = _parse(head)
         except ValueError as exc:
             _reply(client, 400, f"bad request: {exc}")
+            refused = Connection(host="", port=0, method="?", call_id=self._current_call(),
+                                 reason=f"bad request: {exc}")
+            self._on_connection(refused)
             return
         conn = Connection(host=host, port=port, method=method, call_id=self._current_call())
         try:
@@ -277,9 +291,9 @@ class EgressProxy:
             address: Address | None = address_of(text)
             if address is None:
                 continue
+            # a yes at the prompt allows a host, never a non-public address behind it: those
+            # only by an exact range the person named (--allow-host, the policy)
             verdict = self.rules.check_address(address, conn.port, rule)
-            if not verdict.allowed and self._granted and not is_public(address):
-                verdict = EgressRules(self._granted).check_address(address, conn.port, rule)
             if verdict.allowed:
                 conn.address = str(address)
                 return verdict
@@ -318,18 +332,16 @@ class EgressProxy:
             with upstream:
                 if forward is None:
                     client.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
-                else:
-                    upstream.sendall(forward)
-                    conn.bytes_up += len(forward)
-                if rest:
-                    upstream.sendall(rest)
-                    conn.bytes_up += len(rest)
+                sent = (forward or b"") + rest
+                if sent:
+                    upstream.sendall(sent)
+                    conn.bytes_up += len(sent)
+                    with self._lock:
+                        self._bytes += len(sent)
                 self._pump(conn, client, upstream)
         except OSError as exc:
             conn.reason = f"ended: {exc.strerror or exc}"
         finally:
-            with self._lock:
-                self._bytes += conn.bytes_up + conn.bytes_down
             self._release()
 
     def _pump(self, conn: Connection, client: socket.socket, upstream: socket.socket) -> None:
@@ -357,13 +369,15 @@ class EgressProxy:
                     conn.bytes_up += len(data)
                 else:
                     conn.bytes_down += len(data)
+                with self._lock:  # counted as it passes: parallel tunnels share one budget
+                    self._bytes += len(data)
                 if self._over_budget(conn):
                     conn.reason = f"ended: the session's {self.limits.max_bytes} bytes are spent"
                     return
 
     def _over_budget(self, conn: Connection) -> bool:
         with self._lock:
-            return self._bytes + conn.bytes_up + conn.bytes_down > self.limits.max_bytes
+            return self._bytes > self.limits.max_bytes
 
 
 def _read_head(client: socket.socket) -> tuple[bytes, bytes]:
@@ -396,8 +410,12 @@ def _parse(head: bytes) -> tuple[str, str, int, bytes | None]:
         raise ValueError("a proxy request names an http:// URL (https goes through CONNECT)")
     host, port = _host_port(url.netloc.rpartition("@")[2], 80)
     path = (url.path or "/") + (f"?{url.query}" if url.query else "")
-    kept = [line for line in lines[1:] if line and not _hop_header(line)]
-    request = "\r\n".join([f"{method} {path} {version}", *kept, "Connection: close", "", ""])
+    kept = [line for line in lines[1:] if line and not _hop_header(line)
+            and line.partition(":")[0].strip().lower() != "host"]
+    named = f"[{host}]" if ":" in host else host  # the host the rules checked, never another
+    named += f":{port}" if port != 80 else ""
+    request = "\r\n".join([f"{method} {path} {version}", f"Host: {named}", *kept,
+                           "Connection: close", "", ""])
     return method, host, port, request.encode("latin-1")
 
 
@@ -416,8 +434,8 @@ def _host_port(text: str, default: int | None) -> tuple[str, int]:
         raise ValueError(f"CONNECT names no port: {text!r}")
     if port_text and (not port_text.isdigit() or not 0 < int(port_text) < 65536):
         raise ValueError(f"not a port: {port_text!r}")
-    if not host or any(ch in host for ch in "/\\ \t@"):
-        raise ValueError(f"not a host: {host!r}")
+    if not valid_host(host):  # before any rule: getaddrinfo stops at a NUL, rules do not
+        raise ValueError(f"not a host name or address: {host!r}")
     return host.lower(), int(port_text) if port_text else int(default or 0)
 
 

@@ -182,12 +182,32 @@ def address_of(host: str) -> Address | None:
         return None
 
 
+EMBEDDING = tuple(ipaddress.ip_network(n) for n in (
+    "64:ff9b::/96", "64:ff9b:1::/48", "2002::/16", "::/96", "::ffff:0:0:0/96"))
+"""IPv6 ranges that carry an IPv4 address (NAT64, 6to4, IPv4-compatible, -translated): where
+a gateway unwraps them they reach whatever the IPv4 address is, so they are never public."""
+
+
 def is_public(address: Address) -> bool:
     """A globally routable unicast address (not loopback, private, link-local, CGNAT, multicast,
-    reserved or metadata); an IPv4 address inside IPv6 is judged as itself."""
+    reserved or metadata); an IPv4 address inside IPv6 is judged as itself, and the IPv6
+    ranges that embed one otherwise are not public."""
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
         address = address.ipv4_mapped
+    if isinstance(address, ipaddress.IPv6Address) and any(address in n for n in EMBEDDING):
+        return False
     return address.is_global and not address.is_multicast and address not in METADATA
+
+
+def valid_host(host: str) -> bool:
+    """A host a request may name: an IP address, or a DNS name of ASCII labels (letters,
+    digits, hyphens; 63 each, 253 in all) with no wildcard, NUL or other character a rule
+    or the resolver would read otherwise."""
+    if address_of(host) is not None:
+        return True
+    name = host.lower().rstrip(".")
+    return (0 < len(name) <= 253 and name.isascii()
+            and all(_LABEL.fullmatch(label) for label in name.split(".")))
 
 
 def kind_of(address: Address) -> str:

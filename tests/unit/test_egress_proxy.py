@@ -122,10 +122,11 @@ def test_plain_http_is_sent_in_origin_form_to_the_checked_address(tmp_path: Path
                                                                     started: list[EgressProxy]):
     p = run(make_proxy(tmp_path, f"api.test:{upstream}", f"127.0.0.1/32:{upstream}",
                        pins={"api.test": ["127.0.0.1"]}), started)
-    answer = p.ask(f"GET http://api.test:{upstream}/x?y=1 HTTP/1.1\r\nHost: api.test\r\n"
+    answer = p.ask(f"GET http://api.test:{upstream}/x?y=1 HTTP/1.1\r\nHost: admin.internal\r\n"
                    "Proxy-Authorization: Basic c2VjcmV0\r\nConnection: keep-alive\r\n\r\n".encode())
     assert answer.startswith(b"HTTP/1.0 200")
-    assert answer.endswith(b"/x?y=1 via api.test proxy-auth=None")  # no proxy header upstream
+    # no proxy header upstream, and the Host is the one the rules checked (red-team round 15)
+    assert answer.endswith(f"/x?y=1 via api.test:{upstream} proxy-auth=None".encode())
     assert p.net.connected == [("127.0.0.1", upstream)]
     (record,) = wait_records(p, 1)
     assert (record.decision, record.address, record.rule, record.address_rule) == (
@@ -249,3 +250,39 @@ def test_a_person_s_yes_allows_exactly_that_host_and_port(tmp_path: Path, upstre
     p.net.pins["once.test"] = ["127.0.0.1"]
     assert p.ask(once).startswith(b"HTTP/1.0 200") and p.ask(once).startswith(b"HTTP/1.0 200")
     assert asked[2:] == [("once.test", upstream, "call-7")] * 2  # a plain yes: that one only
+
+
+def test_a_host_that_is_no_name_is_refused_before_any_rule(tmp_path: Path, upstream: int,
+                                                           started: list[EgressProxy]):
+    """Red-team round 15: `127.0.0.1\\0.example.org` matched `*.example.org`, and the
+    resolver, which stops at the NUL, gave 127.0.0.1; a wildcard rule opened anything."""
+    p = run(make_proxy(tmp_path, f"*.example.org:{upstream}", f"127.0.0.1/32:{upstream}"),
+            started)
+    for target in (f"127.0.0.1\0.example.org:{upstream}", f"*.example.org:{upstream}",
+                   f"{'a' * 64}.example.org:{upstream}", f"b\xe4d.example.org:{upstream}"):
+        answer = p.ask(f"CONNECT {target} HTTP/1.1\r\n\r\n".encode())
+        assert answer.startswith(b"HTTP/1.1 400"), (target, answer)
+    assert p.net.connected == []
+    assert all(r.decision == "denied" and "bad request" in r.reason
+               for r in wait_records(p, 4)), p.records
+
+
+def test_a_yes_at_the_prompt_is_never_a_wildcard_or_a_range():
+    from executor.network.egress import granted
+
+    rule = granted("pkg.example.org", 443, "user:session")
+    assert rule.host == "pkg.example.org" and rule.port == 443
+    for bad in ("*.com", "*.0.0.1", "a\0b", "10.0.0.0/8"):
+        with pytest.raises(ValueError):
+            granted(bad, 443, "user")
+
+
+def test_ipv6_that_embeds_ipv4_is_never_public():
+    import ipaddress
+
+    from executor.network.rules import is_public
+
+    for text in ("64:ff9b::a9fe:a9fe", "64:ff9b::a00:5", "2002:a00:5::1", "::a00:5",
+                 "::ffff:0:a00:5", "::ffff:127.0.0.1"):
+        assert not is_public(ipaddress.ip_address(text)), text
+    assert is_public(ipaddress.ip_address("2606:4700::1111"))

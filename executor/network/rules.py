@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import socket
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -163,10 +164,13 @@ class EgressRules:
         return None
 
     def check_address(self, address: Address, port: int, rule: Rule) -> Verdict:
-        """Whether the proxy may connect to `address` for a destination `rule` allowed."""
+        """Whether the proxy may connect to `address` for a destination `rule` allowed. A
+        non-public address needs a range the person named; a yes at the prompt (`rule` from
+        the person's answer) names a host, never that."""
         if is_public(address):
             return Verdict(True, rule)
-        for candidate in (rule, *self.rules):
+        asked = rule.source in ("user", "user:session")
+        for candidate in ((*self.rules,) if asked else (rule, *self.rules)):
             if candidate.covers(address, port):
                 return Verdict(True, rule, address_rule=candidate)
         hint = _range_hint(address, port)
@@ -206,8 +210,14 @@ def valid_host(host: str) -> bool:
     if address_of(host) is not None:
         return True
     name = host.lower().rstrip(".")
-    return (0 < len(name) <= 253 and name.isascii()
-            and all(_LABEL.fullmatch(label) for label in name.split(".")))
+    if not (0 < len(name) <= 253 and name.isascii()
+            and all(_LABEL.fullmatch(label) for label in name.split("."))):
+        return False
+    try:  # 0x7f.0.0.1, 0177.1, 2130706433: the resolver reads them as an IPv4 address
+        socket.inet_aton(name)
+    except OSError:
+        return True
+    return False
 
 
 def kind_of(address: Address) -> str:

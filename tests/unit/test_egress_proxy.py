@@ -286,3 +286,24 @@ def test_ipv6_that_embeds_ipv4_is_never_public():
                  "::ffff:0:a00:5", "::ffff:127.0.0.1"):
         assert not is_public(ipaddress.ip_address(text)), text
     assert is_public(ipaddress.ip_address("2606:4700::1111"))
+
+
+def test_numbers_the_resolver_reads_as_an_address_are_no_names():
+    from executor.network.rules import valid_host
+
+    for text in ("0x7f.0.0.1", "0177.0.0.1", "2130706433", "127.1"):
+        assert not valid_host(text), text
+    assert valid_host("127.0.0.1") and valid_host("pkg.example.org")
+
+
+def test_a_yes_for_a_non_public_literal_does_not_reach_it(tmp_path: Path):
+    """Red-team round 15: `a` for `::ffff:7f00:1` made a /128 rule and reached the host's
+    loopback; the prompt never said so. A yes names a host; a range only the person's own."""
+    import ipaddress
+
+    from executor.network.egress import granted
+    from executor.network.rules import EgressRules
+
+    asked = granted("::ffff:7f00:1", 80, "user:session")
+    verdict = EgressRules([]).check_address(ipaddress.ip_address("::ffff:7f00:1"), 80, asked)
+    assert not verdict.allowed and "loopback" in verdict.reason

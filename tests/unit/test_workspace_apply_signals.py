@@ -1,7 +1,9 @@
-"""`apply` and `undo` stopped by SIGTERM half way: every file written is journaled and audited.
+"""`apply` and `undo` signalled half way: no file they write goes unjournaled or unaudited.
 
-Through the real console script: a copy session's changeset of hundreds of small files (each
-write is fsynced: about 10 ms a file here), the command signalled once some are in the tree.
+(They hold the signal until their writes are done and recorded, then exit 130; a design that
+stopped early would pass too, as long as all it wrote is on record.) Through the real console
+script: a copy session's changeset of hundreds of small files (each write is fsynced: about
+10 ms a file here), the command signalled once some are in the tree.
 """
 
 from __future__ import annotations

@@ -20,10 +20,12 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
+from typing import Protocol, TypeVar
 
 ENDING_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 """Signals that end a run the way Ctrl-C does."""
 HELD = (signal.SIGINT, *ENDING_SIGNALS)
+C = TypeVar("C", bound="Closable")
 
 
 class Terminated(KeyboardInterrupt):
@@ -83,6 +85,26 @@ def held() -> Iterator[None]:
             signal.signal(number, signal.SIG_DFL if handler is None else handler)
         if caught:
             signal.raise_signal(caught[0])
+
+
+class Closable(Protocol):
+    """What `cleaned_up_whole` runs: started on entry, closed on the way out."""
+
+    def start(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+@contextmanager
+def cleaned_up_whole(thing: C) -> Iterator[C]:
+    """`with thing:` whose close no signal cuts short, whatever started the way out (Ctrl-C
+    then a hang-up, a SIGTERM sent twice): one arriving while it closes is acted on after."""
+    thing.start()
+    try:
+        yield thing
+    finally:
+        with held():
+            thing.close()
 
 
 def _is_tty(fd: int) -> bool:

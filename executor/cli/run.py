@@ -49,7 +49,7 @@ from executor.cli.options import (
     skill_options,
 )
 from executor.errors import ConfigError, SandboxAgentError
-from executor.signals import interrupt_on_ending_signals
+from executor.signals import cleaned_up_whole, interrupt_on_ending_signals
 from executor.text import markup_safe
 
 if TYPE_CHECKING:  # imported where used: `--help` loads neither pydantic nor the agent
@@ -371,7 +371,7 @@ def ask(
         check_apply(runner, apply)
         output.attach(runner.hooks, session=lambda: runner.session_name)
         try:
-            with runner:
+            with cleaned_up_whole(runner):
                 _start(runner, view)
                 if interactive:
                     from executor.cli.repl import Repl

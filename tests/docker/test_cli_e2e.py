@@ -333,11 +333,16 @@ def test_a_stopped_run_removes_its_container(project: Path, model_server: ModelS
     assert containers_of(docker_client, project) == []
 
 
+@pytest.mark.parametrize("signals", [
+    (signal.SIGTERM, signal.SIGHUP, signal.SIGTERM),
+    (signal.SIGINT, signal.SIGINT, signal.SIGINT, signal.SIGHUP),
+], ids=["TERM-HUP-TERM", "INT-INT-INT-HUP"])
 def test_a_second_ending_signal_does_not_cut_the_cleanup_short(
-        project: Path, model_server: ModelServer, docker_client: Any):
-    """A dying terminal sends SIGHUP after SIGTERM (or twice): the second one came while the
-    first was being cleaned up and skipped the end-of-session sweep, so a repository the
-    command made stayed for host git to honour (red-team round 14)."""
+        project: Path, model_server: ModelServer, docker_client: Any,
+        signals: tuple[signal.Signals, ...]):
+    """A dying terminal sends SIGHUP after SIGTERM, an impatient person presses Ctrl-C again:
+    a signal that came while the first was being cleaned up skipped the end-of-session sweep,
+    so a repository the command made stayed for host git to honour (red-team round 14)."""
     model_server.reply(tool_calls=[Call("run_shell_command", {
         "command": "git init -q sub; while true; do date >> grow.txt; sleep 0.2; done",
         "timeout_seconds": 600})])
@@ -354,11 +359,9 @@ def test_a_second_ending_signal_does_not_cut_the_cleanup_short(
             assert run.poll() is None, run.communicate()
             time.sleep(0.1)
         assert (project / "sub" / ".git").is_dir(), "the command never ran"
-        run.send_signal(signal.SIGTERM)
-        time.sleep(0.05)
-        run.send_signal(signal.SIGHUP)
-        time.sleep(0.05)
-        run.send_signal(signal.SIGTERM)
+        for number in signals:
+            run.send_signal(number)
+            time.sleep(0.05)
         _, err = run.communicate(timeout=90)
     finally:
         if run.poll() is None:

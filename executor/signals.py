@@ -87,6 +87,15 @@ def held() -> Iterator[None]:
             signal.raise_signal(caught[0])
 
 
+def ignore_from_now() -> None:
+    """The process is on its way out after an interrupt: a signal now is ignored, so exit 130
+    stays 130 (Python restores the default actions while it shuts down, and a late SIGHUP
+    would end it as killed by the signal)."""
+    if threading.current_thread() is threading.main_thread():
+        for number in HELD:
+            signal.signal(number, signal.SIG_IGN)
+
+
 class Closable(Protocol):
     """What `cleaned_up_whole` runs: started on entry, closed on the way out."""
 

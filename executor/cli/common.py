@@ -142,6 +142,9 @@ def cli_errors(fn: Callable[P, R]) -> Callable[P, R]:
         except SandboxAgentError as exc:
             raise fail(exc) from None
         except KeyboardInterrupt:
+            from executor.signals import ignore_from_now
+
+            ignore_from_now()
             err_console.print("[yellow]interrupted[/]")
             raise typer.Exit(EXIT_INTERRUPTED) from None
 

@@ -23,12 +23,16 @@ a symlink or FIFO planted in our place is an error, never followed and never a h
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import os
 import re
+import secrets
 import stat
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import TextIO
 
 from executor.errors import ConfigError, SessionError
 
@@ -202,6 +206,42 @@ def open_private(path: Path, flags: int, mode: int = 0o600, *, owner: bool = Tru
         os.close(fd)
         raise
     return fd
+
+
+@contextmanager
+def replacing(path: Path, mode: int = 0o600) -> Iterator[TextIO]:
+    """A stream to write what `path` is to hold: a new file next to it (UTF-8, newlines kept),
+    renamed onto `path` once the block ends without an error, removed when it raises.
+
+    For a file the person names (`--output`) in a tree a repository ships: a symlink at that
+    name is replaced, never followed, and a FIFO, device or directory there is refused (an
+    OSError naming it) before anything is written, so nothing hangs.
+    """
+    check_replaceable(path)
+    temporary = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _OPEN_FLAGS, mode)
+    try:
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as out:
+            yield out
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+
+
+def check_replaceable(path: Path) -> None:
+    """OSError unless `path` is free, a regular file or a link (which `replacing` replaces)."""
+    with contextlib.suppress(FileNotFoundError):
+        kind = stat.S_IFMT(os.lstat(path).st_mode)
+        if kind not in (stat.S_IFREG, stat.S_IFLNK):
+            there = _KINDS.get(kind, "something else")
+            raise OSError(errno.EINVAL, f"{there} is there, not a regular file")
+
+
+_KINDS = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a device",
+          stat.S_IFBLK: "a device", stat.S_IFSOCK: "a socket"}
 
 
 def read_private(path: Path, limit: int | None = None) -> bytes:

@@ -2,7 +2,6 @@
 
 
 import json
-import os
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -12,7 +11,7 @@ from typing import Annotated, Any, TextIO
 
 import typer
 
-from executor.cli.common import RootOption, cli_errors, err_console, out_console
+from executor.cli.common import RootOption, cli_errors, err_console, out_console, to_file
 from executor.errors import AuditError, AuditIntegrityError, ConfigError
 from executor.text import inert_line, markup_safe
 
@@ -107,7 +106,7 @@ def export(
     root: RootOption = Path("."),
     audit_dir: AuditDirOption = None,
     output: Annotated[
-        Path | None, typer.Option("--output", "-o", help="File to write (default: stdout).")
+        Path | None, typer.Option("--output", "-o", help="File to write (default or -: stdout).")
     ] = None,
     session: SessionOption = None,
     since: SinceOption = None,
@@ -118,6 +117,7 @@ def export(
     from executor import audit
 
     records = _records(root, audit_dir, session, since)
+    output = to_file(output)
     terminal = output is None and sys.stdout.isatty()
     with _opened(output) as out:
         if fmt is ExportFormat.OCSF:
@@ -137,7 +137,8 @@ def report(
     root: RootOption = Path("."),
     audit_dir: AuditDirOption = None,
     output: Annotated[
-        Path | None, typer.Option("--output", "-o", help="HTML file to write (default: stdout).")
+        Path | None,
+        typer.Option("--output", "-o", help="HTML file to write (default or -: stdout)."),
     ] = None,
     session: SessionOption = None,
     since: SinceOption = None,
@@ -161,6 +162,7 @@ def report(
             raise ConfigError(exc.message.replace("--since", "--until", 1), fix=exc.fix) from None
         records = (r for r in records if str(r.get("ts", "")) < end)
     scope = _scope(path, session, since, until)
+    output = to_file(output)
     with _opened(output) as out:
         count = write_report(records, out, verification=audit.verify(path), scope=scope)
     where = f" to {output}" if output else ""
@@ -201,16 +203,18 @@ def _audit_path(root: Path, audit_dir: Path | None) -> Path:
 
 @contextmanager
 def _opened(output: Path | None) -> Iterator[TextIO]:
-    """stdout, or `output` created private (0600): an export is as sensitive as the log."""
+    """stdout, or `output` created private (0600): an export is as sensitive as the log. A
+    link at that name (a repository can ship one) is replaced, never written through."""
+    from executor.state import replacing
+
     if output is None:
         yield sys.stdout
         return
     try:
-        fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with replacing(output) as out:
+            yield out
     except OSError as exc:
-        raise AuditError(f"cannot write {output}: {exc}") from None
-    with os.fdopen(fd, "w", encoding="utf-8", newline="") as out:
-        yield out
+        raise AuditError(f"cannot write {output}: {exc.strerror or exc}") from None
 
 
 def _row(record: Mapping[str, Any]) -> tuple[str, str, str, str, str]:

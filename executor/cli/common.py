@@ -127,6 +127,11 @@ def encodable(text: str) -> str:
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
+def to_file(output: Path | None) -> Path | None:
+    """An `--output` value: None for stdout (`-` or not given), else the file to write."""
+    return None if output is None or str(output) == "-" else output
+
+
 def cli_errors(fn: Callable[P, R]) -> Callable[P, R]:
     """Turn sandbox-agent errors into one clear line and their exit code; Ctrl-C into 130."""
 
@@ -137,6 +142,9 @@ def cli_errors(fn: Callable[P, R]) -> Callable[P, R]:
         except SandboxAgentError as exc:
             raise fail(exc) from None
         except KeyboardInterrupt:
+            from executor.signals import ignore_from_now
+
+            ignore_from_now()
             err_console.print("[yellow]interrupted[/]")
             raise typer.Exit(EXIT_INTERRUPTED) from None
 

@@ -41,6 +41,7 @@ from executor.cli.options import (
 )
 from executor.cli.run import _prepare, _settings, _start, session_line, show_changes
 from executor.errors import ConfigError, SandboxAgentError
+from executor.signals import cleaned_up_whole
 from executor.text import inert_line, markup_safe
 
 if TYPE_CHECKING:
@@ -176,7 +177,7 @@ def _fix(root: Path, options: dict[str, Any], report: ReviewReport, *, stream: b
     runner, view = _prepare(root, options, stream=stream, trace=trace, audit=audit,
                             interactive=at_terminal)
     try:
-        with runner:
+        with cleaned_up_whole(runner):
             _start(runner, view)
             view.begin()
             result = runner.run(fix_prompt(report))

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from executor.cli.common import err_console
+from executor.signals import Terminated
 from executor.text import inert, markup_safe
 
 if TYPE_CHECKING:
@@ -32,10 +33,6 @@ HISTORY_FILE = "repl_history"
 PROMPT = "you> "
 PLUGINS = ("executor.cli.repl_workspace",)
 """Modules that may register slash commands (loaded when they exist)."""
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM: ends the session (a plain Ctrl-C only cancels the request being answered)."""
 
 
 @dataclass(frozen=True)
@@ -159,6 +156,8 @@ class Repl:
                 line = session.prompt([("class:prompt", PROMPT)])
             except EOFError:
                 return
+            except Terminated:  # SIGTERM or a hang-up at the prompt ends the session
+                raise
             except KeyboardInterrupt:
                 if interrupted:
                     return

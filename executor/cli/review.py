@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from executor.cli.actions import under_actions, workflow_command
-from executor.cli.common import RootOption, cli_errors, echo_result, err_console
+from executor.cli.common import RootOption, cli_errors, echo_result, err_console, to_file
 from executor.cli.options import (
     AuditRequiredOpt,
     DenyPrefixOpt,
@@ -81,7 +81,8 @@ def review(
     root: RootOption = Path("."),
     output: Annotated[
         Path | None,
-        typer.Option("--output", "-o", help="Write the report here (default: stdout).",
+        typer.Option("--output", "-o", help="Write the report here (default or -: stdout); "
+                     "a link at that name is replaced, never followed.",
                      dir_okay=False, show_default=False),
     ] = None,
     fmt: Annotated[
@@ -138,6 +139,7 @@ def review(
     from executor.review import ReviewRequest, SubmitReview, run_review
 
     root = root.resolve()
+    output = to_file(output)
     _check_output(output)
     tool = SubmitReview()
     options = _settings(
@@ -219,8 +221,11 @@ def _print_untrusted(text: str, *, json_text: bool) -> None:
 
 
 def _write(output: Path, text: str) -> None:
-    try:
-        output.write_text(text + "\n", encoding="utf-8")
+    from executor.state import replacing
+
+    try:  # a link the repository ships at that name is replaced, never followed
+        with replacing(output, 0o666) as out:  # the umask's mode, as a plain write
+            out.write(text + "\n")
     except OSError as exc:
         raise ConfigError(f"cannot write the report to {output}: {exc.strerror}") from exc
     err_console.print(f"[dim]report written to {markup_safe(str(output), line=True)}[/]")
@@ -255,8 +260,17 @@ def _exit(report: ReviewReport, fail_on: FailOn | None) -> None:
 
 def _check_output(output: Path | None) -> None:
     """Fail before the review runs, not after, when the report cannot be written there."""
-    if output is not None and not output.parent.is_dir():
+    from executor.state import check_replaceable
+
+    if output is None:
+        return
+    if not output.parent.is_dir():
         raise ConfigError(
             f"cannot write the report to {output}: {output.parent} is not a directory",
             fix="create the directory first, or pass another --output",
         )
+    try:  # a FIFO there would hang the job; a directory cannot take the report
+        check_replaceable(output)
+    except OSError as exc:
+        raise ConfigError(f"cannot write the report to {output}: {exc.strerror}",
+                          fix="remove it, or pass another --output") from None

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import inspect
 import os
-import signal
 import sys
 from pathlib import Path
-from types import FrameType
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -52,6 +49,7 @@ from executor.cli.options import (
     skill_options,
 )
 from executor.errors import ConfigError, SandboxAgentError
+from executor.signals import cleaned_up_whole, interrupt_on_ending_signals
 from executor.text import markup_safe
 
 if TYPE_CHECKING:  # imported where used: `--help` loads neither pydantic nor the agent
@@ -69,44 +67,6 @@ def _settings(**values: Any) -> dict[str, Any]:
     return {k: v for k, v in values.items() if v is not None and v != []}
 
 
-ENDING_SIGNALS = ("SIGTERM", "SIGHUP", "SIGQUIT")
-"""Signals that end a run the way Ctrl-C does: a closed terminal or a dropped SSH connection
-(SIGHUP) must not leave a container running with nobody watching it."""
-
-
-def _interrupt_on_sigterm() -> None:
-    """SIGTERM, SIGHUP and SIGQUIT clean up like Ctrl-C: the session is saved, the container
-    removed, `run_end` audited. After a hang-up the terminal is gone: what cleanup prints goes
-    to /dev/null instead of failing half-way (fds that were a terminal at the start)."""
-    from executor.cli.repl import Terminated
-
-    terminals = [fd for fd in (0, 1, 2) if _is_tty(fd)]
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        if signum == signal.SIGHUP:
-            _silence(terminals)
-        raise Terminated
-
-    for name in ENDING_SIGNALS:
-        signal.signal(getattr(signal, name), handler)
-
-
-def _is_tty(fd: int) -> bool:
-    try:
-        return os.isatty(fd)
-    except OSError:
-        return False
-
-
-def _silence(fds: list[int]) -> None:
-    """Point `fds` at /dev/null (their terminal hung up: a write there fails with EIO)."""
-    null = os.open(os.devnull, os.O_RDWR)
-    for fd in fds:
-        with contextlib.suppress(OSError):
-            os.dup2(null, fd)
-    os.close(null)
-
-
 def _prepare(
     root: Path, options: dict[str, Any], *, stream: bool | None, trace: bool, audit: bool,
     interactive: bool,
@@ -118,7 +78,7 @@ def _prepare(
 
     if not audit:
         options["audit"] = False
-    _interrupt_on_sigterm()
+    interrupt_on_ending_signals()
     view = ProgressView(real_console(err_console), stream=stream is not False, trace=trace)
     approver = TerminalApprover(view) if interactive else None
     runner = Runner.build(root, argv=sys.argv[1:], interactive=interactive, approver=approver,
@@ -411,7 +371,7 @@ def ask(
         check_apply(runner, apply)
         output.attach(runner.hooks, session=lambda: runner.session_name)
         try:
-            with runner:
+            with cleaned_up_whole(runner):
                 _start(runner, view)
                 if interactive:
                     from executor.cli.repl import Repl

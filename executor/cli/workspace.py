@@ -22,6 +22,7 @@ from executor.errors import (
     SessionNotFoundError,
     UnrestorableError,
 )
+from executor.signals import interrupt_on_ending_signals
 from executor.state import real_root
 
 if TYPE_CHECKING:  # imported where used: `--help` loads neither Rich nor pydantic
@@ -178,6 +179,7 @@ def apply_command(
 ) -> None:
     """Write a copy session's pending changes into the tree, file by file; a file changed on
     the host since the copy is refused (exit 61), never merged."""
+    interrupt_on_ending_signals()  # a hang-up or SIGTERM: exit 130, once the writes are on record
     root = real_root(root)
     changeset = changeset_for(root, session)
     if changeset is None:
@@ -321,6 +323,7 @@ def undo_command(
     bind mode) is named and left as it is (exit 64); the rest is undone."""
     from executor.workspace.apply import plan_undo
 
+    interrupt_on_ending_signals()
     root = real_root(root)
     name = session or _latest_undoable(root)
     plan = plan_undo(root, name) if name else None

@@ -15,7 +15,9 @@ approved; `undo` runs the inverse of the last apply of a session (copy mode) or 
 session's recorded writes, after asking (`confirm`) and never destroying the last copy of
 anything: what it removes or overwrites must be kept first, and a path is put back from
 whichever file holds its earlier hash (`mv a b`). Both append to the session's journal and to
-the audit log: who approved, which files, hashes before and after.
+the audit log: who approved, which files, hashes before and after. Their writes and those two
+records run with ending signals held (executor/signals.py): a SIGTERM or hang-up half way
+waits until what was written is on record, so `undo` can take it back.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, overload
 
+from executor import signals
 from executor.audit import AuditLog
 from executor.errors import WorkspaceError
 from executor.sandbox.toolbox.gitshape import GITDIR_PARTS, gitdir_shape
@@ -412,17 +415,19 @@ def apply_changes(root: Path, changeset: Changeset, *, approved_by: str,
     blobs = BlobStore.for_root(root)
     todo = pending(root, changeset)
     refuse = (git or git_run(root)).refusals(todo, reader(blobs))
-    outcome = execute(root, todo, blobs, refuse)
-    outcome.conflicts += outcome.missing
-    outcome.missing = []
-    record = {"type": "apply", "id": secrets.token_hex(8), "ts": utc_now(),
-              "session": changeset.session, "changeset": changeset.id,
-              "approved_by": approved_by, "user": _user(), "host": socket.gethostname(),
-              "files": [_file_record(c, outcome) for c in outcome.done], "already": outcome.already,
-              "conflicts": [{"path": p, "reason": r} for p, r in outcome.conflicts]}
-    _journal(root, changeset.session, record)
-    if audit is not None:
-        audit.record("apply", **_audit_fields(record, outcome))
+    with signals.held():  # a signal waits until every write is journaled and audited
+        outcome = execute(root, todo, blobs, refuse)
+        outcome.conflicts += outcome.missing
+        outcome.missing = []
+        record = {"type": "apply", "id": secrets.token_hex(8), "ts": utc_now(),
+                  "session": changeset.session, "changeset": changeset.id,
+                  "approved_by": approved_by, "user": _user(), "host": socket.gethostname(),
+                  "files": [_file_record(c, outcome) for c in outcome.done],
+                  "already": outcome.already,
+                  "conflicts": [{"path": p, "reason": r} for p, r in outcome.conflicts]}
+        _journal(root, changeset.session, record)
+        if audit is not None:
+            audit.record("apply", **_audit_fields(record, outcome))
     return outcome
 
 
@@ -692,10 +697,11 @@ def undo(root: Path, plan: UndoPlan, *, audit: AuditLog | None = None,
         return None
     for path, entry in held.values():
         _keep_current(root, path, entry, blobs)
-    carry_out(root, outcome, blobs, must_keep=True)
-    outcome.conflicts += plan.conflicts
-    outcome.cannot = plan.cannot + outcome.missing
-    _record_undo(root, plan, outcome, audit)
+    with signals.held():  # as in apply_changes: no write of an undo goes unrecorded
+        carry_out(root, outcome, blobs, must_keep=True)
+        outcome.conflicts += plan.conflicts
+        outcome.cannot = plan.cannot + outcome.missing
+        _record_undo(root, plan, outcome, audit)
     return outcome
 
 

@@ -333,6 +333,48 @@ def test_a_stopped_run_removes_its_container(project: Path, model_server: ModelS
     assert containers_of(docker_client, project) == []
 
 
+@pytest.mark.parametrize("signals", [
+    (signal.SIGTERM, signal.SIGHUP, signal.SIGTERM),
+    (signal.SIGINT, signal.SIGINT, signal.SIGINT, signal.SIGHUP),
+], ids=["TERM-HUP-TERM", "INT-INT-INT-HUP"])
+def test_a_second_ending_signal_does_not_cut_the_cleanup_short(
+        project: Path, model_server: ModelServer, docker_client: Any,
+        signals: tuple[signal.Signals, ...]):
+    """A dying terminal sends SIGHUP after SIGTERM, an impatient person presses Ctrl-C again:
+    a signal that came while the first was being cleaned up skipped the end-of-session sweep,
+    so a repository the command made stayed for host git to honour (red-team round 14)."""
+    model_server.reply(tool_calls=[Call("run_shell_command", {
+        "command": "git init -q sub; while true; do date >> grow.txt; sleep 0.2; done",
+        "timeout_seconds": 600})])
+    model_server.reply("never asked")
+    run = subprocess.Popen(
+        [str(SANDBOX_AGENT), "ask", "--root", str(project), *model_args(model_server, "ollama"),
+         "--yes", "plant it"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=cli_env())
+    try:
+        deadline = time.monotonic() + 60
+        grow = project / "grow.txt"
+        while not (grow.exists() and grow.stat().st_size) and time.monotonic() < deadline:
+            assert run.poll() is None, run.communicate()
+            time.sleep(0.1)
+        assert (project / "sub" / ".git").is_dir(), "the command never ran"
+        for number in signals:
+            run.send_signal(number)
+            time.sleep(0.05)
+        _, err = run.communicate(timeout=90)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+
+    assert run.returncode == 130, err
+    assert "Traceback" not in err
+    assert not (project / "sub" / ".git").exists(), err
+    assert list((project / "sub").glob(".git.quarantined-*")), err
+    assert containers_of(docker_client, project) == []
+
+
 def _running(docker_client: Any, root: Path) -> list[Any]:
     """Running sandbox containers of `root` (a sparse listing: one that is still being set up
     or already removed does not fail it)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -180,6 +181,46 @@ def test_an_output_in_a_missing_directory_fails_before_the_review(
     assert_user_error(done, 2, "cannot write the report", str(workdir / "missing"))
     assert model_server.chat_requests == []
     assert containers_of(docker_client, project) == []
+
+
+def test_a_link_the_repository_ships_at_the_report_name_is_replaced_not_followed(
+        project: Path, workdir: Path, model_server: ModelServer):
+    victim = workdir / "authorized_keys"  # outside the project, writable by the CI user
+    victim.write_text("ssh-ed25519 AAAA person@laptop\n")
+    (project / "review.md").symlink_to(victim)  # shipped by the pull request
+    model_server.reply("Summary: fine.\nssh-ed25519 AAAAATTACKER attacker@evil")
+
+    done = run_cli("review", "--root", project, *model_args(model_server, "ollama"),
+                   "--output", project / "review.md", "--format", "markdown")
+
+    assert done.returncode == 0, explain(done)
+    assert victim.read_text() == "ssh-ed25519 AAAA person@laptop\n"
+    report = project / "review.md"
+    assert not report.is_symlink() and "attacker@evil" in report.read_text()
+
+
+def test_a_fifo_at_the_report_name_fails_before_the_review_not_a_hang(
+        project: Path, model_server: ModelServer, docker_client: Any):
+    os.mkfifo(project / "review.sarif")
+    model_server.reply(REVIEW)
+
+    done = run_cli("review", "--root", project, *model_args(model_server, "ollama"),
+                   "--output", project / "review.sarif", "--format", "sarif", timeout=60)
+
+    assert_user_error(done, 2, "cannot write the report", "a FIFO is there")
+    assert model_server.chat_requests == []
+    assert containers_of(docker_client, project) == []
+
+
+def test_a_dash_sends_the_report_to_stdout(project: Path, model_server: ModelServer):
+    model_server.reply(REVIEW)
+
+    done = run_cli("review", "--root", project, *model_args(model_server, "ollama"),
+                   "--output", "-", "--format", "json")
+
+    assert done.returncode == 0, explain(done)
+    assert json.loads(done.stdout)["summary"] == "Summary: small and fine."
+    assert not (project / "-").exists()
 
 
 def test_an_unwritable_report_is_one_line_after_the_review(project: Path,

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ValidationError
 
 from executor.coach import Coach
 from executor.context import INTERRUPTED_RESULT
-from executor.errors import AgentError, MaxTurnsExceeded, SandboxAgentError
+from executor.errors import AgentError, ContextOverflowError, MaxTurnsExceeded, SandboxAgentError
 from executor.hooks import (
     HookBus,
     ModelRequestEvent,
@@ -61,6 +61,10 @@ class ContextFitter(Protocol):
 
     def observe(self, sent: Sequence[Message], usage: Usage) -> None:
         """Calibrate with the prompt token count the provider reported for `sent`."""
+        ...
+
+    def overflowed(self, sent: Sequence[Message], error: ContextOverflowError) -> None:
+        """The server refused `sent` as longer than its window: fit smaller from now on."""
         ...
 
 
@@ -161,13 +165,26 @@ class Agent:
         )
 
     def query(self) -> ModelReply:
-        """Fit the context and ask the model for its next turn."""
+        """Fit the context and ask the model for its next turn.
+
+        A request the server refuses as too long is fitted again, with what the refusal
+        taught the fitter, and sent once more; a second refusal ends the run.
+        """
         prompt = [Message.system(self.system_prompt)] if self.system_prompt else []
         sent = (self.fitter.fit if self.fitter else list)(prompt + self.messages)
         self._note_cut_request(sent)
         specs = self.specs
         started = time.monotonic()
-        reply = self.model.chat(sent, specs, on_token=self._token, on_thinking=self._thinking)
+        try:
+            reply = self.model.chat(sent, specs, on_token=self._token, on_thinking=self._thinking)
+        except ContextOverflowError as exc:
+            if self.fitter is None:
+                raise
+            self.fitter.overflowed(sent, exc)
+            self.hooks.emit(WarningEvent(
+                message="the request was longer than the model's window; sending it trimmed"))
+            sent = self.fitter.fit(prompt + self.messages)
+            reply = self.model.chat(sent, specs, on_token=self._token, on_thinking=self._thinking)
         if self.fitter is not None:
             self.fitter.observe(sent, reply.usage)
         self.hooks.emit(ModelRequestEvent(

@@ -22,6 +22,7 @@ that fixes it.
     │   ├── ModelUnavailableError             21  (also ConnectionError) server unreachable
     │   ├── ModelTimeoutError                 22  (also TimeoutError) no answer in time
     │   ├── ModelResponseError                23  4xx / unusable payload
+    │   │   └── ContextOverflowError          25  the request exceeds the served window
     │   └── EmbeddedModelError                24  embedded model missing or corrupt
     ├── AgentError                            30  e.g. unusable model replies in a row
     │   ├── MaxTurnsExceeded                  31  no answer within --max-turns
@@ -144,6 +145,20 @@ class ModelResponseError(ModelError):
     def __init__(self, message: str, *, status_code: int | None = None, fix: str | None = None):
         super().__init__(message, fix=fix)
         self.status_code = status_code
+
+
+class ContextOverflowError(ModelResponseError):
+    """The server refused a request as longer than its context window (even after a trim)."""
+
+    exit_code = 25
+
+    def __init__(self, message: str, *, status_code: int | None = None, fix: str | None = None,
+                 prompt_tokens: int | None = None, context_size: int | None = None):
+        super().__init__(message, status_code=status_code, fix=fix)
+        self.prompt_tokens = prompt_tokens
+        """The request's size as the server counted it, when it said."""
+        self.context_size = context_size
+        """The window the server serves, when it said."""
 
 
 class EmbeddedModelError(ModelError):

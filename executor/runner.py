@@ -36,6 +36,7 @@ from executor.context import (
     INTERRUPTED_RESULT,
     CachedSummarizer,
     ContextWindow,
+    counter_for,
     pair_tool_results,
     resolve_budget,
 )
@@ -71,7 +72,7 @@ from executor.network.egress import EgressConfig
 from executor.network.notes import NotedSandbox, Refusals
 from executor.network.session import egress_config, egress_hooks, prompt_note
 from executor.policy import Decision, Policy, PolicyOverrides
-from executor.protocols import LoadingModel, Model, Sandbox
+from executor.protocols import LoadingModel, Model, Sandbox, TokenizingModel
 from executor.redact import Redactor
 from executor.sandbox.docker import DockerSandbox, SandboxConfig
 from executor.sandbox.environment import sandbox_environment
@@ -754,7 +755,10 @@ class Runner:
     def _window(self, specs: list[ToolSpec]) -> ContextWindow:
         budget = resolve_budget(self.settings.max_tokens, self.model.context_length())
         summarizer = CachedSummarizer(self._summarize) if self.options.context_summarize else None
-        return ContextWindow(budget=budget, tools=specs, summarizer=summarizer)
+        tokenizer = self.model.count_tokens if isinstance(self.model, TokenizingModel) else None
+        return ContextWindow(budget=budget, tools=specs, summarizer=summarizer,
+                             counter=counter_for(tokenizer),
+                             protocol=self.model.tool_protocol)
 
     def _summarize(self, segment: list[Message]) -> str:
         transcript = "\n".join(f"{m.role}: {m.content}"[:2000] for m in segment)

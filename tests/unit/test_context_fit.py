@@ -1,0 +1,150 @@
+"""Every request fits the window of the model actually served.
+
+The stand-in model server counts prompts its own way (UTF-8 bytes / 3: more tokens than
+tiktoken's estimate, as Qwen's tokenizer gives on numbered code) and refuses a request longer
+than its window the way llama.cpp, vLLM or a terse server do. The agent runs its real loop
+with the OpenAI-compatible provider against it; the tests look at what the server received.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from executor.agent import Agent, Authorization
+from executor.context import ContextWindow, TokenCounter, counter_for
+from executor.errors import ContextOverflowError
+from executor.hooks import Event, WarningEvent
+from executor.messages import Message, ToolCall, ToolResult
+from executor.models import OpenAIModel
+from executor.models.ollama import OllamaModel
+from executor.models.toolproto import tools_prompt
+from executor.tools import Tool, ToolContext, default_registry
+from tests.fakes import ModelServer
+from tests.fakes.sandbox import FakeSandbox
+
+MODULE = "\n".join(
+    f"{n:6}\tdef helper_{n}(value):  # keeps {n} in range\n"
+    f"{n:6}\t    return min(max(value, {n}), {n * 7})" for n in range(1, 401))
+"""An 800-line numbered read_file result: the kind of output that overflowed the window."""
+
+
+def allow(tool: Tool, args: BaseModel, call: ToolCall) -> Authorization:
+    return Authorization(True, "test:allow", approved_by="--yes")
+
+
+def agent_on(server: ModelServer, budget: int, *, protocol: str = "constrained",
+             system: str = "You are a coding agent.") -> tuple[Agent, list[Event]]:
+    """An agent whose model is the stand-in server, with a window of `budget` tokens."""
+    box = FakeSandbox({"read_file": ToolResult(ok=True, output=MODULE)})
+    box.start()
+    model = OpenAIModel("fake-model", base_url=server.openai_url,
+                        tool_protocol=protocol, stream=False)  # type: ignore[arg-type]
+    tools = default_registry()
+    agent = Agent(model=model, tools=tools, authorize=allow, system_prompt=system,
+                  context=ToolContext(sandbox=box, root=Path("/p"), read_only=False,
+                                      session_id="t"))
+    agent.fitter = ContextWindow(budget=budget, tools=agent.specs, protocol=model.tool_protocol,
+                                 counter=counter_for(None))  # as the runner builds it
+    events: list[Event] = []
+    agent.hooks.subscribe(events.append)
+    return agent, events
+
+
+def read_then_answer(server: ModelServer) -> None:
+    server.reply('{"name": "read_file", "arguments": {"path": "big.py"}}')
+    server.reply('{"answer": "helper_200 clamps the value."}')
+
+
+def answered(server: ModelServer) -> list[Any]:
+    return [r for r in server.chat_requests if r not in server.rejected]
+
+
+def test_a_big_tool_result_is_cut_to_the_served_window_not_refused(
+        model_server: ModelServer) -> None:
+    model_server.window = 3000
+    read_then_answer(model_server)
+    agent, _ = agent_on(model_server, budget=3000)
+
+    result = agent.run("What does helper_200 in big.py do?")
+
+    assert result.answer == "helper_200 clamps the value."
+    assert not model_server.rejected
+    sizes = [ModelServer.prompt_size(r) for r in model_server.chat_requests]
+    assert len(sizes) == 2 and max(sizes) <= 3000 * 0.9, sizes
+    last = model_server.last_chat.body["messages"]
+    assert "truncated" in last[-1]["content"] and "TOOL_RESULT read_file" in last[-1]["content"]
+    assert tools_prompt(agent.specs)[:200] in last[0]["content"]  # the tools prompt went out
+
+
+def test_the_tools_prompt_of_the_json_protocols_takes_its_room() -> None:
+    specs = default_registry().specs()
+    counter = TokenCounter()
+    constrained = ContextWindow(budget=8192, tools=specs, protocol="constrained", counter=counter)
+    native = ContextWindow(budget=8192, tools=specs, protocol="native", counter=counter)
+    prompt = counter.count_text(tools_prompt(specs))
+    assert constrained.overhead() >= prompt > 500
+    assert native.overhead() == counter.count_tools(specs)
+    assert constrained.room() == 8192 - constrained.overhead()
+
+
+def test_a_huge_system_prompt_is_cut_inside_the_window(model_server: ModelServer) -> None:
+    # AGENTS.md and skills are part of the system prompt: however long, it is inside the budget.
+    model_server.window = 2500
+    model_server.reply('{"answer": "ok"}')
+    agent, _ = agent_on(model_server, budget=2500, system="Project rules.\n" + "Be nice. " * 4000)
+
+    assert agent.run("hello").answer == "ok"
+    assert not model_server.rejected
+    assert ModelServer.prompt_size(model_server.last_chat) <= 2500
+
+
+@pytest.mark.parametrize("style", ["llama.cpp", "vllm"])
+def test_a_refused_request_is_trimmed_with_the_servers_counts_and_sent_again(
+        model_server: ModelServer, style: str) -> None:
+    # The budget believes in a bigger window than the one served (a server started with -c).
+    model_server.window, model_server.window_style = 2000, style  # type: ignore[assignment]
+    read_then_answer(model_server)
+    agent, events = agent_on(model_server, budget=8192)
+
+    result = agent.run("What does helper_200 in big.py do?")
+
+    assert result.answer == "helper_200 clamps the value."
+    assert len(model_server.rejected) == 1
+    assert ModelServer.prompt_size(answered(model_server)[-1]) <= 2000
+    assert any(isinstance(e, WarningEvent) and "window" in e.message for e in events)
+
+
+def test_a_request_refused_twice_ends_the_run_naming_the_setting(
+        model_server: ModelServer) -> None:
+    model_server.window, model_server.window_style = 1500, "plain"
+    read_then_answer(model_server)
+    agent, _ = agent_on(model_server, budget=16384)
+
+    with pytest.raises(ContextOverflowError) as raised:
+        agent.run("What does helper_200 in big.py do?")
+
+    assert raised.value.exit_code == 25
+    assert "--max-tokens" in (raised.value.fix or "")
+    assert len(model_server.rejected) == 2  # the first refusal was retried once, no more
+    assert ModelServer.prompt_size(model_server.rejected[1]) < ModelServer.prompt_size(
+        model_server.rejected[0])
+
+
+def test_the_overflow_refusal_of_a_streamed_request_is_read_too(
+        model_server: ModelServer) -> None:
+    model_server.window = 50
+    model_server.reply("never sent")
+    model = OpenAIModel("fake-model", base_url=model_server.openai_url, stream=True)
+    with pytest.raises(ContextOverflowError) as raised:
+        model.chat([Message.user("word " * 400)], [])
+    assert (raised.value.prompt_tokens, raised.value.context_size) == (
+        ModelServer.prompt_size(model_server.last_chat), 50)
+
+
+def test_ollama_overflow_fix_names_max_tokens() -> None:
+    hint = OllamaModel("m", host="127.0.0.1:9")._http.server
+    assert "--max-tokens" in hint.overflow_fix and "num_ctx" in hint.overflow_fix

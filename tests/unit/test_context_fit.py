@@ -8,6 +8,9 @@ with the OpenAI-compatible provider against it; the tests look at what the serve
 
 from __future__ import annotations
 
+import json
+import re
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +25,11 @@ from executor.messages import Message, ToolCall, ToolResult
 from executor.models import OpenAIModel
 from executor.models.ollama import OllamaModel
 from executor.models.toolproto import tools_prompt
+from executor.review import ReviewRequest, SubmitReview, collect_diff, run_review, split_diff
+from executor.runner import Runner
 from executor.tools import Tool, ToolContext, default_registry
 from tests.fakes import ModelServer
+from tests.fakes.model_server import RecordedRequest, Reply
 from tests.fakes.sandbox import FakeSandbox
 
 MODULE = "\n".join(
@@ -148,3 +154,78 @@ def test_the_overflow_refusal_of_a_streamed_request_is_read_too(
 def test_ollama_overflow_fix_names_max_tokens() -> None:
     hint = OllamaModel("m", host="127.0.0.1:9")._http.server
     assert "--max-tokens" in hint.overflow_fix and "num_ctx" in hint.overflow_fix
+
+
+# -- a review whose diff is bigger than the window ------------------------------------------------
+
+def _git(root: Path, *args: str) -> None:
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=root,
+                   check=True, capture_output=True)
+
+
+def _module(name: str, lines: int, version: int) -> str:
+    return "".join(f"def {name}_{n}(x):\n    return x * {n + version}\n\n" for n in range(lines))
+
+
+def _reviewer(request: RecordedRequest) -> Reply:
+    """Submits one finding per file the request's diff shows, then answers."""
+    last = request.body["messages"][-1]["content"]
+    if last.startswith("TOOL_RESULT submit_review"):
+        return Reply('{"answer": "Reviewed."}')
+    files = re.findall(r"(?m)^diff --git a/\S+ b/(\S+)", last)
+    findings = [{"file": f, "line": 2, "severity": "low", "title": f"changed {f}", "body": ""}
+                for f in dict.fromkeys(files)]
+    call = {"name": "submit_review", "arguments": {"summary": f"{len(files)} files",
+                                                    "findings": findings}}
+    return Reply(json.dumps(call))
+
+
+def test_a_diff_bigger_than_the_window_is_reviewed_in_parts_and_merged(
+        model_server: ModelServer, tmp_path: Path) -> None:
+    root = tmp_path / "proj"
+    root.mkdir()
+    names = [f"mod{n}.py" for n in range(4)]
+    for name in names:
+        (root / name).write_text(_module(name[:-3], 60, 0))
+    _git(root, "init", "-q")
+    _git(root, "add", ".")
+    _git(root, "commit", "-qm", "base")
+    for name in names:
+        (root / name).write_text(_module(name[:-3], 60, 1))
+    model_server.window = model_server.context_length = 4096
+    model_server.default = _reviewer
+    model = OpenAIModel("fake-model", base_url=model_server.openai_url,
+                        tool_protocol="constrained", stream=False)
+    tool = SubmitReview()
+    runner = Runner.build(root, model=model, sandbox=FakeSandbox(), read_only=True, yes=True,
+                          audit=False, tools=[tool])
+    request = ReviewRequest(root=root, diff_base="HEAD")
+    diff, _ = collect_diff(request)
+    assert TokenCounter().count_text(diff) > 4096  # the whole diff cannot be sent at once
+
+    report = run_review(runner, request, tool)
+
+    assert report.status == "ok", report.error
+    assert not model_server.rejected
+    assert all(ModelServer.prompt_size(r) <= 4096 for r in model_server.chat_requests)
+    assert report.diff is not None and report.diff.parts > 1 and not report.diff.truncated
+    assert sorted({f.file for f in report.findings}) == names  # every part's findings, merged
+    shown = "".join(r.body["messages"][-1]["content"] for r in model_server.chat_requests)
+    for name in names:  # every changed line went out in some part
+        old = set(_module(name[:-3], 60, 0).splitlines())
+        for line in set(_module(name[:-3], 60, 1).splitlines()) - old:
+            assert f"+{line}\n" in shown
+
+
+def test_split_diff_keeps_every_line_and_each_part_within_the_limit() -> None:
+    counter = TokenCounter()
+    diff = "".join(
+        f"diff --git a/f{n}.py b/f{n}.py\n--- a/f{n}.py\n+++ b/f{n}.py\n"
+        + "".join(f"@@ -{h * 50},3 +{h * 50},3 @@\n" + "".join(
+            f"+line {n} {h} {k} = {k * h}\n" for k in range(40)) for h in range(3))
+        for n in range(3))
+    parts = split_diff(diff, 300, counter)
+    assert len(parts) > 3 and all(counter.count_text(p) <= 300 for p in parts)
+    body = [line for line in diff.splitlines() if line.startswith("+l")]
+    assert [line for p in parts for line in p.splitlines() if line.startswith("+l")] == body
+    assert all(p.startswith("diff --git ") for p in parts)  # each piece says which file

@@ -91,6 +91,57 @@ class RunResult:
     answer: str
     turns: int
     tool_calls: list[ToolCallRecord] = field(default_factory=list)
+    unfinished: str | None = None
+    """Why the change the model set out to make is not made, when the calls say so: it tried
+    to change files and every such call that ran failed (see `unfinished_reason`)."""
+
+
+WRITE_TOOLS = frozenset({"write_file", "edit_file"})
+"""Tools whose success changes a file."""
+MAX_FAILED_IN_A_ROW = 6
+"""Tool calls that ran and failed one after another, none succeeding in between, after which a
+run is going nowhere and is ended (a weak model repeats a failing edit until its turns run out)."""
+
+
+def _ran(record: ToolCallRecord) -> bool:
+    """Whether the call was allowed and executed (not refused, rejected or denied)."""
+    return record.approved_by is not None
+
+
+def _failure(record: ToolCallRecord) -> str:
+    path = record.call.arguments.get("path") or record.call.arguments.get("command") or ""
+    first = (record.result.output.strip().splitlines() or ["failed"])[0][:160]
+    return f"{record.call.name} {str(path)[:80]} — {first}".replace("  ", " ")
+
+
+def unfinished_reason(records: list[ToolCallRecord]) -> str | None:
+    """A fact, not a guess: the model ran calls to change files and none of them succeeded."""
+    writes = [r for r in records if r.call.name in WRITE_TOOLS and _ran(r)]
+    if not writes or any(r.result.ok for r in writes):
+        return None
+    return (f"no file was changed: all {len(writes)} attempted change(s) failed (last: "
+            f"{_failure(writes[-1])})")
+
+
+def progress_of(records: list[ToolCallRecord]) -> str:
+    """What a run did so far, in one clause: `changed a.py, b.py; 9 tool calls, 4 failed`."""
+    changed = list(dict.fromkeys(str(r.call.arguments.get("path", "?")) for r in records
+                                 if r.call.name in WRITE_TOOLS and _ran(r) and r.result.ok))
+    failed = [r for r in records if _ran(r) and not r.result.ok]
+    done = f"changed {', '.join(changed[:6])}" if changed else "no file changed"
+    text = f"{done}; {len(records)} tool call(s), {len(failed)} failed"
+    return text + (f" (last failure: {_failure(failed[-1])})" if failed else "")
+
+
+def _failed_in_a_row(records: list[ToolCallRecord]) -> int:
+    count = 0
+    for record in reversed(records):
+        if not _ran(record):
+            continue
+        if record.result.ok:
+            break
+        count += 1
+    return count
 
 
 @dataclass
@@ -148,19 +199,24 @@ class Agent:
             if not reply.message.tool_calls:
                 nudge = self.coach.review(reply.message.content) if self.coach else None
                 if nudge is None:
-                    return RunResult(reply.message.content, turn, records)
+                    return RunResult(reply.message.content, turn, records,
+                                     unfinished_reason(records))
                 self.hooks.emit(NoticeEvent(message=f"the answer went back to the model: {nudge}"))
                 self.add(Message.user(nudge))
                 continue
             records += [self.execute(call) for call in reply.message.tool_calls]
             stuck = self.coach.stuck if self.coach else None
+            if stuck is None and _failed_in_a_row(records) >= MAX_FAILED_IN_A_ROW:
+                stuck = f"{MAX_FAILED_IN_A_ROW} tool calls in a row failed"
             if stuck is not None:
                 raise MaxTurnsExceeded(
-                    f"no final answer: stopped after {turn} model turns because {stuck}",
+                    f"no final answer: stopped after {turn} model turns because {stuck}; "
+                    f"done so far: {progress_of(records)}",
                     fix="say more precisely what to change, or use a more capable model "
                         "(--provider ollama)")
         raise MaxTurnsExceeded(
-            f"no final answer after {self.max_turns} model turns",
+            f"no final answer after {self.max_turns} model turns; done so far: "
+            f"{progress_of(records)}",
             fix="raise --max-turns, or make the request smaller",
         )
 

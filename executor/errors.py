@@ -26,7 +26,8 @@ that fixes it.
     │   └── EmbeddedModelError                24  embedded model missing or corrupt
     ├── AgentError                            30  e.g. unusable model replies in a row
     │   ├── MaxTurnsExceeded                  31  no answer within --max-turns
-    │   └── CallsDeniedError                  32  `ask --fail-on-denied`: calls were denied
+    │   ├── CallsDeniedError                  32  `ask --fail-on-denied`: calls were denied
+    │   └── IncompleteRunError                34  answered, but every change it tried failed
     ├── FindingsError                         33  `review --fail-on`: findings at that severity
     ├── SessionError                          40  session file unreadable
     │   └── SessionCorruptError               41  a corrupt line in the middle
@@ -183,6 +184,13 @@ class CallsDeniedError(AgentError):
     """The run answered, but some tool calls were denied (`ask --fail-on-denied`)."""
 
     exit_code = 32
+
+
+class IncompleteRunError(AgentError):
+    """The run answered, but the files it set out to change are unchanged: every write or
+    edit it ran failed (the answer is printed first)."""
+
+    exit_code = 34
 
 
 class FindingsError(SandboxAgentError):

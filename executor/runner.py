@@ -419,7 +419,8 @@ class Runner:
         except BaseException as exc:
             self._finished(_status(exc), started, error=exc)
             raise
-        self._finished("ok", started, answer=result.answer, turns=result.turns)
+        status = "incomplete" if result.unfinished else "ok"
+        self._finished(status, started, answer=result.answer, turns=result.turns)
         return result
 
     def _finished(self, status: str, started: float, *, error: BaseException | None = None,

@@ -3,11 +3,13 @@
     python benchmarks/bench_agent.py [--split dev|check|all] [-k NAME] [--logs DIR]
                                      [--json FILE] [-- extra ask flags, e.g. --model X]
 
-Each task (benchmarks/agent_tasks.py) runs in a fresh temporary project through the real CLI —
-`sandbox-agent ask --provider embedded --yes "<task>"`, a real container, the default settings
-— and is judged by its real effect: the files on disk, that they still work (run in a throwaway
-container with the sandbox image, read-only, no network), and the answer printed on stdout.
-Time per task is the whole command, model load included, as a user waits for it.
+Each task (benchmarks/agent_tasks.py; the multi-step ones on a real-size generated project in
+benchmarks/project_tasks.py, their names starting `geo-`) runs in a fresh temporary project
+through the real CLI — `sandbox-agent ask --provider embedded --yes "<task>"`, a real container,
+the default settings — and is judged by its real effect: the files on disk, that they still work
+(run in a throwaway container with the sandbox image, read-only, no network), and the answer
+printed on stdout. Time per task is the whole command, model load included, as a user waits for
+it.
 
 The tasks come in two halves: tune against `dev` and run `check` only to confirm that a change
 generalises (the default runs both and prints each half apart). The machine's load average is
@@ -34,6 +36,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from agent_tasks import MULTI_STEP, ONE_STEP, TASKS, Task
+from project_tasks import PROJECT_TASKS
 
 CLI = str(Path(sys.executable).parent / "sandbox-agent")
 IMAGE = os.environ.get("SANDBOX_AGENT_IMAGE", "sandbox-agent:latest")
@@ -185,7 +188,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not shutil.which("docker"):
         print("bench_agent needs the docker CLI for its judges", file=sys.stderr)
         return 2
-    tasks = [t for t in TASKS if options.split in ("all", t.split)
+    tasks = [t for t in [*TASKS, *PROJECT_TASKS] if options.split in ("all", t.split)
              and (not options.names or any(n in t.name for n in options.names))]
     print(f"{len(tasks)} tasks · ask flags: {' '.join(options.extra) or '(defaults)'} · "
           f"load {load()}", flush=True)

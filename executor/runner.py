@@ -39,6 +39,7 @@ from executor.context import (
     counter_for,
     pair_tool_results,
     resolve_budget,
+    truncate_text,
 )
 from executor.delegation import (
     DEFAULT_DELEGATION_DEPTH,
@@ -763,6 +764,9 @@ class Runner:
 
     def _summarize(self, segment: list[Message]) -> str:
         transcript = "\n".join(f"{m.role}: {m.content}"[:2000] for m in segment)
+        window = self.agent.fitter if self.agent is not None else None
+        if isinstance(window, ContextWindow):  # the summary request must fit the window too
+            transcript = truncate_text(transcript, window.room() // 2, window.counter)
         reply = self.model.chat([Message.system(SUMMARY_PROMPT), Message.user(transcript)], [])
         return reply.message.content
 

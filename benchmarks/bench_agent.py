@@ -98,12 +98,7 @@ def run_task(task: Task, extra: Sequence[str], logs: Path | None) -> Outcome:
         env = {**os.environ, "SANDBOX_AGENT_STATE_DIR": str(state / "state"),
                "SANDBOX_AGENT_CONFIG_DIR": str(state / "config")}
         started, cpu = time.monotonic(), _children_cpu()
-        try:
-            done = subprocess.run([*argv, task.ask], capture_output=True, text=True, env=env,
-                                  timeout=TASK_TIMEOUT, stdin=subprocess.DEVNULL, check=False)
-            code, out, err = done.returncode, done.stdout, done.stderr
-        except subprocess.TimeoutExpired as exc:
-            code, out, err = -1, _text(exc.stdout), _text(exc.stderr) + "\n[bench: timed out]"
+        code, out, err = run_cli([*argv, task.ask], env)
         seconds, cpu = time.monotonic() - started, _children_cpu() - cpu
         reason = _verdict(task, root, out, code)
         if logs:
@@ -112,6 +107,25 @@ def run_task(task: Task, extra: Sequence[str], logs: Path | None) -> Outcome:
     turns, calls = (int(done_line[1]), int(done_line[2])) if done_line else (None, None)
     return Outcome(task.name, task.kind, task.split, not reason, reason or "", round(seconds, 1),
                    round(cpu, 1), code, turns, calls, out.strip())
+
+
+def run_cli(argv: list[str], env: dict[str, str],
+            timeout: float = TASK_TIMEOUT) -> tuple[int, str, str]:
+    """(exit code, stdout, stderr) of the CLI; past `timeout` it gets SIGTERM first, so that
+    it removes its container as on Ctrl-C (-1 then), and SIGKILL 30 s later."""
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          env=env, stdin=subprocess.DEVNULL) as proc:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+            return proc.returncode, out, err
+        except subprocess.TimeoutExpired:
+            proc.terminate()
+            try:
+                out, err = proc.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                out, err = proc.communicate()
+            return -1, out, err + "\n[bench: timed out]"
 
 
 def _children_cpu() -> float:

@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from agent_tasks import Check, Judge, Task, all_of, answer_has, python_ok
-from bench_agent import CLI, Outcome, _line, load, run_task
+from bench_agent import CLI, Outcome, _line, load, run_cli, run_task
 
 PACKAGE, VERSION = "webcolors", "1.11.1"
 BUILD = Path(__file__).resolve().parent.parent / "build" / "realcode"
@@ -136,20 +136,19 @@ def review_task(files: dict[str, str], extra: Sequence[str]) -> Outcome:
         env = {**os.environ, "SANDBOX_AGENT_STATE_DIR": f"{tmp}/state",
                "SANDBOX_AGENT_CONFIG_DIR": f"{tmp}/config"}
         started = time.monotonic()
-        done = subprocess.run([CLI, "review", "--provider", "embedded", "--root", str(root),
-                               "--diff-base", "HEAD~1", "--format", "json", *extra],
-                              capture_output=True, text=True, env=env, timeout=1800,
-                              stdin=subprocess.DEVNULL, check=False)
+        code, out, err = run_cli([CLI, "review", "--provider", "embedded", "--root", str(root),
+                                  "--diff-base", "HEAD~1", "--format", "json", *extra], env,
+                                 timeout=1800)
         seconds = time.monotonic() - started
-    reason = _review_verdict(done, line)
+    reason = _review_verdict(code, out, err, line)
     return Outcome("wc-review", "review", "check", reason is None, reason or "",
-                   round(seconds, 1), 0.0, done.returncode, None, None, done.stdout[-500:])
+                   round(seconds, 1), 0.0, code, None, None, out[-500:])
 
 
-def _review_verdict(done: subprocess.CompletedProcess[str], line: int) -> str | None:
-    if done.returncode != 0:
-        return f"exit code {done.returncode}: {done.stderr.strip().splitlines()[-1:]}"
-    report = json.loads(done.stdout)
+def _review_verdict(code: int, out: str, err: str, line: int) -> str | None:
+    if code != 0:
+        return f"exit code {code}: {err.strip().splitlines()[-1:]}"
+    report = json.loads(out)
     near = [f for f in report["findings"] if f["file"].endswith("webcolors.py")
             and f.get("line") and abs(f["line"] - line) <= 5]
     return None if near else f"no finding near {MODULE}:{line} ({len(report['findings'])} found)"

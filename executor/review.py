@@ -37,7 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from executor.agent import RunResult
 from executor.context import TARGET_RATIO, ContextWindow, TokenCounter
-from executor.errors import ConfigError, SandboxAgentError
+from executor.errors import AgentError, ConfigError, SandboxAgentError
 from executor.hooks import WarningEvent
 from executor.messages import Message, ToolResult
 from executor.models.parsing import json_objects
@@ -163,6 +163,8 @@ class DiffScope(BaseModel):
     included_chars: int = 0
     parts: int = 1
     """Requests the diff was reviewed in (more than one when it did not fit the window)."""
+    failed_parts: list[str] = Field(default_factory=list)
+    """Parts whose review ended without findings, and why (`part 2 of 3: ...`)."""
 
     @property
     def truncated(self) -> bool:
@@ -541,15 +543,17 @@ def _lines_within(text: str, limit: int, counter: TokenCounter) -> list[str]:
 
 def part_limit(runner: Runner) -> tuple[int, TokenCounter] | None:
     """Tokens one part of a diff may take in `runner`'s window, and the counter it counts
-    with: half of what the window's target leaves beside the system prompt and the tools
-    (the other half is for the files the model reads and its replies). None: no window."""
+    with: a third of what the window's target leaves beside the system prompt and the tools
+    (the rest is for the files the model reads and its replies: with half, the embedded model's
+    read of a 260-line file was cut, and it read the file again until the coach stopped it).
+    None: no window."""
     agent = runner.agent
     window = agent.fitter if agent is not None else None
     if agent is None or not isinstance(window, ContextWindow):
         return None
     system = window.counter.count(Message.system(agent.system_prompt))
     free = int(window.room() * TARGET_RATIO) - system - window.counter.count_text(REVIEW_PROMPT)
-    return max(MIN_PART_TOKENS, free // 2), window.counter
+    return max(MIN_PART_TOKENS, free // 3), window.counter
 
 
 def review_prompt(diff: str | None, scope: DiffScope | None,
@@ -740,7 +744,11 @@ def _review_in_parts(runner: Runner, parts: list[str | None], scope: DiffScope |
     done = RunResult("", 0, [])
     for number, part in enumerate(parts, 1):
         tool.submitted = None
-        result = runner.run(review_prompt(part, scope, (number, len(parts))))
+        try:
+            result = runner.run(review_prompt(part, scope, (number, len(parts))))
+        except AgentError as exc:  # one part going nowhere must not lose the others
+            _part_failed(runner, scope, f"part {number} of {len(parts)}: {exc.message}")
+            result = _ask_to_submit(runner, RunResult("", 0, []))
         if tool.submitted is None and parse_answer(result.answer)[2] == "none":
             result = _ask_to_submit(runner, result)
         summary, found, source = _part_findings(result.answer, tool)
@@ -752,6 +760,13 @@ def _review_in_parts(runner: Runner, parts: list[str | None], scope: DiffScope |
     tool.submitted = SubmitReviewArgs.model_construct(
         summary="\n\n".join(summaries), findings=findings)
     return done
+
+
+def _part_failed(runner: Runner, scope: DiffScope | None, why: str) -> None:
+    """Say (on stderr and in the report) that a part's review ended early."""
+    runner.hooks.emit(WarningEvent(message=f"the review of {why}"))
+    if scope is not None:
+        scope.failed_parts.append(why)
 
 
 def _part_findings(answer: str, tool: SubmitReview) -> tuple[str, list[Finding], str]:

@@ -77,3 +77,4 @@ def test_a_review_of_a_diff_bigger_than_the_window(workdir: Path, docker_client:
     report = json.loads(done.stdout)
     assert report["status"] == "ok", report.get("error")
     assert report["diff"]["parts"] > 1 and not report["diff"]["omitted"], report["diff"]
+    assert len(report["diff"]["failed_parts"]) < report["diff"]["parts"], report["diff"]

@@ -229,3 +229,40 @@ def test_split_diff_keeps_every_line_and_each_part_within_the_limit() -> None:
     body = [line for line in diff.splitlines() if line.startswith("+l")]
     assert [line for p in parts for line in p.splitlines() if line.startswith("+l")] == body
     assert all(p.startswith("diff --git ") for p in parts)  # each piece says which file
+
+
+def test_a_part_whose_run_goes_nowhere_does_not_lose_the_others(
+        model_server: ModelServer, tmp_path: Path) -> None:
+    root = tmp_path / "proj"
+    root.mkdir()
+    names = [f"mod{n}.py" for n in range(4)]
+    for name in names:
+        (root / name).write_text(_module(name[:-3], 60, 0))
+    _git(root, "init", "-q")
+    _git(root, "add", ".")
+    _git(root, "commit", "-qm", "base")
+    for name in names:
+        (root / name).write_text(_module(name[:-3], 60, 1))
+
+    def reviewer(request: RecordedRequest) -> Reply:
+        last = request.body["messages"][-1]["content"]
+        if "part 2 of" in last or (last.startswith("TOOL_RESULT read_file")):
+            n = len(request.body["messages"])  # part 2: reads and reads, never answers
+            return Reply(json.dumps({"name": "read_file", "arguments": {"path": f"f{n}.py"}}))
+        return _reviewer(request)
+
+    model_server.window = model_server.context_length = 4096
+    model_server.default = reviewer
+    model = OpenAIModel("fake-model", base_url=model_server.openai_url,
+                        tool_protocol="constrained", stream=False)
+    tool = SubmitReview()
+    runner = Runner.build(root, model=model, sandbox=FakeSandbox(), read_only=True, yes=True,
+                          audit=False, tools=[tool], max_turns=3)
+
+    report = run_review(runner, ReviewRequest(root=root, diff_base="HEAD"), tool)
+
+    assert report.status == "ok", report.error
+    assert report.diff is not None and report.diff.parts > 2
+    assert [p.split(":")[0] for p in report.diff.failed_parts] == [
+        f"part 2 of {report.diff.parts}"]
+    assert len({f.file for f in report.findings}) >= len(names) - 1  # the other parts' files

@@ -54,9 +54,13 @@ def fetch() -> Path:
 
 
 def project_files(unpacked: Path) -> dict[str, str]:
-    """Every text file of the sdist, by relative path."""
+    """Every text file of the sdist, by relative path (not the .mypy_cache it ships by
+    mistake, nor its egg-info)."""
     files = {}
     for path in sorted(unpacked.rglob("*")):
+        parts = path.relative_to(unpacked).parts
+        if any(p.startswith(".") or p.endswith(".egg-info") for p in parts):
+            continue
         if path.is_file():
             try:
                 files[str(path.relative_to(unpacked))] = path.read_text()

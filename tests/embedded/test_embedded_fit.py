@@ -36,8 +36,17 @@ def big_module(lines: int = 800, bump: int = 0) -> str:
 
 
 def run(*argv: str, root: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([CLI, *argv, "--provider", "embedded", "--root", str(root)],
-                          capture_output=True, text=True, timeout=1500, stdin=subprocess.DEVNULL)
+    """The CLI as a user runs it; past the time limit it gets SIGTERM (its container goes)."""
+    command = [CLI, *argv, "--provider", "embedded", "--root", str(root)]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          stdin=subprocess.DEVNULL) as proc:
+        try:
+            out, err = proc.communicate(timeout=1500)
+        except subprocess.TimeoutExpired:
+            proc.terminate()
+            out, err = proc.communicate(timeout=60)
+            pytest.fail(f"timed out after 1500 s: {err[-3000:]}")
+    return subprocess.CompletedProcess(command, proc.returncode, out, err)
 
 
 def test_reading_an_800_line_module_fits_the_window(workdir: Path, docker_client: Any) -> None:

@@ -108,7 +108,8 @@ test: install-local image podman host-tools lint
 	CI=$${CI:-true} $(BIN)/python -m pytest tests -m "not embedded" -q -p no:cacheprovider \
 		-n $(TEST_WORKERS) --dist loadgroup; \
 		rc=$$?; if [ $$rc = 5 ]; then echo "no tests collected"; exit 1; fi; [ $$rc = 0 ]
-	CI=$${CI:-true} $(BIN)/python -m pytest tests/embedded -m embedded -q -p no:cacheprovider; \
+	CI=$${CI:-true} $(BIN)/python -m pytest tests/embedded -m "embedded and not long" -q \
+		-p no:cacheprovider; \
 		rc=$$?; if [ $$rc = 5 ]; then echo "no embedded tests collected"; exit 1; fi; [ $$rc = 0 ]
 
 demo: install-local image

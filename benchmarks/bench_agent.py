@@ -3,11 +3,13 @@
     python benchmarks/bench_agent.py [--split dev|check|all] [-k NAME] [--logs DIR]
                                      [--json FILE] [-- extra ask flags, e.g. --model X]
 
-Each task (benchmarks/agent_tasks.py) runs in a fresh temporary project through the real CLI —
-`sandbox-agent ask --provider embedded --yes "<task>"`, a real container, the default settings
-— and is judged by its real effect: the files on disk, that they still work (run in a throwaway
-container with the sandbox image, read-only, no network), and the answer printed on stdout.
-Time per task is the whole command, model load included, as a user waits for it.
+Each task (benchmarks/agent_tasks.py; the multi-step ones on a real-size generated project in
+benchmarks/project_tasks.py, their names starting `geo-`) runs in a fresh temporary project
+through the real CLI — `sandbox-agent ask --provider embedded --yes "<task>"`, a real container,
+the default settings — and is judged by its real effect: the files on disk, that they still work
+(run in a throwaway container with the sandbox image, read-only, no network), and the answer
+printed on stdout. Time per task is the whole command, model load included, as a user waits for
+it.
 
 The tasks come in two halves: tune against `dev` and run `check` only to confirm that a change
 generalises (the default runs both and prints each half apart). The machine's load average is
@@ -34,6 +36,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from agent_tasks import MULTI_STEP, ONE_STEP, TASKS, Task
+from project_tasks import PROJECT_TASKS
 
 CLI = str(Path(sys.executable).parent / "sandbox-agent")
 IMAGE = os.environ.get("SANDBOX_AGENT_IMAGE", "sandbox-agent:latest")
@@ -95,12 +98,7 @@ def run_task(task: Task, extra: Sequence[str], logs: Path | None) -> Outcome:
         env = {**os.environ, "SANDBOX_AGENT_STATE_DIR": str(state / "state"),
                "SANDBOX_AGENT_CONFIG_DIR": str(state / "config")}
         started, cpu = time.monotonic(), _children_cpu()
-        try:
-            done = subprocess.run([*argv, task.ask], capture_output=True, text=True, env=env,
-                                  timeout=TASK_TIMEOUT, stdin=subprocess.DEVNULL, check=False)
-            code, out, err = done.returncode, done.stdout, done.stderr
-        except subprocess.TimeoutExpired as exc:
-            code, out, err = -1, _text(exc.stdout), _text(exc.stderr) + "\n[bench: timed out]"
+        code, out, err = run_cli([*argv, task.ask], env)
         seconds, cpu = time.monotonic() - started, _children_cpu() - cpu
         reason = _verdict(task, root, out, code)
         if logs:
@@ -109,6 +107,25 @@ def run_task(task: Task, extra: Sequence[str], logs: Path | None) -> Outcome:
     turns, calls = (int(done_line[1]), int(done_line[2])) if done_line else (None, None)
     return Outcome(task.name, task.kind, task.split, not reason, reason or "", round(seconds, 1),
                    round(cpu, 1), code, turns, calls, out.strip())
+
+
+def run_cli(argv: list[str], env: dict[str, str],
+            timeout: float = TASK_TIMEOUT) -> tuple[int, str, str]:
+    """(exit code, stdout, stderr) of the CLI; past `timeout` it gets SIGTERM first, so that
+    it removes its container as on Ctrl-C (-1 then), and SIGKILL 30 s later."""
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          env=env, stdin=subprocess.DEVNULL) as proc:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+            return proc.returncode, out, err
+        except subprocess.TimeoutExpired:
+            proc.terminate()
+            try:
+                out, err = proc.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                out, err = proc.communicate()
+            return -1, out, err + "\n[bench: timed out]"
 
 
 def _children_cpu() -> float:
@@ -185,7 +202,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not shutil.which("docker"):
         print("bench_agent needs the docker CLI for its judges", file=sys.stderr)
         return 2
-    tasks = [t for t in TASKS if options.split in ("all", t.split)
+    tasks = [t for t in [*TASKS, *PROJECT_TASKS] if options.split in ("all", t.split)
              and (not options.names or any(n in t.name for n in options.names))]
     print(f"{len(tasks)} tasks · ask flags: {' '.join(options.extra) or '(defaults)'} · "
           f"load {load()}", flush=True)

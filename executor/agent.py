@@ -17,7 +17,7 @@ from pydantic import BaseModel, ValidationError
 
 from executor.coach import Coach
 from executor.context import INTERRUPTED_RESULT
-from executor.errors import AgentError, MaxTurnsExceeded, SandboxAgentError
+from executor.errors import AgentError, ContextOverflowError, MaxTurnsExceeded, SandboxAgentError
 from executor.hooks import (
     HookBus,
     ModelRequestEvent,
@@ -63,6 +63,10 @@ class ContextFitter(Protocol):
         """Calibrate with the prompt token count the provider reported for `sent`."""
         ...
 
+    def overflowed(self, sent: Sequence[Message], error: ContextOverflowError) -> None:
+        """The server refused `sent` as longer than its window: fit smaller from now on."""
+        ...
+
 
 class MessageSink(Protocol):
     """Where each new message goes as soon as it exists (the session store)."""
@@ -87,6 +91,57 @@ class RunResult:
     answer: str
     turns: int
     tool_calls: list[ToolCallRecord] = field(default_factory=list)
+    unfinished: str | None = None
+    """Why the change the model set out to make is not made, when the calls say so: it tried
+    to change files and every such call that ran failed (see `unfinished_reason`)."""
+
+
+WRITE_TOOLS = frozenset({"write_file", "edit_file"})
+"""Tools whose success changes a file."""
+MAX_FAILED_IN_A_ROW = 6
+"""Tool calls that ran and failed one after another, none succeeding in between, after which a
+run is going nowhere and is ended (a weak model repeats a failing edit until its turns run out)."""
+
+
+def _ran(record: ToolCallRecord) -> bool:
+    """Whether the call was allowed and executed (not refused, rejected or denied)."""
+    return record.approved_by is not None
+
+
+def _failure(record: ToolCallRecord) -> str:
+    path = record.call.arguments.get("path") or record.call.arguments.get("command") or ""
+    first = (record.result.output.strip().splitlines() or ["failed"])[0][:160]
+    return f"{record.call.name} {str(path)[:80]} — {first}".replace("  ", " ")
+
+
+def unfinished_reason(records: list[ToolCallRecord]) -> str | None:
+    """A fact, not a guess: the model ran calls to change files and none of them succeeded."""
+    writes = [r for r in records if r.call.name in WRITE_TOOLS and _ran(r)]
+    if not writes or any(r.result.ok for r in writes):
+        return None
+    return (f"no file was changed: all {len(writes)} attempted change(s) failed (last: "
+            f"{_failure(writes[-1])})")
+
+
+def progress_of(records: list[ToolCallRecord]) -> str:
+    """What a run did so far, in one clause: `changed a.py, b.py; 9 tool calls, 4 failed`."""
+    changed = list(dict.fromkeys(str(r.call.arguments.get("path", "?")) for r in records
+                                 if r.call.name in WRITE_TOOLS and _ran(r) and r.result.ok))
+    failed = [r for r in records if _ran(r) and not r.result.ok]
+    done = f"changed {', '.join(changed[:6])}" if changed else "no file changed"
+    text = f"{done}; {len(records)} tool call(s), {len(failed)} failed"
+    return text + (f" (last failure: {_failure(failed[-1])})" if failed else "")
+
+
+def _failed_in_a_row(records: list[ToolCallRecord]) -> int:
+    count = 0
+    for record in reversed(records):
+        if not _ran(record):
+            continue
+        if record.result.ok:
+            break
+        count += 1
+    return count
 
 
 @dataclass
@@ -144,30 +199,48 @@ class Agent:
             if not reply.message.tool_calls:
                 nudge = self.coach.review(reply.message.content) if self.coach else None
                 if nudge is None:
-                    return RunResult(reply.message.content, turn, records)
+                    return RunResult(reply.message.content, turn, records,
+                                     unfinished_reason(records))
                 self.hooks.emit(NoticeEvent(message=f"the answer went back to the model: {nudge}"))
                 self.add(Message.user(nudge))
                 continue
             records += [self.execute(call) for call in reply.message.tool_calls]
             stuck = self.coach.stuck if self.coach else None
+            if stuck is None and _failed_in_a_row(records) >= MAX_FAILED_IN_A_ROW:
+                stuck = f"{MAX_FAILED_IN_A_ROW} tool calls in a row failed"
             if stuck is not None:
                 raise MaxTurnsExceeded(
-                    f"no final answer: stopped after {turn} model turns because {stuck}",
+                    f"no final answer: stopped after {turn} model turns because {stuck}; "
+                    f"done so far: {progress_of(records)}",
                     fix="say more precisely what to change, or use a more capable model "
                         "(--provider ollama)")
         raise MaxTurnsExceeded(
-            f"no final answer after {self.max_turns} model turns",
+            f"no final answer after {self.max_turns} model turns; done so far: "
+            f"{progress_of(records)}",
             fix="raise --max-turns, or make the request smaller",
         )
 
     def query(self) -> ModelReply:
-        """Fit the context and ask the model for its next turn."""
+        """Fit the context and ask the model for its next turn.
+
+        A request the server refuses as too long is fitted again, with what the refusal
+        taught the fitter, and sent once more; a second refusal ends the run.
+        """
         prompt = [Message.system(self.system_prompt)] if self.system_prompt else []
         sent = (self.fitter.fit if self.fitter else list)(prompt + self.messages)
         self._note_cut_request(sent)
         specs = self.specs
         started = time.monotonic()
-        reply = self.model.chat(sent, specs, on_token=self._token, on_thinking=self._thinking)
+        try:
+            reply = self.model.chat(sent, specs, on_token=self._token, on_thinking=self._thinking)
+        except ContextOverflowError as exc:
+            if self.fitter is None:
+                raise
+            self.fitter.overflowed(sent, exc)
+            self.hooks.emit(WarningEvent(
+                message="the request was longer than the model's window; sending it trimmed"))
+            sent = self.fitter.fit(prompt + self.messages)
+            reply = self.model.chat(sent, specs, on_token=self._token, on_thinking=self._thinking)
         if self.fitter is not None:
             self.fitter.observe(sent, reply.usage)
         self.hooks.emit(ModelRequestEvent(

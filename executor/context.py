@@ -36,10 +36,13 @@ import logging
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
-from executor.errors import ConfigError
+from executor.choices import ToolProtocol
+from executor.errors import ConfigError, ContextOverflowError
 from executor.messages import Message, ToolCall, ToolSpec
+from executor.models.toolproto import tools_prompt, uses_json
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +74,8 @@ _CHUNK_CHARS = 100_000  # tiktoken slows down superlinearly on one huge piece of
 _CACHE_LIMIT = 200_000  # entries; cleared when full (a session rarely has this many texts)
 
 Summarizer = Callable[[list[Message]], str]
+Tokenizer = Callable[[str], int | None]
+"""Tokens of a text as the served model counts them; None when it cannot tell just now."""
 
 
 def _load_encoding(name: str | None) -> Any:
@@ -86,16 +91,33 @@ def _load_encoding(name: str | None) -> Any:
         return None
 
 
+UNCALIBRATED_RATIO = 1.2
+"""The margin on tiktoken's count until the server first reports one: the tokenizers of local
+models have smaller vocabularies than cl100k (Qwen read 13% more tokens in numbered code)."""
+
+
+def counter_for(tokenizer: Tokenizer | None) -> TokenCounter:
+    """The counter for a served model: its own tokenizer when it has one, else tiktoken with
+    `UNCALIBRATED_RATIO` until the first reported count calibrates it."""
+    if tokenizer is not None:
+        return TokenCounter(tokenizer=tokenizer)
+    return TokenCounter(ratio=UNCALIBRATED_RATIO)
+
+
 class TokenCounter:
     """Estimates prompt tokens of messages (tiktoken, else chars/4), calibrated by the provider."""
 
-    def __init__(self, encoding: str | None = DEFAULT_ENCODING, *, smoothing: float = 0.3) -> None:
+    def __init__(self, encoding: str | None = DEFAULT_ENCODING, *, smoothing: float = 0.3,
+                 tokenizer: Tokenizer | None = None, ratio: float = 1.0) -> None:
         self.encoding_name = encoding
         """tiktoken encoding; None (or a name not ending in `_offline`) means chars/4."""
+        self.tokenizer = tokenizer
+        """The served model's own tokenizer (the embedded model's), tried before tiktoken:
+        tiktoken undercounts Qwen's tokens by 13% on numbered code (digits are one token each)."""
         self.smoothing = smoothing
         """Weight of a new calibration sample in the running ratio."""
-        self.ratio = 1.0
-        """Reported / estimated tokens, applied to every count."""
+        self.ratio = ratio
+        """Reported / estimated tokens, applied to every count (the first report replaces it)."""
         self.samples = 0
         """Calibration samples folded in so far."""
         self.hits = 0
@@ -108,7 +130,9 @@ class TokenCounter:
 
     @property
     def backend(self) -> str:
-        """What the estimate is based on: `tiktoken:<encoding>` or `chars/4`."""
+        """What the estimate is based on: `model`, `tiktoken:<encoding>` or `chars/4`."""
+        if self.tokenizer is not None:
+            return "model"
         return f"tiktoken:{self.encoding_name}" if self._encoding() is not None else "chars/4"
 
     def _encoding(self) -> Any:
@@ -133,6 +157,10 @@ class TokenCounter:
         return count
 
     def _tokenize(self, text: str) -> int:
+        if self.tokenizer is not None:
+            counted = self.tokenizer(text)
+            if counted is not None:
+                return counted
         encoder = self._encoding()
         if encoder is not None:
             try:
@@ -187,6 +215,8 @@ class TokenCounter:
         self.samples += 1
 
 
+RETRY_MARGIN = 0.1
+"""Share of the window a request sent again after a refusal stays further below it."""
 _PENDING_SAMPLES = 8
 """Calibration samples kept until a count is needed (the ratio is smoothed: older ones fade)."""
 
@@ -586,9 +616,14 @@ def _results_for(message: Message, results: dict[str, Message]) -> Iterator[Mess
 
 @dataclass
 class ContextWindow:
-    """Fits each request into the budget (tool specs included) and learns from reported usage.
+    """Fits each request into the budget (the tools' share included) and learns from reported
+    usage and from the server's refusal of a request as too long.
 
     Satisfies the agent's `ContextFitter`; `summarizer` switches to the summarize strategy.
+    The tools take their room as the protocol sends them: their specs beside the messages
+    (`native`), or the tools prompt the json protocols add to the system message (rules, one
+    line per tool, worked examples: about 840 tokens with the built-in tools). The
+    constrained protocol's reply schema becomes a grammar on the server: it takes no tokens.
     """
 
     budget: int
@@ -597,17 +632,30 @@ class ContextWindow:
     tools: Sequence[ToolSpec] = ()
     """Specs offered beside the messages (they take room too)."""
     summarizer: Summarizer | None = None
+    protocol: ToolProtocol = "native"
+    """How the tools are sent: decides what of them takes room in the prompt."""
 
     _pending: list[tuple[list[Message], int]] = field(default_factory=list, repr=False, init=False)
     _last: tuple[list[Message], int] | None = field(default=None, repr=False, init=False)
 
+    @cached_property
+    def _tools_text(self) -> str:
+        """What the tools add to the prompt, as text."""
+        if uses_json(self.protocol):
+            return ("\n\n" + tools_prompt(self.tools)) if self.tools else ""
+        return "".join(spec.model_dump_json() for spec in self.tools)
+
+    def overhead(self) -> int:
+        """Calibrated tokens the tools take in every request."""
+        return self.counter.count_text(self._tools_text)
+
     def room(self) -> int:
-        """Budget left for the messages once the tool specs are in."""
+        """Budget left for the messages once the tools are in."""
         self._calibrate()
-        return max(256, self.budget - self.counter.count_tools(self.tools))
+        return max(256, self.budget - self.overhead())
 
     def surely_fits(self, messages: Sequence[Message]) -> bool:
-        """Whether `messages` (and the tool specs) surely fit, known without tokenizing.
+        """Whether `messages` (and the tools) surely fit, known without tokenizing.
 
         A token is at least one byte for every tokenizer in use (byte-level BPE, and
         SentencePiece with byte fallback): the UTF-8 size bounds the true count. When
@@ -618,7 +666,7 @@ class ContextWindow:
         bound = self._extended_bound(messages)
         if bound is None:
             bound = sum(_bytes_upper(m) for m in messages)
-            bound += sum(len(spec.model_dump_json().encode()) for spec in self.tools)
+            bound += len(self._tools_text.encode())
         return bound <= _target(self.budget, TARGET_RATIO)
 
     def _extended_bound(self, messages: Sequence[Message]) -> int | None:
@@ -649,8 +697,27 @@ class ContextWindow:
             self._last = (list(sent), reported)
             self._pending = [*self._pending[-(_PENDING_SAMPLES - 1):], self._last]
 
+    def overflowed(self, sent: Sequence[Message], error: ContextOverflowError) -> None:
+        """The server refused `sent` as too long: learn from it so the next `fit` is smaller.
+
+        Its count of the prompt recalibrates the counter (at full weight: it is the exact
+        figure for this very prompt) and its window, less `RETRY_MARGIN`, caps the budget
+        (one ratio for all text is an average: prose and code differ); a server that gave
+        neither gets a budget a quarter smaller.
+        """
+        self._calibrate()
+        self._last, self._pending = None, []
+        if error.prompt_tokens:
+            estimate = self.counter.count_messages(sent) + self.overhead()
+            self.counter.samples = 0  # the first sample replaces the ratio: take it whole
+            self.counter.calibrate(estimate, error.prompt_tokens)
+        if error.context_size:
+            self.budget = int(min(self.budget, error.context_size) * (1 - RETRY_MARGIN))
+        if not (error.prompt_tokens and error.context_size):
+            self.budget = max(256, self.budget * 3 // 4)
+
     def _calibrate(self) -> None:
         pending, self._pending = self._pending, []
         for sent, reported in pending:
-            estimate = self.counter.count_messages(sent) + self.counter.count_tools(self.tools)
+            estimate = self.counter.count_messages(sent) + self.overhead()
             self.counter.calibrate(estimate, reported)

@@ -22,10 +22,12 @@ that fixes it.
     │   ├── ModelUnavailableError             21  (also ConnectionError) server unreachable
     │   ├── ModelTimeoutError                 22  (also TimeoutError) no answer in time
     │   ├── ModelResponseError                23  4xx / unusable payload
+    │   │   └── ContextOverflowError          25  the request exceeds the served window
     │   └── EmbeddedModelError                24  embedded model missing or corrupt
     ├── AgentError                            30  e.g. unusable model replies in a row
     │   ├── MaxTurnsExceeded                  31  no answer within --max-turns
-    │   └── CallsDeniedError                  32  `ask --fail-on-denied`: calls were denied
+    │   ├── CallsDeniedError                  32  `ask --fail-on-denied`: calls were denied
+    │   └── IncompleteRunError                34  answered, but every change it tried failed
     ├── FindingsError                         33  `review --fail-on`: findings at that severity
     ├── SessionError                          40  session file unreadable
     │   └── SessionCorruptError               41  a corrupt line in the middle
@@ -146,6 +148,20 @@ class ModelResponseError(ModelError):
         self.status_code = status_code
 
 
+class ContextOverflowError(ModelResponseError):
+    """The server refused a request as longer than its context window (even after a trim)."""
+
+    exit_code = 25
+
+    def __init__(self, message: str, *, status_code: int | None = None, fix: str | None = None,
+                 prompt_tokens: int | None = None, context_size: int | None = None):
+        super().__init__(message, status_code=status_code, fix=fix)
+        self.prompt_tokens = prompt_tokens
+        """The request's size as the server counted it, when it said."""
+        self.context_size = context_size
+        """The window the server serves, when it said."""
+
+
 class EmbeddedModelError(ModelError):
     """The embedded model is not installed, corrupt, or failed to start."""
 
@@ -168,6 +184,13 @@ class CallsDeniedError(AgentError):
     """The run answered, but some tool calls were denied (`ask --fail-on-denied`)."""
 
     exit_code = 32
+
+
+class IncompleteRunError(AgentError):
+    """The run answered, but the files it set out to change are unchanged: every write or
+    edit it ran failed (the answer is printed first)."""
+
+    exit_code = 34
 
 
 class FindingsError(SandboxAgentError):

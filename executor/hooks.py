@@ -191,7 +191,7 @@ class RetryEvent(BaseEvent):
 
 
 class CompleteEvent(BaseEvent):
-    """A run ended (any status: ok, max_turns, error, interrupted)."""
+    """A run ended (any status: ok, incomplete, max_turns, error, interrupted)."""
 
     kind: Literal["complete"] = "complete"
     status: str = "ok"

@@ -97,6 +97,15 @@ class LoadingModel(Model, Protocol):
 
 
 @runtime_checkable
+class TokenizingModel(Model, Protocol):
+    """A model that counts tokens with its own tokenizer (the embedded one, via llama.cpp)."""
+
+    def count_tokens(self, text: str) -> int | None:
+        """Tokens of `text` as the model reads them; None when it cannot tell just now."""
+        ...
+
+
+@runtime_checkable
 class ServedModel(Model, Protocol):
     """A model behind a server that can say whether it answers and which models it has."""
 

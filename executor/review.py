@@ -16,6 +16,11 @@ Everything in a finding was written by the model: print it inert (executor/text.
 The diff is taken with git on the host, hardened against a repository's own configuration
 (no fsmonitor, no external diff or textconv programs, no hooks), and capped: what was cut is
 reported (`DiffScope`). Untracked files are reviewed as new files unless asked otherwise.
+
+A diff longer than half the room the model's window leaves beside the system prompt and the
+tools is reviewed in parts (`split_diff`: whole files packed together, a bigger file by hunks,
+a bigger hunk by lines), one request each in the same conversation, the findings of all parts
+merged: nothing of the diff is dropped to fit, and no request is longer than the window.
 """
 
 from __future__ import annotations
@@ -31,9 +36,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from executor.agent import RunResult
-from executor.errors import ConfigError, SandboxAgentError
+from executor.context import TARGET_RATIO, ContextWindow, TokenCounter
+from executor.errors import AgentError, ConfigError, SandboxAgentError
 from executor.hooks import WarningEvent
-from executor.messages import ToolResult
+from executor.messages import Message, ToolResult
 from executor.models.parsing import json_objects
 from executor.runner import Runner
 from executor.runreport import ErrorReport, error_report
@@ -155,6 +161,10 @@ class DiffScope(BaseModel):
     """Files whose diff did not fit at all (named in the prompt, readable with the tools)."""
     total_chars: int = 0
     included_chars: int = 0
+    parts: int = 1
+    """Requests the diff was reviewed in (more than one when it did not fit the window)."""
+    failed_parts: list[str] = Field(default_factory=list)
+    """Parts whose review ended without findings, and why (`part 2 of 3: ...`)."""
 
     @property
     def truncated(self) -> bool:
@@ -479,11 +489,81 @@ def collect_diff(request: ReviewRequest) -> tuple[str, DiffScope]:
     return "".join(kept), scope
 
 
-def review_prompt(diff: str | None, scope: DiffScope | None) -> str:
-    """The request sent to the model."""
+PART_NOTE = ("This is part {part} of {parts} of the diff: review only what it shows (the "
+             "other parts are reviewed apart) and call submit_review with this part's findings.")
+MIN_PART_TOKENS = 256
+"""A window so small that a part would be smaller still is not split further."""
+
+
+def split_diff(diff: str, limit: int, counter: TokenCounter) -> list[str]:
+    """`diff` in parts of at most `limit` tokens: whole files packed in order, a file too big
+    by its hunks (each piece repeating the file's header), a hunk too big by lines."""
+    pieces = [piece for _, part in _per_file(diff) for piece in _file_pieces(part, limit,
+                                                                             counter)]
+    parts: list[str] = []
+    size = 0
+    for piece in pieces:
+        cost = counter.count_text(piece)
+        if parts and size + cost <= limit:
+            parts[-1] += piece
+            size += cost
+        else:
+            parts.append(piece)
+            size = cost
+    return parts or [diff]
+
+
+def _file_pieces(part: str, limit: int, counter: TokenCounter) -> list[str]:
+    """One file's diff cut at hunks (then lines) into pieces within `limit`, header on each."""
+    if counter.count_text(part) <= limit:
+        return [part]
+    head, *hunks = re.split(r"(?m)^(?=@@ )", part)
+    room = max(MIN_PART_TOKENS, limit - counter.count_text(head))
+    pieces: list[str] = []
+    for hunk in hunks or [head]:
+        for chunk in _lines_within(hunk, room, counter):
+            pieces.append(chunk if not hunks else head + chunk)
+    return pieces
+
+
+def _lines_within(text: str, limit: int, counter: TokenCounter) -> list[str]:
+    """`text` cut at line ends into chunks within `limit` (a single longer line stays whole)."""
+    chunks: list[str] = []
+    current: list[str] = []
+    size = 0
+    for line in text.splitlines(keepends=True):
+        cost = counter.count_text(line)
+        if current and size + cost > limit:
+            chunks.append("".join(current))
+            current, size = [], 0
+        current.append(line)
+        size += cost
+    return [*chunks, "".join(current)] if current else chunks
+
+
+def part_limit(runner: Runner) -> tuple[int, TokenCounter] | None:
+    """Tokens one part of a diff may take in `runner`'s window, and the counter it counts
+    with: a third of what the window's target leaves beside the system prompt and the tools
+    (the rest is for the files the model reads and its replies: with half, the embedded model's
+    read of a 260-line file was cut, and it read the file again until the coach stopped it).
+    None: no window."""
+    agent = runner.agent
+    window = agent.fitter if agent is not None else None
+    if agent is None or not isinstance(window, ContextWindow):
+        return None
+    system = window.counter.count(Message.system(agent.system_prompt))
+    free = int(window.room() * TARGET_RATIO) - system - window.counter.count_text(REVIEW_PROMPT)
+    return max(MIN_PART_TOKENS, free // 3), window.counter
+
+
+def review_prompt(diff: str | None, scope: DiffScope | None,
+                  part: tuple[int, int] = (1, 1)) -> str:
+    """The request sent to the model (for part `part[0]` of `part[1]` of the diff)."""
     if scope is None or diff is None:
         return REVIEW_PROMPT.format(scope="")
     prompt = REVIEW_PROMPT.format(scope=f", focusing on these changes since {scope.base}")
+    if part[1] > 1:
+        prompt += " " + PART_NOTE.format(part=part[0], parts=part[1])
     prompt += f"\n\n```diff\n{diff}```"
     if scope.truncated:
         cut = scope.partial + scope.omitted
@@ -626,9 +706,15 @@ def run_review(runner: Runner, request: ReviewRequest, tool: SubmitReview) -> Re
     report.diff = scope
     try:
         with runner:
-            result = runner.run(review_prompt(diff, scope))
-            if tool.submitted is None and parse_answer(result.answer)[2] == "none":
-                result = _ask_to_submit(runner, result)
+            parts = _parts(runner, diff)
+            if scope is not None:
+                scope.parts = len(parts)
+            if len(parts) > 1:
+                result = _review_in_parts(runner, parts, scope, tool)
+            else:
+                result = runner.run(review_prompt(diff, scope))
+                if tool.submitted is None and parse_answer(result.answer)[2] == "none":
+                    result = _ask_to_submit(runner, result)
     except SandboxAgentError as exc:
         report.status, report.error = "error", error_report(exc)
         report.session = runner.session_name
@@ -638,6 +724,56 @@ def run_review(runner: Runner, request: ReviewRequest, tool: SubmitReview) -> Re
                                          ok=r.result.ok) for r in result.tool_calls]
     _read_findings(report, result.answer, tool)
     return report
+
+
+def _parts(runner: Runner, diff: str | None) -> list[str | None]:
+    """The diff in parts that fit the window (one part: the diff as it is)."""
+    fit = part_limit(runner) if diff else None
+    if diff is None or fit is None:
+        return [diff]
+    limit, counter = fit
+    return list(split_diff(diff, limit, counter)) if counter.count_text(diff) > limit else [diff]
+
+
+def _review_in_parts(runner: Runner, parts: list[str | None], scope: DiffScope | None,
+                     tool: SubmitReview) -> RunResult:
+    """One request per part; `tool.submitted` ends up holding every part's findings."""
+    summaries: list[str] = []
+    findings: list[Finding] = []
+    sources: set[str] = set()
+    done = RunResult("", 0, [])
+    for number, part in enumerate(parts, 1):
+        tool.submitted = None
+        try:
+            result = runner.run(review_prompt(part, scope, (number, len(parts))))
+        except AgentError as exc:  # one part going nowhere must not lose the others
+            _part_failed(runner, scope, f"part {number} of {len(parts)}: {exc.message}")
+            result = _ask_to_submit(runner, RunResult("", 0, []))
+        if tool.submitted is None and parse_answer(result.answer)[2] == "none":
+            result = _ask_to_submit(runner, result)
+        summary, found, source = _part_findings(result.answer, tool)
+        summaries += [summary] if summary else []
+        findings += [f for f in found if f not in findings]
+        sources.add(source)
+        done = RunResult(result.answer, done.turns + result.turns,
+                         [*done.tool_calls, *result.tool_calls])
+    tool.submitted = SubmitReviewArgs.model_construct(
+        summary="\n\n".join(summaries), findings=findings)
+    return done
+
+
+def _part_failed(runner: Runner, scope: DiffScope | None, why: str) -> None:
+    """Say (on stderr and in the report) that a part's review ended early."""
+    runner.hooks.emit(WarningEvent(message=f"the review of {why}"))
+    if scope is not None:
+        scope.failed_parts.append(why)
+
+
+def _part_findings(answer: str, tool: SubmitReview) -> tuple[str, list[Finding], str]:
+    """(summary, findings, source) of one part's review."""
+    if tool.submitted is not None:
+        return tool.submitted.summary.strip(), list(tool.submitted.findings), "tool"
+    return parse_answer(answer)
 
 
 def _ask_to_submit(runner: Runner, first: RunResult) -> RunResult:

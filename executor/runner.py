@@ -36,8 +36,10 @@ from executor.context import (
     INTERRUPTED_RESULT,
     CachedSummarizer,
     ContextWindow,
+    counter_for,
     pair_tool_results,
     resolve_budget,
+    truncate_text,
 )
 from executor.delegation import (
     DEFAULT_DELEGATION_DEPTH,
@@ -71,7 +73,7 @@ from executor.network.egress import EgressConfig
 from executor.network.notes import NotedSandbox, Refusals
 from executor.network.session import egress_config, egress_hooks, prompt_note
 from executor.policy import Decision, Policy, PolicyOverrides
-from executor.protocols import LoadingModel, Model, Sandbox
+from executor.protocols import LoadingModel, Model, Sandbox, TokenizingModel
 from executor.redact import Redactor
 from executor.sandbox.docker import DockerSandbox, SandboxConfig
 from executor.sandbox.environment import sandbox_environment
@@ -418,7 +420,8 @@ class Runner:
         except BaseException as exc:
             self._finished(_status(exc), started, error=exc)
             raise
-        self._finished("ok", started, answer=result.answer, turns=result.turns)
+        status = "incomplete" if result.unfinished else "ok"
+        self._finished(status, started, answer=result.answer, turns=result.turns)
         return result
 
     def _finished(self, status: str, started: float, *, error: BaseException | None = None,
@@ -754,10 +757,16 @@ class Runner:
     def _window(self, specs: list[ToolSpec]) -> ContextWindow:
         budget = resolve_budget(self.settings.max_tokens, self.model.context_length())
         summarizer = CachedSummarizer(self._summarize) if self.options.context_summarize else None
-        return ContextWindow(budget=budget, tools=specs, summarizer=summarizer)
+        tokenizer = self.model.count_tokens if isinstance(self.model, TokenizingModel) else None
+        return ContextWindow(budget=budget, tools=specs, summarizer=summarizer,
+                             counter=counter_for(tokenizer),
+                             protocol=self.model.tool_protocol)
 
     def _summarize(self, segment: list[Message]) -> str:
         transcript = "\n".join(f"{m.role}: {m.content}"[:2000] for m in segment)
+        window = self.agent.fitter if self.agent is not None else None
+        if isinstance(window, ContextWindow):  # the summary request must fit the window too
+            transcript = truncate_text(transcript, window.room() // 2, window.counter)
         reply = self.model.chat([Message.system(SUMMARY_PROMPT), Message.user(transcript)], [])
         return reply.message.content
 

@@ -25,7 +25,7 @@ from executor.hooks import Event, HookBus
 
 SCHEMA_VERSION = 1
 """Version of the `ask --json` object and of the `--json-stream` events (docs/CLI_JSON.md)."""
-Status = Literal["ok", "denied", "max_turns", "error", "interrupted"]
+Status = Literal["ok", "incomplete", "denied", "max_turns", "error", "interrupted"]
 _WRITE_TOOLS = ("write_file", "edit_file")
 
 
@@ -121,6 +121,8 @@ class RunReport(BaseModel):
     """What the sandbox reached, or tried to, through the egress proxy."""
     usage: Usage = Field(default_factory=Usage)
     error: ErrorReport | None = None
+    unfinished: str | None = None
+    """With status incomplete: why the change the model set out to make is not made."""
 
     @property
     def denied(self) -> list[ToolCallReport]:
@@ -219,12 +221,15 @@ class RunRecorder:
                                     child_session=call.child_session)
 
     def report(self, *, answer: str | None = None, turns: int | None = None,
-               error: BaseException | None = None, **context: Any) -> RunReport:
-        """The report of the run so far: a success with `answer`, or a failure with `error`."""
+               error: BaseException | None = None, unfinished: str | None = None,
+               **context: Any) -> RunReport:
+        """The report of the run so far: a success with `answer` (incomplete when
+        `unfinished` says why), or a failure with `error`."""
         self.usage.wall_ms = round((time.monotonic() - self.started) * 1000, 1)
         facts = {k: v for k, v in {**self.context, **context}.items() if v is not None}
+        status = "incomplete" if unfinished and error is None else status_of(error)
         return RunReport(
-            status=status_of(error), answer=answer, **facts,
+            status=status, answer=answer, unfinished=unfinished, **facts,
             turns=self.usage.model_requests if turns is None else turns,
             tool_calls=list(self.calls), changes=list(self.changes.values()),
             connections=list(self.connections),

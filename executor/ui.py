@@ -118,6 +118,10 @@ class Totals:
                 f"{self.prompt_tokens:,} in / {self.completion_tokens:,} out · {calls}")
 
 
+THINKING = "model is thinking…"
+"""The spinner's words while the model works (then with the turn and the tokens so far)."""
+
+
 class ProgressView:
     """A hook subscriber that renders a run on a console (stderr)."""
 
@@ -143,8 +147,12 @@ class ProgressView:
         self._phase: str | None = None
         self._calls: dict[str, dict[str, Any]] = {}
         self._refused: set[str] = set()
-        self._activity = "model is thinking…"
+        self._activity = THINKING
         self._since = time.monotonic()
+        self._pieces = 0
+        """Streamed pieces (a token each, from llama.cpp and Ollama) of the reply coming in."""
+        self._last_prompt: int | None = None
+        """Prompt tokens of the latest request, as the server reported them."""
         self._tail = Tail()
         self._outputs: dict[str, Tail] = {}
         self._running: dict[str, str] = {}
@@ -175,7 +183,7 @@ class ProgressView:
         self._prose = ""
         self.thinking()
 
-    def thinking(self, activity: str = "model is thinking…") -> None:
+    def thinking(self, activity: str = THINKING) -> None:
         """Show the spinner (with the elapsed time) until something is printed."""
         self._activity, self._since, self._tail = activity, time.monotonic(), Tail()
         if self.live and self._live is None:
@@ -192,11 +200,23 @@ class ProgressView:
         from rich.text import Text
 
         elapsed = time.monotonic() - self._since
-        head = Spinner("dots", Text.assemble((self._activity, "dim"), f" {elapsed:.1f} s"))
+        head = Spinner("dots", Text.assemble((self._activity, "dim"),
+                                             (self._progress(), "dim"), f" {elapsed:.1f} s"))
         width = max(20, self.console.width - 4)
         lines = [Text("  │ " + _crop(inert_line(line), width), style="dim", no_wrap=True)
                  for line in self._tail.last(TAIL_LINES)]
         return Group(head, *lines)
+
+    def _progress(self) -> str:
+        """While the model works: ` · turn 3 · prompt 3,412 tokens · 45 tokens out ·`."""
+        if self._activity != THINKING:
+            return ""
+        parts = [f"turn {self.turn.turns + 1}"]
+        if self._last_prompt:
+            parts.append(f"prompt {self._last_prompt:,} tokens")
+        if self._pieces:
+            parts.append(f"{self._pieces:,} tokens out")
+        return " · " + " · ".join(parts) + " ·"
 
     def close(self) -> None:
         """Stop the live region and the spinner, and end a streamed line."""
@@ -221,6 +241,7 @@ class ProgressView:
 
     def _on_thinking(self, event: ThinkingEvent) -> None:
         """The model's reasoning: dim and inert, apart from its reply (and never the answer)."""
+        self._pieces += 1
         if not self.show_thinking:
             return
         text = event.text
@@ -234,6 +255,7 @@ class ProgressView:
         self._streaming = True
 
     def _on_token(self, event: TokenEvent) -> None:
+        self._pieces += 1
         if self._thinking_now and self._live is None:  # the reply starts on a line of its own
             self._print("", end="")
             self._thinking_now = False
@@ -256,6 +278,7 @@ class ProgressView:
         self._tail = Tail()
         if self.prose and not self._prose.strip():  # not streamed: the reply says it whole
             self._prose = event.reply
+        self._pieces, self._last_prompt = 0, event.prompt_tokens or self._last_prompt
         self.turn.turns += 1
         self.turn.prompt_tokens += event.prompt_tokens or 0
         self.turn.completion_tokens += event.completion_tokens or 0

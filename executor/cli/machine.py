@@ -69,10 +69,12 @@ class JsonOutput:
         self._early = None
 
     def finish(self, *, answer: str | None = None, turns: int | None = None,
-               error: BaseException | None = None, fail_on_denied: bool = False) -> RunReport:
+               error: BaseException | None = None, fail_on_denied: bool = False,
+               unfinished: str | None = None) -> RunReport:
         """Print the result object; returns it. With `fail_on_denied` a run with denied
-        calls has status `denied` and the CallsDeniedError it then raises as its error."""
-        report = self._report(answer, turns, error)
+        calls has status `denied` and the CallsDeniedError it then raises as its error;
+        `unfinished` (why no change was made) makes its status `incomplete`."""
+        report = self._report(answer, turns, error, unfinished)
         denied = denied_error(report) if fail_on_denied and error is None else None
         if denied is not None:
             report = self._report(answer, turns, denied)
@@ -83,9 +85,10 @@ class JsonOutput:
             raise denied
         return report
 
-    def _report(self, answer: str | None, turns: int | None,
-                error: BaseException | None) -> RunReport:
-        report = self.recorder.report(answer=answer, turns=turns, error=error, **self.facts)
+    def _report(self, answer: str | None, turns: int | None, error: BaseException | None,
+                unfinished: str | None = None) -> RunReport:
+        report = self.recorder.report(answer=answer, turns=turns, error=error,
+                                      unfinished=unfinished, **self.facts)
         if self._session is not None:
             report.session = self._session()
         return report

@@ -48,7 +48,7 @@ from executor.cli.options import (
     prompt_options,
     skill_options,
 )
-from executor.errors import ConfigError, SandboxAgentError
+from executor.errors import ConfigError, IncompleteRunError, SandboxAgentError
 from executor.signals import cleaned_up_whole, interrupt_on_ending_signals
 from executor.text import markup_safe
 
@@ -409,7 +409,18 @@ def _finish(result: RunResult, view: ProgressView, output: JsonOutput,
     if not output.prints:
         show_answer(result.answer, real_console(out_console))
     err_console.print(f"[dim]done · {markup_safe(view.summary())}[/]")
-    output.finish(answer=result.answer, turns=result.turns, fail_on_denied=fail_on_denied)
+    output.finish(answer=result.answer, turns=result.turns, fail_on_denied=fail_on_denied,
+                  unfinished=result.unfinished)
+    if result.unfinished:
+        raise IncompleteRunError(f"the run answered, but {result.unfinished}",
+                                 fix="say more precisely what to change, or use a more "
+                                     "capable model (--provider ollama)")
+
+
+def _say_unfinished(result: RunResult) -> None:
+    """A run whose changes all failed says so under its answer (the model may claim them)."""
+    if result.unfinished:
+        err_console.print(f"[yellow]warning:[/] {markup_safe(result.unfinished)}")
 
 
 def _person_at_terminal() -> bool:
@@ -454,6 +465,7 @@ def _answer(runner: Runner, view: ProgressView, query: str, *,
         return None
     view.close()
     show_answer(result.answer, real_console(out_console))
+    _say_unfinished(result)
     err_console.print(f"[dim]done · {markup_safe(view.summary())}[/]")
     return result
 

@@ -67,7 +67,8 @@ def sessions(ctx: typer.Context, root: RootOption = Path("."), as_json: JsonOpti
         out_console.print(_table(rows))
 
 
-_STATUS_STYLES = {"ok": "green", "error": "red", "max_turns": "yellow", "interrupted": "yellow",
+_STATUS_STYLES = {"ok": "green", "error": "red", "max_turns": "yellow", "incomplete": "yellow",
+                  "interrupted": "yellow",
                   "unfinished": "yellow", "unreadable": "red"}
 
 

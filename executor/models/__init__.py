@@ -47,7 +47,7 @@ def build_model(
     """The model `settings` describe (no I/O until its first request)."""
     if settings.provider == "ollama":
         return OllamaModel(settings.model or DEFAULT_OLLAMA_MODEL, host=settings.host,
-                           think=ollama_think(settings.think),
+                           think=ollama_think(settings.think), num_ctx=settings.max_tokens,
                            **_common(settings, hooks, transport))
     if settings.provider == "openai":
         return OpenAIModel(settings.model, base_url=settings.host, api_key=_api_key(settings),

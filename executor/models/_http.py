@@ -6,6 +6,8 @@ Every httpx exception is translated here, once, into the errors of `executor.err
     httpx.ConnectError, RemoteProtocolError,
     ReadError, WriteError (refused / dropped)      -> ModelUnavailableError  (retried twice)
     HTTP 429 / 5xx                                 -> ModelResponseError     (retried)
+    HTTP 400 / 413 saying the prompt is too long   -> ContextOverflowError   (the agent trims
+                                                      and sends it once more)
     other HTTP 4xx, a body that is not JSON        -> ModelResponseError     (never retried)
     a reply past SANDBOX_AGENT_MAX_REPLY_BYTES     -> ModelResponseError     (never retried)
 
@@ -40,6 +42,7 @@ import httpx
 from executor.config import ToolProtocol
 from executor.errors import (
     ConfigError,
+    ContextOverflowError,
     ModelError,
     ModelResponseError,
     ModelTimeoutError,
@@ -65,6 +68,12 @@ _CONNECT_TIMEOUT = 10.0
 _PROBE_TIMEOUT = 10.0
 _DETAIL_CHARS = 300
 _SURROGATE = re.compile("[\ud800-\udfff]")
+_OVERFLOW = re.compile(
+    r"context[ _-]?(?:size|length|window)|maximum context|exceed|too long|too many tokens",
+    re.IGNORECASE)
+"""How servers say a prompt is too long: llama.cpp ("exceeds the available context size"),
+vLLM ("maximum context length is"), OpenAI (`context_length_exceeded`), LM Studio."""
+_TOKENS = re.compile(r"(\d+) tokens")
 
 
 @dataclass(frozen=True)
@@ -77,6 +86,9 @@ class ServerHint:
     """What to do when the server cannot be reached."""
     status_fixes: Mapping[int, str] = field(default_factory=dict)
     """What to do for particular HTTP status codes (e.g. 404: pull the model)."""
+    overflow_fix: str = "lower --max-tokens to the server's context size, or serve the model " \
+        "with a larger one"
+    """What raises the window when a request is refused as too long (names the setting)."""
 
 
 class HttpClient:
@@ -188,6 +200,8 @@ class HttpClient:
         resp = _error_response(resp)
         code = resp.status_code
         detail = self._redact(_error_detail(resp.text)) or resp.reason_phrase
+        if code in (400, 413) and _OVERFLOW.search(resp.text):
+            raise self._overflow(resp.text, detail, code, url)
         error = ModelResponseError(
             f"{self.server.label} at {url} answered HTTP {code}: {detail}",
             status_code=code,
@@ -196,6 +210,14 @@ class HttpClient:
         if code == 429 or code >= 500:
             raise Retryable(error, "transient", f"HTTP {code}", _retry_after(resp))
         raise error
+
+    def _overflow(self, body: str, detail: str, code: int, url: str) -> ContextOverflowError:
+        """The refusal of a too long prompt, with the sizes the server gave when it gave them."""
+        sizes = _overflow_sizes(body, detail)
+        return ContextOverflowError(
+            f"{self.server.label} at {url} refused the request as longer than its context "
+            f"window (HTTP {code}: {detail})", status_code=code, fix=self.server.overflow_fix,
+            prompt_tokens=sizes[0], context_size=sizes[1])
 
     def _decode(self, text: str, url: str) -> Any:
         try:
@@ -407,6 +429,23 @@ def _error_detail(text: str) -> str:
     if isinstance(error, dict):
         error = error.get("message", error)
     return str(error).strip()[:_DETAIL_CHARS]
+
+
+def _overflow_sizes(body: str, detail: str) -> tuple[int | None, int | None]:
+    """(prompt tokens, context size) of an overflow refusal: llama.cpp sends both as fields;
+    elsewhere the first two token counts in the message, the larger being the prompt."""
+    try:
+        error = json.loads(body).get("error")
+    except (json.JSONDecodeError, AttributeError):
+        error = None
+    if isinstance(error, dict):
+        prompt, size = error.get("n_prompt_tokens"), error.get("n_ctx")
+        if isinstance(prompt, int) and isinstance(size, int):
+            return prompt, size
+    numbers = [int(n) for n in _TOKENS.findall(detail)[:2]]
+    if len(numbers) == 2 and numbers[0] != numbers[1]:
+        return max(numbers), min(numbers)
+    return None, None
 
 
 def _retry_after(resp: httpx.Response) -> float | None:

@@ -332,8 +332,10 @@ class EmbeddedOptions(BaseSettings):
     """Tokens one reply may generate when the request sets no limit (stops runaway output)."""
     start_timeout: float = Field(default=120.0, gt=0)
     """Seconds to wait for the server to answer once llama.cpp has loaded the model."""
-    verbosity: int = Field(default=1, ge=0, le=4)
-    """llama.cpp's log threshold on stderr: 1 errors, 2 warnings, 3 info, 4 debug."""
+    verbosity: int = Field(default=0, ge=0, le=4)
+    """llama.cpp's log threshold on stderr: 0 nothing, 1 errors, 2 warnings, 3 info, 4 debug.
+    Its errors while serving (a prompt over the window) reach the user as our own errors;
+    when the server does not start, its error lines are read again at 1 to say why."""
     prompt_files: int = Field(default=4, ge=0)
     """System prompts whose KV cache is kept on disk for the next run (0: none are kept)."""
 
@@ -481,19 +483,43 @@ class LlamaServer:
         return self._post("/v1/chat/completions",
                           {"messages": messages, "max_tokens": 1, "temperature": 0})
 
+    def tokens(self, text: str) -> int | None:
+        """How many tokens the model reads in `text` (llama.cpp's /tokenize); None if unknown."""
+        reply = self._request("/tokenize", {"content": text, "add_special": False})
+        try:
+            tokens = reply.json()["tokens"] if reply is not None else None
+        except (ValueError, KeyError, TypeError):
+            return None
+        return len(tokens) if isinstance(tokens, list) else None
+
     def _post(self, path: str, body: dict[str, Any]) -> bool:
+        reply = self._request(path, body)
+        return reply is not None and reply.status_code == 200
+
+    def _request(self, path: str, body: dict[str, Any]) -> httpx.Response | None:
         if self.base_url is None:
-            return False
+            return None
         headers = {"Authorization": f"Bearer {self.api_key}"}
         try:
-            reply = httpx.post(f"{self.base_url}{path}", json=body, headers=headers,
-                               timeout=self.options.start_timeout)
+            return httpx.post(f"{self.base_url}{path}", json=body, headers=headers,
+                              timeout=self.options.start_timeout)
         except httpx.HTTPError:
-            return False
-        return reply.status_code == 200
+            return None
 
     def _construct(self, xllamacpp: Any, params: Any) -> Any:
-        """Create the Server (it loads the model; the GIL stays held until it returns)."""
+        """Create the Server (it loads the model; the GIL stays held until it returns).
+
+        A silent server (verbosity 0) that fails is tried once more logging its errors, so
+        that the message can say why."""
+        try:
+            return self._construct_logged(xllamacpp, params)
+        except EmbeddedModelError:
+            if params.verbosity >= 1:
+                raise
+        params.verbosity = 1
+        return self._construct_logged(xllamacpp, params)
+
+    def _construct_logged(self, xllamacpp: Any, params: Any) -> Any:
         with tempfile.TemporaryFile() as log:
             try:
                 with _stderr_into(log):
@@ -604,10 +630,15 @@ def preflight(spec: ModelSpec = QWEN_1_5B, directory: Path | None = None) -> str
     return f"{spec.name}: parts installed; assembled into {path} on first use"
 
 
-_SERVER_HINT = ServerHint(
-    label="the embedded model server",
-    unreachable_fix="the in-process llama.cpp server stopped; run again (it restarts)",
-)
+def _server_hint(n_ctx: int) -> ServerHint:
+    # KV cache of the 1.5B model: 28 layers x 2 heads x 128 x (K, V) x 2 bytes = 28 KiB/token.
+    return ServerHint(
+        label="the embedded model server",
+        unreachable_fix="the in-process llama.cpp server stopped; run again (it restarts)",
+        overflow_fix=f"raise the window with SANDBOX_AGENT_EMBEDDED_N_CTX (now {n_ctx}; "
+                     f"e.g. {2 * n_ctx}, about {n_ctx * 28 >> 10} MiB more memory) or make "
+                     "the request smaller",
+    )
 
 
 class EmbeddedModel:
@@ -701,6 +732,10 @@ class EmbeddedModel:
         reply = client.chat(messages, tools, on_token=on_token, on_thinking=on_thinking)
         return reply.model_copy(update={"context_length": self.context_length()})
 
+    def count_tokens(self, text: str) -> int | None:
+        """Tokens of `text` as this model reads them (None before the server runs)."""
+        return self._server.tokens(text) if self._server is not None else None
+
     def context_length(self) -> int | None:
         """The served context window (the configured n_ctx before the server runs)."""
         served = self._server.n_ctx if self._server else None
@@ -756,5 +791,5 @@ class EmbeddedModel:
             max_reply_bytes=self._max_reply_bytes,
             retry=self._retry,
             hooks=self._hooks,
-            server=_SERVER_HINT,
+            server=_server_hint(self.context_length() or self.options.n_ctx),
         )

@@ -28,6 +28,10 @@ DEFAULT_OLLAMA_HOST = "http://localhost:11434"
 _DEFAULT_PORT = "11434"
 _PULL = "ollama pull {model}"
 _NUM_CTX = re.compile(r"^\s*num_ctx\s+(\d+)", re.MULTILINE)
+OLLAMA_WINDOW = 8192
+"""The window asked for (`num_ctx`) when neither --max-tokens nor the Modelfile sets one:
+Ollama's own default (2048 or 4096, by version) is too small for a coding agent's system
+prompt and a file, and Ollama cuts an overlong prompt from the front without an error."""
 
 def ollama_base_url(host: str | None = None, env: Mapping[str, str] | None = None) -> str:
     """The server URL: `host`, else $OLLAMA_HOST, else http://localhost:11434.
@@ -77,6 +81,7 @@ class OllamaModel(HttpChatModel):
         options: Mapping[str, Any] | None = None,
         think: bool | str | None = None,
         keep_alive: str | int | None = None,
+        num_ctx: int | None = None,
         timeout: float = 300.0,
         retry: RetryPolicy | None = None,
         hooks: HookBus | None = None,
@@ -92,6 +97,10 @@ class OllamaModel(HttpChatModel):
                                                {"temperature": temperature})}
         self.think = think
         self.keep_alive = keep_alive
+        if num_ctx is not None:
+            self.options["num_ctx"] = num_ctx
+        self._send_window: int | None = None
+        """`num_ctx` sent with every request when the Modelfile sets none (see find_context)."""
 
     def request_body(
         self, messages: Sequence[Message], tools: Sequence[ToolSpec]
@@ -105,7 +114,10 @@ class OllamaModel(HttpChatModel):
             body["tools"] = [function_schema(t) for t in tools]
         if self.tool_protocol == "constrained":
             body["format"] = reply_schema(tools)
-        optional = {"options": self.options, "think": self.think, "keep_alive": self.keep_alive}
+        options = dict(self.options)
+        if self._send_window and "num_ctx" not in options:
+            options["num_ctx"] = self._send_window
+        optional = {"options": options, "think": self.think, "keep_alive": self.keep_alive}
         body.update({k: v for k, v in optional.items() if v not in (None, {})})
         return body
 
@@ -119,8 +131,16 @@ class OllamaModel(HttpChatModel):
         return _read(lines, on_token, on_thinking)
 
     def find_context(self) -> int | None:
-        """`num_ctx` if set, else the model's (from /api/show)."""
-        return self.options.get("num_ctx") or self._show_context()
+        """The window Ollama will really use: `num_ctx` if set (--max-tokens), else the
+        Modelfile's, else `OLLAMA_WINDOW` (capped at the model's own length), which is then
+        sent as `num_ctx` with every request so that the budget and the server agree."""
+        if self.options.get("num_ctx"):
+            return int(self.options["num_ctx"])
+        configured, trained = self._show_context()
+        if configured:
+            return configured
+        self._send_window = min(trained or OLLAMA_WINDOW, OLLAMA_WINDOW)
+        return self._send_window
 
     def ping(self) -> str:
         """Ollama's version (one short attempt); ModelUnavailableError with the fix otherwise."""
@@ -135,23 +155,21 @@ class OllamaModel(HttpChatModel):
         names = [m.get("name") or m.get("model") for m in models or [] if isinstance(m, dict)]
         return sorted(str(name) for name in names if name)
 
-    def _show_context(self) -> int | None:
+    def _show_context(self) -> tuple[int | None, int | None]:
         url = f"{self.base_url}/api/show"
         try:
             shown = self._http.post_json(url, {"model": self.name}, probe=True)
         except ModelError:
-            return None
-        return _shown_context(shown) if isinstance(shown, dict) else None
+            return None, None
+        return _shown_context(shown) if isinstance(shown, dict) else (None, None)
 
 
-def _shown_context(shown: Mapping[str, Any]) -> int | None:
-    """`num_ctx` from the Modelfile parameters (what Ollama really uses), else the model's."""
+def _shown_context(shown: Mapping[str, Any]) -> tuple[int | None, int | None]:
+    """(`num_ctx` of the Modelfile, which Ollama really uses; the model's trained length)."""
     match = _NUM_CTX.search(str(shown.get("parameters") or ""))
-    if match:
-        return int(match.group(1))
     info = shown.get("model_info") or {}
     sizes = [v for k, v in info.items() if k.endswith(".context_length") and isinstance(v, int)]
-    return sizes[0] if sizes else None
+    return (int(match.group(1)) if match else None), (sizes[0] if sizes else None)
 
 
 def _hint(model: str) -> ServerHint:
@@ -159,6 +177,8 @@ def _hint(model: str) -> ServerHint:
         label="Ollama",
         unreachable_fix="is Ollama running? start it with `ollama serve` or pass --host",
         status_fixes={404: f"pull the model with `ollama pull {model}` or choose one with --model"},
+        overflow_fix="raise --max-tokens (sent to Ollama as num_ctx) or set num_ctx in the "
+                     "model's Modelfile",
     )
 
 

@@ -198,6 +198,8 @@ def _hint() -> ServerHint:
             401: key_fix, 403: key_fix,
             404: "check --host (the API base, usually ending in /v1) and --model",
         },
+        overflow_fix="serve the model with a larger context (llama-server -c N, vLLM "
+                     "--max-model-len N) or lower --max-tokens to the server's context size",
     )
 
 

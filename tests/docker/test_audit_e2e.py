@@ -304,7 +304,9 @@ def test_container_cannot_read_or_write_the_audit_and_session_files(
     ]
     model_server.reply(tool_calls=must_fail + may_succeed)
     model_server.reply("tried everything")
-    ok_run(ask(root, model_server, "--yes", "--session", "second"))
+    done = ask(root, model_server, "--yes", "--session", "second")
+    # every write failed: the answer stands, and exit 34 says that nothing was changed
+    assert done.returncode == 34 and "no file was changed" in done.stderr, done.stderr
 
     assert session_file.read_bytes() == session_before
     after = audit_bytes(root)

@@ -419,7 +419,7 @@ def test_a_long_diff_is_cut_and_the_report_says_what_was_covered(
     (project / "src" / "app.py").write_text("def add(a, b):\n    return a - b\n")
     (project / "big.txt").write_text("".join(f"line {i} {'x' * 60}\n" for i in range(2000)))
     (project / "zz_new.py").write_text("print('untracked')\n")
-    model_server.reply("Looked.")
+    model_server.default = Reply("Looked.")
     report = workdir / "report.json"
 
     done = run_cli("review", "--root", project, *model_args(model_server, "ollama"),
@@ -432,9 +432,13 @@ def test_a_long_diff_is_cut_and_the_report_says_what_was_covered(
     assert diff["included"] == ["src/app.py"] and diff["partial"] == ["big.txt"]
     assert diff["omitted"] == ["zz_new.py"]
     assert diff["included_chars"] == 60_000 and diff["total_chars"] > 120_000
-    prompt = model_server.last_chat.body["messages"][1]["content"]
-    assert "+    return a - b" in prompt and "big.txt's diff was cut" in prompt
-    assert "Not shown (read them with the tools if they matter): big.txt, zz_new.py" in prompt
+    assert diff["parts"] > 1  # 60,000 characters do not fit the stand-in's 8,192 tokens
+    prompts = [m["content"] for m in (r.body["messages"][-1] for r in model_server.chat_requests)
+               if "```diff" in m["content"]]
+    assert len(prompts) == diff["parts"]
+    assert "+    return a - b" in prompts[0] and "big.txt's diff was cut" in prompts[-1]
+    assert all("Not shown (read them with the tools if they matter): big.txt, zz_new.py" in p
+               for p in prompts)
     assert "warning: the diff was cut at 60000 of" in done.stderr
 
 

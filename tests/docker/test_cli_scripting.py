@@ -138,6 +138,32 @@ def test_fail_on_denied_passes_a_run_without_denials(project: Path, model_server
     assert done.returncode == 0 and done.stdout == "Read it.\n", explain(done)
 
 
+def test_an_answer_after_only_failed_changes_exits_34_with_status_incomplete(
+        project: Path, model_server: ModelServer):
+    edit = {"path": "hello.py", "old_text": "not in the file", "new_text": "x"}
+    model_server.reply(tool_calls=[Call("edit_file", edit)])
+    model_server.reply(tool_calls=[Call("edit_file", edit)])
+    model_server.reply("I updated hello.py.")  # the claim the calls contradict
+
+    done = ask(project, model_server, "ollama", "--json", "--yes")
+
+    assert_user_error(done, 34, "no file was changed", "2 attempted", "edit_file hello.py")
+    data = json.loads(done.stdout)
+    assert data["status"] == "incomplete" and data["answer"] == "I updated hello.py."
+    assert "edit_file hello.py" in data["unfinished"] and data["changes"] == []
+    assert (project / "hello.py").read_text() == 'print("hello")\n'
+
+
+def test_a_question_answered_without_changes_exits_0(project: Path, model_server: ModelServer):
+    model_server.reply(tool_calls=[Call("read_file", {"path": "missing.py"})])  # a failed look
+    model_server.reply("There is no missing.py.")
+
+    done = ask(project, model_server, "ollama", "--json", "--yes")
+
+    assert done.returncode == 0, explain(done)
+    assert json.loads(done.stdout)["status"] == "ok"
+
+
 def test_a_failed_run_still_prints_its_json_with_the_status(project: Path,
                                                             model_server: ModelServer):
     model_server.reply(tool_calls=[Call("read_file", {"path": "hello.py"})])

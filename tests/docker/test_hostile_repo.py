@@ -33,7 +33,10 @@ def attempt(root: Path, server: ModelServer, *commands: str, writes: list[str] =
     server.reply(tool_calls=calls)
     server.reply("done")
     done = ask(root, server, "ollama", "--yes")
-    assert done.returncode == 0, explain(done)
+    # Every write refused (the point of these tests) makes "done" an answer after only failed
+    # changes: exit 34, which says so.
+    assert done.returncode == 0 or (writes and done.returncode == 34
+                                    and "no file was changed" in done.stderr), explain(done)
     return [m["content"] for m in server.last_chat.body["messages"] if m["role"] == "tool"]
 
 

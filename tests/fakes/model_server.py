@@ -32,6 +32,17 @@ server, so calls chain::
     server.respond(lambda request: Reply(f"got {len(request.body['messages'])}"))
     server.default = Reply("done")        # answer with this once the queue is empty
 
+A window, like llama.cpp's `n_ctx`::
+
+    server.window = 2000     # a chat request longer than this gets HTTP 400 in llama.cpp's
+                             # words and fields (n_prompt_tokens, n_ctx); it takes no step
+    server.window_style = "vllm"      # ... or vLLM's message (no fields), or "plain" (none)
+    server.prompt_size(request)       # the server's own count: UTF-8 bytes / 3, rounded up,
+                                      # of every message and tool spec (not tiktoken's count)
+    server.rejected                   # the chat requests refused as too long
+
+With a window, a reply reports that count as its `prompt_tokens` (unless scripted).
+
 With the queue empty and no default, a chat request gets HTTP 409 whose message says so
 (not retried by the client, so a test fails fast and clearly).
 
@@ -108,6 +119,8 @@ class HttpError:
     status: int
     message: str = ""
     retry_after: float | str | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+    """More fields of the error object (OpenAI shape only)."""
 
 
 @dataclass(frozen=True)
@@ -188,6 +201,9 @@ class ModelServer:
         self.prompt_tokens = 100
         self.completion_tokens = 10
         self.default: Step | Responder | None = None
+        self.window: int | None = None
+        self.window_style: Literal["llama.cpp", "vllm", "plain"] = "llama.cpp"
+        self.rejected: list[RecordedRequest] = []
         self._steps: deque[Step | Responder] = deque()
         self._requests: list[RecordedRequest] = []
         self.flooded: list[int] = []
@@ -324,6 +340,35 @@ class ModelServer:
         with self._lock:
             return len(self._steps)
 
+    @staticmethod
+    def prompt_size(request: RecordedRequest) -> int:
+        """The server's count of a chat request's prompt: UTF-8 bytes / 3 of its messages'
+        text and its tool specs, plus 4 per message (a tokenizer unlike tiktoken on purpose)."""
+        body = request.body if isinstance(request.body, dict) else {}
+        messages = body.get("messages") or []
+        texts = [json.dumps(m.get("content") or "", ensure_ascii=False)[1:-1] for m in messages]
+        texts += [json.dumps(m["tool_calls"]) for m in messages if m.get("tool_calls")]
+        texts += [json.dumps(body["tools"])] if body.get("tools") else []
+        return sum(-(-len(t.encode()) // 3) for t in texts) + 4 * len(messages)
+
+    def _over_window(self, request: RecordedRequest) -> HttpError | None:
+        if self.window is None:
+            return None
+        size = self.prompt_size(request)
+        if size <= self.window:
+            return None
+        with self._lock:
+            self.rejected.append(request)
+        if self.window_style == "vllm":
+            return HttpError(400, f"This model's maximum context length is {self.window} "
+                                  f"tokens. However, you requested {size} tokens.")
+        if self.window_style == "plain":
+            return HttpError(400, "the prompt is too long for the context window")
+        return HttpError(400, f"request ({size} tokens) exceeds the available context size "
+                              f"({self.window} tokens), try increasing it",
+                         extra={"type": "exceed_context_size_error", "n_prompt_tokens": size,
+                                "n_ctx": self.window})
+
     # used by the handler
     def _record(self, request: RecordedRequest) -> None:
         with self._lock:
@@ -370,7 +415,8 @@ class _Handler(BaseHTTPRequestHandler):
         owner = self.server.owner
         owner._record(request)
         if request.path in CHAT_PATHS:
-            self._chat(request, owner._next_step(request))
+            refusal = owner._over_window(request)
+            self._chat(request, refusal or owner._next_step(request))
         else:
             self._metadata(request, owner)
 
@@ -403,7 +449,8 @@ class _Handler(BaseHTTPRequestHandler):
     def _error(self, request: RecordedRequest, step: HttpError) -> None:
         message = step.message or f"stand-in error {step.status}"
         if request.protocol == "openai":
-            body: Any = {"error": {"message": message, "type": "server_error", "code": step.status}}
+            body: Any = {"error": {"message": message, "type": "server_error", "code": step.status,
+                                   **step.extra}}
         else:
             body = {"error": message}
         extra = {} if step.retry_after is None else {"Retry-After": str(step.retry_after)}
@@ -411,7 +458,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _reply(self, request: RecordedRequest, step: Reply) -> None:
         owner = self.server.owner
-        usage = (step.prompt_tokens if step.prompt_tokens is not None else owner.prompt_tokens,
+        measured = owner.prompt_size(request) if owner.window is not None else owner.prompt_tokens
+        usage = (step.prompt_tokens if step.prompt_tokens is not None else measured,
                  step.completion_tokens if step.completion_tokens is not None
                  else owner.completion_tokens)
         time.sleep(step.delay)

@@ -372,3 +372,44 @@ def test_the_model_cannot_send_the_host_only_guard_itself() -> None:
     assert sandbox_of(agent).calls == []  # rejected before anything ran
     assert "expect_sha256" in agent.messages[2].content
     assert agent.messages[2].content.startswith("Invalid arguments for write_file")
+
+
+# -- honest endings ------------------------------------------------------------------------------
+
+FAILED_EDIT = ToolResult.error("old_text not found in calc.py")
+
+
+def test_an_answer_after_only_failed_changes_is_unfinished() -> None:
+    edit = ("edit_file", {"path": "calc.py", "old_text": "a", "new_text": "b"})
+    agent = make_agent([calls(edit), calls(edit), Message.assistant("I fixed calc.py.")],
+                       sandbox=FakeSandbox({"edit_file": FAILED_EDIT}))
+
+    result = agent.run("fix calc.py")
+
+    assert result.answer == "I fixed calc.py."
+    assert result.unfinished is not None
+    assert "all 2 attempted" in result.unfinished and "old_text not found" in result.unfinished
+
+
+@pytest.mark.parametrize("script", [
+    [calls(("read_file", {"path": "calc.py"})), Message.assistant("It adds.")],  # a question
+    [calls(("edit_file", {"path": "calc.py", "old_text": "a", "new_text": "b"})),
+     calls(("write_file", {"path": "calc.py", "content": "b"})), Message.assistant("Done.")],
+])
+def test_a_run_that_changed_a_file_or_tried_none_is_finished(script: list[Any]) -> None:
+    box = FakeSandbox({"edit_file": FAILED_EDIT})  # the edit fails, the write after it works
+    assert make_agent(script, sandbox=box).run("go").unfinished is None
+
+
+def test_a_run_going_nowhere_ends_early_saying_what_was_done() -> None:
+    failing = [calls(("run_shell_command", {"command": f"pytest -k t{n}"})) for n in range(10)]
+    agent = make_agent([calls(("write_file", {"path": "new.py", "content": "x"})), *failing],
+                       sandbox=FakeSandbox({"run_shell_command": ToolResult.error("exit 1")}),
+                       max_turns=20)
+
+    with pytest.raises(MaxTurnsExceeded) as raised:
+        agent.run("make the tests pass")
+
+    message = raised.value.message
+    assert "6 tool calls in a row failed" in message and "stopped after 7 model turns" in message
+    assert "changed new.py" in message and "last failure: run_shell_command pytest -k t5" in message

@@ -21,6 +21,7 @@ from executor.models import (
     ollama_base_url,
     openai_base_url,
 )
+from executor.models.ollama import OLLAMA_WINDOW
 from executor.protocols import Model
 from tests.fakes import ModelServer
 from tests.fakes.providers import FAST_RETRY
@@ -204,12 +205,31 @@ def test_ollama_context_length_prefers_num_ctx(model_server: ModelServer) -> Non
     assert len([r for r in model_server.requests if r.path == "/api/show"]) == 1
 
 
-def test_ollama_context_length_unknown_is_none(model_server: ModelServer) -> None:
+def test_ollama_window_unknown_is_asked_for_and_sent(model_server: ModelServer) -> None:
     model_server.context_length = None
+    model_server.reply("ok")
     with OllamaModel("fake-model", host=model_server.url) as model:
-        assert model.context_length() is None
+        assert model.context_length() == OLLAMA_WINDOW
+        model.chat(HELLO, [])
+    assert model_server.last_chat.body["options"]["num_ctx"] == OLLAMA_WINDOW
     with OllamaModel("m", host="127.0.0.1:9") as unreachable:
-        assert unreachable.context_length() is None
+        assert unreachable.context_length() == OLLAMA_WINDOW
+
+
+def test_ollama_sends_the_window_it_budgets_for(model_server: ModelServer) -> None:
+    # Ollama serves its own small default, not the model's trained length, unless asked, and
+    # cuts a longer prompt without an error: the budget must be what is sent as num_ctx.
+    model_server.context_length = 32768
+    model_server.reply("ok").reply("ok")
+    with OllamaModel("fake-model", host=model_server.url) as model:
+        assert model.context_length() == OLLAMA_WINDOW
+        model.chat(HELLO, [])
+    assert model_server.last_chat.body["options"]["num_ctx"] == OLLAMA_WINDOW
+    model_server.num_ctx = 16384  # the Modelfile's num_ctx is what Ollama uses: none sent
+    with OllamaModel("fake-model", host=model_server.url) as model:
+        assert model.context_length() == 16384
+        model.chat(HELLO, [])
+    assert "num_ctx" not in model_server.last_chat.body.get("options", {})
 
 
 def test_openai_context_length_from_llama_cpp_props(model_server: ModelServer) -> None:

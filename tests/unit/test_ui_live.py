@@ -93,10 +93,13 @@ def test_the_spinner_shows_elapsed_time_and_the_streamed_reply() -> None:
     assert view._live is not None
     view._live.refresh()
     shown = terminal.lines()
-    assert shown[0].endswith(" s") and "model is thinking…" in shown[0]
+    assert shown[0].endswith(" s") and "model is thinking… · turn 1 · 1 tokens out ·" in shown[0]
     assert shown[1:] == ["  │ Let me look", "  │ at the tests"]
     bus.emit(ModelRequestEvent(model="m", duration_ms=5.0, prompt_tokens=1200,
              completion_tokens=34, reply=""))
+    view.thinking()  # the next turn: its number and the last prompt's size while it thinks
+    view._live.refresh()
+    assert "model is thinking… · turn 2 · prompt 1,200 tokens ·" in terminal.lines()[0]
     bus.emit(CompleteEvent(status="ok", answer="done", turns=1, duration_ms=5))
     assert terminal.lines() == []  # the live region is gone; the answer is printed once
     assert "tokens 1,200 in / 34 out · 0 tool calls" in view.summary()

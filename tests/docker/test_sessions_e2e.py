@@ -208,7 +208,7 @@ def tear_last_line(root: Path) -> None:
 
 
 @pytest.mark.engines
-def test_sigkill_mid_run_then_resume_reattaches_the_same_container(
+def test_sigkill_mid_run_then_resume_gets_a_new_container_and_the_whole_history(
     workdir: Path, model_server: ModelServer, docker_client: Any,
     started: list[subprocess.Popen[str]], hostname: str,
 ) -> None:
@@ -218,7 +218,12 @@ def test_sigkill_mid_run_then_resume_reattaches_the_same_container(
     history = killed_run(root, model_server, started, marker, hostname)
     assert [m.role for m in history] == ["user", "assistant", "tool", "assistant", "tool"]
     left = container(docker_client, session(root).header.container)
-    assert left is not None and left.status == "running"  # kept for --resume
+    for _ in range(100):  # it ends with its controller (PID 1's lifeline), within moments
+        if left is None or left.status != "running":
+            break
+        time.sleep(0.05)
+        left.reload()
+    assert left is not None and left.status != "running", left.status if left else None
     assert left.labels["sandbox-agent.host"] == hostname  # so no other test's gc takes it
     tear_last_line(root)
     with pytest.warns(TornLineWarning):
@@ -236,22 +241,23 @@ def test_sigkill_mid_run_then_resume_reattaches_the_same_container(
 
     assert resumed.returncode == 0, resumed.stderr
     assert resumed.stdout.strip() == "all done"
-    assert "re-attached" in resumed.stderr and "cut off" in resumed.stderr
+    assert "ended without its controller" in resumed.stderr and "cut off" in resumed.stderr
     first, second = model_server.chat_requests[before:]
     sent = received(first)
     assert sent[0].role == "system" and sent[0].content == system_prompt(root)
     assert shape(sent[1:]) == shape([*history, Message.user("continue")])
     assert_paired(sent[1:])
-    assert marker in received(second)[-1].content  # the first run's /tmp is still there
+    # a bind session never re-uses a container: the first run's /tmp is gone with it
+    assert marker not in received(second)[-1].content
     starts = [r for r in audit_records(root) if r["kind"] == "run_start"]
-    assert starts[-1]["container_id"] == left.id
+    assert starts[-1]["container_id"] != left.id
     assert gone(docker_client, left.id)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the torn fragment was cut off: no warning any more
         with_resume = session(root).load()
     assert shape(with_resume[:-4]) == shape(history)
     assert [m.role for m in with_resume[-4:]] == ["user", "assistant", "tool", "assistant"]
-    assert marker in with_resume[-2].content
+    assert marker not in with_resume[-2].content
 
 
 def test_sigkill_then_gc_then_resume_starts_a_new_container(

@@ -7,10 +7,7 @@ killed, even with SIGKILL) or whose lock file is gone is an orphan.
 
 from __future__ import annotations
 
-import fcntl
-import os
 import socket
-import stat
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +55,7 @@ def _classify(container: Any, result: GcResult, *, all_hosts: bool, force: bool)
     labels = container.labels
     if labels.get(LABEL_HOST) not in (None, socket.gethostname()) and not all_hosts:
         result.skipped.append(container.name)
-    elif not force and _in_use(labels.get(LABEL_LOCK, "")):
+    elif not force and runrecord.held(labels.get(LABEL_LOCK, "")):
         result.in_use.append(container.name)
     else:
         import docker.errors
@@ -82,28 +79,6 @@ def _finish(name: str, result: GcResult) -> None:
                           [Path(record.root) / rel for rel in record.made_dirs], set(),
                           result.notes.append)
             runrecord.forget(default_lock_dir(), name)
-
-
-def _in_use(lock_path: str) -> bool:
-    """Whether the session holding `lock_path` still runs (a label is data: validate it)."""
-    if not lock_path:
-        return False
-    try:  # never follow a link or block on a FIFO a foreign container's label points at
-        fd = os.open(lock_path, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return False
-    except OSError:
-        return True  # someone else's lock (or not a lock): we cannot tell, so it is not ours
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        return True
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)  # closing releases a lock we may have taken
-    return False
 
 
 def session_containers(client: Any, root: str | None = None) -> list[Any]:

@@ -75,7 +75,7 @@ def abandoned(lock_dir: Path, root: Path | None = None) -> list[RunRecord]:
                     or entry.name != f"{record.name}{SUFFIX}" \
                     or (root is not None and record.root != str(root)):
                 continue
-            if not _held(lock_dir / f"{record.name}.lock"):
+            if not held(str(lock_dir / f"{record.name}.lock")):
                 found.append(record)
     return found
 
@@ -104,16 +104,23 @@ def _load(path: Path) -> RunRecord | None:
             return None
 
 
-def _held(lock: Path) -> bool:
-    """Whether a live session holds `lock` (a missing lock: nobody does)."""
-    try:
-        fd = os.open(lock, os.O_RDWR | os.O_NOFOLLOW)
-    except OSError:
+def held(lock_path: str) -> bool:
+    """Whether the session holding `lock_path` still runs (a label is data: validate it)."""
+    if not lock_path:
         return False
+    try:  # never follow a link or block on a FIFO a foreign container's label points at
+        fd = os.open(lock_path, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True  # someone else's lock (or not a lock): we cannot tell, so it is not ours
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return True
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         return True
     finally:
-        os.close(fd)  # closing drops a lock we took
+        os.close(fd)  # closing releases a lock we may have taken
     return False

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from executor.sandbox.gc import _in_use
+from executor.sandbox.runrecord import held as _in_use
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -43,7 +43,7 @@ def test_another_users_lock_is_in_use(tmp_path: Path) -> None:
     if os.geteuid() != 0:
         assert _in_use("/root/.cache/sandbox-agent/none.lock") is False  # missing: not a lock
         return
-    script = (f"import os; from executor.sandbox.gc import _in_use; "
+    script = (f"import os; from executor.sandbox.runrecord import held as _in_use; "
               f"os.setgid(65534); os.setuid(65534); "
               f"raise SystemExit(0 if _in_use({str(private / 's.lock')!r}) else 1)")
     done = subprocess.run([sys.executable, "-c", script], cwd=REPO, check=False)

@@ -98,9 +98,6 @@ class RunResult:
 
 WRITE_TOOLS = frozenset({"write_file", "edit_file"})
 """Tools whose success changes a file."""
-MAX_FAILED_IN_A_ROW = 6
-"""Tool calls that ran and failed one after another, none succeeding in between, after which a
-run is going nowhere and is ended (a weak model repeats a failing edit until its turns run out)."""
 
 
 def _ran(record: ToolCallRecord) -> bool:
@@ -131,17 +128,6 @@ def progress_of(records: list[ToolCallRecord]) -> str:
     done = f"changed {', '.join(changed[:6])}" if changed else "no file changed"
     text = f"{done}; {len(records)} tool call(s), {len(failed)} failed"
     return text + (f" (last failure: {_failure(failed[-1])})" if failed else "")
-
-
-def _failed_in_a_row(records: list[ToolCallRecord]) -> int:
-    count = 0
-    for record in reversed(records):
-        if not _ran(record):
-            continue
-        if record.result.ok:
-            break
-        count += 1
-    return count
 
 
 @dataclass
@@ -206,8 +192,6 @@ class Agent:
                 continue
             records += [self.execute(call) for call in reply.message.tool_calls]
             stuck = self.coach.stuck if self.coach else None
-            if stuck is None and _failed_in_a_row(records) >= MAX_FAILED_IN_A_ROW:
-                stuck = f"{MAX_FAILED_IN_A_ROW} tool calls in a row failed"
             if stuck is not None:
                 raise MaxTurnsExceeded(
                     f"no final answer: stopped after {turn} model turns because {stuck}; "

@@ -75,12 +75,12 @@ RESERVED = frozenset({"seq", "ts", "kind", "session", "run", "prev", "hash"})
 """Keys `record` sets itself; callers may not pass them as fields."""
 RECORD_KINDS = (
     "run_start", "sandbox_start", "model_request", "tool_call", "tool_result", "write", "apply",
-    "undo", "retry", "warning", "error", "run_end", "run_abandoned",
+    "undo", "retry", "warning", "error", "run_end", "run_abandoned", "connection",
 )
 """Every kind of record written (docs/AUDIT.md); each export format maps each one (a test
 checks it against the `record("...")` calls in executor/)."""
-PLANNED_KINDS = ("connection",)
-"""Kinds the formats already map but nothing writes yet (the egress proxy's connections)."""
+PLANNED_KINDS: tuple[str, ...] = ()
+"""Kinds the formats already map but nothing writes yet."""
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _TAIL_CHUNK = 64 * 1024
 

@@ -375,10 +375,13 @@ class DockerSandbox:
             self._record_start()
             self._container = self._existing() or self._create()
             if self.reattached:
-                self._clear_left()
                 channel = self._channel_dir()
                 if channel is not None and self._life is None:
-                    make_life(channel)  # its PID 1 looks for a new one (boot/init.py)
+                    # its PID 1 kills what is left when the last host went, then opens a new
+                    # lifeline: nothing may start there before that (it would be killed)
+                    make_life(channel)
+                    self._life = hold_life(channel, timeout=10.0)
+                self._clear_left()
             self._start_egress()
             self._start_copy()
             self._start_toolbox(running=True)

@@ -93,16 +93,19 @@ def test_podman_would_ignore_the_runtime_so_it_is_refused(project: Path,
 
 
 def test_doctor_lists_the_runtimes_and_checks_the_one_asked_for(model_server: ModelServer):
-    done = run_cli("doctor", "--runtime", "runsc", "--host", model_server.url)
+    # the model `ask` would use is checked too: the stand-in server's
+    model = ("--model", model_server.model)
+    done = run_cli("doctor", "--runtime", "runsc", "--host", model_server.url, *model)
 
     assert done.returncode == 0, explain(done)
     listed = re.search(r"runtimes: (.*); default (\S+)\)", done.stdout.splitlines()[0])
     assert listed, explain(done)
     assert {"runc", "runsc"} <= set(listed[1].split(", ")) and listed[2] == "runc"
     assert done.stdout.splitlines()[2].startswith("✓ runtime runsc: offered (/usr/bin/runsc)")
-    missing = run_cli("doctor", "--runtime", "kata", "--host", model_server.url)
+    missing = run_cli("doctor", "--runtime", "kata", "--host", model_server.url, *model)
     assert missing.returncode == 1 and "✗ runtime kata: the engine has no runtime" in missing.stdout
-    podman = run_cli("doctor", "--host", model_server.url, env={"DOCKER_HOST": PODMAN_HOST})
+    podman = run_cli("doctor", "--host", model_server.url, *model,
+                     env={"DOCKER_HOST": PODMAN_HOST})
     assert podman.returncode == 0, explain(podman)
     assert podman.stdout.startswith("✓ Docker engine: Podman ")
 

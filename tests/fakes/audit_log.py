@@ -66,6 +66,10 @@ def full_run(directory: Path, session: str = "fix-tests", clock: Clock | None = 
         if isinstance(event, RunStartEvent):  # as a --resume after a killed run writes it
             log.record("run_abandoned", calls_without_result=[
                 {"tool": "run_shell_command", "call_id": "c0"}])
+    log.connection(host="pkg.example.org", port=443, decision="allowed", method="CONNECT",
+                   address="192.0.2.10", rule="pkg.example.org:443", allowed_by="--allow-host",
+                   address_rule=None, reason="", bytes_up=517, bytes_down=4096,
+                   duration_ms=12, call_id="c1")
     log.record("apply", **_apply_fields())
     log.record("undo", **_apply_fields(), undoes="j-1", cannot=[])
     bus.emit(CompleteEvent(status="ok", answer="Fixed add().", turns=3, duration_ms=4200))

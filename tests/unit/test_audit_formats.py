@@ -99,7 +99,8 @@ def test_every_event_is_valid_ocsf_of_its_class(log_dir: Path) -> None:
     assert {("run_start", 6002), ("sandbox_start", 6002), ("run_end", 6002), ("run_abandoned", 6002),
             ("model_request", 6003), ("tool_call", 6003), ("retry", 6003), ("write", 1001),
             ("tool_result", 1001), ("tool_result", 1007), ("tool_result", 6003),
-            ("apply", 1001), ("undo", 1001), ("warning", 6008), ("error", 6008)} == classes
+            ("apply", 1001), ("undo", 1001), ("warning", 6008), ("error", 6008),
+            ("connection", 4001)} == classes
 
 
 def test_exports_are_stable_byte_for_byte(log_dir: Path) -> None:

@@ -61,7 +61,7 @@ def test_page_is_self_contained_and_shows_every_record(log_dir: Path) -> None:
 
 def test_page_shows_verification_totals_denials_and_diffs(log_dir: Path) -> None:
     page = render(log_dir)
-    assert "Chain verified: 22 records in 1 file(s), seq 1..22" in page
+    assert "Chain verified: 23 records in 1 file(s), seq 1..23" in page
     totals = page[page.index("id=totals"): page.index("<h2>Denials")]
     assert "<th>tool calls</th><td>6 (2 denied or rejected)</td>" in totals
     assert "<th>tokens</th><td>310 in, 42 out</td>" in totals
@@ -121,7 +121,7 @@ def test_report_to_a_private_file(log_dir: Path, tmp_path: Path) -> None:
     target = tmp_path / "report.html"
     result = CliRunner().invoke(app, ["audit", "report", "--audit-dir", str(log_dir),
                                       "-o", str(target)])
-    assert result.exit_code == 0 and "reported 22 record(s)" in result.stderr
+    assert result.exit_code == 0 and "reported 23 record(s)" in result.stderr
     assert target.stat().st_mode & 0o777 == 0o600 and TITLE in target.read_text()
 
 
@@ -153,7 +153,7 @@ def test_in_chromium_no_planted_script_or_handler_runs(page_file: Path, tmp_path
     assert "PWNED-SCRIPT" in dom and "PWNED-IMG" in dom  # shown, as text
     body = dom[dom.index("<body>"):]
     assert not re.search(r"<(script|img|iframe|object|svg)\b", body)
-    assert "&lt;img src=x onerror=" in body and "Chain verified: 22 records" in body
+    assert "&lt;img src=x onerror=" in body and "Chain verified: 23 records" in body
 
 
 def test_in_chromium_the_page_renders_with_its_own_style(page_file: Path, tmp_path: Path) -> None:

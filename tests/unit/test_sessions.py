@@ -349,7 +349,8 @@ runner = CliRunner()
 
 
 def run(*args: str) -> tuple[int, str, str]:
-    result = runner.invoke(cli, ["sessions", *args])
+    # wide, whatever the test process's terminal is (a pytest-xdist worker's says 80)
+    result = runner.invoke(cli, ["sessions", *args], env={"COLUMNS": "200"})
     return result.exit_code, result.stdout, result.stderr
 
 

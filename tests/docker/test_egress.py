@@ -296,3 +296,40 @@ def test_a_resume_with_another_allow_list_gets_a_new_container(
     assert "ended without its controller" in done.stderr, explain(done)
     assert "kept" not in model_server.last_chat.body["messages"][-1]["content"]
     assert containers(docker_client, project) == []  # both gone with the run
+
+
+RAW_CONNECT = (  # inside the sandbox: CONNECT lines written to the proxy by hand
+    "import socket\n"
+    "for target in TARGETS:\n"
+    "    s = socket.create_connection(('127.0.0.1', 3128), 10)\n"
+    "    s.sendall(('CONNECT %s HTTP/1.1\\r\\n\\r\\n' % target).encode('latin-1'))\n"
+    "    print(repr(target), s.recv(200).split(b'\\r\\n')[0].decode('latin-1'))\n"
+    "    s.close()\n"
+)
+
+
+def test_a_wildcard_rule_opens_no_host_that_is_not_a_name(
+        workdir: Path, model_server: ModelServer, upstream: Upstream) -> None:
+    """Red-team round 15 (critical): with `*.example.org` allowed, `127.0.0.1\\0.example.org`
+    matched the rule while the resolver stopped at the NUL and gave 127.0.0.1; numeric forms
+    such as `0x7f.0.0.1` passed as names and resolved to it too. Each is a 400 now, audited,
+    and the upstream (on the loopback range the test allows) is never reached."""
+    root = workdir / "proj"
+    root.mkdir()
+    port = upstream.port
+    targets = [f"127.0.0.1\x00.example.org:{port}", f"localhost\x00.example.org:{port}",
+               f"0x7f.0.0.1:{port}", f"2130706433:{port}", f"*.example.org:{port}"]
+    code = RAW_CONNECT.replace("TARGETS", repr(targets))
+    model_server.reply(tool_calls=[Call("run_shell_command",
+                                        {"command": f"python3 -c {shlex.quote(code)}"})])
+    model_server.reply(content="done")
+    done = ask(root, model_server, "ollama", "--yes", "--no-stream",
+               "--allow-host", f"*.example.org:{port}", "--allow-host", f"127.0.0.1/32:{port}")
+    assert done.returncode == 0, explain(done)
+    [(_, _, shown)] = tool_exchanges(model_server.last_chat)
+    for target in targets:
+        assert f"{target!r} HTTP/1.1 400" in shown, shown
+    assert upstream.paths == []
+    refused = connections(root)
+    assert len(refused) == len(targets) and all(
+        r["decision"] == "denied" and "bad request" in r["reason"] for r in refused), refused

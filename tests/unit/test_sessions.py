@@ -354,7 +354,12 @@ def run(*args: str) -> tuple[int, str, str]:
     return result.exit_code, result.stdout, result.stderr
 
 
-def test_cli_lists_newest_first(tmp_path: Path) -> None:
+def test_cli_lists_newest_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from executor.cli.common import out_console, real_console
+
+    # the console of this process keeps the width it was made with (COLUMNS of whichever
+    # test first printed, in a pytest-xdist worker): this table is read 200 columns wide
+    monkeypatch.setattr(real_console(out_console), "width", 200)
     for name in ("older", "newer"):
         new_store(tmp_path, name).extend(conversation())
         time.sleep(0.002)

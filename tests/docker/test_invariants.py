@@ -421,7 +421,10 @@ def test_a_hopper_ends_with_its_call(sandbox: DockerSandbox, project: Path, hopp
     (project / "a.py").write_text("x = 1\n")
     (project / "hop").write_bytes(FORK_HOPPER if hopper == "fork" else CLONE_HOPPER)
     escape = shell(sandbox, "chmod +x hop; ./hop; rm hop; echo started")
-    assert escape.ok and "started" in escape.output, escape.output
+    # the hopper started; on a busy machine it can outrun the sweep to the process limit,
+    # and then the call says so (everything it started was killed): both end it with the call
+    assert "started" in escape.output and (escape.ok or "process limit hit" in escape.output), \
+        escape.output
     time.sleep(9)  # it hops for 3 to 4 s, then writes 2 s later
     assert (project / "a.py").read_text() == "x = 1\n"
     after = shell(sandbox, "cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' '")

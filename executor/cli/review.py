@@ -1,7 +1,7 @@
 """`sandbox-agent review`: a read-only, non-interactive review for CI; the CLI only renders.
 
 The review itself (diff, prompt, findings, report) is library code: executor/review.py; the
-formats are executor/review_formats.py. Exit codes: 0 when the review ran (also with no
+formats are executor/review/formats.py. Exit codes: 0 when the review ran (also with no
 changes to review), 33 with findings at or above `--fail-on`, the error's code when it failed
 (the report, with status error, is written all the same).
 """
@@ -165,7 +165,7 @@ def review(
 
 def _publish(report: ReviewReport, fmt: ReportFormat, output: Path | None) -> None:
     """The report in its format (to --output or stdout), and annotations under Actions."""
-    from executor.review_formats import github_annotations
+    from executor.review.formats import github_annotations
 
     text = _render(report, fmt)
     annotate = fmt is not ReportFormat.github and os.environ.get("GITHUB_ACTIONS") == "true"
@@ -188,7 +188,7 @@ def _publish(report: ReviewReport, fmt: ReportFormat, output: Path | None) -> No
 
 def _render(report: ReviewReport, fmt: ReportFormat) -> str:
     from executor.review import one_line
-    from executor.review_formats import (
+    from executor.review.formats import (
         github_annotations,
         to_code_quality,
         to_json,

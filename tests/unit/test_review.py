@@ -10,7 +10,7 @@ import pytest
 from executor.config import load_settings
 from executor.errors import ConfigError
 from executor.review import NO_LOCATION, Finding, ReviewReport, parse_answer, place, placed
-from executor.review_formats import (
+from executor.review.formats import (
     escape_data,
     escape_property,
     github_annotations,

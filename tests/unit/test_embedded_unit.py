@@ -33,6 +33,7 @@ from executor.models.embedded import (
     sidecar_trusted,
     verify,
 )
+from executor.models.embedded import server as embedded_server
 from executor.protocols import Model
 
 PARTS = [b"GGUF" + b"a" * 1000, b"b" * 3000, b"c" * 17]
@@ -291,11 +292,11 @@ def test_preflight_reports_what_first_use_will_do(fake_spec: ModelSpec, cache: P
 
 
 def test_only_a_loopback_listener_is_accepted() -> None:
-    assert embedded._loopback_url("http://127.0.0.1:4321/") == "http://127.0.0.1:4321"
-    assert embedded._loopback_url("127.0.0.1:4321") == "http://127.0.0.1:4321"
+    assert embedded_server._loopback_url("http://127.0.0.1:4321/") == "http://127.0.0.1:4321"
+    assert embedded_server._loopback_url("127.0.0.1:4321") == "http://127.0.0.1:4321"
     for address in ("http://0.0.0.0:4321", "http://10.0.0.5:4321", "http://localhost:1"):
         with pytest.raises(EmbeddedModelError, match=r"not 127\.0\.0\.1"):
-            embedded._loopback_url(address)
+            embedded_server._loopback_url(address)
 
 
 def test_a_slot_directory_turns_on_save_and_restore_there_only(tmp_path: Path) -> None:

@@ -47,7 +47,7 @@ def remove_deps(client: Any, root: Path) -> bool:
     """Remove project `root`'s volume; whether there was one."""
     import docker.errors
 
-    from executor.sandbox.engine import docker_errors
+    from executor.engine_errors import docker_errors
 
     with docker_errors(f"removing the package volume of {root}"):
         try:

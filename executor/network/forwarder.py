@@ -129,7 +129,7 @@ class Forwarder:
 
     def start(self, ready: threading.Event) -> None:
         """Create and start it (a stale one of the same name goes first); wait until `ready`."""
-        from executor.sandbox.engine import docker_errors
+        from executor.engine_errors import docker_errors
 
         self.remove_stale()
         with docker_errors("starting the egress forwarder"):
@@ -147,7 +147,7 @@ class Forwarder:
         """Remove a forwarder a dead or detached run left under this name."""
         import docker.errors
 
-        from executor.sandbox.engine import docker_errors
+        from executor.engine_errors import docker_errors
 
         with docker_errors("removing an old egress forwarder"), \
                 contextlib.suppress(docker.errors.NotFound):
@@ -157,7 +157,7 @@ class Forwarder:
         """Remove it; safe to call twice."""
         import docker.errors
 
-        from executor.sandbox.engine import docker_errors
+        from executor.engine_errors import docker_errors
 
         if self._container is None:
             return

@@ -5,7 +5,7 @@ policy left to the person, so a policy `deny` is never reached, let alone overri
 it allows is audited with `approved_by: user:session`.
 
 A grant for `run_shell_command` names a command prefix, e.g. `git status`, and covers a later
-command only when the shell analysis (executor/shell.py) resolves it to one simple command and
+command only when the shell analysis (executor/shell/) resolves it to one simple command and
 nothing else (no `;`, pipe, redirection, substitution or assignment), every word known
 statically, that does not run other code (`sh -c`, `env`, `xargs` …), and whose argv starts
 with exactly the granted words. So `git status` granted does not allow `git status; rm -rf x`,

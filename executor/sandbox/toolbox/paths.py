@@ -11,15 +11,24 @@ from .wire import ToolError
 
 TYPE_CHECKING = False  # typing is not imported at run time: the toolbox starts fast
 if TYPE_CHECKING:  # names for the type checker only (annotations are never evaluated)
-    from .context import Context
-    pass
+    from typing import Protocol
+
+    class Rooted(Protocol):
+        """What path rules need of the Context (declared here so that this module does not
+        import context.py, which imports the modules that import this one)."""
+
+        root: str
+        roots: set[str]
+        hidden: frozenset[str]
+        readonly: frozenset[str]
+        readonly_folded: frozenset[str]
 
 
 
 # -- paths ------------------------------------------------------------------------------------
 
 
-def resolve(ctx: Context, raw: str, write: bool = False) -> str:
+def resolve(ctx: Rooted, raw: str, write: bool = False) -> str:
     """The real path inside the root for a path argument, or a ToolError saying why not."""
     if not raw.strip():
         raise ToolError("path is empty; give a path relative to the project root, "
@@ -74,12 +83,12 @@ def _inside(root: str, path: str) -> bool:
     return path == root or path.startswith(os.path.join(root, ""))
 
 
-def rel(ctx: Context, path: str) -> str:
+def rel(ctx: Rooted, path: str) -> str:
     """`path` relative to the root, as the model should write it."""
     return os.path.relpath(path, ctx.root)
 
 
-def os_error_text(ctx: Context, exc: OSError) -> str:
+def os_error_text(ctx: Rooted, exc: OSError) -> str:
     """A short, clear text for an OSError a tool ran into."""
     name = exc.filename or ""
     if name and _inside(ctx.root, os.path.abspath(name)):
@@ -113,7 +122,7 @@ def _regular_file(real: str, path: str) -> os.stat_result:
     return info
 
 
-def _skipped(ctx: Context, parent: str, name: str) -> bool:
+def _skipped(ctx: Rooted, parent: str, name: str) -> bool:
     return name == ".git" or (name in ctx.hidden and parent == ctx.root)
 
 

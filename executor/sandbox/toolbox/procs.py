@@ -24,10 +24,17 @@ from .wire import send
 TYPE_CHECKING = False  # typing is not imported at run time: the toolbox starts fast
 if TYPE_CHECKING:  # names for the type checker only (annotations are never evaluated)
     from collections.abc import Callable
+    from typing import Protocol
 
-    from .context import Context
     from .wire import Sink, Writer
-    pass
+
+    class Reaping(Protocol):
+        """What the reaper needs of the Context (declared here: context.py imports this)."""
+
+        token: str
+        keep: frozenset[int]
+        kill_all: bool
+        broad_sweep: bool
 
 
 
@@ -200,7 +207,7 @@ def _pump(proc: subprocess.Popen[bytes], sinks: tuple[Sink, Sink], deadline: flo
 # -- process cleanup --------------------------------------------------------------------------
 
 
-def _sweep(ctx: Context, pgid: int, since: int | None) -> int:
+def _sweep(ctx: Reaping, pgid: int, since: int | None) -> int:
     """SIGKILL the command's group and strays until none is left; returns how many there were."""
     first: int | None
     deadline, first = time.monotonic() + SWEEP_SECONDS, None
@@ -218,7 +225,7 @@ def _sweep(ctx: Context, pgid: int, since: int | None) -> int:
         time.sleep(0.01)
 
 
-def _settled(ctx: Context) -> tuple[bool, int]:
+def _settled(ctx: Reaping) -> tuple[bool, int]:
     """After the sweep, in a session container: whether nothing but ours is left running.
 
     gVisor's kill(-1) misses a process that clones and exits in a loop (a generation born
@@ -277,7 +284,7 @@ def _kill(pid: int, group: bool = False) -> None:
         (os.killpg if group else os.kill)(pid, signal.SIGKILL)
 
 
-def _strays(ctx: Context, pgid: int, since: int | None) -> list[int]:
+def _strays(ctx: Reaping, pgid: int, since: int | None) -> list[int]:
     """Live processes a call left behind (see the module docstring for which)."""
     found: list[int]
     try:

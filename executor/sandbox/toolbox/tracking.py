@@ -18,7 +18,7 @@ TYPE_CHECKING = False  # typing is not imported at run time: the toolbox starts 
 if TYPE_CHECKING:  # names for the type checker only (annotations are never evaluated)
     from typing import Any
 
-    from .context import Context
+    from .paths import Rooted
     from .wire import Change, ChangeRecord, Identity, Lstat, Reopened, Walk
     pass
 
@@ -64,7 +64,7 @@ def _is_git(name: str) -> bool:
     return len(name) == 4 and name.lower() == ".git"
 
 
-def _walk(ctx: Context) -> Walk:
+def _walk(ctx: Rooted) -> Walk:
     """(stats, complete, .git paths, directories that could not be listed) under the root.
 
     Everything is entered except read-only mount points (the protected .git and hook paths:
@@ -80,7 +80,7 @@ def _walk(ctx: Context) -> Walk:
                 _chmod_nofollow(ctx.root, path, ino, mode, kind=stat.S_IFDIR)
 
 
-def _walk_tree(ctx: Context, reopened: Reopened) -> Walk:
+def _walk_tree(ctx: Rooted, reopened: Reopened) -> Walk:
     stats: dict[str, Lstat] = {}
     gits: list[str] = []
     unlisted: list[str] = []
@@ -107,7 +107,7 @@ def _walk_tree(ctx: Context, reopened: Reopened) -> Walk:
     return stats, True, gits, unlisted
 
 
-def _listing(ctx: Context, directory: str, unlisted: list[str], prefix: str,
+def _listing(ctx: Rooted, directory: str, unlisted: list[str], prefix: str,
              reopened: Reopened) -> list[os.DirEntry[str]]:
     try:
         with os.scandir(directory) as it:
@@ -122,7 +122,7 @@ def _listing(ctx: Context, directory: str, unlisted: list[str], prefix: str,
     return []
 
 
-def _reopen(ctx: Context, directory: str, prefix: str, reopened: Reopened) -> bool:
+def _reopen(ctx: Rooted, directory: str, prefix: str, reopened: Reopened) -> bool:
     """Give a directory a command made unreadable (ours: same uid) read and search rights
     for the walk; _walk puts its mode back afterwards."""
     if not prefix:
@@ -151,18 +151,18 @@ def _size(stats: dict[str, Lstat]) -> int:
     return (total - sum(blocks * (seen - 1) for blocks, seen in linked.values())) * 512
 
 
-def _tree_size(ctx: Context) -> int:
+def _tree_size(ctx: Rooted) -> int:
     """The project's size on disk now (a stat-only walk)."""
     return _size(_walk(ctx)[0])
 
 
-def _tree_measure(ctx: Context) -> tuple[int, int, bool]:
+def _tree_measure(ctx: Rooted) -> tuple[int, int, bool]:
     """(bytes on disk, entries, whether the walk saw everything) of the project now."""
     stats, complete, _, unlisted = _walk(ctx)
     return _size(stats), len(stats), complete and not unlisted
 
 
-def _snapshot(ctx: Context, old: Snapshot | None) -> Snapshot:
+def _snapshot(ctx: Rooted, old: Snapshot | None) -> Snapshot:
     """A new walk; what did not change is taken from `old`, what did is hashed or read."""
     stats, complete, gits, unlisted = _walk(ctx)
     snap = Snapshot(stats, complete and not unlisted, gits)
@@ -195,7 +195,7 @@ def _forget(snap: Snapshot, path: str) -> None:
         table.pop(path, None)
 
 
-def _describe(ctx: Context, snap: Snapshot, path: str, st: Lstat) -> None:
+def _describe(ctx: Rooted, snap: Snapshot, path: str, st: Lstat) -> None:
     """Hash a new or changed regular file, read a new or changed symlink."""
     _forget(snap, path)
     if stat.S_ISREG(st[0]):
@@ -205,7 +205,7 @@ def _describe(ctx: Context, snap: Snapshot, path: str, st: Lstat) -> None:
             snap.targets[path] = os.readlink(os.path.join(ctx.root, path))
 
 
-def _hash_into(ctx: Context, snap: Snapshot, path: str, st: Lstat) -> None:
+def _hash_into(ctx: Rooted, snap: Snapshot, path: str, st: Lstat) -> None:
     size = st[1]
     if size > HASH_FILE_MAX:
         snap.unhashed[path] = f"not hashed: larger than {HASH_FILE_MAX >> 20} MiB"
@@ -321,7 +321,7 @@ def _coarse_now_ns() -> int:
 class Tracker:
     """The index of the project between calls, and which .git entries were there before."""
 
-    def __init__(self, ctx: Context) -> None:
+    def __init__(self, ctx: Rooted) -> None:
         self.ctx = ctx
         self.index: Snapshot | None = None  # the last walk (None before the first)
         self.started_ns = _coarse_now_ns()

@@ -11,9 +11,16 @@ from ..wire import ToolError
 
 TYPE_CHECKING = False  # typing is not imported at run time: the toolbox starts fast
 if TYPE_CHECKING:  # names for the type checker only (annotations are never evaluated)
-    from ..context import Context
-    from ..tracking import _Tracking
-    pass
+    from typing import Protocol
+
+    from ..paths import Rooted
+    from ..tracking import Tracker, _Tracking
+
+    class Budgeted(Rooted, Protocol):
+        """What the disk guard needs of the Context (declared here: context.py imports this)."""
+
+        disk: Disk | None
+        tracker: Tracker | None
 
 
 
@@ -114,7 +121,7 @@ class _DiskWatch:
 
     disk: Disk
 
-    def __init__(self, ctx: Context) -> None:
+    def __init__(self, ctx: Budgeted) -> None:
         assert ctx.disk is not None  # watched only when there is a disk to watch
         self.ctx, self.disk = ctx, ctx.disk
         self.next_poll = self.next_walk = 0.0
@@ -177,7 +184,7 @@ def _disk_verdict(disk: Disk, report: _Tracking, reason: str | None) -> None:
     report.failed = report.meta["disk_budget_exceeded"] = True
 
 
-def _check_write(ctx: Context, real: str, size: int) -> int:
+def _check_write(ctx: Budgeted, real: str, size: int) -> int:
     """Refuse a write that takes the project over its disk budget; returns the old allocation."""
     disk = ctx.disk
     try:
@@ -201,7 +208,7 @@ def _check_write(ctx: Context, real: str, size: int) -> int:
     return old
 
 
-def _note_write(ctx: Context, real: str, old: int, digest: str) -> None:
+def _note_write(ctx: Budgeted, real: str, old: int, digest: str) -> None:
     """Keep the index and the disk's size in step with a write of ours."""
     if ctx.tracker is not None:
         ctx.tracker.note_write(real, digest)

@@ -1,15 +1,18 @@
 """The six built-in tools. Their semantics (path checks, caps, timeouts) live in the toolbox;
-here are only the argument models the model is offered and validated against."""
+here are only the argument models the model is offered and validated against, built from the
+toolbox's one declaration of them (executor/sandbox/toolbox/contract.py)."""
 
 from __future__ import annotations
 
 import difflib
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic_core import PydanticUndefined
 
 from executor.errors import SandboxAgentError
 from executor.messages import ToolResult
+from executor.sandbox.toolbox.contract import BOOL, INT, NUMBER, STR, TOOL_ARGS, Arg
 from executor.tools.base import Preview, RiskLevel, Tool, ToolContext
 
 ABSENT = "absent"
@@ -22,46 +25,33 @@ class _Args(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class ReadFileArgs(_Args):
-    path: str = Field(description="File path relative to the project root.")
-    start_line: int | None = Field(None, ge=1, description="First line to return (1-based).")
-    end_line: int | None = Field(None, ge=1, description="Last line to return (inclusive).")
+_TYPES: dict[str, type] = {STR: str, INT: int, BOOL: bool, NUMBER: int}
+"""The Python type offered for each toolbox kind (a NUMBER is offered as whole seconds)."""
 
 
-class WriteFileArgs(_Args):
-    path: str = Field(description="File path relative to the project root.")
-    content: str = Field(description="The complete new file content.")
+def _field(arg: Arg) -> tuple[Any, Any]:
+    """A pydantic field for one toolbox argument: optional ones default to None unless the
+    contract names another default, and then they are not nullable."""
+    kind = _TYPES[arg.kind]
+    info = Field(PydanticUndefined if arg.required else arg.default, description=arg.doc,
+                 ge=arg.low, le=arg.high)
+    return (kind if arg.required or arg.default is not None else kind | None), info
 
 
-class EditFileArgs(_Args):
-    path: str = Field(description="File path relative to the project root.")
-    new_text: str = Field(description="Replacement text (the whole file when creating).")
-    old_text: str | None = Field(
-        None, description="Exact text to replace; omit to create a new file."
-    )
-    replace_all: bool = Field(False, description="Replace every occurrence of old_text.")
+def args_model(tool: str) -> type[BaseModel]:
+    """The model of what the model may pass `tool`: contract.TOOL_ARGS less host-only ones."""
+    fields: dict[str, Any] = {
+        name: _field(arg) for name, arg in TOOL_ARGS[tool].items() if not arg.host_only}
+    title = "".join(part.title() for part in tool.split("_")) + "Args"
+    return create_model(title, __base__=_Args, __module__=__name__, **fields)
 
 
-class SearchFilesArgs(_Args):
-    pattern: str = Field(description="Regular expression to search for.")
-    path: str = Field(".", description="Directory or file to search, relative to the root.")
-    max_results: int = Field(100, ge=1, le=1000, description="Maximum matching lines returned.")
-
-
-class ListFilesArgs(_Args):
-    path: str = Field(".", description="Directory to list, relative to the project root.")
-    glob: str | None = Field(
-        None, description="Only names matching this glob; omit it to list everything."
-    )
-    depth: int | None = Field(None, ge=1, le=20, description="How many levels deep to list.")
-
-
-class RunShellCommandArgs(_Args):
-    command: str = Field(description="Shell command, run with sh -c in the project root.")
-    timeout_seconds: int | None = Field(
-        None, ge=1, le=3600,
-        description="Kill the command after this many seconds (default: the session's timeout).",
-    )
+ReadFileArgs = args_model("read_file")
+WriteFileArgs = args_model("write_file")
+EditFileArgs = args_model("edit_file")
+SearchFilesArgs = args_model("search_files")
+ListFilesArgs = args_model("list_files")
+RunShellCommandArgs = args_model("run_shell_command")
 
 
 class SandboxTool(Tool):

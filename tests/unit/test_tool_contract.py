@@ -1,16 +1,21 @@
 """The host's argument models and the toolbox's argument table describe the same tools.
 
-The model is offered (and validated against) the pydantic models in executor/tools/builtin.py;
-the toolbox checks requests against its own table (it is stdlib-only and runs in the container).
-If the two drift, a call the host accepts is refused in the container, or the reverse.
+The model is offered (and validated against) the pydantic models in executor/tools/builtin.py,
+built from the toolbox's one declaration (toolbox/contract.py); the toolbox checks requests
+against the table derived from it and its handlers default as it says. If they drift, a call
+the host accepts is refused in the container, or the reverse.
 """
 
 from __future__ import annotations
 
+import inspect
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from executor.sandbox.toolbox.contract import TOOL_ARGS
 from executor.tools.base import schema_of
 from executor.tools.builtin import BUILTIN_TOOLS
 from tests.unit import toolbox_view as BOX
@@ -52,3 +57,35 @@ def test_descriptions_do_not_promise_a_default_the_settings_can_change() -> None
     for tool in BUILTIN_TOOLS:
         text = str(schema_of(tool.Args)) + tool.description
         assert "default 60" not in text, tool.name
+
+
+def test_the_schemas_the_model_sees_are_the_pinned_ones() -> None:
+    """Building the models from the contract must not change a byte of what the model reads."""
+    pinned = json.loads((Path(__file__).parent / "tool_schemas.json").read_text())
+    assert {tool.name: schema_of(tool.Args) for tool in BUILTIN_TOOLS} == pinned
+
+
+@pytest.mark.parametrize("tool", sorted(TOOL_ARGS))
+def test_toolbox_handlers_take_and_default_what_the_contract_declares(tool: str) -> None:
+    handler, _ = BOX.TOOLS[tool]
+    params = list(inspect.signature(handler).parameters.values())[1:]  # after ctx
+    assert [p.name for p in params] == list(TOOL_ARGS[tool]), tool
+    for param in params:
+        arg = TOOL_ARGS[tool][param.name]
+        if arg.required:
+            assert param.default is inspect.Parameter.empty, (tool, param.name)
+        else:
+            assert param.default == arg.default, (tool, param.name, param.default)
+            assert type(param.default) is type(arg.default), (tool, param.name)
+
+
+def test_host_models_default_as_the_contract_says() -> None:
+    for tool in BUILTIN_TOOLS:
+        fields = tool.Args.model_fields
+        for name, arg in TOOL_ARGS[tool.name].items():
+            if arg.host_only:
+                assert name not in fields
+                continue
+            assert fields[name].is_required() == arg.required, (tool.name, name)
+            if not arg.required:
+                assert fields[name].default == arg.default, (tool.name, name)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+from .contract import BOOL, INT, LIST, NUMBER, OBJECT, STR, TOOL_ARGS
+
 TYPE_CHECKING = False  # typing is not imported at run time: the toolbox starts fast
 if TYPE_CHECKING:  # names for the type checker only (annotations are never evaluated)
     from collections.abc import Mapping
@@ -162,21 +164,10 @@ def fail(output: str, **meta: Any) -> Result:
 
 # -- requests ---------------------------------------------------------------------------------
 
-STR, INT, BOOL, NUMBER, OBJECT, LIST = (
-    "a string", "an integer", "true or false", "a number", "a JSON object", "a list")
-SPECS: dict[str, Spec] = {
-    "read_file": {"path": (STR, True), "start_line": (INT, False), "end_line": (INT, False)},
-    "write_file": {"path": (STR, True), "content": (STR, True), "expect_sha256": (STR, False),
-                   "expect_sha256_after": (STR, False)},
-    "edit_file": {"path": (STR, True), "new_text": (STR, True), "old_text": (STR, False),
-                  "replace_all": (BOOL, False), "expect_sha256": (STR, False),
-                  "expect_sha256_after": (STR, False)},
-    "search_files": {"pattern": (STR, True), "path": (STR, False), "max_results": (INT, False)},
-    "list_files": {"path": (STR, False), "glob": (STR, False), "depth": (INT, False)},
-    "run_shell_command": {"command": (STR, True), "timeout_seconds": (NUMBER, False)},
-}
-"""Each tool's arguments: name -> (kind, required). The host's pydantic models match them
-(tests/unit/test_tool_contract.py)."""
+SPECS: dict[str, Spec] = {tool: {name: (arg.kind, arg.required) for name, arg in args.items()}
+                         for tool, args in TOOL_ARGS.items()}
+"""Each tool's arguments: name -> (kind, required), from contract.TOOL_ARGS (the one
+declaration, which the host's pydantic models are built from too)."""
 PREVIEW_SPEC: Spec = {"tool": (STR, True), "args": (OBJECT, True)}
 HOST_OP_SPECS: dict[str, Spec] = {
     "manifest": {},

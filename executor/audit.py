@@ -48,7 +48,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any, Literal, TextIO
 
-from executor import durable
+from executor import durable, toolmeta
 from executor.errors import AuditError, AuditIntegrityError, ConfigError, SandboxAgentError
 from executor.redact import Redactor
 from executor.state import (
@@ -63,6 +63,7 @@ from executor.text import inert_line
 
 if TYPE_CHECKING:  # pydantic is not needed to verify or read a log: `audit verify` starts fast
     from executor.hooks import Event, HookBus, Subscriber
+    from executor.sandbox.toolbox.wire import ChangeRecord
 
 log = logging.getLogger(__name__)
 
@@ -438,9 +439,9 @@ class AuditLog:
         since the last command (`meta["outside_changes"]`) get one `write` record each.
         """
         meta = dict(meta or {})
-        changed = [(c, "command") for c in _changes(meta.pop("changes", None))]
-        changed += [(c, "outside") for c in _changes(meta.pop("outside_changes", None))]
-        lifted = {k: meta.pop(k) for k in _RESULT_META if k in meta}
+        changed = [(c, "command") for c in toolmeta.changes(meta)]
+        changed += [(c, "outside") for c in toolmeta.outside_changes(meta)]
+        lifted, meta = toolmeta.for_audit(meta)
         if isinstance(lifted.get("duration_ms"), float):
             lifted["duration_ms"] = _ms(lifted["duration_ms"])
         preview, truncated = self._preview(output)
@@ -452,7 +453,8 @@ class AuditLog:
         remembered = self._paths.pop(call_id, None) if call_id is not None else None
         if "sha256_after" in lifted:
             self.write(
-                tool=tool, path=path or meta.get("path") or remembered, call_id=call_id,
+                tool=tool, path=path or toolmeta.written_path(meta) or remembered,
+                call_id=call_id,
                 sha256_before=lifted.get("sha256_before"), sha256_after=lifted["sha256_after"],
                 nbytes=lifted.get("bytes"), lines_changed=lifted.get("lines_changed"),
             )
@@ -460,12 +462,10 @@ class AuditLog:
             self._change(tool if source == "command" else None, call_id, change, source)
         return record
 
-    def _change(self, tool: str | None, call_id: str | None, change: Mapping[str, Any],
+    def _change(self, tool: str | None, call_id: str | None, change: ChangeRecord,
                 source: str) -> None:
         """A `write` record for one file a command (or someone outside) created/changed/deleted."""
-        extra = {k: change.get(k) for k in _CHANGE_FIELDS if change.get(k) is not None}
-        if change.get("kind") is not None:  # "kind" names the record itself
-            extra["file_kind"] = change["kind"]
+        extra = toolmeta.change_details(change)
         self.record(
             "write", tool=tool, call_id=call_id, path=change.get("path"),
             sha256_before=change.get("sha256_before"), sha256_after=change.get("sha256_after"),
@@ -688,10 +688,6 @@ class AuditLog:
             self._on_warning(message)
 
 
-_RESULT_META = (
-    "exit_code", "timed_out", "duration_ms", "bytes", "sha256_before", "sha256_after",
-    "lines_changed",
-)
 RECORDED_EVENTS = ("run_start", "sandbox_start", "model_request", "tool_call", "tool_result",
                    "retry", "complete", "error", "warning", "connection")
 """The hook events the log records (`complete` as `run_end`)."""
@@ -717,15 +713,6 @@ def _capped(arguments: Mapping[str, Any], redact: Callable[[str], str]) -> dict[
     return out
 
 
-_CHANGE_FIELDS = ("change", "size_before", "mode_before", "mode_after", "target",
-                  "unhashed")
-
-
-def _changes(value: Any) -> list[Mapping[str, Any]]:
-    """The change entries of a toolbox result (anything else the toolbox sent is dropped)."""
-    if not isinstance(value, list):
-        return []
-    return [entry for entry in value if isinstance(entry, Mapping) and entry.get("path")]
 
 
 # ---------------------------------------------------------------------------- verify

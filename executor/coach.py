@@ -32,6 +32,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from executor import toolmeta
 from executor.messages import Message, ToolCall, ToolResult
 from executor.protocols import Sandbox
 
@@ -185,7 +186,7 @@ class Coach:
         if key in self.refused:
             return None
         preview = sandbox.preview("write_file", dict(call.arguments))
-        if not preview.meta.get("exists"):
+        if not toolmeta.preview_facts(preview.meta)["exists"]:
             return None
         if key not in self.known:
             rule, why = "coach:read-before-write", (
@@ -223,12 +224,12 @@ class Coach:
         if key in self.vetoed or key in self.failed:  # refused here: not a result of the tool
             self.vetoed.discard(key)
             return
-        if result.ok or result.meta.get("file_shown"):  # a failed edit may show the file
+        if result.ok or toolmeta.file_shown(result.meta):  # a failed edit may show the file
             self._note(call)
         self.seen.update(norm_path(p) for p in _PATH.findall(result.output[:200_000]))
         self.seen.update(norm_path(p) for value in call.arguments.values()
                          if isinstance(value, str) for p in _PATH.findall(value[:10_000]))
-        changed = (result.ok and call.name in WRITERS) or bool(result.meta.get("changes"))
+        changed = (result.ok and call.name in WRITERS) or toolmeta.any_changes(result.meta)
         self.changed = self.changed or changed
         if changed:
             self._wrote(call, result)
@@ -283,11 +284,9 @@ class Coach:
         path = call.arguments.get("path")
         if call.name in WRITERS and isinstance(path, str):
             self.written.add(norm_path(path))
-        changes = result.meta.get("changes")
-        if isinstance(changes, list) and not result.meta.get("changes_incomplete"):
-            self.written.update(norm_path(str(c.get("path", ""))) for c in changes
-                                if isinstance(c, dict))
-        elif changes:
+        if toolmeta.changes_complete(result.meta):
+            self.written.update(norm_path(str(c["path"])) for c in toolmeta.changes(result.meta))
+        elif toolmeta.any_changes(result.meta):
             self.written.add("")  # some files changed, which is not known
 
     def _missing(self) -> str | None:
@@ -328,17 +327,17 @@ def _retryable(call: ToolCall, result: ToolResult) -> str | None:
         return (f"Your {call.name} call failed, so nothing was changed: {first} Fix the call "
                 "and try again (read the file first if you have not), or answer that it cannot "
                 "be done.")
-    if call.name == "search_files" and result.ok and result.meta.get("matches") == 0:
+    if call.name == "search_files" and result.ok and toolmeta.matches(result.meta) == 0:
         return ("Your search found no matches, which does not answer the question. Look "
                 "another way before you answer: list the files, then read the likely ones.")
-    left = result.meta.get("still_there") if call.name == "edit_file" and result.ok else None
-    if isinstance(left, dict) and left:
+    left = toolmeta.still_there(result.meta) if call.name == "edit_file" and result.ok else {}
+    if left:
         names = ", ".join(f"'{name}' (line {', '.join(map(str, lines))})"
                           for name, lines in left.items())
         return (f"Your edit of {call.arguments.get('path')} left {names} in the file, as its "
                 "result notes. If the task means every use, change those too; if they should "
                 "stay, give your answer again.")
-    if result.meta.get("exit_code") == _NOT_FOUND and not result.ok:
+    if toolmeta.exit_code(result.meta) == _NOT_FOUND and not result.ok:
         missing = _MISSING.search(result.output)
         program = f"'{missing[1]}'" if missing else "a program it uses"
         # python3 is in every sandbox image: the toolbox runs on it.

@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from executor import toolmeta
 from executor.errors import (
     EXIT_INTERRUPTED,
     CallsDeniedError,
@@ -195,18 +196,17 @@ class RunRecorder:
             return
         if call.decision == "allow":
             call.ok = bool(data.get("ok"))
-            call.exit_code = meta.get("exit_code")
-            call.timed_out = bool(meta.get("timed_out"))
-            call.duration_ms = meta.get("duration_ms")
+            call.exit_code = toolmeta.exit_code(meta)
+            call.timed_out = bool(toolmeta.timed_out(meta))
+            call.duration_ms = toolmeta.duration_ms(meta)
         self._record_changes(call, meta)
 
     def _record_changes(self, call: ToolCallReport, meta: Mapping[str, Any]) -> None:
-        if call.tool in _WRITE_TOOLS and meta.get("sha256_after"):
-            path = meta.get("path") or call.arguments.get("path")
-            self._change(str(path), "created" if meta.get("created") else "modified", call)
-        for entry in meta.get("changes") or []:
-            if isinstance(entry, Mapping) and entry.get("path"):
-                self._change(str(entry["path"]), str(entry.get("change", "modified")), call)
+        if call.tool in _WRITE_TOOLS and toolmeta.sha256_after(meta):
+            path = toolmeta.written_path(meta) or call.arguments.get("path")
+            self._change(str(path), "created" if toolmeta.created(meta) else "modified", call)
+        for entry in toolmeta.changes(meta):
+            self._change(str(entry["path"]), str(entry.get("change", "modified")), call)
 
     def _change(self, path: str, change: str, call: ToolCallReport) -> None:
         earlier = self.changes.get(path)

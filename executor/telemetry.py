@@ -28,7 +28,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from executor import DISTRIBUTION
+from executor import DISTRIBUTION, toolmeta
 from executor.delegation import DELEGATE_TOOL
 from executor.hooks import (
     ChildEvent,
@@ -293,9 +293,8 @@ class Tracing:
         meta = event.meta
         paths = _changed_paths(meta, self._paths.pop(key, None))
         span.set_attributes(self._clean({
-            "sandbox_agent.tool.ok": event.ok, "process.exit.code": _int(meta.get("exit_code")),
-            "sandbox_agent.timed_out": meta.get("timed_out") if isinstance(
-                meta.get("timed_out"), bool) else None,
+            "sandbox_agent.tool.ok": event.ok, "process.exit.code": toolmeta.exit_code(meta),
+            "sandbox_agent.timed_out": toolmeta.timed_out(meta),
             "sandbox_agent.output_bytes": len(event.output.encode("utf-8", "surrogatepass")),
             "sandbox_agent.files_changed": len(paths),
             "sandbox_agent.files_changed.paths": paths[:PATHS_MAX] or None,
@@ -400,16 +399,10 @@ def _ns(at: float | None) -> int | None:
     return None if at is None else int(at * 1e9)
 
 
-def _int(value: Any) -> int | None:
-    return value if type(value) is int else None
-
-
 def _changed_paths(meta: Mapping[str, Any], own_path: str | None) -> list[str]:
     """Paths a call wrote: a write tool's own path, and the files a command changed."""
-    changes = meta.get("changes")
-    paths = [str(c["path"]) for c in changes if isinstance(c, Mapping) and c.get("path")] \
-        if isinstance(changes, list) else []
-    if "sha256_after" in meta and own_path:
+    paths = [str(c["path"]) for c in toolmeta.changes(meta)]
+    if toolmeta.sha256_after(meta) and own_path:
         paths.insert(0, own_path)
     return paths
 

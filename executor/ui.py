@@ -22,6 +22,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from executor import toolmeta
 from executor.text import inert, inert_line, markup_safe
 
 if TYPE_CHECKING:
@@ -331,7 +332,7 @@ class ProgressView:
         mark = "[green]✓[/]" if event.ok else "[yellow]![/]"
         self._print(f"{mark} {markup_safe(event.tool, line=True)} "
                     f"{markup_safe(subject(arguments))} [dim]{markup_safe(summarize(event.data))} "
-                    f"{event.meta.get('duration_ms', 0):.0f} ms[/]")
+                    f"{toolmeta.duration_ms(event.meta) or 0:.0f} ms[/]")
         if self.trace:
             self._print(f"[dim]{markup_safe(event.output[:4000])}[/]")
         elif self.live and event.tool == SHELL_TOOL:
@@ -500,10 +501,10 @@ def subject(arguments: dict[str, Any]) -> str:
 def summarize(data: dict[str, Any]) -> str:
     """A few words on a tool result: exit code, or the first line of an error."""
     meta = data.get("meta") or {}
-    if meta.get("timed_out"):
+    if toolmeta.timed_out(meta):
         return "(timed out)"
-    if "exit_code" in meta:
-        return f"(exit {meta['exit_code']})"
+    if toolmeta.ran_command(meta):
+        return f"(exit {toolmeta.exit_code(meta)})"
     if data.get("ok"):
         return ""
     first = next((line for line in str(data.get("output", "")).split("\n") if line.strip()), "")

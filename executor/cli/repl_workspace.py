@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from executor import toolmeta
 from executor.cli.common import err_console
 from executor.cli.repl import Repl, slash_command
 from executor.errors import SandboxAgentError
@@ -97,8 +98,8 @@ def _bind_changes(repl: Repl, sandbox: Sandbox) -> tuple[list[Change], Content]:
 def _read_back(sandbox: Sandbox, path: str, digest: str) -> bytes | None:
     """`path`'s content as the sandbox sees it, when it still has the hash the journal says."""
     result = sandbox.call("snapshot", {"path": path, "max_bytes": _READ_MAX})
-    data = result.meta.get("data") if result.ok else None
-    if not isinstance(data, str):
+    data = toolmeta.snapshot_data(result.meta) if result.ok else None
+    if data is None:
         return None
     try:
         content = base64.b64decode(data, validate=True)

@@ -44,6 +44,7 @@ from typing import Self
 
 from pydantic import BaseModel
 
+from executor import toolmeta
 from executor.errors import ConfigError, SandboxAgentError
 from executor.messages import ToolResult
 from executor.network.egress import AllowedHost, EgressConfig
@@ -318,7 +319,7 @@ def probe_set_id(lab: Lab) -> str:
     result = lab.shell(_SETID)
     made = re.findall(r"CREATED 0o10(\d)", result.output)
     changed = re.findall(r"CHANGED (\S+)", result.output)
-    if changed or [m for m in made if m != "0"] or result.meta.get("setid_cleared"):
+    if changed or [m for m in made if m != "0"] or toolmeta.setid_cleared(result.meta):
         raise Breach(f"set-id bits were set inside (chmod {' '.join(changed) or '-'}; "
                      f"open {len(made)}): {inert(result.output, 80)}")
     if lab.setid_files():
@@ -424,7 +425,7 @@ def probe_limits(lab: Lab) -> str:
 
 def _how(result: ToolResult) -> str:
     """How a runaway ended, in a few words."""
-    if result.meta.get("toolbox_restarted"):
+    if toolmeta.toolbox_restarted(result.meta):
         return "the sandbox went down and was restarted"
     for pattern in (r"fork refused after \d+", r"out of memory", r"MemoryError",
                     r"killed by \w+", r"timed out"):

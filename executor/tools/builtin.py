@@ -5,15 +5,19 @@ toolbox's one declaration of them (executor/sandbox/toolbox/contract.py)."""
 from __future__ import annotations
 
 import difflib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 from pydantic_core import PydanticUndefined
 
+from executor import toolmeta
 from executor.errors import SandboxAgentError
 from executor.messages import ToolResult
 from executor.sandbox.toolbox.contract import BOOL, INT, NUMBER, STR, TOOL_ARGS, Arg
 from executor.tools.base import Preview, RiskLevel, Tool, ToolContext
+
+if TYPE_CHECKING:
+    from executor.sandbox.toolbox.wire import PreviewFacts
 
 ABSENT = "absent"
 """`expect_sha256` of a file that did not exist when the write was approved (toolbox.ABSENT)."""
@@ -72,7 +76,7 @@ class FileWriteTool(SandboxTool):
 
     def call(self, args: Any, ctx: ToolContext) -> ToolResult:
         result = super().call(args, ctx)
-        if result.ok or not result.meta.get("toolbox_restarted"):
+        if result.ok or not toolmeta.toolbox_restarted(result.meta):
             return result
         return self._after_restart(args, ctx, result)
 
@@ -88,43 +92,43 @@ class FileWriteTool(SandboxTool):
             now = ctx.sandbox.preview(self.name, args.model_dump(exclude_none=True))
         except SandboxAgentError:
             now = ToolResult.error("no preview")
+        facts = toolmeta.preview_facts(now.meta)
         if expected is None and self.name == "write_file":
-            expected = now.meta.get("sha256_after")  # the hash of the content, whatever was there
-        current = now.meta.get("sha256_before") if now.ok else None
+            expected = facts["sha256_after"]  # the hash of the content, whatever was there
+        current = facts["sha256_before"] if now.ok else None
         if not expected or expected == FAILS or current != expected:
             return ToolResult.error(f"{result.output} The change may or may not have been made: "
                                     f"read '{args.path}' before changing it again.", **result.meta)
         before = ctx.host_args.get("expect_sha256")
         return ToolResult(ok=True, output=(
             f"wrote '{args.path}'; the toolbox was restarted before it answered, and the file "
-            f"holds the content this call was to write."), meta={
-            **result.meta, "path": now.meta.get("resolved") or args.path,
-            "sha256_before": None if before in (None, ABSENT) else before,
-            "sha256_after": expected, "before_unknown": before is None})
+            f"holds the content this call was to write."), meta=toolmeta.after_restart(
+            result.meta, path=facts["resolved"] or args.path,
+            before=None if before in (None, ABSENT) else before, after=expected,
+            before_unknown=before is None))
 
     def preview(self, args: Any, ctx: ToolContext) -> Preview:
         """The real diff, the real path behind a symlink, and a guard against later changes."""
         result = ctx.sandbox.preview(self.name, args.model_dump(exclude_none=True))
         if not result.ok:  # the toolbox could not say: show the request, promise nothing
             return Preview(self.describe(args), error=f"no preview: {result.output}")
-        meta = result.meta
+        facts = toolmeta.preview_facts(result.meta)
         # The write goes ahead only if the file is still what the person was shown.
-        guard = {"expect_sha256": meta.get("sha256_before") or ABSENT} if meta.get(
-            "resolved") else {}
-        if meta.get("error"):  # shown as failing: it must not write anything then
-            return Preview(self.describe(args), error=str(meta["error"]),
+        guard = {"expect_sha256": facts["sha256_before"] or ABSENT} if facts["resolved"] else {}
+        if facts["error"]:  # shown as failing: it must not write anything then
+            return Preview(self.describe(args), error=facts["error"],
                            host_args={**guard, "expect_sha256_after": FAILS} if guard else {})
-        if guard and meta.get("sha256_after"):  # and it writes exactly what the diff showed
-            guard["expect_sha256_after"] = meta["sha256_after"]
+        if guard and facts["sha256_after"]:  # and it writes exactly what the diff showed
+            guard["expect_sha256_after"] = facts["sha256_after"]
         body = result.output or "(no change: the file already has this content)"
-        return Preview(f"{self._title(args, meta)}\n{body}", host_args=guard)
+        return Preview(f"{self._title(args, facts)}\n{body}", host_args=guard)
 
-    def _title(self, args: Any, meta: dict[str, Any]) -> str:
+    def _title(self, args: Any, facts: PreviewFacts) -> str:
         """`write_file link.py → src/app.py (symlink, existing file, …)`."""
-        shown = f"{args.path} → {meta['resolved']}" if meta.get("symlink") else args.path
-        facts = ["symlink"] * bool(meta.get("symlink"))
-        facts += ["existing file" if meta.get("exists") else "new file", *self._facts(args)]
-        return f"{self.name} {shown} ({', '.join(facts)})"
+        shown = f"{args.path} → {facts['resolved']}" if facts["symlink"] else args.path
+        said = ["symlink"] * facts["symlink"]
+        said += ["existing file" if facts["exists"] else "new file", *self._facts(args)]
+        return f"{self.name} {shown} ({', '.join(said)})"
 
     def _facts(self, args: Any) -> list[str]:
         return []

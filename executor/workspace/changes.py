@@ -31,8 +31,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
+from executor import toolmeta
 from executor.errors import WorkspaceError
 from executor.messages import ToolResult
 from executor.workspace import hostfs
@@ -47,6 +48,9 @@ from executor.workspace.manifest import (
 )
 from executor.workspace.paths import problem, sort_key
 from executor.workspace.resolve import Lookup, after_state, leaves_root
+
+if TYPE_CHECKING:
+    from executor.sandbox.toolbox.wire import Chunk
 from executor.workspace.risk import flags
 from executor.workspace.store import BlobStore, read_json, session_dir, write_json
 
@@ -226,14 +230,14 @@ def collect(call: Caller, root: Path, session: str, base: Base, blobs: BlobStore
 def _listing(call: Caller) -> tuple[Manifest, list[dict[str, str]]]:
     """The copy's entries as the toolbox lists them, each checked; refusals with reasons."""
     result = call("manifest", {}, timeout=600)
-    if result.meta.get("toolbox_restarted"):  # a call cut short (Ctrl-C) left it busy: again
+    if toolmeta.toolbox_restarted(result.meta):  # a call cut short (Ctrl-C) left it busy: again
         result = call("manifest", {}, timeout=600)
-    if not result.ok or not isinstance(result.meta.get("entries"), list):
+    rows = toolmeta.manifest_entries(result.meta)
+    if not result.ok or rows is None:
         raise WorkspaceError(f"the sandbox did not list its files: {result.output[:300]}")
-    if result.meta.get("complete") is not True:
+    if not toolmeta.manifest_complete(result.meta):
         raise WorkspaceError(f"the copy holds more than the toolbox walks ({MAX_ENTRIES:,} "
                              "entries): its changes cannot be told apart")
-    rows = result.meta["entries"]
     if len(rows) > MAX_ENTRIES:
         raise WorkspaceError(f"the copy holds more than {MAX_ENTRIES:,} entries")
     found: Manifest = {}
@@ -282,7 +286,7 @@ def _fetch(call: Caller, files: list[tuple[str, Entry]], blobs: BlobStore,
         result = call("read_files", {"files": batch}, timeout=600)
         if not result.ok:
             raise WorkspaceError(f"the sandbox did not send its files: {result.output[:300]}")
-        for item in result.meta.get("files") or []:
+        for item in toolmeta.chunks(result.meta):
             _take(item, parts)
     for path, entry in wanted:
         data = b"".join(parts[path])
@@ -311,7 +315,7 @@ def _batches(wanted: list[tuple[str, Entry]]) -> list[list[list[Any]]]:
     return [b for b in batches if b]
 
 
-def _take(item: Any, parts: dict[str, list[bytes]]) -> None:
+def _take(item: Chunk, parts: dict[str, list[bytes]]) -> None:
     if not isinstance(item, dict) or item.get("path") not in parts or "data" not in item:
         return
     try:

@@ -15,10 +15,12 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Protocol, Self
+from typing import TYPE_CHECKING, Any, Protocol, Self
 
+from executor import toolmeta
 from executor.errors import WorkspaceError
 from executor.messages import ToolResult
 from executor.protocols import OutputCallback, Sandbox, SandboxInfo
@@ -33,6 +35,10 @@ from executor.workspace.changes import (
 )
 from executor.workspace.manifest import Entry, Manifest, check, normal
 from executor.workspace.store import BlobStore, append_line, ensure_session_dir
+
+if TYPE_CHECKING:
+    from executor.sandbox.toolbox.contract import SnapshotMeta
+    from executor.sandbox.toolbox.wire import ChangeRecord
 
 SNAPSHOT_MAX = 16 * 1024 * 1024
 """Bytes of a file's content kept before a write_file or edit_file overwrites it (its hash is
@@ -191,34 +197,30 @@ class JournaledSandbox(_Delegate):
             self._journal = ensure_session_dir(self.root, self.session) / "journal.ndjson"
         return self._journal
 
-    def _snapshot(self, path: str) -> dict[str, Any] | None:
+    def _snapshot(self, path: str) -> SnapshotMeta | None:
         """What a write of `path` would overwrite, as the toolbox sees it (content kept)."""
         result = self.inner.call("snapshot", {"path": path, "max_bytes": SNAPSHOT_MAX})
         if not result.ok:
             return None  # the write will fail the same way
-        meta = dict(result.meta)
-        data = meta.pop("data", None)
-        if isinstance(data, str) and meta.get("sha256"):
+        facts, data = toolmeta.snapshot(result.meta), toolmeta.snapshot_data(result.meta)
+        if data is not None and facts.get("sha256"):
             try:
                 content = base64.b64decode(data, validate=True)
             except (binascii.Error, ValueError):
                 content = None
-            if content is not None and hashlib.sha256(content).hexdigest() == meta["sha256"]:
+            if content is not None and hashlib.sha256(content).hexdigest() == facts["sha256"]:
                 self._blobs.put(content)
-        return meta
+        return facts
 
-    def _records(self, tool: str, before: dict[str, Any] | None, result: ToolResult
+    def _records(self, tool: str, before: SnapshotMeta | None, result: ToolResult
                  ) -> list[dict[str, Any]]:
         if tool in self.WRITES and before is not None:
             return [_tool_write(tool, before, result.meta)]
-        changes = result.meta.get("changes")
-        if not isinstance(changes, list):
-            return []
-        return [_command_write(tool, c) for c in changes if isinstance(c, dict)
-                and isinstance(c.get("path"), str)]
+        return [_command_write(tool, c) for c in toolmeta.changes(result.meta)
+                if isinstance(c["path"], str)]
 
 
-def _tool_write(tool: str, before: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
+def _tool_write(tool: str, before: SnapshotMeta, meta: Mapping[str, Any]) -> dict[str, Any]:
     existed = bool(before.get("exists"))
     old = None
     unknown = False
@@ -226,14 +228,14 @@ def _tool_write(tool: str, before: dict[str, Any], meta: dict[str, Any]) -> dict
         old = _row("file", before.get("mode"), before.get("size"), before.get("sha256"), None)
         unknown = old is None or before.get("kind") != "file"
     mode = before.get("mode") if existed else 0o644
-    new = _row("file", mode, meta.get("bytes"), meta.get("sha256_after"), None)
+    new = _row("file", mode, toolmeta.written_bytes(meta), toolmeta.sha256_after(meta), None)
     return {"type": "write", "ts": utc_now(), "source": "tool", "tool": tool,
             "path": before.get("resolved"), "before": old, "after": new,
             "bits_before": _bits(mode) if existed else None,
             "unknown_before": unknown or None, "unknown_after": new is None or None}
 
 
-def _command_write(tool: str, change: dict[str, Any]) -> dict[str, Any]:
+def _command_write(tool: str, change: ChangeRecord) -> dict[str, Any]:
     kind, what = change.get("kind"), change.get("change")
     old = None if what == "created" else _row(kind, _octal(change.get("mode_before")),
                                               change.get("size_before"),

@@ -17,6 +17,7 @@ if TYPE_CHECKING:  # names for the type checker only (annotations are never eval
     from typing import Any
 
     from .context import Context
+    from .contract import ManifestMeta, ReadFilesMeta
     from .tracking import Snapshot
     from .wire import Chunk, Lstat, ManifestEntry, Result, RootIdentity
     pass
@@ -52,8 +53,8 @@ def op_manifest(ctx: Context) -> Result:
             skipped.append([path, "git repository" if _is_git(parts[-1]) else "quarantined"])
             continue
         entries.append(_manifest_entry(ctx, snap, path, st))
-    return ok(f"{len(entries)} entries", entries=entries, skipped=skipped,
-              complete=snap.complete)
+    listed: ManifestMeta = {"entries": entries, "skipped": skipped, "complete": snap.complete}
+    return ok(f"{len(entries)} entries", **listed)
 
 
 def _manifest_entry(ctx: Context, snap: Snapshot, path: str, st: Lstat) -> ManifestEntry:
@@ -73,7 +74,8 @@ def op_read_files(ctx: Context, files: list[Any]) -> Result:
             break
         found.append(_read_chunk(ctx, item, budget))
         budget -= found[-1].get("length", 0)
-    return ok(f"{len(found)} files", files=found)
+    sent: ReadFilesMeta = {"files": found}
+    return ok(f"{len(found)} files", **sent)
 
 
 def _read_chunk(ctx: Context, item: object, budget: int) -> Chunk:

@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # names for the type checker only (annotations are never eval
     from typing import NoReturn
 
     from ..context import Context
+    from ..contract import SearchMeta
     from ..wire import Hit, Hits, Result, Sink
     pass
 
@@ -137,7 +138,8 @@ def _search_result(pattern: str, path: str, found: Hits, limit: int, engine: str
             more = True
             break
         lines.append(line)
-    meta = {"matches": len(lines), "truncated": bool(more or incomplete), "engine": engine}
+    meta: SearchMeta = {"matches": len(lines), "truncated": bool(more or incomplete),
+                        "engine": engine}
     if not lines and incomplete:
         return ok(f"no matches for '{pattern}' in {path}, but the search is incomplete: "
                   f"{incomplete}", **meta)

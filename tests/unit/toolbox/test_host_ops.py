@@ -5,19 +5,11 @@ everything they return, and they never follow a link."""
 from __future__ import annotations
 
 import base64
-import hashlib
 import os
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.unit.test_toolbox import Box, failed
-from tests.unit.test_toolbox import box as box
-from tests.unit.test_toolbox import make_box as make_box
-from tests.unit.test_toolbox import root as root
-
-
-def sha(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
+from tests.unit.toolbox.boxes import Box, failed, sha
 
 
 def entries(box: Box) -> dict[str, list[object]]:

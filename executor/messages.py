@@ -86,7 +86,7 @@ class ToolResult(BaseModel):
     output: str
     """Text the model sees (the error text when not ok)."""
     meta: dict[str, Any] = Field(default_factory=dict)
-    """Facts for the audit log and UI: exit_code, timed_out, bytes, sha256_before/after, ..."""
+    """Facts for the audit log and UI: the toolbox's meta records (read: executor/toolmeta.py)."""
 
     @classmethod
     def error(cls, message: str, **meta: Any) -> ToolResult:

@@ -89,3 +89,12 @@ def test_host_models_default_as_the_contract_says() -> None:
             assert fields[name].is_required() == arg.required, (tool.name, name)
             if not arg.required:
                 assert fields[name].default == arg.default, (tool.name, name)
+
+
+def test_a_toolbox_reply_and_the_hosts_tool_result_have_the_same_fields() -> None:
+    """The reply the toolbox builds (wire.ok / wire.fail) is what the host's ToolResult holds."""
+    from executor.messages import ToolResult
+
+    for reply in (BOX.ok("done", bytes=3), BOX.fail("no", exit_code=1)):
+        assert set(reply) == set(ToolResult.model_fields)
+        assert ToolResult.model_validate(reply).model_dump() == reply

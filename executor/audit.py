@@ -63,7 +63,7 @@ from executor.text import inert_line
 
 if TYPE_CHECKING:  # pydantic is not needed to verify or read a log: `audit verify` starts fast
     from executor.hooks import Event, HookBus, Subscriber
-    from executor.sandbox.toolbox.wire import ChangeRecord
+    from executor.toolmeta import ChangeRecord
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from executor.sandbox.toolbox.contract import BOOL, INT, NUMBER, STR, TOOL_ARGS,
 from executor.tools.base import Preview, RiskLevel, Tool, ToolContext
 
 if TYPE_CHECKING:
-    from executor.sandbox.toolbox.wire import PreviewFacts
+    from executor.toolmeta import PreviewFacts
 
 ABSENT = "absent"
 """`expect_sha256` of a file that did not exist when the write was approved (toolbox.ABSENT)."""

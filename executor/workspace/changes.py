@@ -50,7 +50,7 @@ from executor.workspace.paths import problem, sort_key
 from executor.workspace.resolve import Lookup, after_state, leaves_root
 
 if TYPE_CHECKING:
-    from executor.sandbox.toolbox.wire import Chunk
+    from executor.toolmeta import Chunk
 from executor.workspace.risk import flags
 from executor.workspace.store import BlobStore, read_json, session_dir, write_json
 

@@ -37,8 +37,7 @@ from executor.workspace.manifest import Entry, Manifest, check, normal
 from executor.workspace.store import BlobStore, append_line, ensure_session_dir
 
 if TYPE_CHECKING:
-    from executor.sandbox.toolbox.contract import SnapshotMeta
-    from executor.sandbox.toolbox.wire import ChangeRecord
+    from executor.toolmeta import ChangeRecord, SnapshotMeta
 
 SNAPSHOT_MAX = 16 * 1024 * 1024
 """Bytes of a file's content kept before a write_file or edit_file overwrites it (its hash is

@@ -2,10 +2,10 @@
 
 A stdlib-only package that runs on python3 >= 3.9, inside the session's container (the host
 sends it as one bundle of compiled modules: executor/sandbox/boot/bootstrap.py) or directly:
-`python3 -m executor.sandbox.toolbox --root DIR`. Its rooms: contract (the tools' arguments and
-meta records), wire (requests and replies), limits, options and context, paths, tools/ (one
-module a tool), tracking, guards/ (git, setid, disk), procs, host_ops, server, channel,
-confine, __main__.
+`python3 -m executor.sandbox.toolbox --root DIR`. Its rooms: contract (the tools' arguments),
+records (what replies' meta holds), wire (requests and replies), limits, options and context,
+paths, tools/ (one module a tool), tracking, guards/ (git, setid, disk), procs, host_ops,
+server, channel, confine, __main__.
 Every tool semantic (path checks, caps, timeouts) lives here; the host only relays.
 
 Protocol (version 1)

@@ -17,7 +17,7 @@ if TYPE_CHECKING:  # names for the type checker only (annotations are never eval
     from typing import Any
 
     from .context import Context
-    from .contract import ManifestMeta, ReadFilesMeta
+    from .records import ManifestMeta, ReadFilesMeta
     from .tracking import Snapshot
     from .wire import Chunk, Lstat, ManifestEntry, Result, RootIdentity
     pass

@@ -32,7 +32,7 @@ if TYPE_CHECKING:  # names for the type checker only (annotations are never eval
     from typing import NoReturn
 
     from ..context import Context
-    from ..contract import SearchMeta
+    from ..records import SearchMeta
     from ..wire import Hit, Hits, Result, Sink
     pass
 

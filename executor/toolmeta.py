@@ -26,37 +26,6 @@ if TYPE_CHECKING:  # the records, named for the host's modules too (they import 
 Meta = Mapping[str, Any]
 """A reply's meta as it arrived (ToolResult.meta, or an event's "meta")."""
 
-CHANGE_LISTS = ("changes", "outside_changes")
-"""The lists of changed files: the audit gives each entry a `write` record of its own."""
-
-
-class ResultFields(TypedDict, total=False):
-    """The fields a `tool_result` audit record carries at its top level (as the toolbox sent
-    them: a log's bytes do not depend on how the host reads them)."""
-
-    exit_code: Any
-    timed_out: Any
-    duration_ms: Any
-    bytes: Any
-    sha256_before: Any
-    sha256_after: Any
-    lines_changed: Any
-
-
-RESULT_FIELDS = tuple(ResultFields.__annotations__)
-"""... in this order."""
-
-
-def for_audit(meta: Meta) -> tuple[ResultFields, dict[str, Any]]:
-    """A reply's meta split as the audit records it: the top-level fields, and the rest (less
-    the change lists, which `changes` and `outside_changes` read)."""
-    rest = {k: v for k, v in meta.items() if k not in CHANGE_LISTS}
-    lifted = {k: rest.pop(k) for k in RESULT_FIELDS if k in rest}
-    return cast("ResultFields", lifted), rest
-CHANGE_DETAILS = ("change", "size_before", "mode_before", "mode_after", "target", "unhashed")
-"""The fields of a change entry its `write` audit record carries when they are set."""
-
-
 def _int(value: object) -> int | None:
     return value if type(value) is int else None
 
@@ -133,16 +102,6 @@ def _entries(value: object) -> list[ChangeRecord]:
         return []
     return [cast("ChangeRecord", entry) for entry in value
             if isinstance(entry, Mapping) and entry.get("path")]
-
-
-def change_details(change: ChangeRecord) -> dict[str, Any]:
-    """The fields of a change entry that its `write` audit record carries (`kind` as
-    `file_kind`: "kind" names the record itself)."""
-    entry = cast("Mapping[str, Any]", change)
-    extra = {k: entry.get(k) for k in CHANGE_DETAILS if entry.get(k) is not None}
-    if change.get("kind") is not None:
-        extra["file_kind"] = change["kind"]
-    return extra
 
 
 # -- write_file, edit_file --------------------------------------------------------------------
@@ -236,3 +195,45 @@ def snapshot(meta: Meta) -> SnapshotMeta:
 def snapshot_data(meta: Meta) -> str | None:
     """A snapshot's content (base64), when it was small enough to send."""
     return _str(cast("SnapshotMeta", meta).get("data"))
+
+
+# -- the audit log ----------------------------------------------------------------------------
+
+CHANGE_LISTS = ("changes", "outside_changes")
+"""The lists of changed files: the audit gives each entry a `write` record of its own."""
+CHANGE_DETAILS = ("change", "size_before", "mode_before", "mode_after", "target", "unhashed")
+"""The fields of a change entry its `write` audit record carries when they are set."""
+
+
+class ResultFields(TypedDict, total=False):
+    """The fields a `tool_result` audit record carries at its top level, as the toolbox sent
+    them (a log's bytes do not depend on how the host reads them)."""
+
+    exit_code: Any
+    timed_out: Any
+    duration_ms: Any
+    bytes: Any
+    sha256_before: Any
+    sha256_after: Any
+    lines_changed: Any
+
+
+RESULT_FIELDS = tuple(ResultFields.__annotations__)
+
+
+def for_audit(meta: Meta) -> tuple[ResultFields, dict[str, Any]]:
+    """A reply's meta split as the audit records it: the top-level fields, and the rest less
+    the change lists (`changes` and `outside_changes` read those)."""
+    rest = {k: v for k, v in meta.items() if k not in CHANGE_LISTS}
+    lifted = {k: rest.pop(k) for k in RESULT_FIELDS if k in rest}
+    return cast("ResultFields", lifted), rest
+
+
+def change_details(change: ChangeRecord) -> dict[str, Any]:
+    """The fields of a change entry that its `write` audit record carries (`kind` as
+    `file_kind`: "kind" names the record itself)."""
+    entry = cast("Mapping[str, Any]", change)
+    extra = {k: entry.get(k) for k in CHANGE_DETAILS if entry.get(k) is not None}
+    if change.get("kind") is not None:
+        extra["file_kind"] = change["kind"]
+    return extra

@@ -27,10 +27,8 @@ so a required log stops the run before the call executes).
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import enum
-import fcntl
 import getpass
 import hashlib
 import json
@@ -48,7 +46,18 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any, Literal, TextIO
 
-from executor import durable, toolmeta
+from executor import toolmeta
+from executor.audit_chain import (  # the format's names, where they always were
+    DAY_FILE,
+    LOCK_NAME,
+    ZERO_HASH,
+    ChainFiles,
+    canonical,
+    day_files,
+    record_hash,
+    sealed,
+)
+from executor.audit_chain import Head as _Head
 from executor.errors import AuditError, AuditIntegrityError, ConfigError, SandboxAgentError
 from executor.redact import Redactor
 from executor.state import (
@@ -67,11 +76,17 @@ if TYPE_CHECKING:  # pydantic is not needed to verify or read a log: `audit veri
 
 log = logging.getLogger(__name__)
 
-ZERO_HASH = "0" * 64
-"""`prev` of the very first record."""
-LOCK_NAME = ".lock"
-"""Lock file in the audit directory held while a record is appended."""
-DAY_FILE = re.compile(r"^\d{4}-\d{2}-\d{2}\.ndjson$")
+__all__ = [
+    "DAY_FILE",
+    "LOCK_NAME",
+    "ZERO_HASH",
+    "AuditLog",
+    "canonical",
+    "read_records",
+    "record_hash",
+    "verify",
+]
+
 RESERVED = frozenset({"seq", "ts", "kind", "session", "run", "prev", "hash"})
 """Keys `record` sets itself; callers may not pass them as fields."""
 RECORD_KINDS = (
@@ -82,28 +97,12 @@ RECORD_KINDS = (
 checks it against the `record("...")` calls in executor/)."""
 PLANNED_KINDS: tuple[str, ...] = ()
 """Kinds the formats already map but nothing writes yet."""
-_HEX64 = re.compile(r"^[0-9a-f]{64}$")
-_TAIL_CHUNK = 64 * 1024
 
 WarningCallback = Callable[[str], None]
 Clock = Callable[[], datetime]
 
 
 # ---------------------------------------------------------------------------- format
-
-
-def canonical(record: Mapping[str, Any]) -> bytes:
-    """The canonical JSON bytes of `record` (sorted keys, compact, ASCII)."""
-    text = json.dumps(
-        record, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False
-    )
-    return text.encode("ascii")
-
-
-def record_hash(record: Mapping[str, Any]) -> str:
-    """SHA-256 hex of the canonical form of `record` without its `hash` key."""
-    body = {k: v for k, v in record.items() if k != "hash"}
-    return hashlib.sha256(canonical(body)).hexdigest()
 
 
 def utc_now() -> datetime:
@@ -130,6 +129,11 @@ def audit_dir_for(root: Path, override: Path | str | None = None) -> Path:
 
 def _plain(value: Any) -> Any:
     """`value` as JSON-native data (what is hashed is exactly what will be read back)."""
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or value is None:  # most values: at once
+        return value
+    if kind is dict:
+        return {str(k): _plain(v) for k, v in value.items()}
     dump = getattr(value, "model_dump", None)  # a pydantic model
     if callable(dump):
         return _plain(dump(mode="json"))
@@ -168,109 +172,6 @@ def _current_user() -> str:
 # ---------------------------------------------------------------------------- writer
 
 
-@dataclass(frozen=True)
-class _Head:
-    """The last record of the chain: what the next record links to."""
-
-    seq: int
-    hash: str
-
-
-def _day_files(directory: Path) -> list[Path]:
-    """Day files in chain order (their names sort chronologically)."""
-    try:
-        names = sorted(p for p in os.listdir(directory) if DAY_FILE.match(p))
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-    return [directory / name for name in names]
-
-
-def _parse_head(line: bytes) -> _Head | None:
-    try:
-        data = json.loads(line)
-    except ValueError:
-        return None
-    if not isinstance(data, dict):
-        return None
-    seq, digest = data.get("seq"), data.get("hash")
-    if type(seq) is int and isinstance(digest, str) and _HEX64.match(digest):
-        return _Head(seq, digest)
-    return None
-
-
-def _last_record_of(path: Path) -> _Head | None:
-    """The last readable record of a file; a torn or garbled tail is skipped (verify reports it)."""
-    with os.fdopen(open_private(path, os.O_RDONLY), "rb") as f:
-        size = f.seek(0, os.SEEK_END)
-        chunk = _TAIL_CHUNK
-        while True:
-            start = max(0, size - chunk)
-            f.seek(start)
-            lines = f.read(size - start).split(b"\n")
-            for line in reversed(lines[1:] if start else lines):
-                head = _parse_head(line)
-                if head:
-                    return head
-            if start == 0:
-                return None
-            chunk *= 4
-
-
-def _read_head(files: Sequence[Path]) -> _Head:
-    for path in reversed(files):
-        head = _last_record_of(path)
-        if head:
-            return head
-    return _Head(0, ZERO_HASH)
-
-
-@contextlib.contextmanager
-def _flock(path: Path) -> Iterator[None]:
-    """Hold an exclusive lock on `path` (created 0600) for the duration of the block."""
-    fd = open_private(path, os.O_RDWR | os.O_CREAT)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # closing releases the lock
-
-
-def _append_line(path: Path, line: bytes) -> os.stat_result:
-    """Append `line` durably; on failure, cut the file back so no torn record remains."""
-    created = not os.path.lexists(path)
-    fd = open_private(path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
-    try:
-        size = os.fstat(fd).st_size
-        if size and os.pread(fd, 1, size - 1) != b"\n":
-            line = b"\n" + line  # a torn line from a crash: start ours on a line of its own
-        try:
-            _write_all(fd, line)
-            durable.sync(fd)
-        except OSError:
-            with contextlib.suppress(OSError):
-                os.ftruncate(fd, size)
-            raise
-        if created:
-            _fsync_dir(path.parent)
-        return os.fstat(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 class AuditLog:
     """Appends redacted, hash-chained records for one run to an audit directory."""
 
@@ -301,7 +202,7 @@ class AuditLog:
         self._on_warning = on_warning
         self._state_root = state_root
         self._lock = threading.Lock()
-        self._cache: tuple[str, int, int, _Head] | None = None
+        self._files: ChainFiles | None = None
         self._warned = False
         self._paths: dict[str, str] = {}
         self._started: float | None = None
@@ -321,12 +222,19 @@ class AuditLog:
 
     def record(self, kind: str, **fields: Any) -> dict[str, Any]:
         """Append one record; returns it (as written, or as attempted when writing failed)."""
+        return self._record(kind, fields)
+
+    def _record(self, kind: str, fields: dict[str, Any], clean: tuple[str, ...] = ()
+                ) -> dict[str, Any]:
+        """`record`; the string fields named in `clean` are already what redaction makes of
+        them (it would change nothing) and are not redacted again."""
         clash = RESERVED.intersection(fields)
         if clash:
             raise ValueError(f"reserved audit field(s): {', '.join(sorted(clash))}")
         body = {"kind": kind, "session": self.session, "run": self.run_id, **fields}
+        kept = {name: body.pop(name) for name in clean}
         try:
-            body = self._redactor.value(_plain(body))
+            body = {**self._redactor.value(_plain(body)), **kept}
             return self._append(body)
         except (OSError, ValueError, TypeError, SandboxAgentError) as exc:
             self._fail(exc)
@@ -445,11 +353,11 @@ class AuditLog:
         if isinstance(lifted.get("duration_ms"), float):
             lifted["duration_ms"] = _ms(lifted["duration_ms"])
         preview, truncated = self._preview(output)
-        record = self.record(
-            "tool_result", tool=tool, call_id=call_id, ok=ok, output_bytes=_utf8_len(output),
+        record = self._record("tool_result", dict(
+            tool=tool, call_id=call_id, ok=ok, output_bytes=_utf8_len(output),
             preview=preview, preview_truncated=truncated, **lifted,
             **({"meta": meta} if meta else {}), **extra,
-        )
+        ), clean=("preview",) if preview == output else ())  # nothing to redact in it: once
         remembered = self._paths.pop(call_id, None) if call_id is not None else None
         if "sha256_after" in lifted:
             self.write(
@@ -624,54 +532,54 @@ class AuditLog:
         return data[: self.max_result_bytes].decode("utf-8", "ignore"), True
 
     def _append(self, body: dict[str, Any]) -> dict[str, Any]:
-        self._prepare_dir()
-        with self._lock, _flock(self.directory / LOCK_NAME):
-            files = _day_files(self.directory)
-            head = self._head(files)
+        files = self._prepare_dir()
+        with self._lock, files.locked() as names:
+            head = files.head(names)
             now = self._clock()
             record = {**body, "seq": head.seq + 1, "ts": format_ts(now), "prev": head.hash}
-            record["hash"] = record_hash(record)
-            target = self._target(files, now)
-            stat = _append_line(target, canonical(record) + b"\n")
-            head = _Head(record["seq"], record["hash"])
-            self._cache = (target.name, stat.st_size, stat.st_ino, head)
+            record["hash"], line = sealed(record)
+            files.append(self._target(names, now), line, _Head(record["seq"], record["hash"]))
         self._warned = False
         return record
 
-    def _head(self, files: Sequence[Path]) -> _Head:
-        """The chain's head, from memory when no other writer appended since our last record."""
-        if files and self._cache:
-            name, size, ino, head = self._cache
-            stat = files[-1].lstat()
-            if files[-1].name == name and (stat.st_size, stat.st_ino) == (size, ino):
-                return head
-        return _read_head(files)
-
-    def _target(self, files: Sequence[Path], now: datetime) -> Path:
+    def _target(self, names: Sequence[str], now: datetime) -> str:
         """Today's file, or the newest one if the clock went back (the order stays the chain's)."""
         name = now.astimezone(UTC).strftime("%Y-%m-%d") + ".ndjson"
-        if files and files[-1].name > name:
+        if names and names[-1] > name:
             ahead = (now + timedelta(days=2)).astimezone(UTC).strftime("%Y-%m-%d") + ".ndjson"
-            if files[-1].name > ahead:  # a planted far-future file would capture every record
-                raise ValueError(f"day file {files[-1].name} is dated in the future; check the "
+            if names[-1] > ahead:  # a planted far-future file would capture every record
+                raise ValueError(f"day file {names[-1]} is dated in the future; check the "
                                  "clock, or move that file away")
-            name = files[-1].name
-        return self.directory / name
+            name = names[-1]
+        return name
 
-    def _prepare_dir(self) -> None:
-        """Make and check the directory: before the first record and after a failed one (each
-        file in it is still opened without following links and checked, record by record)."""
-        if self._prepared:
-            return
+    def _prepare_dir(self) -> ChainFiles:
+        """Make and check the directory: before the first record and after a failed one (a
+        file in it is opened without following links and checked whenever it is not the
+        one our last record left open: executor/audit_chain.py)."""
+        files = self._files
+        if files is not None and self._prepared and files.directory == self.directory:
+            return files
         if self._state_root is not None:
             ensure_project_dir(self._state_root)
         private_dir(self.directory, parents=True)
+        if files is None or files.directory != self.directory:
+            if files is not None:
+                files.close()
+            files = self._files = ChainFiles(self.directory)
         self._prepared = True
+        return files
+
+    def close(self) -> None:
+        """Close the files the log holds open between records (a later record reopens them)."""
+        if self._files is not None:
+            self._files.close()
 
     def _fail(self, exc: Exception) -> None:
         self.failures += 1
-        self._cache = None
         self._prepared = False
+        if self._files is not None:
+            self._files.close()  # the next record opens and checks everything again
         error = AuditError(
             f"audit record could not be written to {self.directory}: {exc}",
             fix="make the audit directory writable (or run without --audit-required)",
@@ -808,7 +716,7 @@ def _report(
 
 def _files_of(path: Path) -> list[Path]:
     """One exported file, or the day files of a directory (a link is not followed)."""
-    return [path] if path.is_file() and not path.is_symlink() else _day_files(path)
+    return [path] if path.is_file() and not path.is_symlink() else day_files(path)
 
 
 def _read(path: Path) -> bytes:

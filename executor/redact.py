@@ -98,6 +98,10 @@ SHAPE_NEEDLES: dict[str, tuple[str, ...]] = {
 """Per token shape, lower-case strings one of which every match contains: a text without any
 (case-folded) is not searched for that shape (the patterns cost about 0.4 ms a KB of text
 together). A shape missing here is always searched."""
+_ANY_NEEDLE = re.compile("|".join(re.escape(n) for ns in SHAPE_NEEDLES.values() for n in ns))
+"""Whether a folded text holds any needle: most texts hold none (one search, not 27)."""
+_UNNEEDLED = tuple((kind, pattern) for kind, pattern in TOKEN_SHAPES if kind not in SHAPE_NEEDLES)
+"""The shapes searched whatever the text holds."""
 
 SPLIT_MIN_LENGTH = 12
 """Secrets at least this long are also found with separators inserted between characters."""
@@ -172,7 +176,10 @@ class Redactor:
         for kind, split in self._split:
             value = split.sub(marker(kind), value)
         low = _folded(value)
-        for kind, pattern in TOKEN_SHAPES:
+        shapes = TOKEN_SHAPES
+        if prefilter and not _ANY_NEEDLE.search(low):  # no needle at all (the common case)
+            shapes = _UNNEEDLED
+        for kind, pattern in shapes:
             needles = SHAPE_NEEDLES.get(kind) if prefilter else None
             if needles is not None and not any(needle in low for needle in needles):
                 continue  # no match can be there: the text lacks what every match holds

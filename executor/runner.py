@@ -368,6 +368,8 @@ class Runner:
             self.sandbox, self._lazy = None, None
             self.model.close()
             self._drop_empty_session()
+            if self.audit is not None:
+                self.audit.close()
             for error in durable.SYNCER.flush():
                 self._warn(f"a session or audit line may not be on disk yet: fsync: {error}")
 

@@ -47,13 +47,14 @@ def export(directory: Path, *args: str) -> str:
 
 
 def written_kinds() -> set[str]:
-    """The kinds executor/ writes: literal first arguments of every `.record(...)` call, and
-    the kinds of AuditLog's own helpers (`self.record("run_start", ...)`)."""
+    """The kinds executor/ writes: literal first arguments of every `.record(...)` (or
+    `._record(...)`) call, and the kinds of AuditLog's own helpers (`self.record("run_start",
+    ...)`)."""
     kinds: set[str] = set()
     for path in (REPO / "executor").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                    and node.func.attr == "record" and node.args
+                    and node.func.attr in ("record", "_record") and node.args
                     and isinstance(node.args[0], ast.Constant)
                     and isinstance(node.args[0].value, str)):
                 kinds.add(node.args[0].value)

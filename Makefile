@@ -143,6 +143,7 @@ bench: install image podman host-tools bench-venv
 	$(BIN)/python benchmarks/bench_tracking.py
 	$(BIN)/python benchmarks/bench_startup.py
 	$(BIN)/python benchmarks/bench_workspace.py
+	$(BIN)/python benchmarks/bench_trees.py
 	$(BIN)/python benchmarks/bench_audit_formats.py
 
 # Everyday tasks through the real CLI with the embedded model; BENCH_ARGS e.g. "--split dev".

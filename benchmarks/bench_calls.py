@@ -10,9 +10,12 @@ request, the call, the result). The model replays prepared replies and costs nex
 1. host overhead: the sandbox answers at once (an in-memory fake giving the toolbox's answer),
    so all of it is the host's;
    fsync `background` (the default) and `always` side by side (docs/SESSIONS.md);
-2. end to end on a real container: the same run on a DockerSandbox, next to the median toolbox
-   round trip of the same read_file in that session; the difference is the host's part.
-Medians of `--rounds` rounds are printed.
+2. end to end on a real container: the same run on a DockerSandbox, with the terminal view a
+   person sees (executor/ui.py's ProgressView on a terminal console writing to /dev/null) and
+   without it, next to the median toolbox round trip of the same read_file in that session;
+   the difference is the host's part.
+Medians of `--rounds` rounds are printed, wall time and the process's CPU time (which a
+machine busy with other work inflates less).
 """
 
 from __future__ import annotations
@@ -31,11 +34,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from executor import durable
 from executor.config import DEFAULT_IMAGE
+from executor.console import InertConsole
 from executor.messages import Message, ModelReply, ToolCall, ToolResult, ToolSpec, Usage
 from executor.protocols import Sandbox, TokenCallback
 from executor.runner import Runner
 from executor.sandbox.docker import DockerSandbox, SandboxConfig
 from executor.sandbox.engine import connect
+from executor.ui import ProgressView
 from tests.fakes.sandbox import FakeSandbox
 
 SandboxFor = Callable[[Path], Sandbox]
@@ -67,27 +72,35 @@ class Replay:
         pass
 
 
-def one_run(root: Path, calls: int, sandbox: Sandbox, fsync: str) -> float:
-    """Seconds of `Runner.run` with `calls` tool calls (start and close not counted)."""
+def one_run(root: Path, calls: int, sandbox: Sandbox, fsync: str, terminal: bool = False
+            ) -> tuple[float, float]:
+    """(wall, CPU) seconds of `Runner.run` with `calls` tool calls (start and close not
+    counted), with the terminal view attached when asked."""
     runner = Runner.build(root, model=Replay(calls), sandbox=sandbox, yes=True,
                           max_turns=calls + 2, fsync=fsync, sandbox_warm_up=None)
-    with runner:
-        began = time.perf_counter()
+    with open(os.devnull, "w") as sink, runner:
+        view = ProgressView(InertConsole(file=sink, force_terminal=True, width=120))
+        if terminal:
+            view.attach(runner.hooks)
+            view.begin()
+        began, cpu = time.perf_counter(), time.process_time()
         result = runner.run("go")
-        took = time.perf_counter() - began
+        took = time.perf_counter() - began, time.process_time() - cpu
+        view.close()
     assert result.answer == "done" and len(result.tool_calls) == calls, result
     return took
 
 
 def per_call(root: Path, calls: int, rounds: int, sandbox_for: SandboxFor,
-             fsync: str) -> float:
-    """Median over rounds of (T(calls) - T(0)) / calls, in ms."""
-    samples = []
+             fsync: str, terminal: bool = False) -> tuple[float, float]:
+    """Medians over rounds of (T(calls) - T(0)) / calls, in ms: wall and CPU."""
+    walls, cpus = [], []
     for _ in range(rounds):
-        empty = one_run(root, 0, sandbox_for(root), fsync)
-        full = one_run(root, calls, sandbox_for(root), fsync)
-        samples.append((full - empty) / calls * 1000)
-    return statistics.median(samples)
+        empty = one_run(root, 0, sandbox_for(root), fsync, terminal)
+        full = one_run(root, calls, sandbox_for(root), fsync, terminal)
+        walls.append((full[0] - empty[0]) / calls * 1000)
+        cpus.append((full[1] - empty[1]) / calls * 1000)
+    return statistics.median(walls), statistics.median(cpus)
 
 
 def fake(root: Path) -> Sandbox:
@@ -111,6 +124,12 @@ def toolbox_round_trip(root: Path, client: Any, calls: int) -> float:
     return statistics.median(samples)
 
 
+def row(label: str, *figures: float | str) -> None:
+    """One line of the table: the label, then wall and CPU ms."""
+    print(f"{label:<100}" + "".join(f"{f:>9.3f}" if isinstance(f, float) else f"{f:>9}"
+                                   for f in figures))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=200)
@@ -123,10 +142,11 @@ def main() -> None:
         (root / "small.txt").write_text("hello\n" * 20)
         print(f"One tool call (read_file), {options.calls} calls a run, median of "
               f"{options.rounds} rounds; ms per call")
+        row("", "wall", "CPU")
         for fsync in ("background", "always"):
             host = per_call(root, options.calls, options.rounds, fake, fsync)
-            print(f"1. host overhead, fsync {fsync:<10}  {host:8.3f}   "
-                  "(agent + session + audit; the sandbox answers at once)")
+            row(f"1. host overhead, fsync {fsync:<10} (agent + policy + session + audit; the "
+                "sandbox answers at once)", *host)
         durable.SYNCER.flush()
         client = connect()
         trip = toolbox_round_trip(root, client, options.calls)
@@ -135,10 +155,14 @@ def main() -> None:
             return DockerSandbox(SandboxConfig(root=root, session_id=f"benchcalls{time.time_ns()}",
                                                image=DEFAULT_IMAGE), client=client)
 
-        whole = per_call(root, options.calls, max(1, options.rounds // 2), docker, "background")
-        print(f"2. end to end on a container      {whole:8.3f}")
-        print(f"   toolbox round trip alone        {trip:8.3f}")
-        print(f"   host part (difference)          {whole - trip:8.3f}")
+        rounds = max(1, options.rounds // 2)
+        seen = per_call(root, options.calls, rounds, docker, "background", terminal=True)
+        whole = per_call(root, options.calls, rounds, docker, "background")
+        row("2. end to end on a running container (agent + policy + sandbox + session + audit "
+            "+ terminal)", *seen)
+        row("   the same without the terminal view", *whole)
+        row("   toolbox round trip alone", trip)
+        row("   host part (end to end - round trip)", seen[0] - trip)
 
 
 if __name__ == "__main__":

@@ -290,10 +290,14 @@ class Archive:
                 ) -> Generator[bytes, None, None]:
         with _opened(self.root) as root_fd, _DirCursor(root_fd) as cursor:
             batch: list[bytes] = []
+            size = 0  # of the batch, kept as it grows (summing it each time was quadratic)
             for entry in entries:
-                batch.extend(self._entry(cursor, entry, uid, gid, record))
-                if sum(map(len, batch)) >= CHUNK:
+                parts = self._entry(cursor, entry, uid, gid, record)
+                batch.extend(parts)
+                size += sum(map(len, parts))
+                if size >= CHUNK:
                     yield from self._flush(batch)
+                    size = 0
             batch.append(bytes(2 * BLOCK))
             yield from self._flush(batch)
 
@@ -341,11 +345,16 @@ class Archive:
 def _read_planned(cursor: _DirCursor, entry: Planned) -> bytes:
     parent = cursor.at(parent_of(entry.path))
     fd = os.open(entry.path.rpartition("/")[2], _FILE_FLAGS, dir_fd=parent)
-    with os.fdopen(fd, "rb") as f:
+    try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode) or info.st_ino != entry.ino:
             raise OSError("it was replaced while the copy was made")
-        return f.read()
+        chunks = [os.read(fd, max(info.st_size, BLOCK))]
+        while chunks[-1]:
+            chunks.append(os.read(fd, CHUNK))
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 class _DirCursor:

@@ -185,3 +185,24 @@ def test_the_extractor_answers_while_its_stdin_stays_open(project: Path, tmp_pat
     finally:
         run.stdin.close()
         run.wait(timeout=30)
+
+
+def test_a_copy_many_chunks_long_holds_every_file_whole(tmp_path: Path):
+    root = tmp_path / "many"
+    for i in range(1500):  # about 1.5 MiB of tar: the stream is cut into more than one chunk
+        folder = root / f"d{i % 7}"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"f{i}.txt").write_bytes(b"%d\n" % i * (i % 300))
+    (root / "big.bin").write_bytes(os.urandom(3 << 20))  # one file over a chunk, read whole
+    archive = Archive(root, plan(root, LIMITS), uid=1234, gid=1234, git_uid=65534,
+                      git_gid=65534)
+    chunks = list(archive.main())
+    assert len(chunks) > 2
+    with tarfile.open(fileobj=io.BytesIO(b"".join(chunks))) as tar:
+        files = {m.name: tar.extractfile(m).read() for m in tar.getmembers()  # type: ignore[union-attr]
+                 if m.isfile()}
+    assert files["big.bin"] == (root / "big.bin").read_bytes()
+    for i in range(1500):
+        name = f"d{i % 7}/f{i}.txt"
+        assert files[name] == (root / name).read_bytes()
+        assert archive.manifest[name].sha256 == hashlib.sha256(files[name]).hexdigest()

@@ -79,7 +79,8 @@ def one_run(root: Path, calls: int, sandbox: Sandbox, fsync: str, terminal: bool
     runner = Runner.build(root, model=Replay(calls), sandbox=sandbox, yes=True,
                           max_turns=calls + 2, fsync=fsync, sandbox_warm_up=None)
     with open(os.devnull, "w") as sink, runner:
-        view = ProgressView(InertConsole(file=sink, force_terminal=True, width=120))
+        view = ProgressView(InertConsole(file=sink, force_terminal=True, width=120,
+                                         highlight=False, soft_wrap=True))  # as the CLI's
         if terminal:
             view.attach(runner.hooks)
             view.begin()

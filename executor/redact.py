@@ -121,6 +121,7 @@ def marker(kind: str) -> str:
     return f"[REDACTED:{kind}]"
 
 
+@functools.lru_cache(maxsize=4096)  # audit records repeat their few dozen keys
 def is_secret_name(name: str) -> bool:
     """Whether an env var / argument / key name looks like it holds a credential."""
     return bool(SECRET_NAME.search(name.replace("-", "_")))

@@ -370,6 +370,8 @@ class Runner:
             self._drop_empty_session()
             if self.audit is not None:
                 self.audit.close()
+            if self.store is not None:
+                self.store.close()
             for error in durable.SYNCER.flush():
                 self._warn(f"a session or audit line may not be on disk yet: fsync: {error}")
 

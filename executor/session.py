@@ -31,7 +31,6 @@ stays valid. One writer per session is assumed; appends take an exclusive `flock
 from __future__ import annotations
 
 import builtins
-import fcntl
 import json
 import os
 import re
@@ -46,10 +45,10 @@ from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from executor import durable
 from executor.errors import ConfigError, SessionCorruptError, SessionError, SessionNotFoundError
 from executor.messages import Message
 from executor.protocols import SessionSummary
+from executor.session_file import Appender, event_line, fsync_dir, line_of, utc_now, write_all
 from executor.state import (
     ensure_project_dir,
     open_private,
@@ -86,11 +85,6 @@ class SessionWarning(UserWarning):
 
 class TornLineWarning(SessionWarning):
     """A session file's last line was cut off (the writer was killed) and is skipped."""
-
-
-def utc_now() -> str:
-    """The current time as ISO 8601 UTC with milliseconds, e.g. `2026-11-29T23:05:01.123Z`."""
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def generate_name() -> str:
@@ -201,72 +195,9 @@ def _not_found(root: Path, name: str) -> SessionNotFoundError:
 # --- writing -------------------------------------------------------------------------------------
 
 
-def _line(record: dict[str, Any]) -> bytes:
-    try:
-        return (json.dumps(record, ensure_ascii=False) + "\n").encode()
-    except UnicodeEncodeError:  # lone surrogates (undecodable tool output): escape them
-        return (json.dumps(record) + "\n").encode()
-
-
 def _message_line(message: Message) -> bytes:
     body = message.model_dump(mode="json", exclude_defaults=True)
-    return _line({"type": "message", "ts": utc_now(), **body})
-
-
-def _event_line(event: str, data: dict[str, Any]) -> bytes:
-    return _line({"type": "event", "ts": utc_now(), "event": event, "data": data})
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
-def _last_line_start(fd: int, size: int) -> int:
-    """Offset just after the last newline before `size` (0 when there is none)."""
-    end = size
-    while end > 0:
-        start = max(0, end - 65536)
-        chunk = os.pread(fd, end - start, start)
-        newline = chunk.rfind(b"\n")
-        if newline >= 0:
-            return start + newline + 1
-        end = start
-    return 0
-
-
-def _heal_tail(fd: int) -> bytes:
-    """Make the file end on a line boundary; what to write first to record the repair."""
-    size = os.fstat(fd).st_size
-    if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
-        return b""
-    start = _last_line_start(fd, size)
-    try:
-        json.loads(os.pread(fd, size - start, start))
-        return b"\n"  # a whole record that only lacks its newline: keep it
-    except ValueError:
-        os.ftruncate(fd, start)  # never glue a new record onto a torn fragment
-        return _event_line("torn_line_dropped", {"bytes": size - start})
-
-
-def _append(path: Path, lines: Iterable[bytes]) -> None:
-    """Append whole lines (one write, then fsync: executor/durable.py), repairing a torn tail
-    first."""
-    try:
-        fd = open_private(path, os.O_RDWR | os.O_APPEND)
-    except FileNotFoundError as exc:
-        raise SessionError(f"session file {path} has disappeared") from exc
-    except OSError as exc:
-        raise SessionError(f"cannot write {path}: {exc.strerror or exc}") from exc
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        _write_all(fd, _heal_tail(fd) + b"".join(lines))
-        durable.sync(fd)
-    except OSError as exc:
-        raise SessionError(f"cannot write {path}: {exc.strerror}") from exc
-    finally:
-        os.close(fd)
+    return line_of({"type": "message", "ts": utc_now(), **body})
 
 
 def _create_file(path: Path, header: SessionHeader) -> None:
@@ -279,19 +210,11 @@ def _create_file(path: Path, header: SessionHeader) -> None:
             fix="resume it with --resume, or choose another --session name",
         ) from exc
     try:
-        _write_all(fd, _line(header.model_dump(mode="json")))
+        write_all(fd, line_of(header.model_dump(mode="json")))
         os.fsync(fd)
     finally:
         os.close(fd)
-    _fsync_dir(path.parent)
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)  # makes the new file's directory entry durable too
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fsync_dir(path.parent)
 
 
 # --- reading -------------------------------------------------------------------------------------
@@ -542,6 +465,7 @@ class NdjsonSessionStore:
         self.warnings: builtins.list[str] = []
         """What the last `load`/`read` skipped (torn last line), for the CLI to show."""
         self._header: SessionHeader | None = None
+        self._appender = Appender(self.path)
 
     @classmethod
     def create(
@@ -638,15 +562,19 @@ class NdjsonSessionStore:
 
     def append(self, message: Message) -> None:
         """Write one message durably (fsync) before returning."""
-        _append(self.path, [_message_line(message)])
+        self._appender.append(_message_line(message))
 
     def extend(self, messages: Iterable[Message]) -> None:
         """Write several messages with one write and one fsync (imports, tests)."""
-        _append(self.path, [_message_line(m) for m in messages])
+        self._appender.append(b"".join(_message_line(m) for m in messages))
 
     def record_event(self, event: str, **data: Any) -> None:
         """Append an event line (e.g. `resumed`); load skips it, `show` prints it."""
-        _append(self.path, [_event_line(event, data)])
+        self._appender.append(event_line(event, data))
+
+    def close(self) -> None:
+        """Close the session file if it is held open (a later append opens it again)."""
+        self._appender.close()
 
     def update_header(self, **changes: str) -> SessionHeader:
         """Change header fields (container, image_digest, ...) by appending a `header_update`."""
@@ -659,6 +587,7 @@ class NdjsonSessionStore:
 
     def remove(self) -> None:
         """Delete this session's file."""
+        self.close()
         remove_session(self.root, self.name)
 
     def list(self) -> builtins.list[SessionSummary]:

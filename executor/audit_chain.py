@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from executor import durable
+from executor.durable import fsync_dir, write_all
 from executor.state import open_private
 
 ZERO_HASH = "0" * 64
@@ -124,22 +125,6 @@ def read_head(files: Sequence[Path]) -> Head:
         if head:
             return head
     return Head(0, ZERO_HASH)
-
-
-def write_all(fd: int, data: bytes) -> None:
-    """Write all of `data` (os.write may write less)."""
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
-def fsync_dir(directory: Path) -> None:
-    """Make a new entry of `directory` durable."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 @dataclass

@@ -112,3 +112,19 @@ SYNCER = Syncer()
 def sync(fd: int) -> None:
     """`SYNCER.sync(fd)`."""
     SYNCER.sync(fd)
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """Write all of `data` (os.write may write less)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def fsync_dir(directory: str | os.PathLike[str]) -> None:
+    """Make a new entry of `directory` durable (always at once: a new file is rare)."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -45,10 +45,11 @@ from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from executor.durable import fsync_dir, write_all
 from executor.errors import ConfigError, SessionCorruptError, SessionError, SessionNotFoundError
 from executor.messages import Message
 from executor.protocols import SessionSummary
-from executor.session_file import Appender, event_line, fsync_dir, line_of, utc_now, write_all
+from executor.session_file import Appender, event_line, line_of, utc_now
 from executor.state import (
     ensure_project_dir,
     open_private,

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from executor import durable
+from executor.durable import write_all
 from executor.errors import SessionError
 from executor.state import open_private
 
@@ -36,13 +37,6 @@ def line_of(record: dict[str, Any]) -> bytes:
 def event_line(event: str, data: dict[str, Any]) -> bytes:
     """The line of an event record."""
     return line_of({"type": "event", "ts": utc_now(), "event": event, "data": data})
-
-
-def write_all(fd: int, data: bytes) -> None:
-    """Write all of `data` (os.write may write less)."""
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
 
 
 def _last_line_start(fd: int, size: int) -> int:
@@ -152,14 +146,5 @@ def _close_held(held: list[int]) -> None:
         held.clear()
         with contextlib.suppress(OSError):
             os.close(fd)
-
-
-def fsync_dir(directory: Path) -> None:
-    """Make a new entry of `directory` durable."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 

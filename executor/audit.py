@@ -583,14 +583,16 @@ class AuditLog:
 
     def close(self) -> None:
         """Close the files the log holds open between records (a later record reopens them)."""
-        if self._files is not None:
-            self._files.close()
+        with self._lock:  # not while another thread appends through them
+            if self._files is not None:
+                self._files.close()
 
     def _fail(self, exc: Exception) -> None:
         self.failures += 1
         self._prepared = False
-        if self._files is not None:
-            self._files.close()  # the next record opens and checks everything again
+        with self._lock:
+            if self._files is not None:
+                self._files.close()  # the next record opens and checks everything again
         error = AuditError(
             f"audit record could not be written to {self.directory}: {exc}",
             fix="make the audit directory writable (or run without --audit-required)",

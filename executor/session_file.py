@@ -10,6 +10,7 @@ import contextlib
 import fcntl
 import json
 import os
+import threading
 import weakref
 from datetime import UTC, datetime
 from pathlib import Path
@@ -79,6 +80,7 @@ class Appender:
         self.path = path
         self._held: list[int] = []  # [fd, inode, size] while open
         self._finalizer = weakref.finalize(self, _close_held, self._held)
+        self._lock = threading.Lock()  # threads share the descriptor (flock would not order them)
 
     def __enter__(self) -> Appender:
         return self
@@ -88,6 +90,10 @@ class Appender:
 
     def append(self, data: bytes) -> None:
         """Write `data` (whole lines) durably at the end of the file."""
+        with self._lock:
+            self._append(data)
+
+    def _append(self, data: bytes) -> None:
         try:
             fd = self._current()
             fcntl.flock(fd, fcntl.LOCK_EX)
@@ -102,15 +108,16 @@ class Appender:
             finally:
                 fcntl.flock(fd, fcntl.LOCK_UN)
         except _Changed:
-            self.close()
-            self.append(data)
+            _close_held(self._held)
+            self._append(data)
         except OSError as exc:
-            self.close()
+            _close_held(self._held)
             raise SessionError(f"cannot write {self.path}: {exc.strerror or exc}") from exc
 
     def close(self) -> None:
         """Let go of the file (the next append opens it again)."""
-        _close_held(self._held)
+        with self._lock:
+            _close_held(self._held)
 
     def _current_fd(self) -> int | None:
         """The held descriptor when the name still leads to it as we left it, else None."""
@@ -127,7 +134,7 @@ class Appender:
         fd = self._current_fd()
         if fd is not None:
             return fd
-        self.close()
+        _close_held(self._held)
         try:
             fd = open_private(self.path, os.O_RDWR | os.O_APPEND)
         except FileNotFoundError as exc:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -65,3 +66,17 @@ def test_close_lets_go_of_the_file(store: NdjsonSessionStore) -> None:
     assert len(held) == 1 and held[0] not in after
     store.append(Message.user("two"))  # opened again
     assert [m.content for m in store.load()] == ["one", "two"]
+
+
+def test_threads_appending_at_once_keep_every_line_whole(store: NdjsonSessionStore) -> None:
+    def write(name: str) -> None:
+        for n in range(100):
+            store.append(Message.user(f"{name}{n}"))
+
+    threads = [threading.Thread(target=write, args=(name,)) for name in "abc"]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    got = [m.content for m in store.load()]
+    assert sorted(got) == sorted(f"{name}{n}" for name in "abc" for n in range(100))

@@ -4,48 +4,20 @@ workspace. It ends with a pending changeset for `diff` / `apply`: the tree is ne
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from executor.cli.common import RootOption, cli_errors, err_console, out_console, real_console
-from executor.cli.options import (
-    AuditRequiredOpt,
-    CopyLimitOpt,
-    ExcludeOpt,
-    HostOpt,
-    ImageOpt,
-    MaxRetriesOpt,
-    MaxTokensOpt,
-    MaxTurnsOpt,
-    ModelOpt,
-    NoAuditOpt,
-    NoInstructionsOpt,
-    PolicyOpt,
-    ProjectSkillsOpt,
-    ProtocolOpt,
-    ProviderOpt,
-    RuntimeOpt,
-    SkillOpt,
-    SkillsExcludeOpt,
-    SkillsIncludeOpt,
-    SkillsOpt,
-    StreamOpt,
-    ThinkOpt,
-    TimeoutOpt,
-    TraceOpt,
-    UntrackedOpt,
-    prompt_options,
-    skill_options,
-)
-from executor.cli.run import _prepare, _settings, _start, session_line, show_changes
+from executor.cli.common import cli_errors, err_console, out_console, real_console
+from executor.cli.flags import IMPROVE, RunFlags, run_flags
+from executor.cli.options import UntrackedOpt
+from executor.cli.run import prepare, session_line, show_changes, start
 from executor.errors import ConfigError, SandboxAgentError
 from executor.signals import cleaned_up_whole
 from executor.text import inert_line, markup_safe
 
 if TYPE_CHECKING:
-    from executor.review import ReviewReport
+    from executor.review import ReviewReport, ReviewRequest
     from executor.runner import Runner
 
 FIX_PROMPT = (
@@ -56,9 +28,9 @@ FIX_PROMPT = (
 )
 
 
+@run_flags(IMPROVE)
 @cli_errors
 def improve(
-    root: RootOption = Path("."),
     diff_base: Annotated[
         str | None,
         typer.Option("--diff-base", help="Review (and fix) only the changes since this git ref.",
@@ -71,30 +43,8 @@ def improve(
                      "front (they happen in the copy; nothing is applied). Needed without a "
                      "terminal."),
     ] = False,
-    provider: ProviderOpt = None,
-    model: ModelOpt = None,
-    host: HostOpt = None,
-    tool_protocol: ProtocolOpt = None,
-    stream: StreamOpt = None,
-    think: ThinkOpt = None,
-    trace: TraceOpt = False,
-    max_turns: MaxTurnsOpt = None,
-    image: ImageOpt = None,
-    runtime: RuntimeOpt = None,
-    timeout: TimeoutOpt = None,
-    max_retries: MaxRetriesOpt = None,
-    max_tokens: MaxTokensOpt = None,
-    policy: PolicyOpt = None,
-    no_audit: NoAuditOpt = False,
-    audit_required: AuditRequiredOpt = False,
-    no_project_instructions: NoInstructionsOpt = False,
-    skill: SkillOpt = None,
-    skills: SkillsOpt = None,
-    skills_include: SkillsIncludeOpt = None,
-    skills_exclude: SkillsExcludeOpt = None,
-    project_skills: ProjectSkillsOpt = None,
-    exclude: ExcludeOpt = None,
-    copy_limit: CopyLimitOpt = None,
+    *,
+    flags: RunFlags,
 ) -> None:
     """Review the project (--root) read-only, then fix the findings in a copy of it.
 
@@ -102,22 +52,17 @@ def improve(
     the changes wait for `sandbox-agent diff` and `sandbox-agent apply`. Without a terminal
     the fix session's writes need --yes; improve never applies anything by itself.
     """
-    root = root.resolve()
+    from executor.review import ReviewRequest
+
     at_terminal = bool(sys.stdin and sys.stdin.isatty() and err_console.is_terminal)
     if not (yes or at_terminal):
         raise ConfigError("without a terminal, improve needs --yes for the fix session's writes "
                           "(they go to a copy of the project; nothing is applied)",
                           fix="add --yes, then read `sandbox-agent diff` and run "
                           "`sandbox-agent apply`")
-    common = _settings(
-        provider=provider, model=model, host=host, tool_protocol=tool_protocol, stream=stream,
-        think=think, max_turns=max_turns, image=image, runtime=runtime, timeout=timeout,
-        max_retries=max_retries,
-        max_tokens=max_tokens, policy_file=policy, copy_exclude=exclude, copy_limit=copy_limit,
-    ) | {"audit_required": audit_required} | prompt_options(root, None, no_project_instructions) \
-        | skill_options(skill, skills, skills_include, skills_exclude, project_skills)
-    report, review = _review(root, common, diff_base, untracked, stream=stream, trace=trace,
-                             audit=not no_audit)
+    common = flags.options()
+    report, review = _review(flags, common, ReviewRequest(root=flags.root, diff_base=diff_base,
+                                                          untracked=untracked))
     if not report.findings:
         err_console.print(f"[dim]nothing to improve: {markup_safe(report.summary, line=True)}[/]")
         return
@@ -126,24 +71,21 @@ def improve(
     # policy, skills, AGENTS.md) is handed over as values, never read again.
     fix = {k: v for k, v in common.items() if k != "policy_file"} | {
         "workspace": "copy", "yes": yes, "settings": review.settings, "basis": review.basis}
-    _fix(root, fix, report, stream=stream, trace=trace, audit=not no_audit,
-         at_terminal=at_terminal)
+    _fix(flags, fix, report, at_terminal=at_terminal)
 
 
-def _review(root: Path, common: dict[str, Any], diff_base: str | None, untracked: bool, *,
-            stream: bool | None, trace: bool, audit: bool) -> tuple[ReviewReport, Runner]:
+def _review(flags: RunFlags, common: dict[str, Any], request: ReviewRequest
+            ) -> tuple[ReviewReport, Runner]:
     """The read-only review (as `sandbox-agent review` runs it), and its runner; raises when
     it failed."""
-    from executor.review import ReviewRequest, SubmitReview, run_review
+    from executor.review import SubmitReview, run_review
 
     tool = SubmitReview()
     options = common | {"read_only": True, "tools": [tool], "skills_for": "review"}
-    runner, view = _prepare(root, options, stream=stream, trace=trace, audit=audit,
-                            interactive=False)
+    runner, view = prepare(flags, options, interactive=False)
     runner.hooks.subscribe(lambda event: session_line(runner), "run_start")
     view.thinking()
-    report = run_review(runner, ReviewRequest(root=root, diff_base=diff_base,
-                                              untracked=untracked), tool)
+    report = run_review(runner, request, tool)
     view.close()
     if report.status == "error" and report.error is not None:
         error = SandboxAgentError(f"the review failed: {report.error.message}",
@@ -169,16 +111,15 @@ def fix_prompt(report: ReviewReport) -> str:
     return FIX_PROMPT.format(summary=report.summary or "(none)", findings=findings)
 
 
-def _fix(root: Path, options: dict[str, Any], report: ReviewReport, *, stream: bool | None,
-         trace: bool, audit: bool, at_terminal: bool) -> None:
+def _fix(flags: RunFlags, options: dict[str, Any], report: ReviewReport, *,
+         at_terminal: bool) -> None:
     """The fix session in a copy workspace; its changes stay pending (shown, never applied)."""
     from executor.ui import show_answer
 
-    runner, view = _prepare(root, options, stream=stream, trace=trace, audit=audit,
-                            interactive=at_terminal)
+    runner, view = prepare(flags, options, interactive=at_terminal)
     try:
         with cleaned_up_whole(runner):
-            _start(runner, view)
+            start(runner, view)
             view.begin()
             result = runner.run(fix_prompt(report))
     finally:

@@ -17,40 +17,10 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from executor.cli.actions import under_actions, workflow_command
-from executor.cli.common import RootOption, cli_errors, echo_result, err_console, to_file
-from executor.cli.options import (
-    AuditRequiredOpt,
-    DenyPrefixOpt,
-    DenyToolOpt,
-    ExcludeOpt,
-    HostOpt,
-    ImageOpt,
-    MaxRetriesOpt,
-    MaxTokensOpt,
-    MaxTurnsOpt,
-    ModelOpt,
-    NoAuditOpt,
-    NoInstructionsOpt,
-    PolicyOpt,
-    ProjectSkillsOpt,
-    ProtocolOpt,
-    ProviderOpt,
-    RuntimeOpt,
-    SkillOpt,
-    SkillsExcludeOpt,
-    SkillsIncludeOpt,
-    SkillsOpt,
-    StreamOpt,
-    SystemPromptFileOpt,
-    ThinkOpt,
-    TimeoutOpt,
-    TraceOpt,
-    UntrackedOpt,
-    WorkspaceOpt,
-    prompt_options,
-    skill_options,
-)
-from executor.cli.run import _prepare, _settings, session_line
+from executor.cli.common import cli_errors, echo_result, err_console, to_file
+from executor.cli.flags import REVIEW, RunFlags, run_flags
+from executor.cli.options import UntrackedOpt
+from executor.cli.run import prepare, session_line
 from executor.errors import ConfigError, FindingsError, SandboxAgentError
 from executor.text import inert_line, markup_safe
 
@@ -76,9 +46,9 @@ class FailOn(StrEnum):
     high = "high"
 
 
+@run_flags(REVIEW)
 @cli_errors
 def review(
-    root: RootOption = Path("."),
     output: Annotated[
         Path | None,
         typer.Option("--output", "-o", help="Write the report here (default or -: stdout); "
@@ -102,33 +72,8 @@ def review(
         typer.Option("--fail-on", help="Exit 33 when a finding has this severity or worse.",
                      show_default=False),
     ] = None,
-    provider: ProviderOpt = None,
-    model: ModelOpt = None,
-    host: HostOpt = None,
-    tool_protocol: ProtocolOpt = None,
-    stream: StreamOpt = None,
-    think: ThinkOpt = None,
-    trace: TraceOpt = False,
-    max_turns: MaxTurnsOpt = None,
-    image: ImageOpt = None,
-    runtime: RuntimeOpt = None,
-    timeout: TimeoutOpt = None,
-    max_retries: MaxRetriesOpt = None,
-    max_tokens: MaxTokensOpt = None,
-    policy: PolicyOpt = None,
-    deny_tool: DenyToolOpt = None,
-    deny_prefix: DenyPrefixOpt = None,
-    no_audit: NoAuditOpt = False,
-    audit_required: AuditRequiredOpt = False,
-    system_prompt_file: SystemPromptFileOpt = None,
-    no_project_instructions: NoInstructionsOpt = False,
-    skill: SkillOpt = None,
-    skills: SkillsOpt = None,
-    skills_include: SkillsIncludeOpt = None,
-    skills_exclude: SkillsExcludeOpt = None,
-    project_skills: ProjectSkillsOpt = None,
-    workspace: WorkspaceOpt = None,
-    exclude: ExcludeOpt = None,
+    *,
+    flags: RunFlags,
 ) -> None:
     """Review the project (--root) read-only and non-interactively (for CI): a report with
     structured findings.
@@ -138,25 +83,14 @@ def review(
     """
     from executor.review import ReviewRequest, SubmitReview, run_review
 
-    root = root.resolve()
     output = to_file(output)
     _check_output(output)
     tool = SubmitReview()
-    options = _settings(
-        provider=provider, model=model, host=host, tool_protocol=tool_protocol, stream=stream,
-        max_turns=max_turns, image=image, runtime=runtime, timeout=timeout,
-        max_retries=max_retries, think=think, max_tokens=max_tokens,
-        deny_tools=deny_tool, deny_prefixes=deny_prefix, policy_file=policy,
-        workspace=workspace, copy_exclude=exclude,
-    ) | {"read_only": True, "audit_required": audit_required, "tools": [tool],
-         "skills_for": "review"} \
-        | prompt_options(root, system_prompt_file, no_project_instructions) \
-        | skill_options(skill, skills, skills_include, skills_exclude, project_skills)
-    runner, view = _prepare(root, options, stream=stream, trace=trace, audit=not no_audit,
-                            interactive=False)
+    options = flags.options() | {"read_only": True, "tools": [tool], "skills_for": "review"}
+    runner, view = prepare(flags, options, interactive=False)
     runner.hooks.subscribe(lambda event: session_line(runner), "run_start")
     view.thinking()
-    report = run_review(runner, ReviewRequest(root=root, diff_base=diff_base,
+    report = run_review(runner, ReviewRequest(root=flags.root, diff_base=diff_base,
                                               untracked=untracked), tool)
     view.close()
     _publish(report, fmt, output)

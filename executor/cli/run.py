@@ -2,52 +2,15 @@
 
 from __future__ import annotations
 
-import functools
-import inspect
+import dataclasses
 import os
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from executor.cli.common import RootOption, cli_errors, err_console, out_console, real_console
-from executor.cli.options import (
-    AllowHostOpt,
-    AuditPromptsOpt,
-    AuditRequiredOpt,
-    CopyLimitOpt,
-    DenyPrefixOpt,
-    DenyToolOpt,
-    EnvOpt,
-    ExcludeOpt,
-    HostOpt,
-    ImageOpt,
-    MaxRetriesOpt,
-    MaxTokensOpt,
-    MaxTurnsOpt,
-    ModelOpt,
-    NetworkOpt,
-    NoAuditOpt,
-    NoInstructionsOpt,
-    PolicyOpt,
-    ProjectSkillsOpt,
-    ProtocolOpt,
-    ProviderOpt,
-    RuntimeOpt,
-    SkillOpt,
-    SkillsExcludeOpt,
-    SkillsIncludeOpt,
-    SkillsOpt,
-    StreamOpt,
-    SystemPromptFileOpt,
-    ThinkOpt,
-    TimeoutOpt,
-    TraceOpt,
-    WorkspaceOpt,
-    prompt_options,
-    skill_options,
-)
+from executor.cli.common import cli_errors, err_console, out_console, real_console
+from executor.cli.flags import ASK, DELEGATION, RunFlags, run_flags
 from executor.errors import ConfigError, IncompleteRunError, SandboxAgentError
 from executor.signals import cleaned_up_whole, interrupt_on_ending_signals
 from executor.text import markup_safe
@@ -62,27 +25,22 @@ WARM_UP_SECONDS = 0.3
 """A one-shot ask starts the container in the background once the model has thought this long."""
 
 
-def _settings(**values: Any) -> dict[str, Any]:
-    """Only the flags that were given: the rest comes from SANDBOX_AGENT_* or the defaults."""
-    return {k: v for k, v in values.items() if v is not None and v != []}
-
-
-def _prepare(
-    root: Path, options: dict[str, Any], *, stream: bool | None, trace: bool, audit: bool,
-    interactive: bool,
-) -> tuple[Runner, ProgressView]:
-    """The runner for `ask` / `review`, with its progress view attached (nothing started)."""
+def prepare(flags: RunFlags, options: dict[str, Any], *, interactive: bool
+            ) -> tuple[Runner, ProgressView]:
+    """The runner of a run (ask, review, improve), its progress view attached; nothing
+    started."""
     from executor.cli.approve import TerminalApprover
     from executor.runner import Runner
     from executor.ui import ProgressView
 
-    if not audit:
+    if flags.no_audit:
         options["audit"] = False
     interrupt_on_ending_signals()
+    stream, trace = flags.stream, flags.trace
     view = ProgressView(real_console(err_console), stream=stream is not False, trace=trace)
     approver = TerminalApprover(view) if interactive else None
-    runner = Runner.build(root, argv=sys.argv[1:], interactive=interactive, approver=approver,
-                          **options)
+    runner = Runner.build(flags.root, argv=sys.argv[1:], interactive=interactive,
+                          approver=approver, **options)
     view.attach(runner.hooks)
     _trace(runner)
     view.stream = _streams_text(runner, stream)
@@ -132,7 +90,8 @@ def checked_query(query: str) -> str:
     return query.strip()
 
 
-def _start(runner: Runner, view: ProgressView) -> None:
+def start(runner: Runner, view: ProgressView) -> None:
+    """Start the session (its container when a tool needs it); the session line."""
     view.thinking()
     runner.start()
     view.close()
@@ -156,148 +115,15 @@ def session_line(runner: Runner) -> None:
 # -- ask -----------------------------------------------------------------------------------------
 
 
+QueryArgument = Annotated[
+    str | None,
+    typer.Argument(help="The request; read from stdin when omitted.", show_default=False),
+]
+
+
+@run_flags(ASK, hidden=DELEGATION)
 @cli_errors
-def ask(
-    query: Annotated[
-        str | None,
-        typer.Argument(help="The request; read from stdin when omitted.", show_default=False),
-    ] = None,
-    root: RootOption = Path("."),
-    provider: ProviderOpt = None,
-    model: ModelOpt = None,
-    host: HostOpt = None,
-    tool_protocol: ProtocolOpt = None,
-    read_only: Annotated[
-        bool, typer.Option("--read-only", help="Mount the project read-only; no write tools.")
-    ] = False,
-    yes: Annotated[
-        bool,
-        typer.Option(
-            "--yes", "-y", help="Approve writes and commands up front (policy denials still apply)."
-        ),
-    ] = False,
-    auto_edit: Annotated[
-        bool,
-        typer.Option("--auto-edit", help="Approve file writes and edits up front (they stay in "
-                     "the project); shell commands still ask. Audited as --auto-edit."),
-    ] = False,
-    stream: StreamOpt = None,
-    think: ThinkOpt = None,
-    trace: TraceOpt = False,
-    max_turns: MaxTurnsOpt = None,
-    image: ImageOpt = None,
-    runtime: RuntimeOpt = None,
-    timeout: TimeoutOpt = None,
-    max_retries: MaxRetriesOpt = None,
-    interactive: Annotated[
-        bool,
-        typer.Option(
-            "--interactive", "-i",
-            help="A REPL: several requests in one session and one container (line editing, "
-            "history, /help for its commands; Ctrl-C cancels a request).",
-        ),
-    ] = False,
-    session: Annotated[
-        str | None,
-        typer.Option(
-            "--session",
-            "-s",
-            help="Name the session (or pick the one to --resume).",
-            show_default=False,
-        ),
-    ] = None,
-    resume: Annotated[
-        bool,
-        typer.Option("--resume", help="Continue --session, or this root's most recent session "
-                     "(never a delegated child's)."),
-    ] = False,
-    continue_: Annotated[
-        bool,
-        typer.Option("--continue", "-c", help="Continue this root's most recent session (as "
-                     "--resume); with no query at a terminal, in the REPL."),
-    ] = False,
-    max_tokens: MaxTokensOpt = None,
-    context_summarize: Annotated[
-        bool,
-        typer.Option(
-            "--context-summarize", help="Summarize dropped context instead of dropping it."
-        ),
-    ] = False,
-    policy: PolicyOpt = None,
-    deny_tool: DenyToolOpt = None,
-    deny_prefix: DenyPrefixOpt = None,
-    deny_command: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--deny-command",
-            metavar="PROGRAM",
-            help="Deny shell commands running this program (and these words), however they are "
-            "spelled; commands that cannot be checked are denied too (repeatable).",
-            show_default=False,
-        ),
-    ] = None,
-    env: EnvOpt = None,
-    allow_host: AllowHostOpt = None,
-    network: NetworkOpt = None,
-    allow_git_writes: Annotated[
-        bool,
-        typer.Option(
-            "--allow-git-writes",
-            help="Mount .git read-write (hooks planted there run on the host later).",
-        ),
-    ] = False,
-    disk_budget: Annotated[
-        str | None,
-        typer.Option(
-            "--disk-budget",
-            metavar="SIZE",
-            help="How much the project may grow in this session, e.g. 500m or 2g; 0: no "
-            "limit. [default: 1g]",
-            show_default=False,
-        ),
-    ] = None,
-    no_audit: NoAuditOpt = False,
-    audit_required: AuditRequiredOpt = False,
-    audit_prompts: AuditPromptsOpt = False,
-    as_json: Annotated[
-        bool,
-        typer.Option("--json", help="Print one JSON object with the answer, tool calls, changes "
-                     "and usage when the run ends (docs/CLI_JSON.md)."),
-    ] = False,
-    json_stream: Annotated[
-        bool,
-        typer.Option("--json-stream", help="Print one JSON event a line as the run goes, the "
-                     "--json object last."),
-    ] = False,
-    fail_on_denied: Annotated[
-        bool,
-        typer.Option("--fail-on-denied", help="Exit 32 when any tool call was denied."),
-    ] = False,
-    system_prompt_file: SystemPromptFileOpt = None,
-    no_project_instructions: NoInstructionsOpt = False,
-    skill: SkillOpt = None,
-    skills: SkillsOpt = None,
-    skills_include: SkillsIncludeOpt = None,
-    skills_exclude: SkillsExcludeOpt = None,
-    project_skills: ProjectSkillsOpt = None,
-    workspace: WorkspaceOpt = None,
-    apply: Annotated[
-        bool,
-        typer.Option(
-            "--apply",
-            help="Copy workspace: apply the changes at the end (asks at a terminal; without "
-            "one it needs --yes); files changed on the host meanwhile are refused (exit 61).",
-        ),
-    ] = False,
-    exclude: ExcludeOpt = None,
-    copy_limit: CopyLimitOpt = None,
-    # orchestrate's own flags: hidden here, shown in its help (_ORCHESTRATE_ONLY)
-    no_confirm_delegation: Annotated[
-        bool, typer.Option("--no-confirm-delegation", hidden=True)] = False,
-    max_delegations: Annotated[
-        int | None, typer.Option("--max-delegations", min=0, hidden=True)] = None,
-    orchestrate: Annotated[bool, typer.Option("--orchestrate", hidden=True)] = False,
-) -> None:
+def ask(query: QueryArgument = None, *, flags: RunFlags) -> None:
     """Ask the agent to do something in the project (--root); every tool call runs in a
     sandbox container.
 
@@ -305,100 +131,90 @@ def ask(
     commands ask at a terminal (y, n, a: always allow for this session, r: no and say why,
     v: view all of it); without one they are denied unless --yes (fail closed).
     """
+    _ask(query, flags, orchestrator=False)
+
+
+@run_flags(ASK)
+@cli_errors
+def orchestrate(query: QueryArgument = None, *, flags: RunFlags) -> None:
+    """Ask with delegation: the model may hand self-contained sub-tasks to child sessions.
+
+    Each child is an ordinary session with its own container, read-only unless the delegate
+    call asks for writes and your approval covers them (its writes ask like yours). A delegate
+    call asks for approval first (high risk) unless --no-confirm-delegation; children do not
+    delegate further, and one session starts at most --max-delegations of them.
+    """
+    _ask(query, flags, orchestrator=True)
+
+
+def _ask(query: str | None, flags: RunFlags, *, orchestrator: bool) -> None:
+    """flags -> options -> Runner -> the answer (or the REPL), then --apply."""
     from executor.cli.machine import JsonOutput, reporting
 
-    output = JsonOutput(stream=json_stream, prints=as_json)
-    if resume and not continue_ and session is None and not output.prints \
-            and _person_at_terminal():
-        from executor.cli.picker import pick_session
-
-        session = pick_session(root)
-    resume = resume or continue_
-    if query is None and not output.prints and _person_at_terminal():
-        interactive = True  # `sandbox-agent ask` alone, at a terminal: the REPL
-    if output.prints and interactive:
-        raise ConfigError("--json and --json-stream print one run: they do not go with -i",
-                          fix="drop -i, or drop --json/--json-stream")
-    if query is not None or not interactive:
+    output = JsonOutput(stream=flags.json_stream, prints=flags.as_json)
+    flags = _decided(query, flags, prints=output.prints)
+    if query is not None or not flags.interactive:
         query = checked_query(query if query is not None else _query_from_stdin())
-    at_terminal = bool(sys.stdin and sys.stdin.isatty() and err_console.is_terminal)
-    options = _settings(
-        provider=provider,
-        model=model,
-        host=host,
-        tool_protocol=tool_protocol,
-        stream=stream,
-        max_turns=max_turns,
-        image=image,
-        runtime=runtime,
-        timeout=timeout,
-        max_retries=max_retries,
-        think=think,
-        max_tokens=max_tokens,
-        env_allow=env,
-        deny_tools=deny_tool,
-        deny_prefixes=deny_prefix,
-        deny_commands=deny_command,
-        policy_file=policy,
-        session=session,
-        disk_budget=disk_budget,
-        workspace=workspace,
-        copy_exclude=exclude,
-        copy_limit=copy_limit,
-        allow_host_flags=allow_host,
-        network_flags=network,
-    ) | {
-        "read_only": read_only,
-        "yes": yes,
-        "auto_edit": auto_edit,
-        "resume": resume,
-        "context_summarize": context_summarize,
-        "audit_required": audit_required,
-        "audit_prompts": audit_prompts,
-    } | prompt_options(root, system_prompt_file, no_project_instructions) | skill_options(
-        skill, skills, skills_include, skills_exclude, project_skills) | delegation_options(
-        orchestrate, no_confirm_delegation, max_delegations)
-    if allow_git_writes:
-        options["allow_git_writes"] = True
+    at_terminal = _person_at_terminal()
+    options = flags.options(orchestrator=orchestrator)
     # The container starts when a tool first needs it (a REPL warms it up at once): an answer
     # that needs no tool never waits for one. A resumed session re-attaches its container first.
-    if not resume:
-        options["sandbox_warm_up"] = 0.0 if interactive else WARM_UP_SECONDS
-    left_repl = False
+    if not options["resume"]:
+        options["sandbox_warm_up"] = 0.0 if flags.interactive else WARM_UP_SECONDS
     with reporting(output):
-        runner, view = _prepare(root, options, stream=stream, trace=trace, audit=not no_audit,
-                                interactive=at_terminal)
-        check_apply(runner, apply)
+        runner, view = prepare(flags, options, interactive=at_terminal)
+        check_apply(runner, flags.apply)
         output.attach(runner.hooks, session=lambda: runner.session_name)
         try:
-            with cleaned_up_whole(runner):
-                _start(runner, view)
-                if interactive:
-                    from executor.cli.repl import Repl
-
-                    repl = Repl(runner, view,
-                                lambda text: _answer(runner, view, text, keep_going=True))
-                    repl.run(query)
-                    left_repl = True
-                else:
-                    view.begin()
-                    try:
-                        result = runner.run(runner.attach_mentions(query or ""))
-                    except KeyboardInterrupt:
-                        view.interrupted()
-                        raise
+            result = _run(runner, view, query, repl=flags.interactive)
         finally:
             view.close()
             show_changes(runner)
-    if left_repl:
+    if result is None:
         _how_to_resume(runner)
         return
-    _finish(result, view, output, fail_on_denied)
-    if apply and runner.changes is not None:
+    _finish(result, view, output, flags.fail_on_denied)
+    if flags.apply and runner.changes is not None:
         from executor.cli.workspace import run_apply
 
-        run_apply(runner.options.root, runner.changes, yes=yes, at_terminal=at_terminal,
-                  audit=not no_audit, to_stderr=True, settings=runner.settings)
+        run_apply(runner.options.root, runner.changes, yes=flags.yes, at_terminal=at_terminal,
+                  audit=not flags.no_audit, to_stderr=True, settings=runner.settings)
+
+
+def _decided(query: str | None, flags: RunFlags, *, prints: bool) -> RunFlags:
+    """The flags as the person meant them: --resume picks a session at a terminal; `ask`
+    with no query at a terminal is the REPL."""
+    changes: dict[str, Any] = {}
+    if flags.resume and not flags.continue_ and flags.session is None and not prints \
+            and _person_at_terminal():
+        from executor.cli.picker import pick_session
+
+        changes["session"] = pick_session(flags.root)
+    if query is None and not prints and _person_at_terminal():
+        changes["interactive"] = True  # `sandbox-agent ask` alone, at a terminal: the REPL
+    if prints and (flags.interactive or changes.get("interactive")):
+        raise ConfigError("--json and --json-stream print one run: they do not go with -i",
+                          fix="drop -i, or drop --json/--json-stream")
+    return dataclasses.replace(flags, **changes)
+
+
+def _run(runner: Runner, view: ProgressView, query: str | None, *, repl: bool
+         ) -> RunResult | None:
+    """The session: one request (its result), or the REPL until the person leaves (None)."""
+    with cleaned_up_whole(runner):
+        start(runner, view)
+        if repl:
+            from executor.cli.repl import Repl
+
+            Repl(runner, view, lambda text: _answer(runner, view, text, keep_going=True)
+                 ).run(query)
+            return None
+        view.begin()
+        try:
+            return runner.run(runner.attach_mentions(query or ""))
+        except KeyboardInterrupt:
+            view.interrupted()
+            raise
 
 
 def _finish(result: RunResult, view: ProgressView, output: JsonOutput,
@@ -468,51 +284,6 @@ def _answer(runner: Runner, view: ProgressView, query: str, *,
     _say_unfinished(result)
     err_console.print(f"[dim]done · {markup_safe(view.summary())}[/]")
     return result
-
-
-@functools.wraps(ask, assigned=("__module__", "__annotations__"))  # ask's options (signature)
-def orchestrate(**options: Any) -> None:
-    """Ask with delegation: the model may hand self-contained sub-tasks to child sessions.
-
-    Each child is an ordinary session with its own container, read-only unless the delegate
-    call asks for writes and your approval covers them (its writes ask like yours). A delegate
-    call asks for approval first (high risk) unless --no-confirm-delegation; children do not
-    delegate further, and one session starts at most --max-delegations of them.
-    """
-    ask(**{**options, "orchestrate": True})
-
-
-_ORCHESTRATE_ONLY: dict[str, Any] = {
-    "no_confirm_delegation": Annotated[
-        bool, typer.Option("--no-confirm-delegation", help="Run delegate calls without asking "
-                           "(a policy deny still wins).")],
-    "max_delegations": Annotated[
-        int | None, typer.Option("--max-delegations", min=0, help="Child sessions one session "
-                                 "may start. [default: 3]", show_default=False)],
-}
-
-
-def _orchestrate_signature() -> inspect.Signature:
-    """ask's parameters, with the delegation flags shown (ask hides them: they are refused)."""
-    signature = inspect.signature(ask, eval_str=True)
-    return signature.replace(parameters=[
-        p.replace(annotation=_ORCHESTRATE_ONLY.get(p.name, p.annotation))
-        for p in signature.parameters.values()])
-
-
-orchestrate.__signature__ = _orchestrate_signature()  # type: ignore[attr-defined]
-
-
-def delegation_options(orchestrator: bool, no_confirm: bool, max_delegations: int | None
-                       ) -> dict[str, Any]:
-    """RunOptions for delegation; its flags are refused on a plain `ask`."""
-    if not orchestrator and (no_confirm or max_delegations is not None):
-        raise ConfigError("--no-confirm-delegation and --max-delegations are for orchestrate",
-                          fix="run `sandbox-agent orchestrate ...`, or drop them")
-    options: dict[str, Any] = {"orchestrator": orchestrator, "confirm_delegation": not no_confirm}
-    if max_delegations is not None:
-        options["max_delegations"] = max_delegations
-    return options
 
 
 # -- copy workspace ------------------------------------------------------------------------------

@@ -50,19 +50,19 @@ from executor.errors import ConfigError, SessionCorruptError, SessionError, Sess
 from executor.messages import Message
 from executor.protocols import SessionSummary
 from executor.session_file import Appender, event_line, line_of, utc_now
+from executor.state import SESSION_SUFFIX as SUFFIX
 from executor.state import (
     ensure_project_dir,
     open_private,
     private_dir,
-    project_dir,
     read_private,
     real_root,
     regular_files,
+    sessions_dir,
 )
 
 FORMAT_VERSION = 1
 """Version written in every header; files from a newer version are refused."""
-SUFFIX = ".ndjson"
 PREVIEW_CHARS = 72
 """Length of the last-message preview in listings."""
 
@@ -166,11 +166,6 @@ class SessionContents:
 
 
 # --- directories ---------------------------------------------------------------------------------
-
-
-def sessions_dir(root: Path) -> Path:
-    """Where the sessions of `root` live (not created)."""
-    return project_dir(root) / "sessions"
 
 
 def _session_path(root: Path, name: str) -> Path:

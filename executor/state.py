@@ -82,6 +82,16 @@ def project_dir(root: Path | str) -> Path:
     return state_home() / "projects" / project_key(root)
 
 
+SESSION_SUFFIX = ".ndjson"
+"""How a session file's name ends (executor/session.py has the format)."""
+
+
+def sessions_dir(root: Path | str) -> Path:
+    """Where the sessions of `root` live (not created); here, not in executor/session.py, so
+    that finding none imports no pydantic."""
+    return project_dir(root) / "sessions"
+
+
 def ensure_project_dir(root: Path | str) -> Path:
     """The project's state dir, created private; refuses a state home inside the project."""
     real = real_root(root)

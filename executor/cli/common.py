@@ -122,6 +122,13 @@ def echo_result(text: str, *, json_text: bool = False) -> None:
     sys.stdout.flush()
 
 
+def say(line: str) -> None:
+    """A plain line on stderr, inert already, without loading Rich (quick commands start
+    fast)."""
+    sys.stderr.write(encodable(line) + "\n")
+    sys.stderr.flush()
+
+
 def encodable(text: str) -> str:
     """`text` writable as UTF-8: lone surrogates (undecodable bytes) become escapes."""
     return text.encode("utf-8", "backslashreplace").decode("utf-8")

@@ -15,6 +15,7 @@ from executor.cli.common import (
     echo_result,
     err_console,
     out_console,
+    say,
 )
 from executor.text import inert, inert_line
 
@@ -55,16 +56,26 @@ def sessions(ctx: typer.Context, root: RootOption = Path("."), as_json: JsonOpti
     """List the sessions of --root, newest first."""
     if ctx.invoked_subcommand is not None:
         return
-    from executor.session import list_sessions
-
-    rows = list_sessions(root)
+    rows = _listing(root)
     if as_json:
         dump = json.dumps([row.model_dump() for row in rows], indent=2, ensure_ascii=False)
         echo_result(dump, json_text=True)  # an escaped surrogate is still valid JSON
     elif not rows:
-        err_console.print(f"no sessions in {inert_line(str(root))}", markup=False)
+        say(f"no sessions in {inert_line(str(root))}")
     else:
         out_console.print(_table(rows))
+
+
+def _listing(root: Path) -> "list[SessionSummary]":
+    """The sessions of `root`, newest first; the reader (pydantic) is loaded only when there
+    is a session file to read."""
+    from executor.state import SESSION_SUFFIX, regular_files, sessions_dir
+
+    if next(regular_files(sessions_dir(root), SESSION_SUFFIX), None) is None:
+        return []
+    from executor.session import list_sessions
+
+    return list_sessions(root)
 
 
 _STATUS_STYLES = {"ok": "green", "error": "red", "max_turns": "yellow", "incomplete": "yellow",

@@ -30,7 +30,7 @@ def options(*path: str) -> set[str]:
     """The long option names typer shows for the command at `path` (hidden ones left out)."""
     command = typer.main.get_command(app)
     for name in path:
-        command = command.commands[name]  # type: ignore[attr-defined]
+        command = command.get_command(typer.Context(command), name)  # type: ignore[attr-defined]
     return {name for param in command.params if not getattr(param, "hidden", False)
             for name in [*param.opts, *getattr(param, "secondary_opts", [])]
             if name.startswith("--") and name != "--help"}

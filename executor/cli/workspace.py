@@ -94,9 +94,14 @@ def diff_command(
     session: SessionOpt = None,
     stat: Annotated[bool, typer.Option("--stat", help="One line per path and totals.")] = False,
     as_json_: Annotated[bool, typer.Option("--json", help="Machine-readable changes.")] = False,
+    pager: Annotated[
+        bool, typer.Option("--pager/--no-pager", help="At a terminal, show it through $PAGER "
+                           "(default less, with LESS=FRX unless LESS is set), coloured.")
+    ] = True,
 ) -> None:
     """Show the pending changes of a copy session as a unified diff (flags mark paths people
     later run, or that steer their tools)."""
+    from executor.cli.pager import page
     from executor.workspace.apply import applied_paths
     from executor.workspace.render import as_json, diff, for_terminal, reader, stat_lines
     from executor.workspace.store import BlobStore
@@ -115,10 +120,9 @@ def diff_command(
     safe = sys.stdout.isatty()
     _heading(changeset, todo, applied)
     if stat:
-        for line in stat_lines(todo, safe=safe):
-            typer.echo(line)
+        page((f"{line}\n" for line in stat_lines(todo, safe=safe)), wanted=pager)
         return
-    sys.stdout.writelines(for_terminal(diff(todo, content, safe=safe)))
+    page(for_terminal(diff(todo, content, safe=safe)), wanted=pager)
 
 
 def reviewed(root: Path, changes: list[Change], content: Content,

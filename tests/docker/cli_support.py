@@ -36,7 +36,7 @@ def cli_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if (not k.startswith("SANDBOX_AGENT_") or k in _KEPT) and k not in _SCRUBBED}
     env.update(SANDBOX_AGENT_IMAGE=IMAGE, SANDBOX_AGENT_RETRY_BASE_DELAY="0.01",
-               NO_COLOR="1", COLUMNS="250", TERM="dumb")
+               NO_COLOR="1", COLUMNS="250", TERM="dumb", PAGER="cat")  # cat: no pager
     if "DOCKER_HOST" in os.environ:  # the engine the fixtures use, unless a test overrides it
         env["DOCKER_HOST"] = os.environ["DOCKER_HOST"]
     env.update(extra)

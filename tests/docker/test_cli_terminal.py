@@ -631,3 +631,26 @@ def test_diff_at_a_terminal_is_coloured_and_its_content_inert(project: Path,
     assert b"\x1b[32m+hi\\x1b[31m\x1b[0m" in raw  # ours green; the file's escape inert
     assert b"\x1b[1m+++ b/notes.txt\x1b[0m" in raw
     assert b"\x1b[" not in plain and b"+hi\\x1b[31m" in plain  # NO_COLOR: none
+
+
+def test_diff_at_a_terminal_goes_through_the_pager_as_git_does(project: Path, tmp_path: Path,
+                                                              model_server: ModelServer):
+    model_server.reply(tool_calls=[Call("write_file", {"path": "notes.txt", "content": "hi\n"})])
+    model_server.reply("Wrote it.")
+    done = run_cli("ask", "--root", project, *model_args(model_server, "ollama"), "--yes",
+                   "--workspace", "copy", "write notes")
+    assert done.returncode == 0, done.stderr
+    paged, less = tmp_path / "paged", tmp_path / "less"
+    pager = f'echo "$LESS" > {less}; cat > {paged}'  # run through the shell, as git runs one
+    diff = [str(SANDBOX_AGENT), "diff", "--root", str(project)]
+
+    shown = _stdout_at_terminal(diff, PAGER=pager, NO_COLOR="")
+    assert shown == b"" and b"\x1b[32m+hi\x1b[0m" in paged.read_bytes()  # coloured, paged
+    assert less.read_text() == "FRX\n"  # quit when it fits, colours through, screen kept
+    _stdout_at_terminal(diff, PAGER=pager, LESS="R")
+    assert less.read_text() == "R\n"  # the person's own LESS wins
+
+    paged.unlink()
+    direct = _stdout_at_terminal([*diff, "--no-pager"], PAGER=pager)
+    piped = run_cli(*diff[1:], env={"PAGER": pager})
+    assert b"+hi" in direct and "+hi\n" in piped.stdout and not paged.exists()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 import typer
@@ -92,10 +93,28 @@ def test_review_doc_names_every_review_only_option() -> None:
     assert missing == set()
 
 
+def _every_command() -> list[list[str]]:
+    """The path of every command and subcommand the app has (groups included)."""
+    paths: list[list[str]] = []
+
+    def walk(command: Any, path: list[str]) -> None:
+        for name in command.list_commands(typer.Context(command)):
+            sub = command.get_command(typer.Context(command), name)
+            paths.append([*path, name])
+            if hasattr(sub, "list_commands"):
+                walk(sub, [*path, name])
+
+    walk(typer.main.get_command(app), [])
+    return paths
+
+
 def test_help_texts_name_no_missing_argument_and_no_python_types() -> None:
     runner = CliRunner()
-    for path in (["ask"], ["orchestrate"], ["review"], ["improve"], ["policy", "show"]):
+    every = _every_command()
+    assert {("audit", "verify"), ("policy", "show"), ("ask",)} <= {tuple(p) for p in every}
+    for path in every:
         shown = runner.invoke(app, [*path, "--help"], env={"COLUMNS": "200"}).output
+        assert shown.startswith("Usage: "), path
         assert " DIR" not in shown and "<list[" not in shown, path
         assert "mounted at /workspace" not in shown, path
     approvals = runner.invoke(app, ["ask", "--help"], env={"COLUMNS": "200"}).output

@@ -43,20 +43,37 @@ def side_by_side(argv: list[str], runs: int, env: dict[str, str]) -> tuple[float
             statistics.median(a / b for a, b in pairs))
 
 
+def _sessions(root: Path, count: int) -> None:
+    """`count` kept sessions of 20 messages each, for a listing with something to read."""
+    from executor.messages import Message
+    from executor.session import NdjsonSessionStore
+
+    for n in range(count):
+        store = NdjsonSessionStore.create(root, name=f"s{n}", model="m", provider="ollama")
+        for turn in range(10):
+            store.append(Message(role="user", content=f"request {turn}"))
+            store.append(Message(role="assistant", content="answer"))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp, ModelServer() as server:
         server.default = Reply("hello")
-        root = Path(tmp) / "proj"
+        root, used = Path(tmp) / "proj", Path(tmp) / "used"
         root.mkdir()
+        used.mkdir()
         env = {**os.environ, "SANDBOX_AGENT_STATE_DIR": str(Path(tmp) / "state"),
                "NO_COLOR": "1"}
+        env.pop("PYTHONDONTWRITEBYTECODE", None)  # an install has its .pyc files: warm them up
+        os.environ["SANDBOX_AGENT_STATE_DIR"] = env["SANDBOX_AGENT_STATE_DIR"]
+        _sessions(used, 5)
         commands = {
             "--version": [CLI, "--version"],
             "--help": [CLI, "--help"],
             "sessions": [CLI, "sessions", "--root", str(root)],
+            "sessions (5 kept)": [CLI, "sessions", "--root", str(used)],
             "audit verify": [CLI, "audit", "verify", "--root", str(root)],
             "ask (no tool call)": [CLI, "ask", "--root", str(root), "--host", server.url, "hi"],
         }

@@ -31,21 +31,27 @@ _STDOUT, _STDERR = 1, 2
 _MAX_LINE = 64 * 1024 * 1024  # a response larger than this means the toolbox went wrong
 _MAC_HEX = 32  # hex digits of the signature before each line (with a key)
 _PIPE = 1 << 16  # what a pipe holds (Linux's default): one read takes all of it
+_WATCH_EVERY = 2.0  # seconds of silence between two asks of `gone` (an engine round trip)
 log = logging.getLogger(__name__)
 
 OnProgress = Callable[[dict[str, Any]], None]
+Gone = Callable[[], str | None]
+"""Why the process is gone though its stream stays open (None: it runs)."""
 
 
 class Channel:
     """Request/response lines over one attached socket, each read bounded by a deadline."""
 
     def __init__(self, sock: socket.socket, key: bytes | None = None,
-                 end_mark: bytes | None = None) -> None:
+                 end_mark: bytes | None = None, gone: Gone | None = None) -> None:
         self._sock = sock
         self._key = key
         self._end_mark = end_mark
         """A line on stderr that means the process is gone though the stream stays open (a
         container's first process: the engine keeps its stdout while the container runs)."""
+        self._why_gone = gone
+        """Asked after each `_WATCH_EVERY` s of silence: gVisor's exec stream stays open after
+        the host's kernel killed the sandbox for memory, until the call's deadline."""
         self._err = b""
         self.ended = False
         self.dropped = 0
@@ -168,12 +174,26 @@ class Channel:
         # A TLS connection (a tcp:// engine) may hold decrypted bytes select cannot see.
         pending = getattr(self._sock, "pending", None)
         buffered = callable(pending) and pending() > 0
-        ready = buffered or select.select([self._sock], [], [], remaining)[0]
+        ready = buffered or select.select([self._sock], [], [], self._slice(remaining))[0]
         if not ready:
-            raise ToolboxTimeoutError("the toolbox did not answer in time")
+            self._check_gone(remaining)
+            return
         chunk = self._recv()
         self._buf += chunk
         self._parse_frames()
+
+    def _slice(self, remaining: float) -> float:
+        return min(remaining, _WATCH_EVERY) if self._why_gone is not None else remaining
+
+    def _check_gone(self, remaining: float) -> None:
+        """After a wait that saw nothing: the deadline, or a process known to be gone."""
+        if self._slice(remaining) >= remaining:
+            raise ToolboxTimeoutError("the toolbox did not answer in time")
+        assert self._why_gone is not None
+        why = self._why_gone()
+        if why is not None:
+            self.closed = True
+            raise ToolboxError(why)
 
     def _recv(self) -> bytes:
         try:

@@ -210,8 +210,9 @@ class Toolbox:
                 self.exec_id = created["Id"]
                 sock = self._api.exec_start(self.exec_id, socket=True)
         key = secrets.token_bytes(32) if "--sign" in self._argv else None
+        gone = self._container_gone if self._attached is None else None
         channel = self._channel = self._stdio = Channel(getattr(sock, "_sock", sock), key,
-                                                        end_mark)
+                                                        end_mark, gone)
         signing = key.hex().encode() + b"\n" if key else b""
         magic = self._started(channel.read_line)
         pipes = fifo_pair(self._fifos) if self._fifos and key else None
@@ -262,6 +263,18 @@ class Toolbox:
         if reply.get("id") != self._next_id:  # a reply without our id is not an answer
             raise ToolboxError(f"toolbox answered request {reply.get('id')}, not {self._next_id}")
         return reply
+
+    def _container_gone(self) -> str | None:
+        """Why the container no longer runs (None: it runs, or the engine did not say)."""
+        try:
+            with docker_errors("inspecting the sandbox"):
+                state = self._api.inspect_container(self._cid).get("State") or {}
+        except SandboxAgentError:
+            return None
+        if state.get("Running", True):
+            return None
+        oom = ": the host's kernel killed it for memory" if state.get("OOMKilled") else ""
+        return f"its container {state.get('Status', 'stopped')}{oom}"
 
     def is_running(self) -> bool:
         """Whether the process is still alive."""

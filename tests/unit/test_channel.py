@@ -6,14 +6,17 @@ from __future__ import annotations
 import hmac
 import os
 import socket
+import struct
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from executor.errors import ToolboxError
+from executor.errors import ToolboxError, ToolboxTimeoutError
+from executor.sandbox import channel as channel_module
 from executor.sandbox.channel import Channel, FifoChannel
 from executor.sandbox.docker import fifo_pair, unlink_fifos
 from tests.unit import toolbox_view as toolbox
@@ -223,6 +226,44 @@ def test_a_request_the_toolbox_never_takes_ends_at_its_deadline_or_its_end():
             assert time.monotonic() - started < 5
             channel.close()
         os.close(reader)
+
+
+def frame(line: bytes) -> bytes:
+    """`line` as one stdout frame of the engine's multiplexed stream."""
+    return struct.pack(">BxxxI", 1, len(line)) + line
+
+
+def test_a_stream_that_outlives_its_process_ends_when_the_engine_says_it_is_gone(
+        monkeypatch: pytest.MonkeyPatch):
+    """Under gVisor the exec stream of a sandbox the host's kernel killed for memory stays
+    open until the call's deadline (measured: 25 s of a 25 s deadline). Asked between
+    silences, the engine's word ends the wait, as a death (the toolbox is restarted), not a
+    timeout; while it says the process runs, the answer is still taken."""
+    monkeypatch.setattr(channel_module, "_WATCH_EVERY", 0.05)
+    dead = threading.Event()
+    asked: list[str | None] = []
+
+    def gone() -> str | None:
+        why = "its container exited: the host's kernel killed it for memory"
+        asked.append(why if dead.is_set() else None)
+        return asked[-1]
+
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        channel = Channel(ours, gone=gone)
+        threading.Timer(0.3, lambda: theirs.sendall(frame(b'{"id": 1, "ok": true}\n'))).start()
+        assert channel.request({"id": 1}, time.monotonic() + 60) == {"id": 1, "ok": True}
+        assert asked and set(asked) == {None}  # asked while silent, the answer still taken
+        dead.set()
+        with pytest.raises(ToolboxError, match="killed it for memory") as caught:
+            channel.request({"id": 2}, time.monotonic() + 60)
+    assert not isinstance(caught.value, ToolboxTimeoutError) and channel.closed
+
+
+def test_without_a_watch_a_silent_stream_ends_at_its_deadline():
+    ours, theirs = socket.socketpair()
+    with ours, theirs, pytest.raises(ToolboxTimeoutError):
+        Channel(ours).request({"id": 1}, time.monotonic() + 0.3)
 
 
 def test_the_fifos_are_never_unlinked_through_a_link(tmp_path: Path):

@@ -221,7 +221,7 @@ def _security(settings: Settings) -> bool:
     from rich.text import Text
 
     from executor.sandbox.docker import DockerSandbox, SandboxConfig
-    from executor.sandbox.probes import PROBES, run_probes
+    from executor.sandbox.probes import PROBES, noted, run_probes
 
     template = SandboxConfig(
         root=Path("/"), session_id="probe", image=settings.image, runtime=settings.runtime,
@@ -230,23 +230,45 @@ def _security(settings: Settings) -> bool:
     out_console.print(f"security probes ({len(PROBES)}, a throwaway project, real containers):",
                       markup=False)
 
-    def warn(message: str) -> None:
-        err_console.print(Text(f"    note: {inert_line(message)}", style="dim"))
-
     def show(result: Any) -> None:
-        verdict = Text("PASS", style="green") if result.passed else Text("FAIL", style="bold red")
+        verdict = (Text("FAIL", style="bold red") if not result.passed else
+                   Text("WARN", style="yellow") if result.warning else Text("PASS", style="green"))
         out_console.print(Text.assemble("  ", verdict, f"  {result.name:<13} {result.guarantee}"))
         out_console.print(Text(f"        {result.detail}", style="dim"))
 
-    try:
-        results = run_probes(template, lambda c: DockerSandbox(c, warn=warn), progress=show)
-    except SandboxAgentError as exc:
-        error = exc
+    with noted() as notes:
+        try:
+            results = run_probes(template, lambda c: DockerSandbox(c, warn=notes.note),
+                                 progress=show)
+        except SandboxAgentError as exc:
+            error = exc
+            results = []
+    _save_notes(notes)
+    if not results:
         return _run_check("security probes", lambda: _raise(error))
     failed = [r.name for r in results if not r.passed]
+    warned = [r.name for r in results if r.warning]
     summary = f"{len(results)} probes, {len(results) - len(failed)} passed"
+    summary += f" ({len(warned)} with a warning: {', '.join(warned)})" if warned else ""
     out_console.print(summary + (f"; FAILED: {', '.join(failed)}" if failed else ""), markup=False)
     return not failed
+
+
+def _save_notes(notes: Any) -> None:
+    """The sandboxes' notes (restarts, dropped lines) into a log file, named on stderr."""
+    from executor.state import state_home
+
+    if not notes.lines:
+        return
+    path = state_home() / "doctor-security.log"
+    try:
+        notes.save(path)
+    except (OSError, SandboxAgentError) as exc:
+        err_console.print(f"note: the sandboxes' {len(notes.lines)} notes were not saved "
+                          f"({inert_line(str(exc))})", markup=False, highlight=False)
+        return
+    err_console.print(f"the sandboxes' notes (restarts, dropped lines): {inert_line(str(path))}",
+                      markup=False, highlight=False)
 
 
 def _raise(exc: SandboxAgentError) -> str:

@@ -22,12 +22,15 @@ a security team can check docs/SECURITY.md's guarantees on *their* engine, runti
 Each probe passes only on evidence: what the host sees (files, modes, connections) and what
 the command inside reports. A probe that cannot run fails, and so does one whose refusal would
 prove nothing: the write probes first check that the sandbox can write the project at all.
+A probe whose guarantee held at a cost the person should know of (under gVisor a runaway takes
+the whole sandbox down, which is then started again) passes with a warning that says so.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import os
 import re
 import secrets
@@ -36,11 +39,12 @@ import socket
 import stat
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
 
 from pydantic import BaseModel
 
@@ -49,7 +53,7 @@ from executor.errors import ConfigError, SandboxAgentError
 from executor.messages import ToolResult
 from executor.network.egress import AllowedHost, EgressConfig
 from executor.sandbox.docker import DockerSandbox, SandboxConfig
-from executor.state import LEGACY_DIR, ensure_project_dir
+from executor.state import LEGACY_DIR, ensure_project_dir, private_dir, replacing
 from executor.text import inert_line
 
 Factory = Callable[[SandboxConfig], DockerSandbox]
@@ -63,6 +67,11 @@ class Breach(Exception):
     """A probe saw its guarantee broken; the message is the evidence."""
 
 
+class Caveat(Exception):
+    """A probe saw its guarantee hold, but at a cost; the message is the evidence, cost
+    included."""
+
+
 class ProbeResult(BaseModel):
     """One probe's verdict."""
 
@@ -72,6 +81,8 @@ class ProbeResult(BaseModel):
     """What must hold."""
     passed: bool
     """Whether it held."""
+    warning: bool = False
+    """It held, at a cost `detail` names (the sandbox went down and was started again)."""
     detail: str
     """The evidence, inert (no control characters)."""
 
@@ -105,6 +116,7 @@ class Lab:
         self.secret = self.base / "secret.txt"
         self.state: Path | None = None
         self._boxes: dict[tuple[bool, bool], DockerSandbox] = {}
+        self._engine: Any = None
 
     def __enter__(self) -> Self:
         try:
@@ -168,6 +180,19 @@ class Lab:
         """Run `command` in the sandbox."""
         return self.box(read_only=read_only).call(
             "run_shell_command", {"command": command, "timeout_seconds": timeout})
+
+    def events(self, container_id: str, since: float) -> set[str]:
+        """What the engine saw happen to a container since `since` (`die`, `oom`, `start`...;
+        empty when it cannot say)."""
+        from executor.sandbox.engine import connect
+
+        try:
+            self._engine = self._engine or connect(timeout=10)
+            return {str(event.get("status") or event.get("Action")) for event in
+                    self._engine.events(since=int(since), until=int(time.time()) + 1,
+                                        filters={"container": container_id}, decode=True)}
+        except Exception:  # evidence of how it went down, not of whether: best effort
+            return set()
 
     def tree(self) -> str:
         """A digest of every path, mode and byte in the project (its state dir left out)."""
@@ -411,22 +436,45 @@ _ALLOCATE = ("python3 -c \"x = []\nfor i in range({chunks}): x.append(b'1' * (64
 def probe_limits(lab: Lab) -> str:
     config = lab.box().config
     procs, memory = config.pids_limit + 50, _bytes(config.memory)
-    forks = lab.shell(_FORKS.format(procs=procs), timeout=10)
+    forks, forks_down = _runaway(lab, _FORKS.format(procs=procs))
     if f"processes {procs}" in forks.output:
         raise Breach(f"{procs} processes started under a limit of {config.pids_limit}")
-    allocated = lab.shell(_ALLOCATE.format(chunks=2 * memory // (64 << 20) + 1), timeout=10)
+    chunks = 2 * memory // (64 << 20) + 1
+    allocated, allocated_down = _runaway(lab, _ALLOCATE.format(chunks=chunks))
     if "ALLOCATED" in allocated.output:
         raise Breach(f"{inert(allocated.output.split('ALLOCATED')[1], 20)} allocated under a "
                      f"limit of {config.memory}")
     if lab.shell("echo usable").output.split()[-1:] != ["usable"]:
         raise Breach("the sandbox was not usable afterwards")
-    return f"{procs} processes: {_how(forks)}; {2 * memory >> 20} MiB: {_how(allocated)}; usable"
+    how_allocated = "the same" if allocated_down and allocated_down == forks_down else (
+        allocated_down or _how(allocated))
+    said = (f"{procs} processes: {forks_down or _how(forks)}; {2 * memory >> 20} MiB: "
+            f"{how_allocated}; usable afterwards")
+    if forks_down or allocated_down:
+        raise Caveat(said + " (files in /tmp were lost)")
+    return said
+
+
+def _runaway(lab: Lab, command: str) -> tuple[ToolResult, str | None]:
+    """Run a runaway `command`; its result, and how it took the sandbox down (None: it did
+    not), from the engine's events for the container."""
+    before, since = lab.box().info.container_id, time.time()
+    result = lab.shell(command, timeout=10)
+    if not toolmeta.toolbox_restarted(result.meta):
+        return result, None
+    seen = lab.events(before, since)
+    if "oom" in seen:
+        cause = "the host's kernel killed the whole sandbox for memory"
+    elif "die" in seen:
+        cause = "the whole sandbox stopped"
+    else:
+        return result, "the toolbox stopped answering and was restarted (no result)"
+    again = "a new one" if lab.box().info.container_id != before else "it again"
+    return result, f"{cause}; sandbox-agent started {again}"
 
 
 def _how(result: ToolResult) -> str:
     """How a runaway ended, in a few words."""
-    if toolmeta.toolbox_restarted(result.meta):
-        return "the sandbox went down and was restarted"
     for pattern in (r"fork refused after \d+", r"out of memory", r"MemoryError",
                     r"killed by \w+", r"timed out"):
         found = re.search(pattern, result.output)
@@ -480,14 +528,50 @@ def run_probes(template: SandboxConfig, factory: Factory, *, only: list[str] | N
 
 
 def _verdict(probe: Probe, lab: Lab) -> ProbeResult:
+    warning = False
     try:
         passed, detail = True, probe.run(lab)
+    except Caveat as exc:
+        passed, warning, detail = True, True, str(exc)
     except Breach as exc:
         passed, detail = False, str(exc)
     except (SandboxAgentError, OSError) as exc:
         passed, detail = False, f"could not run: {exc}"
     return ProbeResult(name=probe.name, guarantee=probe.guarantee, passed=passed,
-                       detail=inert(detail))
+                       warning=warning, detail=inert(detail, 240))
+
+
+class Notes(logging.Handler):
+    """What the sandboxes said while the probes ran (restarts, dropped toolbox lines): kept
+    for a log file, off the terminal, where they would read as the probes' own verdicts."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.lines: list[str] = []
+
+    def note(self, message: str) -> None:
+        """A sandbox's warning (its `warn` callback)."""
+        self.lines.append(f"{time.strftime('%H:%M:%S')} sandbox: {inert_line(message)}")
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.note(f"{record.name}: {record.getMessage()}")
+
+    def save(self, path: Path) -> None:
+        """Write the lines to `path` (replaced, never through a link; 0600)."""
+        private_dir(path.parent, parents=True)
+        with replacing(path) as out:
+            out.write("".join(line + "\n" for line in self.lines))
+
+
+@contextlib.contextmanager
+def noted() -> Iterator[Notes]:
+    """Notes of what the sandboxes and the library's loggers say meanwhile (not on stderr)."""
+    notes, logger = Notes(), logging.getLogger("executor")
+    logger.addHandler(notes)
+    try:
+        yield notes
+    finally:
+        logger.removeHandler(notes)
 
 
 @contextlib.contextmanager

@@ -37,14 +37,40 @@ def leaked_probe_containers(docker_client: Any) -> list[str]:
     return [root for root in roots if root.startswith(prefix) and not os.path.exists(root)]
 
 
+# Under gVisor both runaways take the whole sandbox down (the host's memory limit kills its
+# Sentry; measured: dmesg's memcg OOM kill, `docker inspect` OOMKilled), so `limits` says so.
+WARNED = {"runsc": {"limits"}}
+INTERNAL = ("dropped a toolbox line", "urpc", "note:", "restarting the toolbox", "OCI runtime")
+"""What the sandboxes say meanwhile: into the notes log, never among the verdicts."""
+
+
 @pytest.mark.engines
-def test_every_probe_passes_through_the_cli(engine: Engine, docker_client: Any):
-    done = run_cli("doctor", "--security", timeout=400)
+def test_every_probe_passes_through_the_cli(engine: Engine, docker_client: Any,
+                                            tmp_path: Path):
+    state = tmp_path / "state"
+    done = run_cli("doctor", "--security", timeout=400,
+                   env={"SANDBOX_AGENT_STATE_DIR": str(state)})
 
     assert done.returncode == 0, explain(done)
-    verdicts = re.findall(r"^  (PASS|FAIL)  (\S+(?: socket| budget| dir)?)", done.stdout, re.M)
-    assert verdicts == [("PASS", probe.name) for probe in PROBES], explain(done)
-    assert f"{len(PROBES)} probes, {len(PROBES)} passed" in done.stdout
+    verdicts = re.findall(r"^  (PASS|FAIL|WARN)  (\S+(?: socket| budget| dir)?)", done.stdout,
+                          re.M)
+    warned = WARNED.get(engine.name, set())
+    assert verdicts == [("WARN" if probe.name in warned else "PASS", probe.name)
+                        for probe in PROBES], explain(done)
+    summary = f"{len(PROBES)} probes, {len(PROBES)} passed"
+    assert summary + (f" ({len(warned)} with a warning: limits)" if warned else "\n") in (
+        done.stdout), explain(done)
+    if warned:  # it says what happened, twice: the sandbox went down, a new one started
+        assert re.search(r"306 processes: the host's kernel killed the whole sandbox for "
+                         r"memory; sandbox-agent started a new one; 1024 MiB: (the same|the "
+                         r"host's kernel killed the whole sandbox)", done.stdout), explain(done)
+    assert not [line for line in INTERNAL if line in done.stdout + done.stderr], explain(done)
+    log = state / "doctor-security.log"
+    if engine.name == "runsc":  # what was kept off the terminal is in the log, inert
+        notes = log.read_text()
+        assert "dropped a toolbox line without its signature" in notes, notes
+        assert "restarting the sandbox" in notes and not CONTROL.search(notes), notes
+        assert f"the sandboxes' notes (restarts, dropped lines): {log}" in done.stderr
     assert not CONTROL.search(done.stdout + done.stderr), explain(done)
     assert "Traceback" not in done.stderr
     assert leaked_probe_containers(docker_client) == []

@@ -7,7 +7,8 @@ and move the cursor (so `rm -rf src; #ESC[2KESC[1G$ ls` is displayed as `$ ls`),
 the start of the line, C1 characters are 8-bit escape sequences, and bidirectional and
 invisible formatting characters reorder or hide text (Trojan Source). Every such character is
 shown escaped instead, the way Python writes it: \x1b, \r, \u202e. What a person reads is
-what is there.
+what is there. A byte of a file name that is not UTF-8 (U+DCE9 once Python decoded it with
+surrogateescape) is shown as that byte, \xe9, as the model reads it (docs/TOOLS.md).
 
 Newlines and tabs stay, except in `inert_line` (single-line contexts: table cells, progress
 lines), which shows them as \n and \t. Backslashes are never doubled: ordinary text keeps its
@@ -43,6 +44,8 @@ def _escaped(char: str) -> str:
     point = ord(char)
     if char in _NAMED:
         return _NAMED[char]
+    if 0xDC80 <= point <= 0xDCFF:  # a byte that was not UTF-8 (surrogateescape): that byte
+        point -= 0xDC00
     if point < 0x100:
         return f"\\x{point:02x}"
     return f"\\u{point:04x}" if point < 0x10000 else f"\\U{point:08x}"

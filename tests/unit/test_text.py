@@ -48,7 +48,10 @@ def test_each_kind_of_dangerous_character_is_escaped_visibly():
     assert inert("zero\u200bwidth\ufeff") == r"zero\u200bwidth\ufeff"
     assert inert("line\u2028sep\u2029") == r"line\u2028sep\u2029"
     assert inert("tag\U000e0041") == r"tag\U000e0041"  # invisible "ASCII smuggling" tags
-    assert inert("lone \udce9 surrogate") == r"lone \udce9 surrogate"
+    assert inert("lone \ud800 surrogate") == r"lone \ud800 surrogate"
+    # a byte of a name that was not UTF-8 (surrogateescape) is shown as that byte, as the
+    # toolbox shows it to the model (docs/TOOLS.md)
+    assert inert("caf\udce9.txt") == r"caf\xe9.txt" and inert("\udc80\udcff") == r"\x80\xff"
 
 
 def test_ordinary_text_is_left_exactly_as_it_is():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import stat
 from collections import deque
 
@@ -25,31 +26,63 @@ if TYPE_CHECKING:  # names for the type checker only (annotations are never eval
 
 
 
+# -- names that are not UTF-8 ---------------------------------------------------------------
+# Linux names are bytes. Python decodes the ones that are not UTF-8 with surrogateescape (byte
+# 0xE9 becomes U+DCE9), which no JSON reaches a model with (the host sends U+FFFD, a name
+# nobody can pass back). The model reads and writes such a name with each of those bytes as
+# `\xe9` and its backslashes doubled, as bash's $'...' reads it (docs/TOOLS.md).
+
+_BYTE_ESCAPE = re.compile(r"\\x[89a-fA-F][0-9a-fA-F]")
+_ESCAPES = re.compile(r"\\\\|\\x[89a-fA-F][0-9a-fA-F]")
+_UNDECODED = re.compile("[\udc80-\udcff]")
+
+
+def shown(path: str) -> str:
+    r"""`path` as the model is to read it: unchanged, unless it has a byte that is not UTF-8
+    (or text that reads as such an escape): then those bytes as `\xNN`, backslashes doubled."""
+    if not _UNDECODED.search(path) and not _BYTE_ESCAPE.search(path):
+        return path
+    return "".join(f"\\x{ord(c) - 0xDC00:02x}" if "\udc80" <= c <= "\udcff" else
+                   "\\\\" if c == "\\" else c for c in path)
+
+
+def unshown(raw: str) -> str:
+    r"""The path a model wrote in `shown`'s form (`caf\xe9.txt`); one without a `\xNN` of a
+    byte that is not ASCII is taken as written."""
+    if not _BYTE_ESCAPE.search(raw):
+        return raw
+    return _ESCAPES.sub(lambda m: "\\" if m.group() == "\\\\" else
+                        chr(0xDC00 + int(m.group()[2:], 16)), raw)
+
+
 # -- paths ------------------------------------------------------------------------------------
 
 
 def resolve(ctx: Rooted, raw: str, write: bool = False) -> str:
-    """The real path inside the root for a path argument, or a ToolError saying why not."""
+    """The real path inside the root for a path argument (`shown`'s form taken too), or a
+    ToolError saying why not."""
+    written, raw = raw, unshown(raw)
     if not raw.strip():
         raise ToolError("path is empty; give a path relative to the project root, "
                         "e.g. 'src/app.py'")
     if "\0" in raw:
         raise ToolError("path contains a NUL byte")
     if os.path.isabs(raw) and not any(_inside(r, os.path.normpath(raw)) for r in ctx.roots):
-        raise ToolError(f"path '{raw}' is outside the project root")
+        raise ToolError(f"path '{written}' is outside the project root")
     real = os.path.realpath(os.path.join(ctx.root, raw))
     if not _inside(ctx.root, real):
-        raise ToolError(f"path '{raw}' is outside the project root")
+        raise ToolError(f"path '{written}' is outside the project root")
     parts = rel(ctx, real).split("/")
     if parts[0] in ctx.hidden:
-        raise ToolError(f"'{raw}' is reserved and not accessible")
+        raise ToolError(f"'{written}' is reserved and not accessible")
     # Nested ones too (a vendored repo's .git/hooks would run on the host as well), and names
     # met on the way: a link to a .git directory leaves no ".git" in the resolved path.
     met = parts + _names_on_the_way(ctx.root, raw) if write and ctx.readonly else []
     # Any case: on a case-insensitive host file system .GIT is .git.
     locked = sorted({name for name in met if name.lower() in ctx.readonly_folded})
     if locked:
-        raise ToolError(f"'{raw}' is inside {locked[0]}, which is read-only in the sandbox")
+        raise ToolError(f"'{written}' is inside {shown(locked[0])}, which is read-only in the "
+                        "sandbox")
     return real
 
 
@@ -93,6 +126,7 @@ def os_error_text(ctx: Rooted, exc: OSError) -> str:
     name = exc.filename or ""
     if name and _inside(ctx.root, os.path.abspath(name)):
         name = rel(ctx, name)
+    name = shown(name)
     texts: dict[int | None, str] = {
         errno.ENOENT: f"file not found: {name}",
         errno.EACCES: f"permission denied: {name}",

@@ -7,7 +7,7 @@ import os
 from collections import deque
 
 from ..limits import LIST_DEPTH, LIST_GLOB_DEPTH, LIST_MAX_ENTRIES
-from ..paths import _skipped, rel, resolve
+from ..paths import _skipped, rel, resolve, shown
 from ..wire import ToolError, ok
 
 TYPE_CHECKING = False  # typing is not imported at run time: the toolbox starts fast
@@ -29,7 +29,7 @@ def tool_list_files(ctx: Context, path: str = ".", glob: str | None = None,
     real = resolve(ctx, path)
     if not os.path.isdir(real):
         os.stat(real)  # a clear "file not found" when missing
-        return ok(rel(ctx, real), entries=1, truncated=False, depth=0)
+        return ok(shown(rel(ctx, real)), entries=1, truncated=False, depth=0)
     depth = depth or (LIST_GLOB_DEPTH if glob else LIST_DEPTH)
     found, more, deeper = _collect(ctx, real, glob, depth)
     found.sort(key=lambda entry: entry.rstrip("/").split("/"))
@@ -54,7 +54,7 @@ def _collect(ctx: Context, top: str, glob: str | None,
             if _skipped(ctx, directory, entry.name):
                 continue
             is_dir = entry.is_dir(follow_symlinks=False)
-            name = rel(ctx, entry.path) + ("/" if is_dir else "")
+            name = shown(rel(ctx, entry.path)) + ("/" if is_dir else "")  # as the model reads it
             if glob is None or _glob_match(glob, name):
                 found.append(name)
                 if len(found) > LIST_MAX_ENTRIES:

@@ -22,7 +22,7 @@ from ..limits import (
     SEARCH_MAX_CHARS,
     TIMED_OUT,
 )
-from ..paths import _skipped, rel, resolve
+from ..paths import _skipped, rel, resolve, shown
 from ..procs import _Capture, _finish, _Lines, _pump
 from ..wire import ToolError, ok
 
@@ -91,7 +91,7 @@ def _files_there(ctx: Context, real: str) -> str:
     for path in _walk_files(ctx, real):
         with contextlib.suppress(OSError):
             if stat.S_ISREG(os.lstat(path).st_mode):
-                files.append(rel(ctx, path))
+                files.append(shown(rel(ctx, path)))
         if len(files) > SEARCH_FILES_SHOWN:
             return ""
     if not files:
@@ -132,7 +132,7 @@ def _search_result(pattern: str, path: str, found: Hits, limit: int, engine: str
     more = len(hits) > limit
     lines, chars = [], 0
     for name, number, text in hits[:limit]:
-        line = f"{name}:{number}:{text}"
+        line = f"{shown(name)}:{number}:{text}"
         chars += len(line) + 1
         if chars > SEARCH_MAX_CHARS:
             more = True
@@ -207,7 +207,8 @@ def _rg_skipped(ctx: Context, pattern: str, target: str, deadline: float,
     out = _Capture(1 << 20)
     ran = _rg(ctx, ["--files-with-matches", "--text", "--no-ignore", "--encoding", "none"],
               pattern, target, (out, _Capture(4096)), deadline, lambda: None)
-    names = [n[2:] if n.startswith("./") else n for n in out.text().split("\0") if n]
+    listed = (out.head + out.tail).decode("utf-8", "surrogateescape")  # names as rel() has them
+    names = [n[2:] if n.startswith("./") else n for n in listed.split("\0") if n]
     finished = ran is not None and ran[1] is None and ran[0] in (0, 1)
     return sorted(set(names) - seen), finished
 
@@ -223,8 +224,8 @@ def _passed_over(names: list[str]) -> str:
             f".gitignore/.ignore) also {verb}: {_names(names)}")
 
 
-def _names(names: list[str], shown: int = 5) -> str:
-    return ", ".join(names[:shown]) + (", ..." if len(names) > shown else "")
+def _names(names: list[str], first: int = 5) -> str:
+    return ", ".join(map(shown, names[:first])) + (", ..." if len(names) > first else "")
 
 
 def _rg_error(pattern: str, stderr: str) -> None:
@@ -242,7 +243,7 @@ def _rg_error(pattern: str, stderr: str) -> None:
 def _parse_rg(line: bytes) -> Hit:
     raw, _, rest = line.partition(b"\0")
     number, _, text = rest.partition(b":")
-    name = raw.decode("utf-8", "replace")
+    name = raw.decode("utf-8", "surrogateescape")  # as rel() has it: `shown` when output
     name = name[2:] if name.startswith("./") else name
     return name, int(number) if number.isdigit() else 0, text.decode("utf-8", "replace")
 

@@ -225,6 +225,15 @@ class Settings(BaseSettings):
             raise ValueError(f"not an environment variable name: {bad[0]!r}")
         return value
 
+    @field_validator("memory", "tmp_size")
+    @classmethod
+    def _limit(cls, value: str) -> str:
+        """A size the engine takes as it is (`512m`), checked now: an unreadable one failed
+        every tool call of the run, and 0 means no limit at all to Docker (and to a tmpfs)."""
+        if parse_size(value) < 1 << 20:
+            raise ValueError(f"{value!r} is under 1m (0 would mean no limit)")
+        return value.strip()
+
     @field_validator("disk_budget", "copy_limit", "egress_max_bytes", "max_reply_bytes",
                      mode="before")
     @classmethod

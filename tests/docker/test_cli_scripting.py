@@ -380,6 +380,10 @@ def test_a_bad_user_config_is_one_line_with_file_and_line(project: Path,
     ({"SANDBOX_AGENT_ENV_ALLOW": "LANG;rm"}, ["SANDBOX_AGENT_ENV_ALLOW", "not an environment"]),
     ({"SANDBOX_AGENT_MAX_RETRIES": "-1"}, ["SANDBOX_AGENT_MAX_RETRIES"]),
     ({"SANDBOX_AGENT_PROVIDER": "foo"}, ["SANDBOX_AGENT_PROVIDER", "'foo'"]),
+    # not checked before: every tool call failed with a ValueError, and 0 meant no limit
+    ({"SANDBOX_AGENT_MEMORY": "lots"}, ["SANDBOX_AGENT_MEMORY", "not a size: 'lots'"]),
+    ({"SANDBOX_AGENT_MEMORY": "0"}, ["SANDBOX_AGENT_MEMORY", "under 1m (0 would mean no limit)"]),
+    ({"SANDBOX_AGENT_TMP_SIZE": "64q"}, ["SANDBOX_AGENT_TMP_SIZE", "not a size: '64q'"]),
 ])
 def test_bad_environment_values_are_one_line(project: Path, model_server: ModelServer,
                                              env: dict[str, str], needles: list[str]):

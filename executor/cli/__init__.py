@@ -66,6 +66,7 @@ def _usage_error(message: str, fix: str | None, code: int) -> int:
     from executor.cli.common import fail
     from executor.errors import ConfigError
 
-    message = message.replace("Value error, ", "").removesuffix(".")
+    # one line: click lists choices a line each ("Choose from:\n\tjsonl,\n\tcsv")
+    message = " ".join(message.replace("Value error, ", "").split()).removesuffix(".")
     fail(ConfigError(message[:1].lower() + message[1:], fix=fix))
     return code

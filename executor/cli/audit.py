@@ -214,7 +214,9 @@ def _opened(output: Path | None) -> Iterator[TextIO]:
         with replacing(output) as out:
             yield out
     except OSError as exc:
-        raise AuditError(f"cannot write {output}: {exc.strerror or exc}") from None
+        raise AuditError(f"cannot write {output}: {exc.strerror or exc}",
+                         fix="name a file to write (in a folder that exists), or leave out "
+                             "--output for stdout") from None
 
 
 def _row(record: Mapping[str, Any]) -> tuple[str, str, str, str, str]:

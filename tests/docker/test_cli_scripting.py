@@ -410,6 +410,8 @@ def test_env_allow_takes_a_plain_name(project: Path, model_server: ModelServer):
     (["ask", "--provider", "foo", "hi"], ["'--provider'", "'foo' is not one of"]),
     (["doctor", "--provider", "foo"], ["'--provider'", "'foo'"]),
     (["ask", "--no-such-flag"], ["no such option: --no-such-flag"]),
+    # click lists the choices a line each: on one line here
+    (["audit", "export"], ["missing option '--format' / '-f'. Choose from: jsonl, csv, ocsf"]),
 ])
 def test_click_usage_errors_are_one_line_with_a_fix(project: Path, args: list[str],
                                                    needles: list[str]):

@@ -79,7 +79,8 @@ def test_a_fifo_at_the_output_name_is_one_error_line_not_a_hang(
 
     assert done.returncode == 50, done.stderr
     assert done.stderr.strip().splitlines() == [
-        "error: cannot write out.txt: a FIFO is there, not a regular file"]
+        "error: cannot write out.txt: a FIFO is there, not a regular file",
+        "fix: name a file to write (in a folder that exists), or leave out --output for stdout"]
     assert stat.S_ISFIFO(os.lstat(project / "out.txt").st_mode)
     assert sorted(p.name for p in project.iterdir()) == ["out.txt"]
 

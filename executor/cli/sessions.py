@@ -57,6 +57,11 @@ def sessions(ctx: typer.Context, root: RootOption = Path("."), as_json: JsonOpti
     if ctx.invoked_subcommand is not None:
         return
     rows = _listing(root)
+    if not rows and not root.is_dir():  # a typo, not a project without sessions
+        from executor.errors import ConfigError
+
+        raise ConfigError(f"project root {root} is not a directory",
+                          fix="pass the --root the sessions ran on")
     if as_json:
         dump = json.dumps([row.model_dump() for row in rows], indent=2, ensure_ascii=False)
         echo_result(dump, json_text=True)  # an escaped surrogate is still valid JSON

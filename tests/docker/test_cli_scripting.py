@@ -428,6 +428,15 @@ def test_gc_of_a_root_that_does_not_exist_says_so(workdir: Path):
     assert_user_error(done, 2, "does not exist", str(workdir / "nope"))
 
 
+@pytest.mark.parametrize("flags", [[], ["--json"]])
+def test_sessions_of_a_root_that_does_not_exist_says_so(workdir: Path, flags: list[str]):
+    """A typo in --root said "no sessions in ..." and exit 0."""
+    done = run_cli("sessions", "--root", workdir / "nope", *flags)
+
+    assert_user_error(done, 2, "is not a directory", str(workdir / "nope"))
+    assert done.stdout == ""
+
+
 # -- project instructions --------------------------------------------------------------------------
 
 

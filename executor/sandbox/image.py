@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from importlib import resources
 from typing import Any
 
 from executor.config import DEFAULT_BASE_IMAGE, DEFAULT_IMAGE, OFFLINE_BASE_IMAGE
-from executor.errors import ImageNotFoundError, SandboxError
+from executor.errors import ConfigError, ImageNotFoundError, SandboxError
 from executor.sandbox.engine import connect, docker_errors, endpoint
 
 Progress = Callable[[str], None]
@@ -47,6 +48,12 @@ def ensure_base(client: Any, base: str, progress: Progress) -> None:
                                      fix=BASE_FIX) from exc
 
 
+_PART = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_REFERENCE = re.compile(rf"(?:[A-Za-z0-9.-]+(?::[0-9]+)?/)?{_PART}(?:/{_PART})*"
+                        r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?")
+"""An image name with an optional tag, as the engine takes it (distribution's grammar)."""
+
+
 def build_image(
     tag: str = DEFAULT_IMAGE,
     base: str = DEFAULT_BASE_IMAGE,
@@ -55,6 +62,9 @@ def build_image(
     progress: Progress = lambda line: None,
 ) -> str:
     """Build the sandbox image `tag` FROM `base`; returns the image id."""
+    if not _REFERENCE.fullmatch(tag):  # before a base image is pulled for nothing
+        raise ConfigError(f"not an image name: {tag!r}",
+                          fix=f"lower-case NAME[:TAG], e.g. --tag {DEFAULT_IMAGE}")
     client = client or connect()
     ensure_base(client, base, progress)
     context = resources.files("sandbox_image")

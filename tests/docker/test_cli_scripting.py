@@ -428,6 +428,14 @@ def test_gc_of_a_root_that_does_not_exist_says_so(workdir: Path):
     assert_user_error(done, 2, "does not exist", str(workdir / "nope"))
 
 
+@pytest.mark.parametrize("tag", ["bad tag", "Upper:latest", "x:"])
+def test_an_image_name_that_is_none_is_refused_before_anything_is_pulled(tag: str):
+    done = run_cli("image", "build", "--tag", tag)
+
+    assert_user_error(done, 2, f"not an image name: {tag!r}")
+    assert "pulling" not in done.stderr
+
+
 @pytest.mark.parametrize("flags", [[], ["--json"]])
 def test_sessions_of_a_root_that_does_not_exist_says_so(workdir: Path, flags: list[str]):
     """A typo in --root said "no sessions in ..." and exit 0."""

@@ -538,7 +538,7 @@ def _verdict(probe: Probe, lab: Lab) -> ProbeResult:
     except (SandboxAgentError, OSError) as exc:
         passed, detail = False, f"could not run: {exc}"
     return ProbeResult(name=probe.name, guarantee=probe.guarantee, passed=passed,
-                       warning=warning, detail=inert(detail, 240))
+                       warning=warning, detail=inert(detail, 320))
 
 
 class Notes(logging.Handler):

@@ -125,7 +125,16 @@ def check_outside(root: Path, path: Path, what: str,
         through = "" if hit == written or hit in written.parents else f" (through {hit})"
         raise ConfigError(
             f"{what} {path} is inside the project root {root}{through}, where the sandbox and "
-            "the repository could read or forge it", fix=fix)
+            "the repository could read or forge it", fix=too_wide(root) or fix)
+
+
+def too_wide(root: Path) -> str | None:
+    """The fix for a root nobody means (`--root /`, `--root ~`): no setting makes it safe."""
+    real = real_root(root)
+    if real == real.parent or real == real_root(Path.home()):
+        where = "the whole file system" if real == real.parent else "your home directory"
+        return f"--root {root} is {where}: pass the project's own directory (--root ./proj)"
+    return None
 
 
 def reaches_into(root: Path, path: Path) -> Path | None:

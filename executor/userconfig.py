@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from executor.errors import ConfigError
-from executor.state import check_outside, config_home, open_private, real_root
+from executor.state import check_outside, config_home, open_private, real_root, too_wide
 
 CONFIG_FILE = "config.toml"
 MAX_BYTES = 1 << 20
@@ -130,6 +130,6 @@ def check_outside_project(root: Path, *, writable: bool = True) -> None:
         except ConfigError as exc:
             raise ConfigError(
                 exc.message + " (a session could plant config.toml or policy.toml there)",
-                fix="set SANDBOX_AGENT_CONFIG_DIR to a directory outside the project, or run "
-                    "with --read-only, or with --workspace copy (whose `apply` never writes "
-                    "into your config dir)") from None
+                fix=too_wide(root) or "set SANDBOX_AGENT_CONFIG_DIR to a directory outside "
+                    "the project, or run with --read-only, or with --workspace copy (whose "
+                    "`apply` never writes into your config dir)") from None

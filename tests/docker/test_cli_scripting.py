@@ -428,6 +428,23 @@ def test_gc_of_a_root_that_does_not_exist_says_so(workdir: Path):
     assert_user_error(done, 2, "does not exist", str(workdir / "nope"))
 
 
+@pytest.mark.parametrize("where", ["the whole file system", "your home directory"])
+def test_a_root_nobody_means_gets_a_fix_that_can_be_followed(where: str, tmp_path: Path,
+                                                             model_server: ModelServer):
+    """The config dir is inside / (and ~): the fix said to move it outside the project."""
+    home = tmp_path / "home"
+    config = home / ".config" / "sandbox-agent"
+    config.mkdir(parents=True)
+    root = "/" if where == "the whole file system" else str(home)
+    done = run_cli("ask", "--root", root, "--host", model_server.url, "hi",
+                   env={"HOME": str(home), "SANDBOX_AGENT_CONFIG_DIR": str(config)})
+
+    assert_user_error(done, 2, "is inside the project root")
+    assert done.stderr.splitlines()[-1] == (f"fix: --root {root} is {where}: pass the "
+                                            "project's own directory (--root ./proj)")
+    assert model_server.requests == []
+
+
 @pytest.mark.parametrize("tag", ["bad tag", "Upper:latest", "x:"])
 def test_an_image_name_that_is_none_is_refused_before_anything_is_pulled(tag: str):
     done = run_cli("image", "build", "--tag", tag)

@@ -70,7 +70,7 @@ def test_every_probe_passes_through_the_cli(engine: Engine, docker_client: Any,
     if engine.name == "runsc":  # what was kept off the terminal is in the log, inert
         notes = log.read_text()
         assert "dropped a toolbox line without its signature" in notes, notes
-        assert "restarting the sandbox" in notes and not CONTROL.search(notes), notes
+        assert "restarting the toolbox" in notes and not CONTROL.search(notes), notes
         assert f"the sandboxes' notes (restarts, dropped lines): {log}" in done.stderr
     assert not CONTROL.search(done.stdout + done.stderr), explain(done)
     assert "Traceback" not in done.stderr

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ValidationError
 
+from executor import toolmeta
 from executor.coach import Coach
 from executor.context import INTERRUPTED_RESULT
 from executor.errors import AgentError, ContextOverflowError, MaxTurnsExceeded, SandboxAgentError
@@ -112,18 +113,29 @@ def _failure(record: ToolCallRecord) -> str:
 
 
 def unfinished_reason(records: list[ToolCallRecord]) -> str | None:
-    """A fact, not a guess: the model ran calls to change files and none of them succeeded."""
+    """A fact, not a guess: the model ran calls to change files and none of them succeeded.
+
+    A command that changed files is a change made, whatever its exit code: otherwise a run
+    that changed the tree by shell and then failed one write would say nothing changed.
+    """
     writes = [r for r in records if r.call.name in WRITE_TOOLS and _ran(r)]
-    if not writes or any(r.result.ok for r in writes):
+    if not writes or any(r.result.ok for r in writes) or _command_changed(records):
         return None
     return (f"no file was changed: all {len(writes)} attempted change(s) failed (last: "
             f"{_failure(writes[-1])})")
 
 
+def _command_changed(records: list[ToolCallRecord]) -> list[str]:
+    """The files commands that ran changed, as the toolbox listed them."""
+    return [change["path"] for r in records if r.call.name not in WRITE_TOOLS
+            and _ran(r) for change in toolmeta.changes(r.result.meta)]
+
+
 def progress_of(records: list[ToolCallRecord]) -> str:
     """What a run did so far, in one clause: `changed a.py, b.py; 9 tool calls, 4 failed`."""
-    changed = list(dict.fromkeys(str(r.call.arguments.get("path", "?")) for r in records
-                                 if r.call.name in WRITE_TOOLS and _ran(r) and r.result.ok))
+    written = [str(r.call.arguments.get("path", "?")) for r in records
+               if r.call.name in WRITE_TOOLS and _ran(r) and r.result.ok]
+    changed = list(dict.fromkeys(written + _command_changed(records)))
     failed = [r for r in records if _ran(r) and not r.result.ok]
     done = f"changed {', '.join(changed[:6])}" if changed else "no file changed"
     text = f"{done}; {len(records)} tool call(s), {len(failed)} failed"

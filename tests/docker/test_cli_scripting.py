@@ -154,6 +154,22 @@ def test_an_answer_after_only_failed_changes_exits_34_with_status_incomplete(
     assert (project / "hello.py").read_text() == 'print("hello")\n'
 
 
+def test_files_a_command_changed_count_though_every_write_then_failed(
+        project: Path, model_server: ModelServer):
+    model_server.reply(tool_calls=[Call("run_shell_command", {"command": "echo x > made.txt"})])
+    model_server.reply(tool_calls=[Call("edit_file", {
+        "path": "hello.py", "old_text": "not in the file", "new_text": "x"})])
+    model_server.reply("Done.")
+
+    done = ask(project, model_server, "ollama", "--json", "--yes")
+
+    assert done.returncode == 0, explain(done)
+    data = json.loads(done.stdout)
+    assert data["status"] == "ok" and data["unfinished"] is None
+    assert "made.txt" in json.dumps(data["changes"])
+    assert (project / "made.txt").read_text() == "x\n"
+
+
 def test_a_question_answered_without_changes_exits_0(project: Path, model_server: ModelServer):
     model_server.reply(tool_calls=[Call("read_file", {"path": "missing.py"})])  # a failed look
     model_server.reply("There is no missing.py.")

@@ -72,19 +72,9 @@ from executor.sandbox.engine import (
     is_podman,
     runtimes,
 )
-from executor.sandbox.protect import (
-    Identity,
-    Protected,
-    Sweep,
-    TreeScan,
-    check_replaced,
-    disable_git,
-    identities,
-    misplaced,
-    protected_paths,
-    scan,
-    sweep,
-)
+from executor.sandbox.gitsafety.aftercheck import after_session
+from executor.sandbox.gitsafety.guard import GitGuard
+from executor.sandbox.gitsafety.hostgit import Protected
 from executor.sandbox.spec import SandboxSpec
 from executor.state import LEGACY_DIR, check_outside, legacy_state, real_root
 from executor.workspace.archive import Archive, Limits, Prefetch, overlay, plan
@@ -314,13 +304,8 @@ class DockerSandbox:
         self._toolbox: Toolbox | None = None
         self._lock_fd: int | None = None
         self._info: SandboxInfo | None = None
-        self._tree: TreeScan | None = None
-        self._protected = Protected((), ())
-        self._made_dirs: list[Path] = []
-        self._identities: dict[str, Identity | None] = {}
-        self._undisabled: set[str] = set()
-        """`.git` entries the toolbox reported it could not disable: renamed after the session."""
-        self._started_ns = 0
+        self._git = GitGuard(config.root, workspace=config.workspace, read_only=config.read_only,
+                             allow_git_writes=config.allow_git_writes)
         self._seccomp_file: Path | None = None
         self._podman = False
         self._gvisor = False
@@ -430,18 +415,7 @@ class DockerSandbox:
 
     def _protect(self) -> None:
         """Find what git on the host would run from the tree, before the container exists."""
-        self._started_ns = self._started_ns or time.time_ns()
-        if self.config.read_only:
-            return
-        tree = scan(self.config.root)
-        self._tree = self._tree or tree  # the start's: a `.git` found at a remount is still new
-        if not self.config.allow_git_writes:  # at a remount the start's identities stay
-            self._protected = protected_paths(self.config.root, tree)
-            self._identities = {**dict.fromkeys(self._protected.missing),  # must stay empty
-                                **identities(self.config.root, self._protected.existing),
-                                **self._identities}
-        self._made_dirs = list(dict.fromkeys([*self._made_dirs, *(
-            d for rel in self._protected.missing for d in _missing_chain(self.config.root, rel))]))
+        self._git.protect()
 
     # -- copy workspace ----------------------------------------------------------------------
 
@@ -540,21 +514,20 @@ class DockerSandbox:
 
     def _after_session(self) -> None:
         """Clear set-id bits the session left, report new repositories, remove our mountpoints."""
-        if self._tree is None:
+        if self._git.baseline is None:
             return
-        after_session(self.config.root, self._tree, self._started_ns, self._identities,
-                      self._made_dirs, self._undisabled, self._warn)
+        self._git.after_session(self._warn)
         runrecord.forget(self._lock_path().parent, self.name)
 
     def _record_start(self) -> None:
         """What the end-of-session checks need, on disk until they ran (runrecord.py)."""
-        if self._tree is None:
+        start, root = self._git.baseline, self.config.root
+        if start is None:
             return
-        root = self.config.root
         runrecord.RunRecord(
-            name=self.name, root=str(root), started_ns=self._started_ns, tree=self._tree,
-            identities=self._identities,
-            made_dirs=[str(path.relative_to(root)) for path in self._made_dirs],
+            name=self.name, root=str(root), started_ns=start.started_ns, tree=start.tree,
+            identities=start.identities,
+            made_dirs=[str(path.relative_to(root)) for path in start.made_dirs],
         ).save(self._lock_path().parent)
 
     def _settle_abandoned(self) -> None:
@@ -623,17 +596,7 @@ class DockerSandbox:
             ok=bool(reply.get("ok")), output=str(reply.get("output", "")),
             meta=dict(reply.get("meta") or {}),
         )
-        for record in result.meta.get("git_quarantined") or []:
-            if isinstance(record, dict) and record.get("error") and isinstance(
-                    record.get("path"), str):
-                self._undisabled.add(record["path"])
-        unmoved = [r for r in result.meta.get("protected_restored") or []
-                   if isinstance(r, dict) and r.get("error")]
-        if unmoved:  # it stays where git on the host may find a look-alike: check it now
-            raise SandboxError(
-                f"{unmoved[0].get('path')} is protected (git on the host runs it); a command "
-                f"moved it and it could not be put back ({unmoved[0].get('error')}); the session "
-                "ends so that the project can be checked")
+        self._git.note(result.meta)  # what the toolbox guard did (may end the session)
         found = result.meta.get("remount_needed")
         if found and not remounted:
             self._remount([str(path) for path in found])
@@ -679,7 +642,7 @@ class DockerSandbox:
             self._container = None
         self._drop_life()
         try:  # a tree the session left can make this fail (a hard-linked hook, a broken config)
-            moved = misplaced(self.config.root, self._identities)
+            moved = self._git.moved()
             if moved:  # a new container would protect them where they are, not the originals
                 raise SandboxError(f"protected paths are not where they were at the start "
                                    f"({', '.join(sorted(moved)[:3])}); the session ends")
@@ -821,7 +784,8 @@ class DockerSandbox:
         left out: it is the data's, not a decision)."""
         decided = self.create_options(self.config.model_copy(update={"copy_bytes": 0}))
         egress = self.config.egress.spec() if self.config.egress else None
-        return SandboxSpec.of(decided, self.toolbox_argv(), self._image_id, network=egress)
+        return SandboxSpec.of(decided, self.toolbox_argv(), self._image_id, network=egress,
+                              git=self._git.surface.spec())
 
     def _existing(self) -> Any:
         """A copy session's container when it is exactly what this run would create (else the
@@ -901,7 +865,7 @@ class DockerSandbox:
                  and config.egress is None)  # a forwarder joins a namespace the engine made
         first = config.workspace == "bind" and not self._podman and not self._gvisor
         return container_options(config, self._lock_path(), self._mount_user(),
-                                 self._protected, podman_profile=self._seccomp_file,
+                                 self._git.protected, podman_profile=self._seccomp_file,
                                  gvisor=self._gvisor,
                                  hosts=hosts_file(self._lock_path().parent) if quick else None,
                                  toolbox=self.toolbox_argv() if first else None,
@@ -962,8 +926,7 @@ class DockerSandbox:
                 "--default-timeout", str(self.config.tool_timeout),
                 "--max-output", str(self.config.max_output), "--hidden", LEGACY_DIR,
                 "--disk-budget", str(self.config.disk_budget)]
-        if not self.config.allow_git_writes:  # a copy's repositories cannot appear from outside
-            argv += ["--readonly-dir", ".git"] + ([] if self.copying else ["--git-guard"])
+        argv += self._git.surface.toolbox_argv()
         if self._channel_dir() is not None:
             argv += ["--channel", CHANNEL]
         return [*argv, "--sign", *_filter_argv()]
@@ -1048,27 +1011,6 @@ class DockerSandbox:
             self._lock_fd = None
 
 
-def after_session(root: Path, tree: TreeScan, started_ns: int,
-                  identities: dict[str, Identity | None], made_dirs: list[Path],
-                  undisabled: set[str], warn: Warn) -> None:
-    """The checks after a bind session: its mountpoints removed, protected paths put back,
-    set-id bits cleared, repositories the sandbox made renamed aside; each said with `warn`."""
-    for path in made_dirs:  # the engine created these empty mountpoints
-        with contextlib.suppress(OSError):
-            _rmdir_beneath(root, path)
-    try:  # the protected paths first: a walk of the whole tree can fail (too big)
-        done = Sweep()
-        check_replaced(root, identities, done)
-        done = sweep(root, tree, started_ns, done)
-    except (OSError, SandboxAgentError) as exc:
-        warn(f"could not check the whole project after the session: {exc}")
-    try:  # every new `.git`: the toolbox's own renaming is skipped when a command kills it
-        disable_git(root, sorted(undisabled | set(done.new_git)), done)
-    except (OSError, SandboxAgentError) as exc:
-        warn(f"could not check the project after the session: {exc}")
-    _report_sweep(done, warn)
-
-
 def settle(client: Any, record: runrecord.RunRecord, lock_dir: Path, warn: Warn) -> None:
     """A dead bind session's container removed and its end-of-session checks run."""
     import docker.errors
@@ -1085,28 +1027,6 @@ def settle(client: Any, record: runrecord.RunRecord, lock_dir: Path, warn: Warn)
     after_session(root, record.tree, record.started_ns, record.identities,
                   [root / rel for rel in record.made_dirs], set(), warn)
     runrecord.forget(lock_dir, record.name)
-
-
-def _report_sweep(done: Sweep, warn: Warn) -> None:
-    for rel in done.missing:
-        warn(f"{rel} is protected (git on the host runs it) and is gone: a command "
-                   "moved it away; find it in the project and put it back after review")
-    for rel, aside in done.replaced.items():
-        warn(f"{rel} is protected (git runs it) but was replaced during the session; "
-                   f"the replacement was moved to {aside}: find the original and review")
-    for rel in done.disabled:
-        if rel not in done.new_git:
-            warn(f"disabled the repository (or look-alike) the sandbox made at {rel}")
-    for rel in done.setid_cleared:
-        warn(f"removed the set-id bits of {rel}: set-id files are not allowed")
-    for rel in done.new_git:
-        if rel in done.renamed:
-            warn(f"a git repository appeared during the session at {rel}: renamed to "
-                       f"{done.renamed[rel]} so git on the host runs nothing from it; review "
-                       "its hooks and config before you rename it back (if you made it)")
-        else:
-            warn(f"a git repository appeared during the session at {rel} and could "
-                       "not be renamed; review its hooks and config before running git there")
 
 
 def _runtime_of(container: Any) -> str:
@@ -1434,21 +1354,6 @@ def _capped(limit: int, hard: int) -> int:
     return limit if hard == resource.RLIM_INFINITY else min(limit, hard)
 
 
-def _rmdir_beneath(root: Path, path: Path) -> None:
-    """rmdir `path` under `root` without following a link the sandbox put on the way."""
-    parts = path.relative_to(root).parts
-    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        for name in parts[:-1]:
-            below = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
-                            dir_fd=fd)
-            os.close(fd)
-            fd = below
-        os.rmdir(parts[-1], dir_fd=fd)
-    finally:
-        os.close(fd)
-
-
 MIN_FREE = 256 * 1024 * 1024
 """Room the toolbox keeps free on the project's file system (its --min-free)."""
 
@@ -1474,15 +1379,6 @@ def _unreachable_root(root: Path) -> Any:
         raise WorkspaceUnreachableError(
             f"the Docker engine at {endpoint()} has no {root}: it cannot see this machine's "
             "disk", fix="use --workspace copy (or an engine on this machine)") from exc
-
-
-def _missing_chain(root: Path, rel: str) -> list[Path]:
-    """The directories of `rel` that do not exist yet, deepest first."""
-    chain, path = [], root / rel
-    while path != root and not os.path.lexists(path):
-        chain.append(path)
-        path = path.parent
-    return chain
 
 
 def _inside(rel: str) -> str:

@@ -20,11 +20,11 @@ from executor.sandbox.docker import (
     LABEL_LOCK,
     LABEL_ROOT,
     LABEL_SESSION,
-    after_session,
     default_lock_dir,
     drop_channel,
 )
 from executor.sandbox.engine import connect, docker_errors
+from executor.sandbox.gitsafety.aftercheck import after_session
 
 
 class GcResult(BaseModel):

@@ -21,7 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from executor.sandbox.protect import Identity, TreeScan
+from executor.sandbox.gitsafety.aftercheck import Identity
+from executor.sandbox.gitsafety.walk import TreeScan
+from executor.sandbox.toolbox.nofollow import read_plain
 
 SUFFIX = ".run.json"
 _NAME = re.compile(r"sandbox-agent-[A-Za-z0-9][A-Za-z0-9_.-]*")
@@ -82,26 +84,20 @@ def abandoned(lock_dir: Path, root: Path | None = None) -> list[RunRecord]:
 
 def _load(path: Path) -> RunRecord | None:
     """A record we wrote, or None for anything else (a link, not regular, not ours, bad)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
+    data = read_plain(path, most=_MAX_BYTES, owner=os.geteuid())
+    if data is None:
         return None
-    with os.fdopen(fd, "rb") as f:
-        info = os.fstat(f.fileno())
-        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid() \
-                or info.st_size > _MAX_BYTES:
-            return None
-        try:
-            raw: Any = json.loads(f.read())
-            return RunRecord(
-                name=str(raw["name"]), root=str(raw["root"]), started_ns=int(raw["started_ns"]),
-                tree=TreeScan({str(k): str(v) for k, v in raw["git_entries"].items()},
-                              tuple(str(d) for d in raw["git_dirs"])),
-                identities={str(k): (int(v[0]), int(v[1])) if v else None
-                            for k, v in raw["identities"].items()},
-                made_dirs=[str(d) for d in raw["made_dirs"]])
-        except (ValueError, KeyError, TypeError, IndexError, AttributeError):
-            return None
+    try:
+        raw: Any = json.loads(data)
+        return RunRecord(
+            name=str(raw["name"]), root=str(raw["root"]), started_ns=int(raw["started_ns"]),
+            tree=TreeScan({str(k): str(v) for k, v in raw["git_entries"].items()},
+                          tuple(str(d) for d in raw["git_dirs"])),
+            identities={str(k): (int(v[0]), int(v[1])) if v else None
+                        for k, v in raw["identities"].items()},
+            made_dirs=[str(d) for d in raw["made_dirs"]])
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError):
+        return None
 
 
 def held(lock_path: str) -> bool:

@@ -38,7 +38,6 @@ import functools
 import hashlib
 import json
 import os
-import stat
 import struct
 from importlib import resources
 from importlib.resources.abc import Traversable
@@ -46,6 +45,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from executor.errors import SandboxError
+from executor.sandbox.toolbox.nofollow import read_plain
 
 Profile = dict[str, Any]
 Rule = dict[str, Any]
@@ -137,16 +137,6 @@ def publish(path: Path, data: bytes, what: str) -> Path:
     except OSError as exc:
         raise SandboxError(f"cannot write {what} to {path}: {exc.strerror}") from exc
     return path
-
-
-def read_plain(path: Path) -> bytes | None:
-    """The bytes of the regular file at `path` (links not followed), or None."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return None
-    with os.fdopen(fd, "rb") as f:
-        return f.read() if stat.S_ISREG(os.fstat(f.fileno()).st_mode) else None
 
 
 def load(source: Traversable | Path) -> Profile:

@@ -2,7 +2,9 @@
 
 The value is everything the container is created with (`container_options`) and the argv its
 toolboxes start with, so a feature that adds a mount, an environment variable, a limit or a
-network cannot leave it out: there is no second list to forget. The container carries the
+network cannot leave it out: there is no second list to forget. The git surface (what is
+kept from the sandbox because git on the host runs it, why, and by which mechanism:
+executor/sandbox/gitsafety/surface.py) is a field of its own. The container carries the
 digest in a label the sandbox cannot change, and a later run re-uses a container only when
 its own digest is equal (`--resume` after a controller died, a copy kept for review).
 
@@ -40,6 +42,7 @@ _NAMES = {
     "command": "first process", "toolbox": "toolbox options (git guard, budget, timeouts)",
     "read_only": "read-only root file system", "egress": "network allow-list",
     "version": "sandbox-agent's sandbox version",
+    "git": "git protection (what is kept from the sandbox, why, and how)",
 }
 
 
@@ -52,12 +55,16 @@ class SandboxSpec:
 
     @classmethod
     def of(cls, options: Mapping[str, Any], toolbox: list[str], image_id: str, *,
-           network: Mapping[str, Any] | None = None) -> SandboxSpec:
+           network: Mapping[str, Any] | None = None,
+           git: Mapping[str, Any] | None = None) -> SandboxSpec:
         """The spec of `containers.create(**options)` whose toolboxes run with `toolbox`;
-        `network`: the egress decisions (allow-list, pins, limits) when any host is allowed."""
+        `network`: the egress decisions (allow-list, pins, limits) when any host is allowed;
+        `git`: the git surface (executor/sandbox/gitsafety/surface.py: `GitSurface.spec`)."""
         values: dict[str, Any] = {k: v for k, v in options.items() if k not in _LEFT_OUT}
         if network:  # absent without egress: the digest of a run without network is unchanged
             values["egress"] = dict(network)
+        if git is not None:  # what is protected and by which mechanism, not only the mounts
+            values["git"] = dict(git)
         values["image"] = image_id  # the digest, whatever name the run used for it
         values["environment"] = _environment(options.get("environment") or {})
         values["toolbox"] = toolbox

@@ -8,7 +8,8 @@ import os
 import stat
 
 from .gitshape import kind_of as _kind
-from .paths import _open_parent, rel, resolve
+from .nofollow import open_parent
+from .paths import rel, resolve
 from .tracking import _is_git, _opaque, _sha256, _snapshot
 from .wire import ok
 
@@ -86,7 +87,7 @@ def _read_chunk(ctx: Context, item: object, budget: int) -> Chunk:
     if not _plain_relative(ctx, path):
         return {"path": path, "error": "not a plain relative path"}
     try:
-        parent, leaf = _open_parent(ctx.root, path)
+        parent, leaf = open_parent(ctx.root, path)
         try:
             fd = os.open(leaf, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
                          dir_fd=parent)

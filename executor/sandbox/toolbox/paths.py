@@ -8,6 +8,7 @@ import re
 import stat
 from collections import deque
 
+from .nofollow import open_parent
 from .wire import ToolError
 
 TYPE_CHECKING = False  # typing is not imported at run time: the toolbox starts fast
@@ -160,25 +161,9 @@ def _skipped(ctx: Rooted, parent: str, name: str) -> bool:
     return name == ".git" or (name in ctx.hidden and parent == ctx.root)
 
 
-def _open_parent(root: str, path: str) -> tuple[int, str]:
-    """(fd of path's directory, opened from the root without following any link; last name)."""
-    *dirs, leaf = path.split("/")
-    fd = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        for name in dirs:
-            below = os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
-                            dir_fd=fd)
-            os.close(fd)
-            fd = below
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd, leaf
-
-
 def _chmod_nofollow(root: str, path: str, ino: int, mode: int, kind: int = stat.S_IFREG) -> None:
     """chmod root/path; a symlink swapped in anywhere on the way cannot redirect it."""
-    parent, leaf = _open_parent(root, path)
+    parent, leaf = open_parent(root, path)
     try:
         fd = os.open(leaf, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
     finally:

@@ -9,7 +9,8 @@ import stat
 from ..gitshape import GITDIR_CODE, GITDIR_PARTS, gitdir_shape, kind_of
 from ..gitshape import kind_of as _kind
 from ..limits import GIT_SCAN_MAX_ENTRIES, QUARANTINE
-from ..paths import _chmod_nofollow, _open_parent
+from ..nofollow import open_parent
+from ..paths import _chmod_nofollow
 from ..tracking import _readonly_mounts
 
 TYPE_CHECKING = False  # typing is not imported at run time: the toolbox starts fast
@@ -76,7 +77,7 @@ def _rename_in_place(ctx: Context, path: str, renamed: str) -> None:
 
 
 def _rename_at(root: str, path: str, renamed: str) -> None:
-    parent, leaf = _open_parent(root, path)
+    parent, leaf = open_parent(root, path)
     try:
         os.rename(leaf, renamed.rsplit("/", 1)[-1], src_dir_fd=parent, dst_dir_fd=parent)
     finally:

@@ -1,0 +1,246 @@
+"""The checks after a bind session: the kernel's read-only mounts, checked from outside.
+
+The mounts (surface.py) hold every protected path in place while the container runs; what
+they cannot stop is a directory above one being renamed with it, a new `.git` or repository
+look-alike appearing where none was (the toolbox renames those a command makes:
+toolbox/guards/git.py), and set-id bits (the seccomp profile refuses them in the first
+place). So after the session, with the container gone and nothing left to race, this room
+removes the engine's empty mountpoints, moves aside whatever took a protected path's place
+(`check_replaced`, by (device, inode) `identities` taken at the start), clears set-id bits
+(`sweep`), renames every `.git` and look-alike the session made (`disable_git`,
+`disable_head`), and says each with `warn` (`after_session`). Every path is reached without
+following a link (toolbox/nofollow.py: the rule the toolbox uses too).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from executor.errors import SandboxAgentError
+from executor.sandbox.gitsafety.walk import TreeScan, kind, walk
+from executor.sandbox.toolbox.gitshape import GITDIR_PARTS, gitdir_shape
+from executor.sandbox.toolbox.nofollow import open_beneath
+
+_SETID = stat.S_ISUID | stat.S_ISGID
+Warn = Callable[[str], None]
+
+
+@dataclass
+class Sweep:
+    """What `sweep` did after a session."""
+
+    setid_cleared: list[str] = field(default_factory=list)
+    new_git: list[str] = field(default_factory=list)
+    replaced: dict[str, str] = field(default_factory=dict)
+    """Protected paths found replaced -> where the replacement was moved aside."""
+    disabled: list[str] = field(default_factory=list)
+    """`.git` entries the toolbox could not disable, renamed here."""
+    renamed: dict[str, str] = field(default_factory=dict)
+    """Each `.git` renamed by `disable_git` -> its new path."""
+    missing: list[str] = field(default_factory=list)
+    """Protected paths that were there at the start and are gone (moved away?)."""
+
+
+Identity = tuple[int, int]
+"""(device, inode) of a protected path."""
+
+
+def identities(root: Path, rels: tuple[str, ...]) -> dict[str, Identity]:
+    """(device, inode) of each protected path, to tell later whether it is still the same (the
+    container mounts each one read-only: it can be moved away with its parent, not changed)."""
+    found = {}
+    for rel in rels:
+        with contextlib.suppress(OSError):
+            found[rel] = _identity(root, rel)
+    return found
+
+
+def _identity(root: Path, rel: str) -> Identity:
+    """lstat beneath root, following no link anywhere on the way."""
+    parts = Path(rel).parts
+    parent = open_beneath(root, parts[:-1])
+    try:
+        info = os.lstat(parts[-1], dir_fd=parent)
+    finally:
+        os.close(parent)
+    return info.st_dev, info.st_ino
+
+
+def misplaced(root: Path, before: dict[str, Identity | None]) -> dict[str, bool]:
+    """Protected paths that are not what they were at the start -> whether they are gone:
+    replaced or gone, or (missing at the start) there now with something in them."""
+    found = {}
+    for rel, identity in before.items():
+        try:
+            now: Identity | None = _identity(root, rel)
+        except FileNotFoundError:
+            now = None
+        except OSError:
+            now = (-1, -1)  # a link on the way: not what was there
+        if now != identity and not (identity is None and _empty_dir(root, rel)):
+            found[rel] = now is None
+    return found
+
+
+def check_replaced(root: Path, before: dict[str, Identity | None], result: Sweep) -> None:
+    """Move aside what took a protected path's place (a directory above it was renamed), and
+    what appeared where one was missing at the start (where the engine made an empty
+    mountpoint); note the ones that are gone."""
+    for rel, gone in misplaced(root, before).items():
+        if gone:
+            result.missing.append(rel)
+        else:
+            result.replaced[rel] = _move_aside(root, rel)
+
+
+def _empty_dir(root: Path, rel: str) -> bool:
+    try:
+        fd = open_beneath(root, Path(rel).parts, os.O_RDONLY)  # (listed: not O_PATH)
+    except OSError:
+        return False
+    try:
+        return not os.listdir(fd)
+    finally:
+        os.close(fd)
+
+
+def _move_aside(root: Path, rel: str) -> str:
+    """Rename `rel` to `rel.replaced-<hex>` (no link followed on the way); where it went."""
+    parts = Path(rel).parts
+    aside = f"{parts[-1]}.replaced-{os.urandom(4).hex()}"
+    try:
+        _rename_beneath(root, parts[:-1], parts[-1], aside)
+    except OSError as exc:
+        return f"(not moved: {exc.strerror})"
+    return str(Path(rel).with_name(aside))
+
+
+def _rename_beneath(root: Path, folder: tuple[str, ...], name: str, new: str) -> None:
+    """Rename `folder/name` to `folder/new` under `root`, no link followed on the way."""
+    parent = open_beneath(root, folder)
+    try:
+        os.rename(name, new, src_dir_fd=parent, dst_dir_fd=parent)
+    finally:
+        os.close(parent)
+
+
+def disable_git(root: Path, rels: list[str], result: Sweep) -> None:
+    """Rename `.git` entries that must not stay (the toolbox could not rename them).
+
+    The paths come from the sandbox: only plain relative ones ending in `.git` are taken, and
+    they are reached without following any link (a link could point at another repository).
+    """
+    for rel in rels:
+        parts = Path(rel).parts
+        if not parts or Path(rel).is_absolute() or ".." in parts or parts[-1].lower() != ".git":
+            continue
+        new = f".git.quarantined-{os.urandom(4).hex()}"
+        with contextlib.suppress(OSError):
+            _rename_beneath(root, parts[:-1], parts[-1], new)
+            result.disabled.append(rel)
+            result.renamed[rel] = str(Path(rel).with_name(new))
+
+
+def sweep(root: Path, before: TreeScan, since_ns: int, result: Sweep | None = None) -> Sweep:
+    """Clear set-id bits set since `since_ns`; list `.git` entries that were not there before
+    (into `result`, when given).
+
+    Runs after the container is gone, so nothing in the sandbox can race it.
+    """
+    result = result or Sweep()
+    parts: dict[str, dict[str, str]] = {}
+    for rel, entry in walk(root):
+        if entry.name == ".git" and rel not in before.git_entries:
+            result.new_git.append(rel)
+        elif entry.name in GITDIR_PARTS:
+            parts.setdefault(rel.rpartition("/")[0], {})[entry.name] = kind(entry)
+        try:
+            info = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        fresh = info.st_ctime_ns >= since_ns
+        if info.st_mode & _SETID and fresh and not stat.S_ISLNK(info.st_mode):
+            os.chmod(root / rel, stat.S_IMODE(info.st_mode) & ~_SETID)
+            result.setid_cleared.append(rel)
+    for rel, kinds in sorted(parts.items()):  # look-alikes the toolbox missed or could not undo
+        if gitdir_shape(kinds) and rel not in before.git_dirs and rel.rpartition("/")[2] != ".git":
+            disable_head(root, rel, result)
+    return result
+
+
+def disable_head(root: Path, rel: str, result: Sweep) -> None:
+    """Rename the HEAD of a repository look-alike at `rel` (no link followed on the way), so
+    git on the host does not take the directory for a repository and run its config."""
+    with contextlib.suppress(OSError):
+        _rename_beneath(root, Path(rel).parts if rel else (), "HEAD",
+                        f"HEAD.quarantined-{os.urandom(4).hex()}")
+        result.disabled.append(rel or ".")
+
+
+def after_session(root: Path, tree: TreeScan, started_ns: int,
+                  identities: dict[str, Identity | None], made_dirs: list[Path],
+                  undisabled: set[str], warn: Warn) -> None:
+    """The checks after a bind session: its mountpoints removed, protected paths put back,
+    set-id bits cleared, repositories the sandbox made renamed aside; each said with `warn`."""
+    for path in made_dirs:  # the engine created these empty mountpoints
+        with contextlib.suppress(OSError):
+            _rmdir_beneath(root, path)
+    try:  # the protected paths first: a walk of the whole tree can fail (too big)
+        done = Sweep()
+        check_replaced(root, identities, done)
+        done = sweep(root, tree, started_ns, done)
+    except (OSError, SandboxAgentError) as exc:
+        warn(f"could not check the whole project after the session: {exc}")
+    try:  # every new `.git`: the toolbox's own renaming is skipped when a command kills it
+        disable_git(root, sorted(undisabled | set(done.new_git)), done)
+    except (OSError, SandboxAgentError) as exc:
+        warn(f"could not check the project after the session: {exc}")
+    report(done, warn)
+
+
+def report(done: Sweep, warn: Warn) -> None:
+    """What the checks did, one line each."""
+    for rel in done.missing:
+        warn(f"{rel} is protected (git on the host runs it) and is gone: a command "
+             "moved it away; find it in the project and put it back after review")
+    for rel, aside in done.replaced.items():
+        warn(f"{rel} is protected (git runs it) but was replaced during the session; "
+             f"the replacement was moved to {aside}: find the original and review")
+    for rel in done.disabled:
+        if rel not in done.new_git:
+            warn(f"disabled the repository (or look-alike) the sandbox made at {rel}")
+    for rel in done.setid_cleared:
+        warn(f"removed the set-id bits of {rel}: set-id files are not allowed")
+    for rel in done.new_git:
+        if rel in done.renamed:
+            warn(f"a git repository appeared during the session at {rel}: renamed to "
+                 f"{done.renamed[rel]} so git on the host runs nothing from it; review "
+                 "its hooks and config before you rename it back (if you made it)")
+        else:
+            warn(f"a git repository appeared during the session at {rel} and could "
+                 "not be renamed; review its hooks and config before running git there")
+
+
+def _rmdir_beneath(root: Path, path: Path) -> None:
+    """rmdir `path` under `root` without following a link the sandbox put on the way."""
+    parts = path.relative_to(root).parts
+    fd = open_beneath(root, parts[:-1])
+    try:
+        os.rmdir(parts[-1], dir_fd=fd)
+    finally:
+        os.close(fd)
+
+
+def missing_chain(root: Path, rel: str) -> list[Path]:
+    """The directories of `rel` that do not exist yet, deepest first (the engine makes them
+    as mountpoints; `after_session` removes them)."""
+    chain, path = [], root / rel
+    while path != root and not os.path.lexists(path):
+        chain.append(path)
+        path = path.parent
+    return chain

@@ -1,0 +1,110 @@
+"""One session's git safety, from its start to the checks after it.
+
+The sandbox holds one `GitGuard`. At the start (and at a remount, when a repository appeared
+from outside) `protect` walks the tree once and decides the surface (surface.py): the mounts,
+the toolbox's flags and the spec's `git` field all come from that one value. It keeps what
+the checks after the session compare with (`Baseline`: the start's `.git` entries and the
+protected paths' identities), notes what the toolbox reported it could not disable, and runs
+those checks (aftercheck.py) when the session ends.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from executor.errors import SandboxError
+from executor.sandbox.gitsafety.aftercheck import (
+    Identity,
+    Warn,
+    after_session,
+    identities,
+    misplaced,
+    missing_chain,
+)
+from executor.sandbox.gitsafety.hostgit import Protected
+from executor.sandbox.gitsafety.surface import GitSurface, decide, mode_of
+from executor.sandbox.gitsafety.walk import TreeScan, scan
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """What the start of a bind session saw, as the checks after it need it."""
+
+    tree: TreeScan
+    started_ns: int
+    identities: dict[str, Identity | None] = field(default_factory=dict)
+    """(device, inode) of each protected path; None: missing, and must stay empty."""
+    made_dirs: list[Path] = field(default_factory=list)
+    """Mountpoints the engine makes for missing protected paths (removed after)."""
+
+
+class GitGuard:
+    """A session's git surface and the state its backups need (no I/O until `protect`)."""
+
+    def __init__(self, root: Path, *, workspace: str, read_only: bool,
+                 allow_git_writes: bool) -> None:
+        self.root = root
+        self.surface: GitSurface = decide(root, mode_of(workspace=workspace, read_only=read_only),
+                                          writes_allowed=allow_git_writes)
+        """Until `protect` walks a bind session's tree: nothing mounted."""
+        self.baseline: Baseline | None = None
+        self.undisabled: set[str] = set()
+        """`.git` entries the toolbox reported it could not disable: renamed after."""
+        self.started_ns = 0
+
+    @property
+    def protected(self) -> Protected:
+        """The read-only mounts of the surface."""
+        return self.surface.protected
+
+    def protect(self) -> GitSurface:
+        """Decide the surface from the tree as it is now, before a container is made. At a
+        remount the start's tree and identities stay: a `.git` found then is still new, and
+        a protected path must still be the one the start saw."""
+        self.started_ns = self.started_ns or time.time_ns()
+        if self.surface.mode != "bind":
+            return self.surface
+        tree = scan(self.root)
+        self.surface = decide(self.root, "bind", tree, writes_allowed=self.surface.writes_allowed)
+        protected, start = self.surface.protected, self.baseline
+        if start is None:
+            start = Baseline(tree, self.started_ns)
+        made = (d for rel in protected.missing for d in missing_chain(self.root, rel))
+        self.baseline = Baseline(
+            start.tree, start.started_ns,
+            {**dict.fromkeys(protected.missing), **identities(self.root, protected.existing),
+             **start.identities},
+            list(dict.fromkeys([*start.made_dirs, *made])))
+        return self.surface
+
+    def note(self, meta: Mapping[str, Any]) -> None:
+        """What a tool's reply says the toolbox guard did: a `.git` it could not rename is
+        renamed after the session; a protected path a command moved and that could not be
+        put back ends the session (a SandboxError), so that the project can be checked."""
+        for record in meta.get("git_quarantined") or []:
+            if isinstance(record, dict) and record.get("error") and isinstance(
+                    record.get("path"), str):
+                self.undisabled.add(record["path"])
+        unmoved = [r for r in meta.get("protected_restored") or []
+                   if isinstance(r, dict) and r.get("error")]
+        if unmoved:  # it stays where git on the host may find a look-alike: check it now
+            raise SandboxError(
+                f"{unmoved[0].get('path')} is protected (git on the host runs it); a command "
+                f"moved it and it could not be put back ({unmoved[0].get('error')}); the session "
+                "ends so that the project can be checked")
+
+    def moved(self) -> list[str]:
+        """Protected paths that are not what they were at the start (a new container would
+        protect them where they are, not the originals)."""
+        return sorted(misplaced(self.root, self.baseline.identities)) if self.baseline else []
+
+    def after_session(self, warn: Warn) -> None:
+        """The checks after a bind session (nothing when no walk was made)."""
+        start = self.baseline
+        if start is not None:
+            after_session(self.root, start.tree, start.started_ns, start.identities,
+                          start.made_dirs, self.undisabled, warn)

@@ -1,0 +1,58 @@
+"""Reaching a path below a directory without following any link: one rule, for both sides.
+
+The toolbox renames and chmods what a command made; the host, after a session, checks and
+renames what the sandbox left, and reads files of its own that a hostile tree could have put
+a link or a FIFO in place of. Both walk down one name at a time with O_NOFOLLOW, so a link
+swapped in anywhere on the way fails the step instead of leading elsewhere. A leaf of the
+toolbox package (standard library only, Python >= 3.9): the host imports it.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+
+def open_beneath(root: str | os.PathLike[str], parts: Sequence[str],
+                 flags: int = os.O_PATH) -> int:
+    """A descriptor (`flags`: O_PATH, or O_RDONLY to list it) of the directory `root/parts…`,
+    each name below `root` opened without following a link."""
+    fd = os.open(root, flags | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for name in parts:
+            below = os.open(name, flags | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                            dir_fd=fd)
+            os.close(fd)
+            fd = below
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def open_parent(root: str | os.PathLike[str], path: str) -> tuple[int, str]:
+    """(O_PATH descriptor of `path`'s directory, opened from `root` without following any
+    link; `path`'s last name)."""
+    *dirs, leaf = path.split("/")
+    return open_beneath(root, dirs), leaf
+
+
+def read_plain(path: str | os.PathLike[str], most: int | None = None,
+               owner: int | None = None) -> bytes | None:
+    """The bytes of the regular file at `path`, or None: a link (not followed), a FIFO or a
+    device (opened without blocking, never read), larger than `most`, not owned by `owner`."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as stream:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or (owner is not None and info.st_uid != owner):
+            return None
+        if most is not None and info.st_size > most:
+            return None
+        return stream.read() if most is None else stream.read(most)

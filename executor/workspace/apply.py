@@ -13,12 +13,12 @@ each written atomically.
 or reads as config (hooks, included configs: gitrun.py) or would make a repository look-alike
 (executor/sandbox/gitsafety/applycheck.py), which it refuses whatever was approved; `undo` runs
 the inverse of the last apply of a session (copy mode) or of a bind session's recorded writes
-(undoplan.py reads which from the journal), after asking (`confirm`) and never destroying the last copy of
-anything: what it removes or overwrites must be kept first, and a path is put back from
-whichever file holds its earlier hash (`mv a b`). Both append to the session's journal and to
-the audit log: who approved, which files, hashes before and after. Their writes and those two
-records run with ending signals held (executor/signals.py): a SIGTERM or hang-up half way
-waits until what was written is on record, so `undo` can take it back.
+(undoplan.py reads which from the journal), after asking (`confirm`) and never destroying
+the last copy of anything: what it removes or overwrites must be kept first, and a path is put
+back from whichever file holds its earlier hash (`mv a b`). Both append to the session's
+journal and to the audit log: who approved, which files, hashes before and after. Their writes
+and those two records run with ending signals held (executor/signals.py): a SIGTERM or hang-up
+half way waits until what was written is on record, so `undo` can take it back.
 """
 
 from __future__ import annotations

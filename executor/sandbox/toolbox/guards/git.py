@@ -18,8 +18,6 @@ if TYPE_CHECKING:  # names for the type checker only (annotations are never eval
     from ..context import Context
     from ..tracking import Snapshot, _Tracking
     from ..wire import Change, QuarantineRecord
-    pass
-
 
 
 def _quarantine_git(ctx: Context, old: Snapshot, report: _Tracking) -> None:
@@ -31,15 +29,20 @@ def _quarantine_git(ctx: Context, old: Snapshot, report: _Tracking) -> None:
     if not made:
         return
     mounts = _readonly_mounts(ctx.root)
-    done = [_disable_git(ctx, path) for path in made
-            if os.path.join(ctx.root, path) not in mounts]
+    _say([_disable_git(ctx, path) for path in made
+          if os.path.join(ctx.root, path) not in mounts], report)
+
+
+def _say(done: list[QuarantineRecord], report: _Tracking) -> None:
+    """Tell the model (and the host: `git_quarantined`) which new repositories were disabled."""
     for record in done:
         what = ("could not be disabled: " + record["error"] if "error" in record
-                else f"was disabled (renamed to {record['renamed_to']})")
+                else "was disabled" + (f" (renamed to {record['renamed_to']})"
+                                       if record["renamed_to"] else ""))
         report.lines.append("new git repositories inside the project are not allowed in the "
                             f"sandbox; {record['path']} {what}")
     if done:
-        report.meta["git_quarantined"] = done
+        report.meta.setdefault("git_quarantined", []).extend(done)
 
 
 def _disable_git(ctx: Context, path: str) -> QuarantineRecord:
@@ -161,14 +164,7 @@ def _quarantine_past_the_walk(ctx: Context, report: _Tracking) -> None:
         except OSError as exc:
             done.append({"path": path, "kind": kind, "renamed_to": None,
                          "error": exc.strerror or str(exc)})
-    for record in done:
-        what = ("could not be disabled: " + record["error"] if "error" in record
-                else "was disabled" + (f" (renamed to {record['renamed_to']})"
-                                       if record["renamed_to"] else ""))
-        report.lines.append("new git repositories inside the project are not allowed in the "
-                            f"sandbox; {record['path']} {what}")
-    if done:
-        report.meta.setdefault("git_quarantined", []).extend(done)
+    _say(done, report)
     if not whole:
         report.meta["git_unchecked"] = True
         report.lines.append(f"warning: the project has more than {GIT_SCAN_MAX_ENTRIES} "

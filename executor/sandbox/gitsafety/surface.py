@@ -108,11 +108,6 @@ class GitSurface:
                 "toolbox": self.toolbox_argv(),
                 "guards": [[g.path, g.mechanism, g.why] for g in self.guards]}
 
-    def describe(self) -> list[str]:
-        """One line per guard and per backup, for people (doctor, docs)."""
-        lines = [f"{g.path}: {g.why} [{g.mechanism}]" for g in self.guards]
-        return lines + [f"backup: {b.name} ({b.room}): {b.does}" for b in self.backups]
-
 
 def mode_of(*, workspace: str, read_only: bool) -> Mode:
     """The mode a run's workspace and --read-only give."""

@@ -694,7 +694,7 @@ def test_a_tree_too_big_to_walk_still_gets_its_protected_paths_checked(
     the start stayed. The protected paths are checked first, apart from the walk."""
     import subprocess
 
-    import executor.sandbox.docker as docker_module
+    import executor.sandbox.gitsafety.aftercheck as aftercheck  # (was in sandbox/docker.py)
 
     subprocess.run(["git", "config", "core.hooksPath", "tools/git/hooks"], cwd=project, check=True)
     warnings: list[str] = []
@@ -702,7 +702,7 @@ def test_a_tree_too_big_to_walk_still_gets_its_protected_paths_checked(
     def too_big(*args: Any) -> Any:
         raise ConfigError("the project has more than 2,000,000 files")
 
-    monkeypatch.setattr(docker_module, "sweep", too_big)
+    monkeypatch.setattr(aftercheck, "sweep", too_big)
     with DockerSandbox(make_config(project), client=docker_client, warn=warnings.append):
         (project / "tools" / "git" / "hooks").mkdir(parents=True, exist_ok=True)  # as planted
         (project / "tools" / "git" / "hooks" / "pre-commit").write_text("#!/bin/sh\nid\n")

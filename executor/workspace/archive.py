@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from executor.errors import ProjectTooLargeError, WorkspaceError
+from executor.sandbox.toolbox.nofollow import open_beneath
 from executor.state import LEGACY_DIR, real_root, state_home
 from executor.workspace.manifest import Entry, Manifest, kind_of, normal
 from executor.workspace.paths import Excludes, is_git_name, parent_of, sort_key
@@ -219,16 +220,7 @@ def _link_target(name: str, dir_fd: int, st: os.stat_result) -> str | None:
 
 def open_dir(root_fd: int, rel: str) -> int:
     """A descriptor of `rel` under the root, opened one component at a time, no link followed."""
-    fd = os.dup(root_fd)
-    try:
-        for name in rel.split("/") if rel else []:
-            below = os.open(name, _DIR_FLAGS, dir_fd=fd)
-            os.close(fd)
-            fd = below
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+    return open_beneath(root_fd, rel.split("/") if rel else [], os.O_RDONLY)
 
 
 # ---------------------------------------------------------------------------- overlay

@@ -17,11 +17,13 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
 
-def open_beneath(root: str | os.PathLike[str], parts: Sequence[str],
+def open_beneath(root: str | os.PathLike[str] | int, parts: Sequence[str],
                  flags: int = os.O_PATH) -> int:
     """A descriptor (`flags`: O_PATH, or O_RDONLY to list it) of the directory `root/parts…`,
-    each name below `root` opened without following a link."""
-    fd = os.open(root, flags | os.O_DIRECTORY | os.O_CLOEXEC)
+    each name below `root` opened without following a link; `root` may be a descriptor (the
+    caller keeps it)."""
+    fd = os.dup(root) if isinstance(root, int) else os.open(root, flags | os.O_DIRECTORY
+                                                             | os.O_CLOEXEC)
     try:
         for name in parts:
             below = os.open(name, flags | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,

@@ -4,7 +4,6 @@ with its mechanism, its backups real rooms, and part of the sandbox spec."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from pathlib import Path
 
@@ -15,7 +14,6 @@ from executor.sandbox.gitsafety.guard import GitGuard
 from executor.sandbox.gitsafety.surface import MECHANISMS, GitSurface, Guard, decide
 from executor.sandbox.gitsafety.walk import scan
 from executor.sandbox.spec import SandboxSpec
-from executor.sandbox.toolbox.nofollow import open_beneath, read_plain
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -129,21 +127,3 @@ def test_a_copy_is_re_attached_only_with_the_same_surface(tmp_path: Path):
     assert "git protection (what is kept from the sandbox, why, and how)" in \
         allowed.differences(copy.labels())
     assert sandbox(tmp_path, workspace="copy").spec().digest == copy.digest
-
-
-def test_the_shared_no_follow_helpers_refuse_links_and_fifos(tmp_path: Path):
-    (tmp_path / "real").mkdir()
-    (tmp_path / "link").symlink_to("real")
-    fd = open_beneath(tmp_path, ["real"])
-    os.close(fd)
-    with pytest.raises(OSError):
-        open_beneath(tmp_path, ["link"])
-    (tmp_path / "real" / "f").write_bytes(b"data")
-    os.mkfifo(tmp_path / "fifo")
-    assert read_plain(tmp_path / "real" / "f") == b"data"
-    assert read_plain(tmp_path / "link" / "f") == b"data"  # only the last name is no-follow
-    (tmp_path / "flink").symlink_to("real/f")
-    assert read_plain(tmp_path / "flink") is None
-    assert read_plain(tmp_path / "fifo") is None  # never blocks
-    assert read_plain(tmp_path / "real" / "f", most=3) is None
-    assert read_plain(tmp_path / "real" / "f", owner=os.geteuid() + 1) is None

@@ -29,6 +29,7 @@ from executor.config import DEFAULT_IMAGE
 from executor.sandbox.docker import DockerSandbox, SandboxConfig
 from executor.sandbox.engine import connect
 from executor.workspace.changes import Base, collect, save_changes
+from executor.workspace.copyload import ArchiveLoader
 from executor.workspace.render import diff, reader
 from executor.workspace.store import BlobStore, ensure_session_dir
 
@@ -57,7 +58,7 @@ def median_ms(samples: list[float]) -> float:
 def one_start(root: Path, workspace: str, client: Any) -> tuple[float, float]:
     """(seconds until start() returned, until the first read_file answered)."""
     began = time.perf_counter()
-    box = DockerSandbox(config(root, workspace), client=client)
+    box = DockerSandbox(config(root, workspace), client=client, copy_loader=ArchiveLoader())
     try:
         box.start()
         started = time.perf_counter() - began
@@ -88,7 +89,7 @@ def diffs(client: Any, state: Path) -> None:
     with tempfile.TemporaryDirectory(prefix="bench-diff-") as tmp:
         root = Path(tmp)
         make_tree(root, 1000, 2000)
-        box = DockerSandbox(config(root, "copy"), client=client)
+        box = DockerSandbox(config(root, "copy"), client=client, copy_loader=ArchiveLoader())
         with box:
             manifest = box.copy_manifest()
             assert manifest is not None
@@ -135,7 +136,8 @@ def remote(root: Path, client: Any, calls: int) -> None:
         assert shipped.returncode == 0, shipped.stderr
         there = engine.client()
         local = per_call(DockerSandbox(config(root, "bind"), client=client), calls)
-        far = per_call(DockerSandbox(config(root, "copy"), client=there), calls)
+        far = per_call(DockerSandbox(config(root, "copy"), client=there,
+                                     copy_loader=ArchiveLoader()), calls)
         pings = [_ping(client) for _ in range(calls)], [_ping(there) for _ in range(calls)]
     os.rmdir(hidden)
     print(f"3. per-call cost (median of {calls}; ms)")

@@ -94,6 +94,7 @@ from executor.tools import Preview, Tool, ToolContext, ToolRegistry, default_reg
 from executor.userconfig import check_outside_project
 from executor.workspace.apply import pending
 from executor.workspace.changes import Changeset, load_changes
+from executor.workspace.copyload import ArchiveLoader
 from executor.workspace.sessions import CopyWorkspace, JournaledSandbox
 from executor.workspace.store import BlobStore
 
@@ -621,7 +622,8 @@ class Runner:
             prompt = getattr(self.approver, "host", None) if self.options.interactive else None
             hooks = (egress_hooks(self.hooks, prompt, self._refusals)
                      if config.egress is not None else None)
-            return DockerSandbox(config, warn=self._warn, egress_hooks=hooks)
+            loader = ArchiveLoader() if config.workspace == "copy" else None
+            return DockerSandbox(config, warn=self._warn, egress_hooks=hooks, copy_loader=loader)
         if _is_sandbox(self.backend):
             return self.backend  # type: ignore[return-value]
         return self.backend(config)  # type: ignore[operator]

@@ -7,7 +7,7 @@ run as uid 0 (no capability is needed to chmod what you own): the sandbox's user
 makes what it likes there, but the sticky bit keeps it from moving what is not its own, such as
 the copy's `.git`. Then:
 
-1. the main part (executor/workspace/archive.py) goes over an exec's stdin to a small
+1. the main part (an archive the workspace side makes) goes over an exec's stdin to a small
    stdlib-only extractor running as the sandbox's user. It takes only what the host's
    archiver writes: directories, regular files, links, PAX path records.
 2. the `.git` part goes to the same extractor running as another uid, so the repositories
@@ -17,6 +17,9 @@ the copy's `.git`. Then:
 
 A read-only copy is extracted by uid 0 in one part; its tools run as yet another uid that owns
 nothing, so the kernel refuses every write.
+
+The sandbox does not know how the archive is made: it declares `CopyLoader`, which the workspace
+side implements (executor/workspace/copyload.py) and whoever builds the sandbox wires in.
 """
 
 from __future__ import annotations
@@ -24,12 +27,14 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from executor.errors import SandboxError, ToolboxError
 from executor.sandbox.channel import Channel
 from executor.sandbox.engine import docker_errors
-from executor.workspace.archive import Archive
+
+if TYPE_CHECKING:
+    from executor.sandbox.config import SandboxConfig
 
 WORKSPACE = "/workspace"
 COPY_TIMEOUT = 600.0
@@ -150,31 +155,45 @@ class CopyAbort:
             raise SandboxError("the copy was stopped")
 
 
-def load_copy(api: Any, container: Any, archive: Archive, main: Iterable[bytes], *,
-              user: str, git_user: str, read_only: bool,
-              abort: CopyAbort | None = None) -> None:
-    """Fill the container's /workspace with `archive`, whose main part is streamed by `main`
-    (see the module docstring)."""
-    abort = abort or CopyAbort()
-    if read_only:
-        _check(archive, _extract(api, container.id, "0:0", main, abort=abort))
-        return
-    # the tmpfs is made 1777 too, but the engine makes the working directory 0755 at start
-    _chmod(api, container.id, "0:0", "1777", [WORKSPACE])
-    _check(archive, _extract(api, container.id, user, main, abort=abort))
-    if archive.plan.git:
-        _extract(api, container.id, git_user, archive.git(), abort=abort)
-        opened = [f"{WORKSPACE}/{d}" for d in sorted(archive.open_dirs) if d]
-        if opened:
-            _chmod(api, container.id, user, "755", opened)
+class CopyLoader(Protocol):
+    """Gets a copy of the project into a session's container (one start at a time)."""
+
+    def plan(self, config: SandboxConfig, owner: tuple[int, int]) -> int:
+        """Walk the root and check the size guard before any container exists, and start
+        reading what will be sent; the copy's bytes. `owner`: uid, gid of the copy's files."""
+        ...
+
+    def start(self, api: Any, container: Any, *, user: str, read_only: bool) -> None:
+        """Load the planned copy into `container` in the background (`wait` joins it)."""
+        ...
+
+    def drop(self) -> None:
+        """Forget the plan: the container re-attached to holds its copy already."""
+        ...
+
+    def abort(self) -> None:
+        """End a copy still arriving now, not when the engine says so."""
+        ...
+
+    def wait(self) -> None:
+        """Block until the copy is in the container; raise what stopped it."""
+        ...
+
+    def close(self) -> None:
+        """After the container went: wait (bounded) for the loading to end, release the plan."""
+        ...
+
+    def manifest(self) -> object | None:
+        """What this start copied in (after `wait`); None: nothing was copied."""
+        ...
+
+    @property
+    def notes(self) -> list[str]:
+        """What the copy left out, and why."""
+        ...
 
 
-def _check(archive: Archive, count: int) -> None:
-    if count != archive.main_entries:  # the extractor wrote what was sent, or said why not
-        raise SandboxError(f"the copy is incomplete: {count} of {archive.main_entries} entries")
-
-
-def _chmod(api: Any, container_id: str, user: str, mode: str, paths: list[str]) -> None:
+def chmod(api: Any, container_id: str, user: str, mode: str, paths: list[str]) -> None:
     """chmod as `user` (the owner of `paths`), with chmod or else python3."""
     for argv in (["chmod", mode, *paths], ["python3", "-c", _CHMOD, mode, *paths]):
         with docker_errors("preparing the copy workspace"):
@@ -187,7 +206,7 @@ def _chmod(api: Any, container_id: str, user: str, mode: str, paths: list[str]) 
     raise SandboxError(f"could not prepare the copy workspace (exit {code}): {said}")
 
 
-def _extract(api: Any, container_id: str, user: str, stream: Iterable[bytes], *,
+def extract(api: Any, container_id: str, user: str, stream: Iterable[bytes], *,
              abort: CopyAbort) -> int:
     """Stream a tar to the extractor running as `user`; the number of entries it wrote."""
     abort.check()

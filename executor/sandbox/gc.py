@@ -15,15 +15,15 @@ from pydantic import BaseModel
 
 from executor.network.egress import drop_socket_dir
 from executor.sandbox import runrecord
-from executor.sandbox.docker import (
+from executor.sandbox.config import (
     LABEL_HOST,
     LABEL_LOCK,
     LABEL_ROOT,
     LABEL_SESSION,
     default_lock_dir,
-    drop_channel,
 )
 from executor.sandbox.engine import connect, docker_errors
+from executor.sandbox.fifos import drop_channel
 from executor.sandbox.gitsafety.aftercheck import after_session
 
 

@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from executor.sandbox.docker import LABEL_SESSION, DockerSandbox, SandboxConfig
+from executor.sandbox.config import LABEL_SESSION
+from executor.sandbox.docker import DockerSandbox, SandboxConfig
 from tests.conftest import IMAGE
 
 SECRET = "TOP-SECRET-do-not-leak-4242"

@@ -19,7 +19,7 @@ import pytest
 from testcontainers.core.container import DockerContainer
 
 from executor.sandbox import boot
-from executor.sandbox.docker import toolbox_payload
+from executor.sandbox.bundle import toolbox_payload
 from tests.conftest import IMAGE
 
 pytestmark = pytest.mark.docker

@@ -19,9 +19,12 @@ import pytest
 from executor.config import default_cpus
 from executor.errors import ConfigError, SandboxError
 from executor.sandbox import seccomp
-from executor.sandbox.docker import GVISOR_PIDS_FACTOR, DockerSandbox
-from executor.sandbox.docker import channel_dir as channel_of
+from executor.sandbox.config import GVISOR_PIDS_FACTOR
+from executor.sandbox.docker import DockerSandbox
+from executor.sandbox.fifos import channel_dir as channel_of
 from executor.sandbox.gc import gc
+from executor.sandbox.toolbox.wire import signals_of
+from executor.workspace.copyload import ArchiveLoader
 from tests.conftest import Engine
 from tests.docker.conftest import SECRET, make_config
 
@@ -189,7 +192,7 @@ def test_the_toolbox_channel_gives_a_command_nothing_to_open(project: Path, dock
     for path in [project, *project.rglob("*")]:  # tools of uid 0 would own a copy's top
         os.lchown(path, 1000, 1000)
     config = make_config(project, workspace=workspace)
-    with DockerSandbox(config, client=docker_client) as box:
+    with DockerSandbox(config, client=docker_client, copy_loader=ArchiveLoader()) as box:
         toolbox = box._toolbox
         assert toolbox is not None
         if engine.runtime == "runsc":
@@ -197,7 +200,7 @@ def test_the_toolbox_channel_gives_a_command_nothing_to_open(project: Path, dock
             assert shell(box, "ls -A /run/sandbox-agent || echo none").output.count("none")
             return
         assert toolbox.ready["channel"] == "fifo", toolbox.ready
-        channel_dir = channel_of(box._lock_path().parent, box.name)
+        channel_dir = channel_of(box._deployment.lock_path.parent, box.name)
         assert channel_dir.is_dir() and not os.listdir(channel_dir)
         result = shell(box, "ls -A /run/sandbox-agent; echo listed; "
                             "touch /run/sandbox-agent/in 2>&1; mkdir /run/sandbox-agent/x 2>&1; "
@@ -499,7 +502,8 @@ def test_a_kill_script_stopped_by_a_command_does_not_hang_the_host(project: Path
     (project / "st.py").write_text(KILL_SCRIPT_STOPPER)
     warnings: list[str] = []
     config = make_config(project, workspace=workspace)
-    with DockerSandbox(config, client=docker_client, warn=warnings.append) as box:
+    with DockerSandbox(config, client=docker_client, copy_loader=ArchiveLoader(),
+                       warn=warnings.append) as box:
         started = time.monotonic()
         killed = shell(box, "python3 st.py </dev/null >/dev/null 2>&1 & sleep 0.5; kill -9 $PPID")
         assert killed.meta.get("toolbox_restarted"), killed.output
@@ -611,12 +615,14 @@ def test_no_network_still_has_loopback_and_localhost(sandbox: DockerSandbox, doc
 @pytest.mark.parametrize("workspace", ["bind", "copy"])
 def test_a_process_that_cannot_be_stopped_costs_the_session_its_container(
         project: Path, docker_client: Any, workspace: str):
-    """When the toolbox says a command left a process it could not stop (processes_unstopped),
+    """When the toolbox says a command left a process it could not stop (processes_unstopped,
+    signalled as `unstoppable`),
     only a new container ends it for sure: the host makes one (bind). A copy workspace would
     lose its changes with its container, so there the person is told to review the diff."""
     warnings: list[str] = []
     config = make_config(project, workspace=workspace)
-    with DockerSandbox(config, client=docker_client, warn=warnings.append) as sandbox:
+    with DockerSandbox(config, client=docker_client, copy_loader=ArchiveLoader(),
+                       warn=warnings.append) as sandbox:
         assert shell(sandbox, "echo mark > /tmp/mark; echo kept > kept.txt").ok
         old = sandbox.info.container_id
         toolbox = sandbox._toolbox
@@ -626,6 +632,7 @@ def test_a_process_that_cannot_be_stopped_costs_the_session_its_container(
         def unstopped(*args: Any) -> dict[str, Any]:
             reply = real(*args)
             reply["meta"]["processes_unstopped"] = True
+            reply["signals"] = signals_of(reply["meta"])  # as the toolbox derives them
             return reply
 
         toolbox.call = unstopped  # type: ignore[method-assign]

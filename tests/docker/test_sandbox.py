@@ -16,6 +16,7 @@ from executor.errors import EngineUnavailableError, ImageNotFoundError
 from executor.protocols import Sandbox
 from executor.sandbox.docker import DockerSandbox
 from executor.sandbox.engine import connect
+from executor.workspace.copyload import ArchiveLoader
 from tests.conftest import IMAGE
 from tests.docker.conftest import make_config
 
@@ -225,12 +226,12 @@ def test_a_toolbox_that_cannot_be_killed_is_a_warning(project: Path, docker_clie
 
 def test_a_copy_session_re_attaches_to_its_left_container(project: Path, docker_client: Any):
     config = make_config(project, workspace="copy")
-    first = DockerSandbox(config, client=docker_client)
+    first = DockerSandbox(config, client=docker_client, copy_loader=ArchiveLoader())
     first.start()
     first.call("run_shell_command", {"command": "echo kept > /tmp/marker"})
     container_id = first.info.container_id
     first.detach()  # as if the controller had crashed
-    with DockerSandbox(config, client=docker_client) as second:
+    with DockerSandbox(config, client=docker_client, copy_loader=ArchiveLoader()) as second:
         assert second.reattached and second.info.container_id == container_id
         assert "kept" in second.call("run_shell_command", {"command": "cat /tmp/marker"}).output
     assert not docker_client.containers.list(all=True, filters={"id": container_id})
@@ -271,12 +272,12 @@ def test_what_a_dead_run_left_is_gone_before_a_toolbox_starts_again(project: Pat
     for path in [project, *project.rglob("*")]:
         os.lchown(path, 1000, 1000)
     config = make_config(project, workspace=workspace)
-    first = DockerSandbox(config, client=docker_client)
+    first = DockerSandbox(config, client=docker_client, copy_loader=ArchiveLoader())
     first.start()
     container = docker_client.containers.get(first.info.container_id)
     container.exec_run(["sleep", "1000"], user="1000:1000", detach=True)  # a survivor
     first.detach()  # as if the controller had been killed
-    with DockerSandbox(config, client=docker_client) as second:
+    with DockerSandbox(config, client=docker_client, copy_loader=ArchiveLoader()) as second:
         # a copy re-attaches (its changes are there); a bind session gets a new container
         assert second.reattached == (workspace == "copy")
         assert (second.info.container_id == container.id) == (workspace == "copy")

@@ -13,6 +13,7 @@ from executor.errors import SandboxError
 from executor.messages import ToolResult
 from executor.protocols import Sandbox
 from executor.sandbox.docker import DockerSandbox
+from executor.workspace.copyload import ArchiveLoader
 from tests.docker.conftest import make_config
 from tests.fakes.sandbox import FakeSandbox
 
@@ -34,7 +35,7 @@ def make(request: pytest.FixtureRequest, project: Path, docker_client: Any
             workspace = "bind" if request.param == "docker-bind" else "copy"
             storage = "disk" if request.param.endswith("on-disk") else "auto"
             box = DockerSandbox(make_config(project, workspace=workspace, copy_storage=storage),
-                                client=docker_client)
+                                client=docker_client, copy_loader=ArchiveLoader())
         made.append(box)
         return box
 

@@ -331,13 +331,15 @@ def test_undo_puts_back_a_file_a_command_moved_and_keeps_what_it_removes(
 @pytest.mark.parametrize("storage", ["memory", "disk"])
 def test_a_copy_container_is_hardened_like_any_other(project: Path, docker_client: Any,
                                                      storage: str):
-    from executor.sandbox.docker import CHANNEL, DockerSandbox
+    from executor.sandbox.config import CHANNEL
+    from executor.sandbox.docker import DockerSandbox
+    from executor.workspace.copyload import ArchiveLoader
     from tests.docker.conftest import make_config
 
     for path in [project, *project.rglob("*")]:  # tools of uid 0 would own the copy's top
         os.lchown(path, 1000, 1000)
     config = make_config(project, workspace="copy", copy_storage=storage)
-    with DockerSandbox(config, client=docker_client) as box:
+    with DockerSandbox(config, client=docker_client, copy_loader=ArchiveLoader()) as box:
         host = docker_client.api.inspect_container(box.info.container_id)["HostConfig"]
         mounts = docker_client.api.inspect_container(box.info.container_id)["Mounts"]
         result = box.call("run_shell_command", {"command": "stat -c '%a %u' /workspace/.git; "
@@ -423,12 +425,14 @@ def test_stopping_while_the_copy_arrives_ends_it_at_once(project: Path, docker_c
     import time
 
     from executor.sandbox.docker import DockerSandbox
+    from executor.workspace.copyload import ArchiveLoader
     from tests.docker.conftest import make_config
 
     for i in range(3000):
         (project / f"d{i % 30}").mkdir(exist_ok=True)
         (project / f"d{i % 30}" / f"f{i}.txt").write_bytes(b"x" * 4000)
-    box = DockerSandbox(make_config(project, workspace="copy"), client=docker_client)
+    box = DockerSandbox(make_config(project, workspace="copy"), client=docker_client,
+                        copy_loader=ArchiveLoader())
     box.start()
     began = time.monotonic()
     box.stop()  # whatever the copy was doing, the container goes and the copy with it

@@ -9,7 +9,7 @@ import sys
 import time
 import zlib
 
-from executor.sandbox import boot, docker
+from executor.sandbox import boot, bundle
 from tests.unit import toolbox_view as toolbox
 
 
@@ -24,12 +24,12 @@ def payload(source: str) -> bytes:
 
 
 def test_the_programs_agree_on_their_marks():
-    assert boot.source("init").splitlines()[0] == docker._INIT_TAG
-    assert docker._INIT_TAG.encode() in boot.source("kill").encode()
+    assert boot.source("init").splitlines()[0] == bundle.INIT_TAG
+    assert bundle.INIT_TAG.encode() in boot.source("kill").encode()
     namespace: dict[str, object] = {}
     exec(compile(boot.source("init"), "init.py", "exec"), namespace)  # defines only
-    assert namespace["EXIT_ORPHANED"] == toolbox.EXIT_ORPHANED == docker.EXIT_ORPHANED
-    assert namespace["INIT_MARK"] == docker.INIT_MARK
+    assert namespace["EXIT_ORPHANED"] == toolbox.EXIT_ORPHANED == bundle.EXIT_ORPHANED
+    assert namespace["INIT_MARK"] == bundle.INIT_MARK
 
 
 def first(exit_code: int) -> subprocess.Popen[bytes]:
@@ -47,7 +47,7 @@ def first(exit_code: int) -> subprocess.Popen[bytes]:
 def test_pid_1_ends_when_its_toolbox_says_the_host_went_away():
     proc = first(toolbox.EXIT_ORPHANED)
     assert proc.wait(timeout=10) == 0
-    assert proc.stderr is not None and docker.INIT_MARK in proc.stderr.read()
+    assert proc.stderr is not None and bundle.INIT_MARK in proc.stderr.read()
 
 
 def test_pid_1_stays_when_its_toolbox_ends_otherwise_and_ignores_sigterm():

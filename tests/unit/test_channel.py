@@ -18,7 +18,7 @@ import pytest
 from executor.errors import ToolboxError, ToolboxTimeoutError
 from executor.sandbox import channel as channel_module
 from executor.sandbox.channel import Channel, FifoChannel
-from executor.sandbox.docker import fifo_pair, unlink_fifos
+from executor.sandbox.fifos import fifo_pair, unlink_fifos
 from tests.unit import toolbox_view as toolbox
 
 KEY = bytes(range(32))
@@ -283,11 +283,12 @@ def test_a_lock_dir_inside_the_project_is_refused(tmp_path: Path):
     """What the lock dir holds is mounted into the container (the hosts file, the channel
     directory): inside the project the sandbox could replace it with a link."""
     from executor.errors import ConfigError
-    from executor.sandbox.docker import DockerSandbox, SandboxConfig
+    from executor.sandbox.config import SandboxConfig
+    from executor.sandbox.deployment import Deployment
 
     (tmp_path / "proj").mkdir()
     config = SandboxConfig(root=tmp_path / "proj", session_id="s1",
                            lock_dir=tmp_path / "proj" / ".cache" / "locks")
     with pytest.raises(ConfigError, match=r"the lock dir .* is inside the project root"):
-        DockerSandbox(config)._lock()
+        Deployment(config, warn=print).lock()
     assert not (tmp_path / "proj" / ".cache").exists()

@@ -10,7 +10,8 @@ import pytest
 from executor.config import DEFAULT_DISK_BUDGET, Settings, parse_size
 from executor.errors import ConfigError
 from executor.runner import Runner
-from executor.sandbox.docker import DockerSandbox, SandboxConfig, container_options
+from executor.sandbox.docker import DockerSandbox, SandboxConfig
+from executor.sandbox.hardening import container_options
 
 
 @pytest.fixture(autouse=True)

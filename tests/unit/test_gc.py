@@ -51,7 +51,7 @@ def test_another_users_lock_is_in_use(tmp_path: Path) -> None:
 
 
 def test_a_killed_sessions_channel_directory_goes_and_nothing_else(tmp_path: Path) -> None:
-    from executor.sandbox.docker import drop_channel, fifo_pair
+    from executor.sandbox.fifos import drop_channel, fifo_pair
 
     channel = tmp_path / "sandbox-agent-s1.channel"
     channel.mkdir()

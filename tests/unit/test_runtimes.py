@@ -14,8 +14,9 @@ import pytest
 
 from executor.config import DEFAULT_NOFILE, DEFAULT_NPROC, Settings
 from executor.errors import RuntimeNotFoundError, SandboxError
-from executor.sandbox.docker import SandboxConfig, container_options
+from executor.sandbox.config import SandboxConfig
 from executor.sandbox.engine import docker_errors
+from executor.sandbox.hardening import container_options
 
 
 def options(tmp_path: Path, **overrides: Any) -> dict[str, Any]:

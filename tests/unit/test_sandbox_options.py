@@ -5,13 +5,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from executor.sandbox.docker import (
-    _INIT_TAG,
-    HOSTS,
-    SandboxConfig,
-    container_options,
-    hosts_file,
-)
+from executor.sandbox.bundle import INIT_TAG as _INIT_TAG
+from executor.sandbox.config import SandboxConfig
+from executor.sandbox.hardening import HOSTS, container_options, hosts_file
 
 
 def _options(tmp_path: Path, **config: object) -> dict:

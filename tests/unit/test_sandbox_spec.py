@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from executor.sandbox.docker import SandboxConfig, container_options
+from executor.sandbox.config import SandboxConfig
+from executor.sandbox.hardening import container_options
 from executor.sandbox.protect import Protected
 from executor.sandbox.spec import LABEL_SPEC, SandboxSpec
 

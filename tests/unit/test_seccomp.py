@@ -23,7 +23,8 @@ import pytest
 
 from executor.errors import SandboxError
 from executor.sandbox import seccomp
-from executor.sandbox.docker import SandboxConfig, container_options
+from executor.sandbox.config import SandboxConfig
+from executor.sandbox.hardening import container_options
 
 PROFILES = resources.files("executor.sandbox").joinpath("profiles")
 MODE_SYSCALLS = ["chmod", "fchmod", "fchmodat", "fchmodat2", "open", "openat", "creat", "mknod",

@@ -17,7 +17,18 @@ from .tools.read import tool_read_file
 from .tools.search import tool_search_files
 from .tools.shell import tool_run_shell_command
 from .tools.write import tool_edit_file, tool_write_file
-from .wire import HOST_OP_SPECS, PREVIEW_SPEC, SPECS, VERSION, ToolError, fail, ok, send, validate
+from .wire import (
+    HOST_OP_SPECS,
+    PREVIEW_SPEC,
+    SPECS,
+    VERSION,
+    ToolError,
+    fail,
+    ok,
+    send,
+    signals_of,
+    validate,
+)
 
 TYPE_CHECKING = False  # typing is not imported at run time: the toolbox starts fast
 if TYPE_CHECKING:  # names for the type checker only (annotations are never evaluated)
@@ -92,7 +103,7 @@ def respond(ctx: Context, line: str | bytes,
         finally:
             ctx.progress = None
     result["meta"]["duration_ms"] = round((time.perf_counter() - started) * 1000, 3)
-    return {"id": rid, **result}, stop
+    return {"id": rid, **result, "signals": signals_of(result["meta"])}, stop
 
 
 def _request_error(request: object) -> str | None:

@@ -20,8 +20,18 @@ if TYPE_CHECKING:  # names for the type checker only (annotations are never eval
         output: str
         meta: dict[str, Any]
 
+    class Signals(TypedDict, total=False):
+        """A reply's `signals`: what the host must do about it (the meta records they come
+        from stay in meta, for the audit trail; `signals_of` derives them)."""
+
+        remount: list[str]  # .git that appeared from outside: a new container, the call again
+        unstoppable: bool  # a process the command started could not be stopped
+        unrestored: list[MountRecord]  # protected mounts moved and not put back: the end
+        undisabled: list[str]  # .git entries the toolbox could not disable: renamed after
+
     class Response(Result):
         id: int | None
+        signals: Signals
 
     class Sink(Protocol):
         """Where _pump puts what a pipe gave: _Capture, _Lines or _Tee."""
@@ -160,6 +170,22 @@ def ok(output: str, **meta: Any) -> Result:
 def fail(output: str, **meta: Any) -> Result:
     """A failed result."""
     return {"ok": False, "output": output, "meta": meta}
+
+
+def signals_of(meta: Mapping[str, Any]) -> Signals:
+    """The signals a reply carries, from the meta records that report them."""
+    found: Signals = {}
+    if meta.get("remount_needed"):
+        found["remount"] = meta["remount_needed"]
+    if meta.get("processes_unstopped"):
+        found["unstoppable"] = True
+    unrestored = [r for r in meta.get("protected_restored") or () if r.get("error")]
+    if unrestored:
+        found["unrestored"] = unrestored
+    undisabled = [r["path"] for r in meta.get("git_quarantined") or () if r.get("error")]
+    if undisabled:
+        found["undisabled"] = undisabled
+    return found
 
 
 # -- requests ---------------------------------------------------------------------------------

@@ -29,7 +29,7 @@ def test_runs_under_the_hosts_bootstrap(root: Path):
     """The bootstrap says its bytecode format; this one is ours, so it gets our code."""
     from importlib.util import MAGIC_NUMBER
 
-    from executor.sandbox.docker import toolbox_payload
+    from executor.sandbox.bundle import toolbox_payload
 
     payload = toolbox_payload(MAGIC_NUMBER.hex().encode())
     magic, ready, reply = _bootstrapped(root, payload)
@@ -41,7 +41,7 @@ def test_runs_under_the_hosts_bootstrap(root: Path):
 def test_another_python_gets_the_source(root: Path):
     """An unknown bytecode format (or a garbled line) gets the source, which the bootstrap
     compiles; the same toolbox answers."""
-    from executor.sandbox.docker import toolbox_payload
+    from executor.sandbox.bundle import toolbox_payload
 
     for said in (b"00000000", b"not hex at all"):
         payload = toolbox_payload(said)

@@ -83,7 +83,7 @@ TOOL_NAMES = ["read_file", "write_file", "edit_file", "search_files", "list_file
     | st.lists(st.integers(), max_size=2), max_size=4))
 def test_no_request_crashes_the_process(shared_box: Box, tool: str, args: dict[str, Any]):
     reply = shared_box.call(tool, **args)
-    assert set(reply) == {"id", "ok", "output", "meta"}
+    assert set(reply) == {"id", "ok", "output", "meta", "signals"}
     assert "internal error" not in reply["output"], reply
     assert SECRET not in reply["output"]
 

@@ -6,9 +6,9 @@
   its options, the session lock, the run record, the egress forwarder;
 - the Runtime (runtime.py, bundle.py, fifos.py): the toolbox started, called, killed, its
   channel and PID 1's lifeline;
-- a bind session's guard (bindguard.py) before and after the session, or a copy session's
-  `CopyLoader` (copy.py's protocol; executor/workspace/copyload.py loads the copy), which
-  whoever builds the sandbox passes in.
+- a bind session's git guard (gitsafety/guard.py; its run record: bindguard.py), or a copy
+  session's `CopyLoader` (copy.py's protocol; executor/workspace/copyload.py loads the copy),
+  which whoever builds the sandbox passes in.
 """
 
 from __future__ import annotations

@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from executor.sandbox.docker import DockerSandbox, SandboxConfig, container_options
+from executor.sandbox.docker import DockerSandbox, SandboxConfig
 from executor.sandbox.gitsafety.guard import GitGuard
 from executor.sandbox.gitsafety.surface import MECHANISMS, GitSurface, Guard, decide
 from executor.sandbox.gitsafety.walk import scan
+from executor.sandbox.hardening import container_options
 from executor.sandbox.spec import SandboxSpec
 
 REPO = Path(__file__).resolve().parents[2]

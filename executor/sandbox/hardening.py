@@ -88,8 +88,9 @@ def container_options(config: SandboxConfig, lock_path: Path, user: str,
                    for rel in protected.existing]
         empty = "ro,nosuid,nodev,noexec,size=4k,mode=0555"
         tmpfs.update({_inside(rel): empty for rel in protected.missing})
-    if config.workspace == "bind" and legacy_state(config.root) is not None:
-        # an old in-tree state dir may hold transcripts (a copy never takes it)
+    if config.workspace == "bind" and (not config.read_only or legacy_state(config.root)):
+        # the project's policy and skills are not the sandbox's to write, and tracking skips
+        # the name (gitsafety/guard.py); an old in-tree state dir may hold transcripts
         tmpfs[f"{WORKSPACE}/{LEGACY_DIR}"] = "ro,nosuid,nodev,noexec,size=4k,mode=0500"
     tmpfs = _podman_tmpfs(tmpfs) if podman_profile is not None else tmpfs
     limits = ulimits(config, gvisor=gvisor)

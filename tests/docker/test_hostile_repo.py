@@ -607,3 +607,35 @@ def test_a_folder_holding_two_protected_paths_is_put_back_once(workdir: Path,
     assert (root / "tools" / "hooks" / "pre-commit").read_text() == "#!/bin/sh\nmake check\n"
     assert (root / "tools" / "git.inc").is_file() and not (root / "tools_old").exists()
     assert not list(root.glob("tools.replaced-*"))
+
+
+def test_the_projects_own_settings_dir_is_not_the_sandboxs_to_write(workdir: Path,
+                                                                   model_server: ModelServer):
+    """`.sandbox-agent/` (project policy, skills) is where tracking does not look: a command
+    must not plant a policy or a live repository there, missing or present."""
+    for present in (False, True):
+        root = workdir / f"proj-{present}"
+        root.mkdir()
+        git("init", "-q", str(root), cwd=workdir)
+        if present:
+            (root / ".sandbox-agent").mkdir()
+            (root / ".sandbox-agent" / "policy.toml").write_text("# the person's\n")
+        before = snapshot(root)
+        results = attempt(root, model_server, "mkdir -p .sandbox-agent/skills; "
+                          "echo '[[rules]]' > .sandbox-agent/policy.toml; "
+                          "git init -q .sandbox-agent/r; echo $?")
+        assert "Read-only file system" in results[0], results
+        assert snapshot(root) == before  # nothing planted, the person's file as it was
+        assert (root / ".sandbox-agent").exists() == present  # our mountpoint went again
+
+
+def test_a_settings_dir_that_is_a_link_is_refused_before_a_bind_session(
+        workdir: Path, model_server: ModelServer):
+    root = workdir / "proj"
+    root.mkdir()
+    (root / "elsewhere").mkdir()
+    (root / ".sandbox-agent").symlink_to("elsewhere")
+    model_server.reply(tool_calls=[Call("run_shell_command", {"command": "echo x > /dev/null"})])
+    done = ask(root, model_server, "ollama", "--yes", "--workspace", "bind")
+    assert_user_error(done, 10, ".sandbox-agent is not a directory", "--workspace copy")
+    assert list((root / "elsewhere").iterdir()) == []

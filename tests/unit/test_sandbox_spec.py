@@ -76,7 +76,8 @@ def test_differences_are_named_and_an_unlabelled_container_differs_in_everything
     base, other = spec(tmp_path), spec(tmp_path, read_only=True, memory="300m")
     assert other.differences(base.labels()) == ["memory limit", "mounts (the root's mode and "
                                                 "the protected git paths)", "resource limits "
-                                                "(disk budget, files, processes)"]
+                                                "(disk budget, files, processes)",
+                                                "tmpfs mounts"]  # .sandbox-agent's cover
     assert base.differences({}) == ["everything (it was made by an older sandbox-agent)"]
     forged = {**base.labels(), LABEL_SPEC: "0" * 64}
     assert base.differences(forged) == ["the whole description"]

@@ -10,6 +10,8 @@ those checks (aftercheck.py) when the session ends.
 
 from __future__ import annotations
 
+import os
+import stat
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -28,6 +30,7 @@ from executor.sandbox.gitsafety.aftercheck import (
 from executor.sandbox.gitsafety.hostgit import Protected
 from executor.sandbox.gitsafety.surface import GitSurface, decide, mode_of
 from executor.sandbox.gitsafety.walk import TreeScan, scan
+from executor.state import LEGACY_DIR
 
 
 @dataclass(frozen=True)
@@ -73,7 +76,8 @@ class GitGuard:
         protected, start = self.surface.protected, self.baseline
         if start is None:
             start = Baseline(tree, self.started_ns)
-        made = (d for rel in protected.missing for d in missing_chain(self.root, rel))
+        made = [d for rel in protected.missing for d in missing_chain(self.root, rel)]
+        made += _state_dir_mountpoint(self.root)
         self.baseline = Baseline(
             start.tree, start.started_ns,
             {**dict.fromkeys(protected.missing), **identities(self.root, protected.existing),
@@ -108,3 +112,21 @@ class GitGuard:
         if start is not None:
             after_session(self.root, start.tree, start.started_ns, start.identities,
                           start.made_dirs, self.undisabled, warn)
+
+
+def _state_dir_mountpoint(root: Path) -> list[Path]:
+    """`<root>/.sandbox-agent` (the project's policy and skills, an older version's state) is
+    covered by an empty read-only mount in a writable bind session (hardening.py): the
+    sandbox can neither write a policy the next run loads nor hide files there, where the
+    toolbox's change tracking does not look. The engine makes it as a mountpoint when it is
+    missing (removed after); anything but a real directory there cannot be covered."""
+    path = root / LEGACY_DIR
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return [path]
+    if not stat.S_ISDIR(mode):
+        raise SandboxError(f"{path} is not a directory (a link or a file): sandbox-agent keeps "
+                           f"that name for the project's policy and skills; remove it, or run "
+                           "with --workspace copy or --read-only")
+    return []

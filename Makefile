@@ -92,7 +92,7 @@ $(MYPY39)/.installed: Makefile
 lint: install $(MYPY39)/.installed
 	$(BIN)/ruff check executor tests benchmarks examples
 	$(BIN)/mypy
-	$(MYPY39)/bin/mypy --config-file= --python-version 3.9 --strict executor/sandbox/toolbox \
+	$(MYPY39)/bin/mypy --config-file= --python-version 3.9 --strict executor/toolbox \
 		executor/sandbox/boot/bootstrap.py executor/sandbox/boot/init.py executor/sandbox/boot/kill.py
 
 test-fast: install host-tools

@@ -1,6 +1,6 @@
 """A tool reply's `meta`, read in one place: the toolbox's records as typed values.
 
-The records are declared once, on the toolbox's side (executor/sandbox/toolbox/records.py and
+The records are declared once, on the toolbox's side (executor/toolbox/records.py and
 wire.py); this is the only host module that names their keys, so mypy checks every consumer
 (audit, coach, run report, telemetry, the terminal, workspaces). A meta comes from the toolbox,
 which a command the model ran may have fooled, or from an event or log record: each accessor
@@ -15,13 +15,13 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 if TYPE_CHECKING:  # the records, named for the host's modules too (they import them from here)
-    from executor.sandbox.toolbox.records import CommandMeta, EditMeta, HostMeta, ManifestMeta
-    from executor.sandbox.toolbox.records import SearchMeta as SearchMeta
-    from executor.sandbox.toolbox.records import SnapshotMeta as SnapshotMeta
-    from executor.sandbox.toolbox.wire import ChangeRecord as ChangeRecord
-    from executor.sandbox.toolbox.wire import Chunk as Chunk
-    from executor.sandbox.toolbox.wire import ManifestEntry as ManifestEntry
-    from executor.sandbox.toolbox.wire import PreviewFacts as PreviewFacts
+    from executor.toolbox.records import CommandMeta, EditMeta, HostMeta, ManifestMeta
+    from executor.toolbox.records import SearchMeta as SearchMeta
+    from executor.toolbox.records import SnapshotMeta as SnapshotMeta
+    from executor.toolbox.wire import ChangeRecord as ChangeRecord
+    from executor.toolbox.wire import Chunk as Chunk
+    from executor.toolbox.wire import ManifestEntry as ManifestEntry
+    from executor.toolbox.wire import PreviewFacts as PreviewFacts
 
 Meta = Mapping[str, Any]
 """A reply's meta as it arrived (ToolResult.meta, or an event's "meta")."""

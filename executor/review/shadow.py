@@ -74,7 +74,7 @@ class Shadow:
 
 
 def config_values_of(path: Path) -> list[tuple[str, str]]:
-    from executor.sandbox.gitsafety.hostgit import config_values
+    from executor.gitsafety.hostgit import config_values
 
     return config_values(path)
 
@@ -82,7 +82,7 @@ def config_values_of(path: Path) -> list[tuple[str, str]]:
 def _find_repository(root: Path) -> tuple[Path, Path, Path]:
     """(work tree top, git dir, common dir) of the repository `root` is in: the nearest `.git`
     at or above it (a directory, or a `gitdir:` file and its `commondir`)."""
-    from executor.sandbox.gitsafety.hostgit import common_dir, gitdir_target
+    from executor.gitsafety.hostgit import common_dir, gitdir_target
 
     for top in (root, *root.parents):
         entry = top / ".git"
@@ -153,7 +153,7 @@ def _names_back(git_dir: Path, top: Path) -> bool:
 
 def _read_optional(path: Path) -> str:
     """A small regular file's text, read without following a link or blocking; else ""."""
-    from executor.sandbox.gitsafety.hostgit import small_text
+    from executor.gitsafety.hostgit import small_text
 
     return small_text(path) or ""
 

@@ -10,12 +10,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from executor.gitsafety.aftercheck import after_session
+from executor.gitsafety.guard import GitGuard
 from executor.sandbox import runrecord
 from executor.sandbox.config import LABEL_ROOT
 from executor.sandbox.engine import docker_errors
 from executor.sandbox.fifos import drop_channel
-from executor.sandbox.gitsafety.aftercheck import after_session
-from executor.sandbox.gitsafety.guard import GitGuard
 
 Warn = Callable[[str], None]
 

@@ -80,7 +80,7 @@ def _toolbox_source() -> bytes:
 
 
 def _toolbox_modules() -> dict[str, tuple[bool, str, bytes]]:
-    """Every module of executor/sandbox/toolbox as it is named in the container (`toolbox`,
+    """Every module of executor/toolbox as it is named in the container (`toolbox`,
     `toolbox.tools.shell`, ...): (is a package, its file name there, its source)."""
     found: dict[str, tuple[bool, str, bytes]] = {}
 
@@ -94,5 +94,5 @@ def _toolbox_modules() -> dict[str, tuple[bool, str, bytes]]:
                 filename = name.replace(".", "/") + ("/__init__.py" if package else ".py")
                 found[name] = (package, filename, entry.read_bytes())
 
-    walk(resources.files("executor.sandbox.toolbox"), "toolbox")
+    walk(resources.files("executor.toolbox"), "toolbox")
     return found

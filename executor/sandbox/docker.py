@@ -19,6 +19,7 @@ from types import TracebackType
 from typing import Any, Self
 
 from executor.errors import SandboxError, ToolboxError, ToolboxTimeoutError
+from executor.gitsafety.guard import GitGuard
 from executor.messages import ToolResult
 from executor.network.egress import EgressHooks
 from executor.protocols import OutputCallback, SandboxInfo
@@ -27,7 +28,6 @@ from executor.sandbox.bindguard import Warn, run_record, settle_abandoned
 from executor.sandbox.config import SandboxConfig, container_name, mount_user, tool_user
 from executor.sandbox.copy import CopyLoader
 from executor.sandbox.deployment import Deployment
-from executor.sandbox.gitsafety.guard import GitGuard
 from executor.sandbox.hardening import copy_storage
 from executor.sandbox.runtime import Runtime, Toolbox, check_root
 from executor.sandbox.signals import Signals

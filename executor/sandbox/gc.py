@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from executor.gitsafety.aftercheck import after_session
 from executor.network.egress import drop_socket_dir
 from executor.sandbox import runrecord
 from executor.sandbox.config import (
@@ -24,7 +25,6 @@ from executor.sandbox.config import (
 )
 from executor.sandbox.engine import connect, docker_errors
 from executor.sandbox.fifos import drop_channel
-from executor.sandbox.gitsafety.aftercheck import after_session
 
 
 class GcResult(BaseModel):

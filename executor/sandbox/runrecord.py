@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from executor.sandbox.gitsafety.aftercheck import Identity
-from executor.sandbox.gitsafety.walk import TreeScan
-from executor.sandbox.toolbox.nofollow import read_plain
+from executor.gitsafety.aftercheck import Identity
+from executor.gitsafety.walk import TreeScan
+from executor.toolbox.nofollow import read_plain
 
 SUFFIX = ".run.json"
 _NAME = re.compile(r"sandbox-agent-[A-Za-z0-9][A-Za-z0-9_.-]*")

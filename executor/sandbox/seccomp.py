@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from executor.errors import SandboxError
-from executor.sandbox.toolbox.nofollow import read_plain
+from executor.toolbox.nofollow import read_plain
 
 Profile = dict[str, Any]
 Rule = dict[str, Any]

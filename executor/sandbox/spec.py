@@ -4,7 +4,7 @@ The value is everything the container is created with (`container_options`) and 
 toolboxes start with, so a feature that adds a mount, an environment variable, a limit or a
 network cannot leave it out: there is no second list to forget. The git surface (what is
 kept from the sandbox because git on the host runs it, why, and by which mechanism:
-executor/sandbox/gitsafety/surface.py) is a field of its own. The container carries the
+executor/gitsafety/surface.py) is a field of its own. The container carries the
 digest in a label the sandbox cannot change, and a later run re-uses a container only when
 its own digest is equal (`--resume` after a controller died, a copy kept for review).
 
@@ -59,7 +59,7 @@ class SandboxSpec:
            git: Mapping[str, Any] | None = None) -> SandboxSpec:
         """The spec of `containers.create(**options)` whose toolboxes run with `toolbox`;
         `network`: the egress decisions (allow-list, pins, limits) when any host is allowed;
-        `git`: the git surface (executor/sandbox/gitsafety/surface.py: `GitSurface.spec`)."""
+        `git`: the git surface (executor/gitsafety/surface.py: `GitSurface.spec`)."""
         values: dict[str, Any] = {k: v for k, v in options.items() if k not in _LEFT_OUT}
         if network:  # absent without egress: the digest of a run without network is unchanged
             values["egress"] = dict(network)

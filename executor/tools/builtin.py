@@ -1,6 +1,6 @@
 """The six built-in tools. Their semantics (path checks, caps, timeouts) live in the toolbox;
 here are only the argument models the model is offered and validated against, built from the
-toolbox's one declaration of them (executor/sandbox/toolbox/contract.py)."""
+toolbox's one declaration of them (executor/toolbox/contract.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pydantic_core import PydanticUndefined
 from executor import toolmeta
 from executor.errors import SandboxAgentError
 from executor.messages import ToolResult
-from executor.sandbox.toolbox.contract import BOOL, INT, NUMBER, STR, TOOL_ARGS, Arg
+from executor.toolbox.contract import BOOL, INT, NUMBER, STR, TOOL_ARGS, Arg
 from executor.tools.base import Preview, RiskLevel, Tool, ToolContext
 
 if TYPE_CHECKING:

@@ -11,7 +11,7 @@ each written atomically.
 
 `apply_changes` runs a changeset's pending changes, except those to what git on the host runs
 or reads as config (hooks, included configs: gitrun.py) or would make a repository look-alike
-(executor/sandbox/gitsafety/applycheck.py), which it refuses whatever was approved; `undo` runs
+(executor/gitsafety/applycheck.py), which it refuses whatever was approved; `undo` runs
 the inverse of the last apply of a session (copy mode) or of a bind session's recorded writes
 (undoplan.py reads which from the journal), after asking (`confirm`) and never destroying
 the last copy of anything: what it removes or overwrites must be kept first, and a path is put
@@ -36,7 +36,7 @@ from typing import Any, overload
 from executor import signals
 from executor.audit import AuditLog
 from executor.errors import WorkspaceError
-from executor.sandbox.gitsafety.applycheck import lookalikes
+from executor.gitsafety.applycheck import lookalikes
 from executor.state import config_home, state_home
 from executor.workspace import hostfs
 from executor.workspace.changes import Change, Changeset, utc_now

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from executor.errors import ProjectTooLargeError, WorkspaceError
-from executor.sandbox.toolbox.nofollow import open_beneath
 from executor.state import LEGACY_DIR, real_root, state_home
+from executor.toolbox.nofollow import open_beneath
 from executor.workspace.manifest import Entry, Manifest, kind_of, normal
 from executor.workspace.paths import Excludes, is_git_name, parent_of, sort_key
 

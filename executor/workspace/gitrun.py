@@ -1,6 +1,6 @@
 """What git on the host runs or reads as config: `apply` never writes it, `diff` says so.
 
-The rules are git safety's (executor/sandbox/gitsafety/applycheck.py: which paths, why, and
+The rules are git safety's (executor/gitsafety/applycheck.py: which paths, why, and
 what a changed config would name); this is where a changeset meets them: a `Change` is
 refused when its path is one of them, lies inside one, or is a directory above one that would
 stop being a directory, and the refused config changes' new versions are read too (`after`).
@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from executor.sandbox.gitsafety.applycheck import HostPaths, flag, host_paths
+from executor.gitsafety.applycheck import HostPaths, flag, host_paths
 from executor.workspace.changes import Change
 
 Content = Callable[[str], bytes | None]

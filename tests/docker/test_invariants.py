@@ -23,7 +23,7 @@ from executor.sandbox.config import GVISOR_PIDS_FACTOR
 from executor.sandbox.docker import DockerSandbox
 from executor.sandbox.fifos import channel_dir as channel_of
 from executor.sandbox.gc import gc
-from executor.sandbox.toolbox.wire import signals_of
+from executor.toolbox.wire import signals_of
 from executor.workspace.copyload import ArchiveLoader
 from tests.conftest import Engine
 from tests.docker.conftest import SECRET, make_config
@@ -701,7 +701,7 @@ def test_a_tree_too_big_to_walk_still_gets_its_protected_paths_checked(
     the start stayed. The protected paths are checked first, apart from the walk."""
     import subprocess
 
-    import executor.sandbox.gitsafety.aftercheck as aftercheck  # (was in sandbox/docker.py)
+    import executor.gitsafety.aftercheck as aftercheck  # (was in sandbox/docker.py)
 
     subprocess.run(["git", "config", "core.hooksPath", "tools/git/hooks"], cwd=project, check=True)
     warnings: list[str] = []

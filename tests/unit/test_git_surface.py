@@ -1,4 +1,4 @@
-"""The git surface (executor/sandbox/gitsafety/surface.py): decided once, each protected path
+"""The git surface (executor/gitsafety/surface.py): decided once, each protected path
 with its mechanism, its backups real rooms, and part of the sandbox spec."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from executor.gitsafety.guard import GitGuard
+from executor.gitsafety.surface import MECHANISMS, GitSurface, Guard, decide
+from executor.gitsafety.walk import scan
 from executor.sandbox.docker import DockerSandbox, SandboxConfig
-from executor.sandbox.gitsafety.guard import GitGuard
-from executor.sandbox.gitsafety.surface import MECHANISMS, GitSurface, Guard, decide
-from executor.sandbox.gitsafety.walk import scan
 from executor.sandbox.hardening import container_options
 from executor.sandbox.spec import SandboxSpec
 

@@ -93,7 +93,7 @@ def test_only_lines_the_toolbox_signed_are_answers(tmp_path: Path):
     import time
 
     from executor.sandbox.channel import Channel
-    from executor.sandbox.toolbox.channel import Signed
+    from executor.toolbox.channel import Signed
 
     key, other = b"k" * 32, b"x" * 32
     signed, forged = io.BytesIO(), io.BytesIO()

@@ -44,7 +44,7 @@ def test_the_check_sees_every_form_of_import():
     source = ("import executor.workspace.archive\nfrom executor.workspace import store\n"
               "from executor import workspace\nfrom ...workspace.paths import Excludes\n"
               "def later():\n    from executor.workspace.manifest import Manifest\n")
-    assert _workspace(imports(source, "executor.sandbox.toolbox")) == [
+    assert _workspace(imports(source, "executor.toolbox")) == [
         "executor.workspace.archive", "executor.workspace", "executor.workspace.store",
         "executor.workspace", "executor.workspace.paths", "executor.workspace.paths.Excludes",
         "executor.workspace.manifest", "executor.workspace.manifest.Manifest"]

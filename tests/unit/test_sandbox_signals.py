@@ -23,7 +23,7 @@ from executor.sandbox.deployment import Deployment
 from executor.sandbox.docker import DockerSandbox
 from executor.sandbox.runtime import Runtime
 from executor.sandbox.signals import Signals, Unrestored
-from executor.sandbox.toolbox.wire import signals_of
+from executor.toolbox.wire import signals_of
 
 
 def test_the_toolbox_derives_signals_from_the_meta_records_that_stay():

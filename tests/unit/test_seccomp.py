@@ -185,7 +185,7 @@ def test_the_container_gets_the_profile_with_the_other_options(tmp_path: Path):
 _PROBE = r"""
 import base64, ctypes, errno, json, os, socket, sys
 sys.path.insert(0, sys.argv[2])
-from executor.sandbox.toolbox import confine as toolbox
+from executor.toolbox import confine as toolbox
 print(toolbox.confine(sys.argv[1]))
 libc = ctypes.CDLL(None, use_errno=True)
 def err(call):
@@ -243,7 +243,7 @@ def test_the_toolbox_filter_refuses_what_the_profile_refuses(tmp_path: Path):
 _NAMESPACES = r"""
 import ctypes, errno, json, os, struct, subprocess, sys, threading
 sys.path.insert(0, sys.argv[2])
-from executor.sandbox.toolbox import confine as toolbox
+from executor.toolbox import confine as toolbox
 print(toolbox.confine(sys.argv[1]))
 libc = ctypes.CDLL(None, use_errno=True)
 NEWUSER, NEWNET, NEWNS, NEWPID, NEWTIME, SIGCHLD = 0x10000000, 0x40000000, 0x20000, 0x20000000, 0x80, 17

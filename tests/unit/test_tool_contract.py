@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from executor.sandbox.toolbox.contract import TOOL_ARGS
+from executor.toolbox.contract import TOOL_ARGS
 from executor.tools.base import schema_of
 from executor.tools.builtin import BUILTIN_TOOLS
 from tests.unit import toolbox_view as BOX

@@ -1,7 +1,7 @@
 """Every name of the toolbox package in one namespace, as the tests knew the single file.
 
 For reading and calling only: to change a module's setting (monkeypatch), patch the module
-that defines it (`executor.sandbox.toolbox.tracking`, ...), which `home(name)` names.
+that defines it (`executor.toolbox.tracking`, ...), which `home(name)` names.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import sys
 from types import ModuleType
 from typing import Any
 
-from executor.sandbox import toolbox as _package
+from executor import toolbox as _package
 
 MODULES: list[ModuleType] = [importlib.import_module(info.name) for info in pkgutil.walk_packages(
     _package.__path__, _package.__name__ + ".")]
@@ -31,5 +31,5 @@ def patch(monkeypatch: Any, name: str, value: Any) -> None:
         monkeypatch.setattr(module, name, value)
 
 
-COMMAND = [sys.executable, "-m", "executor.sandbox.toolbox"]
+COMMAND = [sys.executable, "-m", "executor.toolbox"]
 """The toolbox as a process of this Python (the container gets the bundle instead)."""

@@ -34,7 +34,7 @@ class Box:
                  fsize: int | None = None) -> None:
         self.root = root
         self.proc = subprocess.Popen(
-            [PYTHON, "-m", "executor.sandbox.toolbox", "--root", str(root), *args],
+            [PYTHON, "-m", "executor.toolbox", "--root", str(root), *args],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             env={**(env if env is not None else os.environ), "PYTHONPATH": str(REPO)},
             preexec_fn=(lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize)))

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from executor.sandbox.toolbox.nofollow import open_beneath, open_parent, read_plain
+from executor.toolbox.nofollow import open_beneath, open_parent, read_plain
 
 
 def test_the_shared_no_follow_helpers_refuse_links_and_fifos(tmp_path: Path):

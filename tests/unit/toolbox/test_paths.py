@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from executor.sandbox.toolbox.paths import shown, unshown
+from executor.toolbox.paths import shown, unshown
 from tests.unit import toolbox_view as toolbox
 from tests.unit.toolbox.boxes import SECRET, Box, failed
 

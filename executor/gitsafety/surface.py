@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from executor.sandbox.gitsafety.hostgit import Protected, git_paths
-from executor.sandbox.gitsafety.walk import TreeScan
+from executor.gitsafety.hostgit import Protected, git_paths
+from executor.gitsafety.walk import TreeScan
 
 Mode = Literal["bind", "copy", "read-only"]
 """How the sandbox sees the root: bind-mounted read-write, a copy, or bind-mounted read-only."""
@@ -48,10 +48,10 @@ class Backup:
 
 
 BACKUPS: dict[str, Backup] = {backup.name: backup for backup in (
-    Backup("toolbox guard", "executor/sandbox/toolbox/guards/git.py",
+    Backup("toolbox guard", "executor/toolbox/guards/git.py",
            "renames a `.git` or repository look-alike a command makes, before git on the host "
            "can see it; asks for a remount when one appears from outside (--git-guard)"),
-    Backup("after-session check", "executor/sandbox/gitsafety/aftercheck.py",
+    Backup("after-session check", "executor/gitsafety/aftercheck.py",
            "after a bind session: moves aside what replaced a protected path, renames every "
            "new `.git` and look-alike, clears set-id bits"),
     Backup("apply refusal", "executor/workspace/gitrun.py",

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from executor.errors import SandboxError
-from executor.sandbox.gitsafety.aftercheck import (
+from executor.gitsafety.aftercheck import (
     Identity,
     Warn,
     after_session,
@@ -27,9 +27,9 @@ from executor.sandbox.gitsafety.aftercheck import (
     misplaced,
     missing_chain,
 )
-from executor.sandbox.gitsafety.hostgit import Protected
-from executor.sandbox.gitsafety.surface import GitSurface, decide, mode_of
-from executor.sandbox.gitsafety.walk import TreeScan, scan
+from executor.gitsafety.hostgit import Protected
+from executor.gitsafety.surface import GitSurface, decide, mode_of
+from executor.gitsafety.walk import TreeScan, scan
 from executor.state import LEGACY_DIR
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from executor.errors import ConfigError
-from executor.sandbox.toolbox.gitshape import GITDIR_PARTS, gitdir_shape
+from executor.toolbox.gitshape import GITDIR_PARTS, gitdir_shape
 
 MAX_ENTRIES = 2_000_000
 """Entries walked before giving up (a guarantee we cannot give is an error, not a guess)."""

@@ -30,9 +30,9 @@ from pathlib import Path
 
 from executor import gitconfig
 from executor.errors import WorkspaceError
-from executor.sandbox.gitsafety.hostgit import git_paths, path_key
-from executor.sandbox.gitsafety.walk import scan
-from executor.sandbox.toolbox.gitshape import GITDIR_CODE, GITDIR_PARTS, gitdir_shape
+from executor.gitsafety.hostgit import git_paths, path_key
+from executor.gitsafety.walk import scan
+from executor.toolbox.gitshape import GITDIR_CODE, GITDIR_PARTS, gitdir_shape
 
 Content = Callable[[str], bytes | None]
 Where = tuple[str, str]

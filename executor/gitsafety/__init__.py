@@ -12,7 +12,7 @@ named backups behind it, each in its own room. The rooms:
 - aftercheck.py: the after-session check (backup of a bind session);
 - applycheck.py: what a copy's `apply` must never write (backup of a copy session).
 
-The toolbox guard (executor/sandbox/toolbox/guards/git.py) is the backup inside the
+The toolbox guard (executor/toolbox/guards/git.py) is the backup inside the
 container; the rules both sides need are the toolbox's own leaves, imported here
 (toolbox/gitshape.py, toolbox/nofollow.py). docs/SECURITY.md tells the whole story.
 """

@@ -1,6 +1,6 @@
 """What makes git take a directory for a repository: one rule, for the toolbox and the host.
 
-The host imports this module (sandbox/gitsafety/) where it used to keep a copy; it is a
+The host imports this module (gitsafety/) where it used to keep a copy; it is a
 leaf of the toolbox package (nothing but the standard library), so importing it costs nothing.
 """
 

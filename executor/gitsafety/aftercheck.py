@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from executor.errors import SandboxAgentError
-from executor.sandbox.gitsafety.walk import TreeScan, kind, walk
-from executor.sandbox.toolbox.gitshape import GITDIR_PARTS, gitdir_shape
-from executor.sandbox.toolbox.nofollow import open_beneath
+from executor.gitsafety.walk import TreeScan, kind, walk
+from executor.toolbox.gitshape import GITDIR_PARTS, gitdir_shape
+from executor.toolbox.nofollow import open_beneath
 
 _SETID = stat.S_ISUID | stat.S_ISGID
 Warn = Callable[[str], None]

@@ -2,11 +2,11 @@
 
 A stdlib-only package that runs on python3 >= 3.9, inside the session's container (the host
 sends it as one bundle of compiled modules: executor/sandbox/boot/bootstrap.py) or directly:
-`python3 -m executor.sandbox.toolbox --root DIR`. Its rooms: contract (the tools' arguments),
+`python3 -m executor.toolbox --root DIR`. Its rooms: contract (the tools' arguments),
 records (what replies' meta holds), wire (requests and replies), limits, options and context,
 paths, tools/ (one module a tool), tracking, guards/ (git, setid, disk), procs, host_ops,
 server, channel, confine, __main__; gitshape and nofollow are rules the host imports too
-(executor/sandbox/gitsafety/).
+(executor/gitsafety/).
 Every tool semantic (path checks, caps, timeouts) lives here; the host only relays.
 
 Protocol (version 1)

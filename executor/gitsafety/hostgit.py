@@ -32,8 +32,8 @@ from pathlib import Path
 
 from executor import gitconfig
 from executor.errors import ConfigError
-from executor.sandbox.gitsafety.walk import TreeScan
-from executor.sandbox.toolbox.nofollow import read_plain
+from executor.gitsafety.walk import TreeScan
+from executor.toolbox.nofollow import read_plain
 
 MAX_MOUNTS = 512
 """Read-only mounts before the tree is refused (the engine slows down well before thousands)."""

@@ -27,11 +27,7 @@ so a required log stops the run before the call executes).
 
 from __future__ import annotations
 
-import enum
-import getpass
-import hashlib
 import logging
-import math
 import os
 import socket
 import threading
@@ -39,7 +35,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
-from pathlib import Path, PurePath
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from executor import toolmeta
@@ -64,13 +60,24 @@ from executor.audit_read import (
     read_records,
     verify,
 )
+from executor.audit_values import (  # the format's values, importable from here as always
+    ARGUMENT_MAX_BYTES,
+    _capped,
+    _current_user,
+    _ms,
+    _plain,
+    _utf8_len,
+    audit_dir_for,
+    default_audit_dir,
+    format_ts,
+    utc_now,
+)
 from executor.errors import AuditError, SandboxAgentError
 from executor.redact import Redactor
 from executor.state import (
     check_outside,
     ensure_project_dir,
     private_dir,
-    project_dir,
     real_root,
 )
 
@@ -81,6 +88,7 @@ if TYPE_CHECKING:  # pydantic is not needed to verify or read a log: `audit veri
 log = logging.getLogger(__name__)
 
 __all__ = [  # besides the writer: the format and the readers, importable from here as always
+    "ARGUMENT_MAX_BYTES",
     "CSV_COLUMNS",
     "DAY_FILE",
     "LOCK_NAME",
@@ -88,13 +96,17 @@ __all__ = [  # besides the writer: the format and the readers, importable from h
     "AuditLog",
     "AuditProblem",
     "VerifyReport",
+    "audit_dir_for",
     "canonical",
     "csv_cell",
+    "default_audit_dir",
     "entry_problem",
     "export_records",
+    "format_ts",
     "parse_since",
     "read_records",
     "record_hash",
+    "utc_now",
     "verify",
 ]
 
@@ -111,73 +123,6 @@ PLANNED_KINDS: tuple[str, ...] = ()
 
 WarningCallback = Callable[[str], None]
 Clock = Callable[[], datetime]
-
-
-# ---------------------------------------------------------------------------- format
-
-
-def utc_now() -> datetime:
-    """The current time in UTC (the default clock)."""
-    return datetime.now(UTC)
-
-
-def format_ts(moment: datetime) -> str:
-    """ISO-8601 UTC with microseconds and a `Z` suffix."""
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def default_audit_dir(root: Path) -> Path:
-    """`<project state dir>/audit` (not created)."""
-    return project_dir(root) / "audit"
-
-
-def audit_dir_for(root: Path, override: Path | str | None = None) -> Path:
-    """The audit directory for `root`: `override` (relative to the working dir) or the default."""
-    if override is None or str(override) == "":
-        return default_audit_dir(root)
-    return Path(override).expanduser().absolute()
-
-
-def _plain(value: Any) -> Any:
-    """`value` as JSON-native data (what is hashed is exactly what will be read back)."""
-    kind = type(value)
-    if kind is str or kind is int or kind is bool or value is None:  # most values: at once
-        return value
-    if kind is dict:
-        return {str(k): _plain(v) for k, v in value.items()}
-    dump = getattr(value, "model_dump", None)  # a pydantic model
-    if callable(dump):
-        return _plain(dump(mode="json"))
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple | set | frozenset):
-        return [_plain(v) for v in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if value is None or isinstance(value, str | int | float | bool):
-        return value
-    if isinstance(value, enum.Enum):
-        return _plain(value.value)
-    if isinstance(value, datetime):
-        return format_ts(value)
-    if isinstance(value, PurePath | bytes | bytearray):
-        return os.fsdecode(value) if isinstance(value, PurePath) else bytes(value).hex()
-    return str(value)
-
-
-def _ms(value: float | None) -> int | None:
-    return None if value is None else round(value)
-
-
-def _utf8_len(text: str) -> int:
-    return len(text.encode("utf-8", "surrogatepass"))
-
-
-def _current_user() -> str:
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):  # no passwd entry (e.g. an arbitrary uid in a container)
-        return str(os.getuid())
 
 
 # ---------------------------------------------------------------------------- writer
@@ -612,23 +557,3 @@ class AuditLog:
 RECORDED_EVENTS = ("run_start", "sandbox_start", "model_request", "tool_call", "tool_result",
                    "retry", "complete", "error", "warning", "connection")
 """The hook events the log records (`complete` as `run_end`)."""
-ARGUMENT_MAX_BYTES = 16 * 1024
-"""A longer string argument (a write's content) is kept as its head, length and SHA-256."""
-
-
-def _capped(arguments: Mapping[str, Any], redact: Callable[[str], str]) -> dict[str, Any]:
-    """Tool arguments with long strings cut: the model chooses their size, the log must not.
-
-    Redacted before the cut, so a secret across the cut cannot leave its head behind.
-    """
-    out: dict[str, Any] = {}
-    for key, value in arguments.items():
-        data = value.encode("utf-8", "surrogatepass") if isinstance(value, str) else b""
-        if len(data) <= ARGUMENT_MAX_BYTES:
-            out[key] = value
-            continue
-        kept = redact(value).encode("utf-8", "surrogatepass")
-        head = kept[:ARGUMENT_MAX_BYTES].decode("utf-8", "ignore")
-        digest = hashlib.sha256(data).hexdigest()
-        out[key] = f"{head}[... {len(data)} bytes in all, sha256 {digest}]"
-    return out

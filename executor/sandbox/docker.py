@@ -54,6 +54,8 @@ class DockerSandbox:
         self._loader = copy_loader
         self._info: SandboxInfo | None = None
         self._root_checked = False
+        self._survivors = False
+        """A kill failed: what the command left may still run in the container."""
 
     @property
     def config(self) -> SandboxConfig:
@@ -176,7 +178,7 @@ class DockerSandbox:
         """
         for retry in (False, True):
             if self._runtime.toolbox is None and self._deployment.container is not None:
-                self._start_toolbox()  # an interrupted call left none
+                self._restart_toolbox()  # an interrupted call left none
             if self._runtime.toolbox is None:
                 raise SandboxError("the sandbox is not started")
             self.wait_copied()
@@ -188,7 +190,8 @@ class DockerSandbox:
             except ToolboxError as exc:
                 return self._recover(f"the toolbox died during {tool} ({exc})")
             except KeyboardInterrupt:
-                self._kill_toolbox()  # it is still running the call: its next line is not ours
+                # it is still running the call: its next line is not ours
+                self._survivors = not self._kill_toolbox()
                 raise
             if not self._react(signals, retry):
                 return result
@@ -273,17 +276,31 @@ class DockerSandbox:
 
     def _recover(self, what: str) -> ToolResult:
         self._warn(f"{what}; restarting the toolbox")
-        settled = self._kill_toolbox()
+        self._survivors = not self._kill_toolbox()
         try:
-            if settled or self.copying:  # a new container would lose the copy
-                self._start_toolbox()
-            else:
-                self._recreate("processes the command started could not be stopped; "
-                               "restarting the sandbox (files in /tmp are lost)")
+            self._restart_toolbox()
         except SandboxError as exc:
             raise ToolboxError(f"{what}, and it could not be restarted: {exc}") from exc
         return ToolResult.error(f"{what}. The toolbox was restarted; the call had no result.",
                                 toolbox_restarted=True)
+
+    def _restart_toolbox(self) -> None:
+        """A new toolbox, never beside what a failed kill left: a process of the tools' uid
+        could pause the new one before it makes itself non-dumpable, read its key from its
+        stdin and answer in its place (red-team round 17). That costs a bind session its
+        container; a copy session cannot go on without its container, so it ends."""
+        if not self._survivors:
+            self._start_toolbox()
+            return
+        if self.copying:
+            raise SandboxError(
+                f"processes a command started in container {self.name} could not be stopped; "
+                "the copy session cannot go on safely",
+                fix="start a new session (the copy's pending changes are in the container "
+                    f"{self.name} until it is removed)")
+        self._survivors = False
+        self._recreate("processes the command started could not be stopped; restarting the "
+                       "sandbox (files in /tmp are lost)")
 
     def _kill_toolbox(self) -> bool:
         """Kill the toolbox and what it left (`Runtime.kill`)."""

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from executor.errors import SandboxError
+from executor.errors import SandboxError, ToolboxError, ToolboxTimeoutError
 from executor.messages import ToolResult
 from executor.protocols import OutputCallback, SandboxInfo
 from executor.sandbox import signals
@@ -164,3 +164,61 @@ def test_an_unstoppable_process_costs_a_bind_session_its_container(made: Callabl
     box, place, runtime = made([(DONE, Signals(unstoppable=True))])
     assert box.call("run_shell_command", {"command": "true"}) == DONE
     assert (len(place.created), runtime.calls) == (1, 1)  # no retry: the command ran
+
+
+class StuckRuntime(FakeRuntime):
+    """A toolbox whose first call is interrupted or times out, and whose kill fails (a
+    command of the tools' uid paused the kill script)."""
+
+    def __init__(self, lock_dir: Path, first: BaseException) -> None:
+        super().__init__(lock_dir, [(DONE, signals.NONE)])
+        self.first: BaseException | None = first
+        self.kills = 0
+
+    def call(self, tool: str, args: dict[str, Any], timeout: float,
+             on_output: OutputCallback | None) -> tuple[ToolResult, Signals]:
+        if self.first is not None:
+            first, self.first = self.first, None
+            raise first
+        return super().call(tool, args, timeout, on_output)
+
+    def kill(self, api: Any, container_id: str, user: str,
+             ensure_running: Callable[[], bool]) -> bool:
+        self.kills += 1
+        self.toolbox = None
+        return False
+
+
+@pytest.mark.parametrize("first", [KeyboardInterrupt(), ToolboxTimeoutError("no answer")])
+def test_no_toolbox_starts_beside_what_a_failed_kill_left(tmp_path: Path, first: BaseException):
+    """A bind session gets a new container before its next toolbox (red-team round 17)."""
+    box, place, _ = _sandbox(tmp_path, [])
+    runtime = StuckRuntime(tmp_path / "locks", first)
+    box._runtime = runtime
+    box._protect = lambda: None  # type: ignore[method-assign]
+    try:
+        if isinstance(first, KeyboardInterrupt):
+            with pytest.raises(KeyboardInterrupt):
+                box.call("run_shell_command", {"command": "sleep 9"})
+            assert box.call("run_shell_command", {"command": "true"}) == DONE
+        else:
+            assert box.call("run_shell_command", {"command": "sleep 9"}).ok is False
+        assert runtime.kills == 1 and len(place.created) == 1 and place.removed == 1
+        assert runtime.started == 1  # the only toolbox started is the new container's
+    finally:
+        box._deployment.unlock()
+
+
+def test_a_copy_session_ends_when_a_kill_failed(tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch):
+    box, place, _ = _sandbox(tmp_path, [])
+    monkeypatch.setattr(DockerSandbox, "copying", property(lambda self: True))
+    runtime = StuckRuntime(tmp_path / "locks", ToolboxTimeoutError("no answer"))
+    box._runtime = runtime
+    box.wait_copied = lambda: None  # type: ignore[method-assign]
+    try:
+        with pytest.raises(ToolboxError, match="could not be stopped"):
+            box.call("run_shell_command", {"command": "sleep 9"})
+        assert runtime.started == 0 and place.created == []
+    finally:
+        box._deployment.unlock()

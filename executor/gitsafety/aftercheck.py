@@ -24,7 +24,7 @@ from pathlib import Path
 from executor.errors import SandboxAgentError
 from executor.gitsafety.walk import TreeScan, kind, walk
 from executor.toolbox.gitshape import GITDIR_PARTS, gitdir_shape
-from executor.toolbox.nofollow import open_beneath
+from executor.toolbox.nofollow import open_beneath, open_parent
 
 _SETID = stat.S_ISUID | stat.S_ISGID
 Warn = Callable[[str], None]
@@ -150,7 +150,8 @@ def sweep(root: Path, before: TreeScan, since_ns: int, result: Sweep | None = No
     """Clear set-id bits set since `since_ns`; list `.git` entries that were not there before
     (into `result`, when given).
 
-    Runs after the container is gone, so nothing in the sandbox can race it.
+    Another session's container may still write the same tree, so no entry is reached by
+    its path: each is opened beneath the root without following a link (`clear_setid`).
     """
     result = result or Sweep()
     parts: dict[str, dict[str, str]] = {}
@@ -165,12 +166,32 @@ def sweep(root: Path, before: TreeScan, since_ns: int, result: Sweep | None = No
             continue
         fresh = info.st_ctime_ns >= since_ns
         if info.st_mode & _SETID and fresh and not stat.S_ISLNK(info.st_mode):
-            os.chmod(root / rel, stat.S_IMODE(info.st_mode) & ~_SETID)
-            result.setid_cleared.append(rel)
+            with contextlib.suppress(OSError):  # a link or nothing by now: not ours to change
+                if clear_setid(root, rel):
+                    result.setid_cleared.append(rel)
     for rel, kinds in sorted(parts.items()):  # look-alikes the toolbox missed or could not undo
         if gitdir_shape(kinds) and rel not in before.git_dirs and rel.rpartition("/")[2] != ".git":
             disable_head(root, rel, result)
     return result
+
+
+def clear_setid(root: Path, rel: str) -> bool:
+    """Clear the set-id bits of `rel` (True when it had some): the entry itself, reached from
+    the root without following a link on the way or at the end, checked and changed through
+    one descriptor (Linux has no lchmod), so a name swapped for a link changes nothing."""
+    parent, leaf = open_parent(root, rel)
+    try:
+        fd = os.open(leaf, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+    finally:
+        os.close(parent)
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISLNK(mode) or not mode & _SETID:
+            return False
+        os.chmod(f"/proc/self/fd/{fd}", stat.S_IMODE(mode) & ~_SETID)
+        return True
+    finally:
+        os.close(fd)
 
 
 def disable_head(root: Path, rel: str, result: Sweep) -> None:

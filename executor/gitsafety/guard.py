@@ -13,10 +13,8 @@ from __future__ import annotations
 import os
 import stat
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from executor.errors import SandboxError
 from executor.gitsafety.aftercheck import (
@@ -84,22 +82,6 @@ class GitGuard:
              **start.identities},
             list(dict.fromkeys([*start.made_dirs, *made])))
         return self.surface
-
-    def note(self, meta: Mapping[str, Any]) -> None:
-        """What a tool's reply says the toolbox guard did: a `.git` it could not rename is
-        renamed after the session; a protected path a command moved and that could not be
-        put back ends the session (a SandboxError), so that the project can be checked."""
-        for record in meta.get("git_quarantined") or []:
-            if isinstance(record, dict) and record.get("error") and isinstance(
-                    record.get("path"), str):
-                self.undisabled.add(record["path"])
-        unmoved = [r for r in meta.get("protected_restored") or []
-                   if isinstance(r, dict) and r.get("error")]
-        if unmoved:  # it stays where git on the host may find a look-alike: check it now
-            raise SandboxError(
-                f"{unmoved[0].get('path')} is protected (git on the host runs it); a command "
-                f"moved it and it could not be put back ({unmoved[0].get('error')}); the session "
-                "ends so that the project can be checked")
 
     def moved(self) -> list[str]:
         """Protected paths that are not what they were at the start (a new container would

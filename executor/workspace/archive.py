@@ -27,8 +27,9 @@ from pathlib import Path
 
 from executor.errors import ProjectTooLargeError, WorkspaceError
 from executor.state import LEGACY_DIR, real_root, state_home
+from executor.toolbox.gitshape import kind_of
 from executor.toolbox.nofollow import open_beneath
-from executor.workspace.manifest import Entry, Manifest, kind_of, normal
+from executor.workspace.manifest import Entry, Manifest, normal
 from executor.workspace.paths import Excludes, is_git_name, parent_of, sort_key
 
 BLOCK = 512

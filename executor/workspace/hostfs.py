@@ -21,7 +21,8 @@ import stat
 from collections.abc import Iterator
 from pathlib import Path
 
-from executor.workspace.manifest import Entry, applied_mode, kind_of, normal
+from executor.toolbox.gitshape import kind_of
+from executor.workspace.manifest import Entry, applied_mode, normal
 
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC

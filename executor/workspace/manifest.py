@@ -9,7 +9,6 @@ one's permission bits (`applied_mode`), so a private 0600 file stays private.
 from __future__ import annotations
 
 import re
-import stat
 from dataclasses import dataclass
 from typing import Any
 
@@ -86,15 +85,6 @@ def applied_mode(current: int | None, wanted: int) -> int:
     if bits & 0o111:
         return bits
     return bits | 0o100 | (bits & 0o044) >> 2
-
-
-def kind_of(mode: int) -> str:
-    """'file', 'dir', 'symlink' or 'other' for an st_mode."""
-    if stat.S_ISREG(mode):
-        return "file"
-    if stat.S_ISDIR(mode):
-        return "dir"
-    return "symlink" if stat.S_ISLNK(mode) else "other"
 
 
 def from_row(row: Any) -> Entry:

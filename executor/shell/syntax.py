@@ -25,6 +25,24 @@ def _parser() -> Parser:
     return Parser(Language(tree_sitter_bash.language()))
 
 
+_PARSER_UNSAFE = re.compile(rb"\{[0-9]*(?:\.\.[0-9]*)?[\x80-\xff][\x80-\xbf]*")
+"""Where tree-sitter-bash's brace-range scanner (`{1..9}`) hands a non-ASCII character to C's
+`isdigit`, which then reads outside its table: the host process crashes, or takes a character
+for a digit at random. The text is never given to the parser."""
+
+
+class Unparsable(ValueError):
+    """Text the bash parser cannot be given safely; `args[0]` is the part that says why."""
+
+
+def parse(source: bytes) -> Tree:
+    """The parse of `source`, or Unparsable where the parser itself would be unsafe."""
+    unsafe = _PARSER_UNSAFE.search(source)
+    if unsafe is not None:
+        raise Unparsable(unsafe.group())
+    return _parser().parse(source)
+
+
 _CONTINUATION = re.compile(rb"(?<!\\)(?:\\\\)*\\\n")
 _NO_CONTINUATION_INSIDE = frozenset({"raw_string", "ansi_c_string", "comment"})
 
@@ -35,13 +53,13 @@ def join_continuations(source: bytes) -> tuple[bytes, Tree, bool]:
     Whether a backslash-newline continues the line depends only on the text before it, so
     judging the first one in the current parse, joining it and parsing again is exact.
     """
-    tree, start = _parser().parse(source), 0
+    tree, start = parse(source), 0
     for _ in range(MAX_CONTINUATIONS):
         position = _next_continuation(source, tree, start)
         if position is None:
             return source, tree, False
         source = source[:position] + source[position + 2 :]
-        tree, start = _parser().parse(source), position
+        tree, start = parse(source), position
     return source, tree, _next_continuation(source, tree, start) is not None
 
 

@@ -18,6 +18,7 @@ from executor.shell.programs import (
 )
 from executor.shell.syntax import (
     MAX_CONTINUATIONS,
+    Unparsable,
     decoded,
     descendants,
     in_code,
@@ -38,7 +39,10 @@ parser, while dash runs the word `ls\r#` and then `rm d`."""
 def analyze(command: str) -> ShellAnalysis:
     """Every simple command in `command`, resolved, and why any part cannot be resolved."""
     source = command.encode("utf-8", "surrogatepass")
-    joined, tree, too_many = join_continuations(source)
+    try:
+        joined, tree, too_many = join_continuations(source)
+    except Unparsable as unsafe:
+        return _unparsable(command, decoded(unsafe.args[0]))
     walker = _Walker(joined)
     walker.walk(tree.root_node)
     if too_many:
@@ -55,6 +59,14 @@ def analyze(command: str) -> ShellAnalysis:
         unresolved=tuple(dict.fromkeys(walker.unresolved)),
         single=not walker.unresolved and is_single(tree.root_node, joined),
     )
+
+
+def _unparsable(command: str, part: str) -> ShellAnalysis:
+    """Nothing is known of a text the parser cannot read safely: it fails closed like `eval`."""
+    why = "a `{` before a non-ASCII character, which the bash parser cannot read safely"
+    fix = "put quotes between them (`{'…'` is the same word to bash)"
+    return ShellAnalysis(source=command, joined=command, commands=(),
+                         unresolved=(Unresolved(part, why, fix),), single=False)
 
 
 class _Walker:

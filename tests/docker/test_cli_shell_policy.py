@@ -37,6 +37,10 @@ SPELLINGS = [
     "true &>/dev/null rm x",
     "ls |& rm x",
     "ls\r#; rm x",  # the third: CR is a blank to the parser, part of a word to dash
+    # the parser's brace-range scanner reads outside a C table on these: the host crashed
+    # (on each about half the time, so there are several)
+    *(f"{{{chr(far)}}}; rm x" for far in (0x10FFFD, 0x1075D6, 0xFEA04, 0xDC5E8, 0xCEEB9)),
+    "echo {1..\U000e0000}\nrm x",
 ]
 
 
@@ -47,7 +51,8 @@ def test_every_spelling_of_a_denied_command_is_denied(project: Path, model_serve
     model_server.reply(tool_calls=[Call("run_shell_command", {"command": "cat x && ls -la"})])
     model_server.reply("x survived.")
 
-    done = ask(project, model_server, "ollama", "--deny-command", "rm", "--yes")
+    done = ask(project, model_server, "ollama", "--deny-command", "rm", "--yes",
+               "--max-turns", "40")
 
     assert_ok(done, "x survived.")
     assert (project / "x").read_text() == "keep\n"

@@ -247,3 +247,26 @@ def test_each_command_is_shown_as_written_with_its_redirections() -> None:
     command = "x=1 cat <<'EOF' > out.txt\nrm -rf /\nEOF\necho a\u00a0b 2>&1 | tee -a log; r\\\nm -f y"
     assert [c.shown for c in analyze(command).commands] == [
         "x=1 cat <<'EOF' > out.txt", "echo a\u00a0b 2>&1", "tee -a log", "rm -f y"]
+
+
+CRASHERS = ["{\U0010fffd}", "echo {\U000e0000,a}", "echo {12..3\U000fea04}", "x; {\U0008d28f",
+            "r{\\\n\U0010fffd"]  # the last one is `{` and the character once the line is joined
+
+
+def test_a_brace_before_a_far_codepoint_fails_closed_without_reaching_the_parser() -> None:
+    # tree-sitter-bash's `{1..9}` scanner passes these to C's isdigit, which reads outside its
+    # table: parsed, they crash the process most of the time, so each runs in a child, many times
+    code = ("import sys\nfrom executor.shell import analyze\n"
+            "for _ in range(20):\n"
+            "    for c in sys.argv[1:]:\n"
+            "        u = analyze(c + '\\nrm -rf /').unresolved\n"
+            "        assert len(u) == 1 and 'cannot read safely' in u[0].why, (c, u)\n"
+            "print('held')\n")
+    done = subprocess.run([sys.executable, "-c", code, *CRASHERS], capture_output=True,
+                          text=True, timeout=60)
+    assert (done.returncode, done.stdout.strip()) == (0, "held"), done.stderr[-2000:]
+
+
+def test_far_codepoints_elsewhere_are_still_parsed() -> None:
+    assert argvs(analyze("echo '\U0010fffd' {1..3} \U000e0000{a,b}")) == [
+        ("echo", "\U0010fffd", "{1..3}", "\U000e0000{a,b}")]

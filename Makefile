@@ -24,7 +24,8 @@ DEMO_FOLLOW_UP ?= Now run python3 greet.py and tell me what it prints.
 export TESTCONTAINERS_RYUK_DISABLED := true
 
 .PHONY: help install install-local engine podman host-tools base-image image test test-fast \
-        test-docker test-embedded lint demo bench bench-venv bench-agent bench-review gc clean
+        test-docker test-embedded lint demo bench bench-venv bench-compare bench-agent bench-review \
+        gc clean
 
 help:
 	@echo "make demo           one command: set up and run a real ask with the embedded model"
@@ -145,6 +146,10 @@ bench: install image podman host-tools bench-venv
 	$(BIN)/python benchmarks/bench_workspace.py
 	$(BIN)/python benchmarks/bench_trees.py
 	$(BIN)/python benchmarks/bench_audit_formats.py
+
+# This checkout against another (with its own .venv) in one run: BEFORE=../old-checkout
+bench-compare: install image
+	$(BIN)/python benchmarks/bench_compare.py --before $(BEFORE) $(BENCH_ARGS)
 
 # Everyday tasks through the real CLI with the embedded model; BENCH_ARGS e.g. "--split dev".
 bench-agent: install-local image

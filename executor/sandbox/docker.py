@@ -25,10 +25,11 @@ from executor.network.egress import EgressHooks
 from executor.protocols import OutputCallback, SandboxInfo
 from executor.sandbox import bundle
 from executor.sandbox.bindguard import Warn, run_record, settle_abandoned
-from executor.sandbox.config import SandboxConfig, container_name, mount_user, tool_user
+from executor.sandbox.config import SandboxConfig, container_name, tool_user
 from executor.sandbox.copy import CopyLoader
+from executor.sandbox.copysession import CopySession
 from executor.sandbox.deployment import Deployment
-from executor.sandbox.hardening import copy_storage
+from executor.sandbox.recovery import Recovery
 from executor.sandbox.runtime import Runtime, Toolbox, check_root
 from executor.sandbox.signals import Signals
 from executor.sandbox.spec import SandboxSpec
@@ -46,16 +47,19 @@ class DockerSandbox:
                  copy_loader: CopyLoader | None = None) -> None:
         self._warn = warn or (lambda message: None)
         say: Warn = lambda message: self._warn(message)  # noqa: E731 (`_warn` may be swapped)
-        self._deployment = Deployment(config, client=client, warn=say, egress_hooks=egress_hooks)
-        self._runtime = Runtime(self._deployment.lock_path.parent, self.name, say,
-                                fifo=config.fifo_channel)
+        place = Deployment(config, client=client, warn=say, egress_hooks=egress_hooks)
+        self._assemble(place, Runtime(place.lock_path.parent, place.name, say,
+                                      fifo=config.fifo_channel))
         self._git = GitGuard(config.root, workspace=config.workspace, read_only=config.read_only,
                              allow_git_writes=config.allow_git_writes)
-        self._loader = copy_loader
+        self._copy = CopySession(copy_loader)
         self._info: SandboxInfo | None = None
         self._root_checked = False
-        self._survivors = False
-        """A kill failed: what the command left may still run in the container."""
+
+    def _assemble(self, deployment: Deployment, runtime: Runtime) -> None:
+        """Compose the parts (tests pass fakes of the engine-facing two)."""
+        self._deployment, self._runtime = deployment, runtime
+        self._recovery = Recovery(deployment, runtime, lambda message: self._warn(message))
 
     @property
     def config(self) -> SandboxConfig:
@@ -104,7 +108,7 @@ class DockerSandbox:
             threading.Thread(target=bundle.compiled_toolbox, name="toolbox-compile",
                              daemon=True).start()
             if self.copying:
-                self._plan_copy()
+                self._copy.plan(place, self._warn)
             else:
                 self._settle_abandoned()
                 self._protect()
@@ -114,9 +118,10 @@ class DockerSandbox:
                 self._create()
             else:
                 self._runtime.reattach_life(gvisor=place.gvisor)
-                self._clear_left()
+                if self._recovery.clear_left():
+                    self._create()
             place.start_egress()
-            self._start_copy()
+            self._copy.start(place)
             self._start_toolbox(running=True)
             self._info = place.describe(image, tool_user(self.config))
         except BaseException:
@@ -128,16 +133,14 @@ class DockerSandbox:
 
     def stop(self) -> None:
         """Remove the container and release the session lock; safe to call twice."""
-        if self._loader is not None:
-            self._loader.abort()
+        self._copy.abort()
         self._runtime.stop()
         self._deployment.stop_egress()
         if self._deployment.remove():
             self._runtime.drop_life()
             self._runtime.drop_channel()
             self._after_session()
-        if self._loader is not None:
-            self._loader.close()
+        self._copy.close()
         self._deployment.unlock()
 
     def detach(self) -> None:
@@ -190,28 +193,11 @@ class DockerSandbox:
             except ToolboxError as exc:
                 return self._recover(f"the toolbox died during {tool} ({exc})")
             except KeyboardInterrupt:
-                # it is still running the call: its next line is not ours
-                self._survivors = not self._kill_toolbox()
+                self._recovery.interrupted()
                 raise
             if not self._react(signals, retry):
                 return result
         raise AssertionError("unreachable: the second try never asks for another")
-
-    def _react(self, signals: Signals, retried: bool) -> bool:
-        """Do what a reply signals; True: run the call once more (after a remount)."""
-        self._git.undisabled.update(signals.undisabled)
-        if signals.unrestored:  # it stays where git on the host may find a look-alike
-            first = signals.unrestored[0]
-            raise SandboxError(
-                f"{first.path} is protected (git on the host runs it); a command moved it and "
-                f"it could not be put back ({first.error}); the session ends so that the "
-                "project can be checked")
-        if signals.remount and not retried:
-            self._remount(list(signals.remount))
-            return True
-        if signals.unstoppable:
-            self._unstoppable()
-        return False
 
     def preview(self, tool: str, args: dict[str, Any]) -> ToolResult:
         """The toolbox's preview of a write: the diff against the file as the container sees it.
@@ -225,33 +211,35 @@ class DockerSandbox:
         base = requested if isinstance(requested, int | float) else self.config.tool_timeout
         return float(max(base, self.config.tool_timeout)) + _CALL_MARGIN
 
-    # -- reactions ---------------------------------------------------------------------------
+    # -- acting on what `Recovery` decides (recovery.py) -------------------------------------
 
-    def _unstoppable(self) -> None:
-        """A command left a process the toolbox could not stop (under gVisor, one that clones
-        and exits faster than kill(-1) reaches it): only a new container ends it for sure."""
-        if self.copying:  # a new container would lose the copy: what it holds shows in its diff
-            self._warn("a process the command started could not be stopped; it may still change "
-                       "the copy workspace: review its diff before applying it")
-            return
-        self._recreate("a process the command started could not be stopped; restarting the "
-                       "sandbox (files in /tmp are lost)")
+    def _react(self, signals: Signals, retried: bool) -> bool:
+        """Do what a reply signals; True: run the call once more (in a new container)."""
+        self._git.undisabled.update(signals.undisabled)
+        step = self._recovery.react(signals, retried)
+        if step is not None:
+            self._recreate(step.why)
+        return step is not None and step.retry
 
-    def _remount(self, found: list[str]) -> None:
-        """Recreate the container so repositories made on the host meanwhile are read-only.
+    def _recover(self, what: str) -> ToolResult:
+        result = self._recovery.recover(what)
+        try:
+            self._restart_toolbox()
+        except SandboxError as exc:
+            raise ToolboxError(f"{what}, and it could not be restarted: {exc}") from exc
+        return result
 
-        Mounts are fixed when a container is created, so a `.git` the person made during the
-        session (found by the toolbox's guard, which then refused the command) needs a new one.
-        """
-        self._recreate(f"a git repository appeared in the project during the session "
-                       f"({', '.join(found[:3])}); restarting the sandbox with it read-only "
-                       "(files in /tmp are lost); it is renamed when the session ends")
+    def _restart_toolbox(self) -> None:
+        step = self._recovery.restart()
+        if step is None:
+            self._start_toolbox()
+        else:
+            self._recreate(step.why)
 
     def _recreate(self, why: str) -> None:
         """A new container for the session (same mounts, decided afresh); the old one goes."""
         self._warn(why)
-        if self._loader is not None:
-            self._loader.abort()
+        self._copy.abort()
         self._runtime.stop()
         self._deployment.detach_egress()
         self._deployment.remove()
@@ -273,69 +261,6 @@ class DockerSandbox:
         assert self._info is not None
         self._info = self._info.model_copy(
             update={"container_id": self._deployment.container.id})
-
-    def _recover(self, what: str) -> ToolResult:
-        self._warn(f"{what}; restarting the toolbox")
-        self._survivors = not self._kill_toolbox()
-        try:
-            self._restart_toolbox()
-        except SandboxError as exc:
-            raise ToolboxError(f"{what}, and it could not be restarted: {exc}") from exc
-        return ToolResult.error(f"{what}. The toolbox was restarted; the call had no result.",
-                                toolbox_restarted=True)
-
-    def _restart_toolbox(self) -> None:
-        """A new toolbox, never beside what a failed kill left: a process of the tools' uid
-        could pause the new one before it makes itself non-dumpable, read its key from its
-        stdin and answer in its place (red-team round 17). That costs a bind session its
-        container; a copy session cannot go on without its container, so it ends."""
-        if not self._survivors:
-            self._start_toolbox()
-            return
-        if self.copying:
-            raise SandboxError(
-                f"processes a command started in container {self.name} could not be stopped; "
-                "the copy session cannot go on safely",
-                fix="start a new session (the copy's pending changes are in the container "
-                    f"{self.name} until it is removed)")
-        self._survivors = False
-        self._recreate("processes the command started could not be stopped; restarting the "
-                       "sandbox (files in /tmp are lost)")
-
-    def _kill_toolbox(self) -> bool:
-        """Kill the toolbox and what it left (`Runtime.kill`)."""
-        place = self._deployment
-        if place.container is None:
-            self._runtime.stop()
-            return True
-        return self._runtime.kill(place.client.api, place.container.id, tool_user(self.config),
-                                  place.ensure_running)
-
-    def _kill_in_container(self, pid: int) -> bool:
-        place = self._deployment
-        return self._runtime.kill_in_container(place.client.api, place.container.id,
-                                               tool_user(self.config), pid)
-
-    def _clear_left(self) -> None:
-        """Kill what a run that died mid-command left in the container it re-attaches to,
-        before a toolbox starts there: a process of the tools' uid could otherwise read the
-        new toolbox's key from its stdin before it makes itself non-dumpable, and answer in
-        its place (red-team round 13). What cannot be stopped costs a bind session its
-        container; a copy session cannot go on without its container, so it ends."""
-        if self._kill_in_container(0):
-            return
-        if self.copying:
-            raise SandboxError(
-                f"processes the last run left in container {self.name} could not be stopped; "
-                "the session cannot be resumed safely",
-                fix=f"remove the container (`docker rm -f {self.name}`; its pending copy is "
-                    "lost) and start a new session")
-        self._warn("processes the last run left in the container could not be stopped; "
-                   "starting a new container (files in /tmp are lost)")
-        self._deployment.remove()
-        self._runtime.drop_life()
-        self._runtime.new_container()
-        self._create()
 
     # -- composing the parts -----------------------------------------------------------------
 
@@ -402,40 +327,18 @@ class DockerSandbox:
         place = self._deployment
         settle_abandoned(place.client, place.abandoned(), place.lock_path.parent, self._warn)
 
-    # -- a copy session's loader -------------------------------------------------------------
-
-    def _plan_copy(self) -> None:
-        """Walk the root and check the size guard before any container exists."""
-        if self._loader is None:
-            raise SandboxError("this sandbox was built without a copy loader: it cannot run a "
-                               "copy workspace", fix="use --workspace bind")
-        uid, gid = (int(n) for n in mount_user(self.config).split(":"))
-        size = self._loader.plan(self.config, (uid, gid))
-        storage = copy_storage(self.config, size, podman=self._deployment.podman, warn=self._warn)
-        self._deployment.config = self.config.model_copy(
-            update={"copy_storage": storage, "copy_bytes": size})
-
-    def _start_copy(self) -> None:
-        """Load the copy while the toolbox starts; tool calls wait for it (`wait_copied`)."""
-        if self._loader is None:
-            return
-        if self.reattached:
-            self._loader.drop()
-            return
-        self._loader.start(self._deployment.client.api, self._deployment.container,
-                           user=mount_user(self.config), read_only=self.config.read_only)
+    # -- a copy session's loader (copysession.py) -------------------------------------------
 
     def wait_copied(self) -> None:
         """Block until the copy is in the container; raise what stopped it."""
-        if self._loader is not None:
-            self._loader.wait()
+        self._copy.wait()
 
     def copy_manifest(self) -> object | None:
         """What this start copied in (the base of its changes); None: an existing copy."""
         self.wait_copied()
-        return None if self._loader is None else self._loader.manifest()
+        return self._copy.manifest()
 
     @property
     def copy_notes(self) -> list[str]:
         """What the copy left out, and why."""
-        return [] if self._loader is None else self._loader.notes
+        return self._copy.notes

@@ -23,6 +23,7 @@ from executor.sandbox.config import GVISOR_PIDS_FACTOR
 from executor.sandbox.docker import DockerSandbox
 from executor.sandbox.fifos import channel_dir as channel_of
 from executor.sandbox.gc import gc
+from executor.sandbox.signals import Signals
 from executor.toolbox.wire import signals_of
 from executor.workspace.copyload import ArchiveLoader
 from tests.conftest import Engine
@@ -676,7 +677,7 @@ def test_a_replacement_container_that_cannot_be_made_still_gets_the_end_checks(
         sandbox._after_session = after  # type: ignore[method-assign]
         sandbox._protect = broken  # type: ignore[method-assign]
         with pytest.raises(ConfigError):
-            sandbox._unstoppable()
+            sandbox._react(Signals(unstoppable=True), False)
         assert ran == ["after"]
     assert ran == ["after"]  # not twice
 
@@ -695,7 +696,7 @@ def test_no_replacement_container_while_a_protected_path_is_not_in_its_place(
     with DockerSandbox(make_config(project), client=docker_client, warn=warnings.append) as box:
         os.rename(project / "tools" / "git", project / "tools" / "git_old")  # as a command could
         with pytest.raises(SandboxError, match="not where they were at the start"):
-            box._remount(["vendor/lib/.git"])
+            box._react(Signals(remount=("vendor/lib/.git",)), False)
     assert any("tools/git/hooks is protected (git on the host runs it) and is gone" in w
                for w in warnings), warnings
 

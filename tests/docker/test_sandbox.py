@@ -218,7 +218,7 @@ def test_a_toolbox_that_cannot_be_killed_is_a_warning(project: Path, docker_clie
             "import os\nprint(*[p for p in os.listdir('/proc') if p.isdigit() and "
             "os.stat('/proc/' + p).st_uid == 0 and b'300' in open(f'/proc/{p}/cmdline', 'rb')"
             ".read()])")))
-        box._kill_in_container(root_sleep)
+        box._recovery.kill_in_container(root_sleep)
     [warning] = warnings
     assert warning.startswith(f"could not kill the stuck toolbox (pid {root_sleep}): exit 1: ")
     assert "Operation not permitted" in warning

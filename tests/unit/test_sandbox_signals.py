@@ -118,13 +118,15 @@ def made(tmp_path: Path) -> Iterator[Callable[[list[tuple[ToolResult, Signals]]]
         box._deployment.unlock()
 
 
-def _sandbox(tmp_path: Path, replies: list[tuple[ToolResult, Signals]]) -> Made:
+def _sandbox(tmp_path: Path, replies: list[tuple[ToolResult, Signals]], *,
+             workspace: str = "bind") -> Made:
     root = tmp_path / "proj"
     root.mkdir()
-    config = SandboxConfig(root=root, session_id="s", lock_dir=tmp_path / "locks")
+    config = SandboxConfig(root=root, session_id="s", lock_dir=tmp_path / "locks",
+                           workspace=workspace)
     box = DockerSandbox(config)
     place, runtime = FakeDeployment(config), FakeRuntime(tmp_path / "locks", replies)
-    box._deployment, box._runtime = place, runtime
+    box._assemble(place, runtime)
     place.lock()  # as a start does: the run record goes beside the lock
     box._info = SandboxInfo(container_id="c0", container_name=box.name, image="i",
                             image_digest="d", mount_mode="rw", network="none", user="1:1",
@@ -194,7 +196,7 @@ def test_no_toolbox_starts_beside_what_a_failed_kill_left(tmp_path: Path, first:
     """A bind session gets a new container before its next toolbox (red-team round 17)."""
     box, place, _ = _sandbox(tmp_path, [])
     runtime = StuckRuntime(tmp_path / "locks", first)
-    box._runtime = runtime
+    box._assemble(place, runtime)
     box._protect = lambda: None  # type: ignore[method-assign]
     try:
         if isinstance(first, KeyboardInterrupt):
@@ -209,12 +211,10 @@ def test_no_toolbox_starts_beside_what_a_failed_kill_left(tmp_path: Path, first:
         box._deployment.unlock()
 
 
-def test_a_copy_session_ends_when_a_kill_failed(tmp_path: Path,
-                                                monkeypatch: pytest.MonkeyPatch):
-    box, place, _ = _sandbox(tmp_path, [])
-    monkeypatch.setattr(DockerSandbox, "copying", property(lambda self: True))
+def test_a_copy_session_ends_when_a_kill_failed(tmp_path: Path):
+    box, place, _ = _sandbox(tmp_path, [], workspace="copy")
     runtime = StuckRuntime(tmp_path / "locks", ToolboxTimeoutError("no answer"))
-    box._runtime = runtime
+    box._assemble(place, runtime)
     box.wait_copied = lambda: None  # type: ignore[method-assign]
     try:
         with pytest.raises(ToolboxError, match="could not be stopped"):

@@ -1,0 +1,140 @@
+"""What a session's sandbox does when a call goes wrong or its reply signals something.
+
+`Recovery` is given the session's Deployment and Runtime and decides; `DockerSandbox` acts on
+what it returns (a `Recreate`, or nothing) and never calls itself again. The rules, each from
+a red-team round, kept here in one place:
+
+- a kill that failed leaves `survivors`: no toolbox starts beside them (a process of the
+  tools' uid could pause the new one before it makes itself non-dumpable, read its key from
+  its stdin and answer in its place, round 17; what a dead run left, round 13). That costs a
+  bind session its container; a copy session cannot go on without its container: it ends.
+- a process the command left that the toolbox could not stop costs a bind session its
+  container; in a copy session it is a warning (its changes show in the copy's diff).
+- a protected mount a command moved and that could not be put back ends the session.
+- a `.git` made on the host during the session gets a new container (mounts are fixed at
+  creation) and the call runs once more there, once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from executor.errors import SandboxError
+from executor.messages import ToolResult
+from executor.sandbox.bindguard import Warn
+from executor.sandbox.config import tool_user
+from executor.sandbox.deployment import Deployment
+from executor.sandbox.runtime import Runtime
+from executor.sandbox.signals import Signals
+
+_TMP_LOST = "restarting the sandbox (files in /tmp are lost)"
+
+
+@dataclass(frozen=True, slots=True)
+class Recreate:
+    """A new container for the session (same mounts, decided afresh); the old one goes."""
+
+    why: str
+    """What the person is told."""
+    retry: bool = False
+    """The call runs once more in the new container (a remount)."""
+
+
+class Recovery:
+    """Kills what a call left, remembers when that failed, and says what a signal costs."""
+
+    def __init__(self, deployment: Deployment, runtime: Runtime, warn: Warn) -> None:
+        self._deployment, self._runtime, self._warn = deployment, runtime, warn
+        self.survivors = False
+        """A kill failed: what the command left may still run in the container."""
+
+    @property
+    def _copying(self) -> bool:
+        return self._deployment.config.workspace == "copy"
+
+    @property
+    def _name(self) -> str:
+        return self._deployment.name
+
+    def react(self, signals: Signals, retried: bool) -> Recreate | None:
+        """What a reply's signals ask for; raises when the session must end."""
+        if signals.unrestored:  # it stays where git on the host may find a look-alike
+            first = signals.unrestored[0]
+            raise SandboxError(
+                f"{first.path} is protected (git on the host runs it); a command moved it and "
+                f"it could not be put back ({first.error}); the session ends so that the "
+                "project can be checked")
+        if signals.remount and not retried:  # the toolbox's guard refused the command
+            found = ", ".join(signals.remount[:3])
+            return Recreate(f"a git repository appeared in the project during the session "
+                            f"({found}); restarting the sandbox with it read-only (files in "
+                            "/tmp are lost); it is renamed when the session ends", retry=True)
+        if signals.unstoppable:
+            return self._unstoppable()
+        return None
+
+    def _unstoppable(self) -> Recreate | None:
+        """A process the toolbox could not stop (under gVisor, one that clones and exits
+        faster than kill(-1) reaches it): only a new container ends it for sure."""
+        if self._copying:  # a new container would lose the copy: what it holds shows in its diff
+            self._warn("a process the command started could not be stopped; it may still change "
+                       "the copy workspace: review its diff before applying it")
+            return None
+        return Recreate(f"a process the command started could not be stopped; {_TMP_LOST}")
+
+    def interrupted(self) -> None:
+        """The toolbox is still running a call (Ctrl-C): kill it, its next line is not ours."""
+        self.survivors = not self.kill_toolbox()
+
+    def recover(self, what: str) -> ToolResult:
+        """Kill a dead or stuck toolbox; the result the model gets once a new one runs."""
+        self._warn(f"{what}; restarting the toolbox")
+        self.survivors = not self.kill_toolbox()
+        return ToolResult.error(f"{what}. The toolbox was restarted; the call had no result.",
+                                toolbox_restarted=True)
+
+    def restart(self) -> Recreate | None:
+        """Before a new toolbox starts: None, start it here; else a new container first."""
+        if not self.survivors:
+            return None
+        if self._copying:
+            raise SandboxError(
+                f"processes a command started in container {self._name} could not be stopped; "
+                "the copy session cannot go on safely",
+                fix="start a new session (the copy's pending changes are in the container "
+                    f"{self._name} until it is removed)")
+        self.survivors = False
+        return Recreate(f"processes the command started could not be stopped; {_TMP_LOST}")
+
+    def clear_left(self) -> bool:
+        """Kill what a run that died mid-command left in a re-attached container; True: that
+        failed and the container went (a bind session's), the caller makes a new one."""
+        if self.kill_in_container(0):
+            return False
+        if self._copying:
+            raise SandboxError(
+                f"processes the last run left in container {self._name} could not be stopped; "
+                "the session cannot be resumed safely",
+                fix=f"remove the container (`docker rm -f {self._name}`; its pending copy is "
+                    "lost) and start a new session")
+        self._warn("processes the last run left in the container could not be stopped; "
+                   "starting a new container (files in /tmp are lost)")
+        self._deployment.remove()
+        self._runtime.drop_life()
+        self._runtime.new_container()
+        return True
+
+    def kill_toolbox(self) -> bool:
+        """Kill the toolbox and what it left (`Runtime.kill`); False: some may still run."""
+        place = self._deployment
+        if place.container is None:
+            self._runtime.stop()
+            return True
+        return self._runtime.kill(place.client.api, place.container.id,
+                                  tool_user(place.config), place.ensure_running)
+
+    def kill_in_container(self, pid: int) -> bool:
+        """Kill `pid` (0: none) and all the tools' uid runs (`Runtime.kill_in_container`)."""
+        place = self._deployment
+        return self._runtime.kill_in_container(place.client.api, place.container.id,
+                                               tool_user(place.config), pid)

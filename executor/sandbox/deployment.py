@@ -22,6 +22,7 @@ from executor.errors import (
     SandboxError,
     WorkspaceUnreachableError,
 )
+from executor.gitsafety.hostgit import Protected
 from executor.network import egress as network
 from executor.network.egress import EgressHooks
 from executor.protocols import SandboxInfo
@@ -46,7 +47,6 @@ from executor.sandbox.engine import (
     runtimes,
 )
 from executor.sandbox.hardening import container_options, hosts_file, ulimits
-from executor.sandbox.protect import Protected
 from executor.sandbox.spec import SandboxSpec
 from executor.state import check_outside, real_root
 

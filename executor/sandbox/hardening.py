@@ -17,6 +17,7 @@ from executor.config import (
     DEFAULT_NPROC,
     parse_size,
 )
+from executor.gitsafety.hostgit import Protected
 from executor.network import egress as network
 from executor.sandbox import boot, seccomp
 from executor.sandbox.bundle import toolbox_command
@@ -32,7 +33,6 @@ from executor.sandbox.config import (
     SandboxConfig,
     container_name,
 )
-from executor.sandbox.protect import Protected
 from executor.state import LEGACY_DIR, legacy_state
 
 HOSTS = b"127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\tsandbox\n"

@@ -1,5 +1,5 @@
 """What git on the host would run from a tree, found before a container starts, and the checks
-after a session (executor/sandbox/protect.py)."""
+after a session (executor/gitsafety/: hostgit.py, walk.py, aftercheck.py)."""
 
 from __future__ import annotations
 
@@ -10,15 +10,9 @@ from pathlib import Path
 import pytest
 
 from executor.errors import ConfigError
-from executor.sandbox.protect import (
-    Sweep,
-    check_replaced,
-    disable_git,
-    identities,
-    protected_paths,
-    scan,
-    sweep,
-)
+from executor.gitsafety.aftercheck import Sweep, check_replaced, disable_git, identities, sweep
+from executor.gitsafety.hostgit import protected_paths
+from executor.gitsafety.walk import scan
 
 
 def git(*args: str, cwd: Path) -> None:

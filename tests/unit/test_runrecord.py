@@ -6,8 +6,8 @@ import fcntl
 import os
 from pathlib import Path
 
+from executor.gitsafety.walk import TreeScan
 from executor.sandbox import runrecord
-from executor.sandbox.protect import TreeScan
 
 
 def record(name: str = "sandbox-agent-s1", root: str = "/p") -> runrecord.RunRecord:

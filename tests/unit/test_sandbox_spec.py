@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
+from executor.gitsafety.hostgit import Protected
 from executor.sandbox.config import SandboxConfig
 from executor.sandbox.hardening import container_options
-from executor.sandbox.protect import Protected
 from executor.sandbox.spec import LABEL_SPEC, SandboxSpec
 
 ARGV = ["--kill-strays", "--readonly-dir", ".git", "--git-guard", "--sign"]

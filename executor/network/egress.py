@@ -25,6 +25,7 @@ from executor.network.deps import deps_environment, deps_mount
 from executor.network.forwarder import SOCKET_NAME, Forwarder, forwarder_options
 from executor.network.proxy import Asker, Connection, EgressProxy, Limits, pinned_resolver
 from executor.network.rules import EgressRules, Rule, address_of, parse_rule, valid_host
+from executor.toolbox.nofollow import open_dir
 
 PROXY_PORT = 3128
 """Where the forwarder listens in the sandbox (its loopback)."""
@@ -179,7 +180,7 @@ def drop_socket_dir(lock_dir: Path, name: str) -> None:
         return
     directory = lock_dir / f"{name}.egress"
     try:
-        folder = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        folder = open_dir(directory)
     except OSError:
         return
     try:

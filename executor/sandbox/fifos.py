@@ -1,7 +1,8 @@
 """A session's channel directory: the FIFOs the toolbox talks over and PID 1's lifeline.
 
 The directory is ours, beside the session's lock file, and mounted read-only at `CHANNEL`.
-Every open is beneath it, never through a link: the sandbox could plant one on the way.
+Every open is beneath it, never through a link: the sandbox could plant one on the way
+(toolbox/nofollow.py: `open_dir`, the rule the host and the toolbox share).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import time
 from pathlib import Path
 
 from executor.sandbox.engine import endpoint
+from executor.toolbox.nofollow import open_dir
 
 
 def open_channel_dir(lock_dir: Path, name: str) -> Path | None:
@@ -40,7 +42,7 @@ def fifo_pair(directory: Path) -> tuple[int, int] | None:
     succeed; None when they cannot be made (the toolbox then stays on stdio)."""
     fds: list[int] = []
     try:
-        folder = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        folder = open_dir(directory)
     except OSError:
         return None
     try:
@@ -85,7 +87,7 @@ def unlink_fifos(directory: Path) -> None:
     """Remove the FIFOs' names: once both ends are open, nothing else may open them. Never
     through a link: `directory` is reached without following one."""
     try:
-        folder = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        folder = open_dir(directory)
     except OSError:
         return
     try:
@@ -100,7 +102,7 @@ def make_life(directory: Path) -> None:
     """A fresh FIFO `life` in our channel `directory`, for the container's PID 1 to open
     (boot/init.py: it watches the host through it)."""
     try:
-        folder = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        folder = open_dir(directory)
     except OSError:
         return
     try:
@@ -118,7 +120,7 @@ def hold_life(directory: Path, timeout: float = 2.0) -> int | None:
     """Our write end of `life`, once PID 1 holds the other (a non-blocking open for writing
     fails until a reader exists); the name is unlinked either way. None: no PID 1 took it."""
     try:
-        folder = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        folder = open_dir(directory)
     except OSError:
         return None
     deadline, fd = time.monotonic() + timeout, None

@@ -36,6 +36,13 @@ def open_beneath(root: str | os.PathLike[str] | int, parts: Sequence[str],
     return fd
 
 
+def open_dir(path: str | os.PathLike[str], flags: int = os.O_PATH) -> int:
+    """A descriptor of the directory `path`, its own name opened without following a link
+    (a directory of ours whose parents are ours too: a lock directory's session folders)."""
+    head, name = os.path.split(os.path.normpath(os.fspath(path)))
+    return open_beneath(head or ".", [name], flags)
+
+
 def open_parent(root: str | os.PathLike[str], path: str) -> tuple[int, str]:
     """(O_PATH descriptor of `path`'s directory, opened from `root` without following any
     link; `path`'s last name)."""

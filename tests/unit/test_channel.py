@@ -18,7 +18,7 @@ import pytest
 from executor.errors import ToolboxError, ToolboxTimeoutError
 from executor.sandbox import channel as channel_module
 from executor.sandbox.channel import Channel, FifoChannel
-from executor.sandbox.fifos import fifo_pair, unlink_fifos
+from executor.sandbox.fifos import fifo_pair, hold_life, make_life, unlink_fifos
 from tests.unit import toolbox_view as toolbox
 
 KEY = bytes(range(32))
@@ -276,6 +276,8 @@ def test_the_fifos_are_never_unlinked_through_a_link(tmp_path: Path):
     (tmp_path / "sandbox-agent-s.channel").symlink_to(victim)
     unlink_fifos(tmp_path / "sandbox-agent-s.channel")
     assert fifo_pair(tmp_path / "sandbox-agent-s.channel") is None
+    make_life(tmp_path / "sandbox-agent-s.channel")
+    assert hold_life(tmp_path / "sandbox-agent-s.channel", timeout=0.01) is None
     assert sorted(os.listdir(victim)) == ["in", "out"]
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from executor.toolbox.nofollow import open_beneath, open_parent, read_plain
+from executor.toolbox.nofollow import open_beneath, open_dir, open_parent, read_plain
 
 
 def test_the_shared_no_follow_helpers_refuse_links_and_fifos(tmp_path: Path):
@@ -41,3 +41,18 @@ def test_a_descriptor_root_is_kept_by_its_caller(tmp_path: Path):
         os.close(parent)
     finally:
         os.close(root)
+
+
+def test_a_directory_of_ours_is_opened_only_when_it_is_no_link(tmp_path: Path):
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to("real")
+    fd = open_dir(tmp_path / "real")
+    try:
+        os.mkfifo("f", dir_fd=fd)  # a descriptor the *at calls work beneath
+        assert (tmp_path / "real" / "f").exists()
+    finally:
+        os.close(fd)
+    with pytest.raises(OSError):
+        open_dir(tmp_path / "link")
+    with pytest.raises(OSError):
+        open_dir(tmp_path / "real" / "f")  # a FIFO is no directory

@@ -67,7 +67,7 @@ def test_dockers_unknown_runtime_is_one_clear_error():
 
 
 def test_probe_evidence_is_one_inert_line():
-    from executor.sandbox.probes import inert
+    from executor.sandbox.probes.lab import inert
 
     hostile = "ok\x1b[2J\x1b]0;owned\x07\r\nnext\x9b31m line\x00" + "x" * 300
     shown = inert(hostile, 80)

@@ -6,8 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -18,6 +17,7 @@ from executor.config import Settings
 from executor.delegation import RELAYED, BorrowedModel, Delegate, DelegateArgs
 from executor.errors import ConfigError, MaxTurnsExceeded, SandboxAgentError
 from executor.hooks import ChildEvent, CompleteEvent, ErrorEvent, Event, HookBus, NoticeEvent
+from executor.lifecycle import StartStop
 from executor.messages import Message, ToolResult
 from executor.models import build_model
 from executor.network.notes import NotedSandbox
@@ -52,7 +52,7 @@ def _status(exc: BaseException) -> str:
     return "error"
 
 
-class Runner(SandboxWiring, SessionKeeping, ModelWiring, Approvals):
+class Runner(StartStop, SandboxWiring, SessionKeeping, ModelWiring, Approvals):
     """One session: a model, a sandbox, tools, policy, audit and the conversation."""
 
     @classmethod
@@ -107,18 +107,6 @@ class Runner(SandboxWiring, SessionKeeping, ModelWiring, Approvals):
             delegate.spawn = runner.delegate
         return runner
 
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
     def start(self) -> None:
         """Start the model, the session, the container and the audit log."""
         if self.agent is not None:
@@ -170,6 +158,8 @@ class Runner(SandboxWiring, SessionKeeping, ModelWiring, Approvals):
                 self.store.close()
             for error in durable.SYNCER.flush():
                 self._warn(f"a session or audit line may not be on disk yet: fsync: {error}")
+
+    stop = close  # the name a `with` block ends by (lifecycle.StartStop)
 
     def run(self, query: str) -> RunResult:
         """Answer `query` in this session (starting it when needed)."""

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 from executor.errors import SandboxError, ToolboxError, ToolboxTimeoutError
 from executor.gitsafety.guard import GitGuard
+from executor.lifecycle import StartStop
 from executor.messages import ToolResult
 from executor.network.egress import EgressHooks
 from executor.protocols import OutputCallback, SandboxInfo
@@ -39,7 +39,7 @@ __all__ = ["DockerSandbox", "SandboxConfig", "container_name"]
 _CALL_MARGIN = 15.0  # seconds the host waits beyond a tool's own timeout
 
 
-class DockerSandbox:
+class DockerSandbox(StartStop):
     """A hardened per-session container; satisfies the `Sandbox` protocol."""
 
     def __init__(self, config: SandboxConfig, *, client: Any = None, warn: Warn | None = None,
@@ -84,14 +84,6 @@ class DockerSandbox:
     @property
     def _toolbox(self) -> Toolbox | None:
         return self._runtime.toolbox
-
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.stop()
 
     # -- lifecycle ---------------------------------------------------------------------------
 

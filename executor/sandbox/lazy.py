@@ -15,9 +15,9 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from types import TracebackType
 from typing import Any, Self
 
+from executor.lifecycle import StartStop
 from executor.messages import ToolResult
 from executor.protocols import OutputCallback, Sandbox, SandboxInfo
 
@@ -25,7 +25,7 @@ OnStart = Callable[[float], None]
 """Called with the seconds the start took (0 when a warm-up had already finished)."""
 
 
-class LazySandbox:
+class LazySandbox(StartStop):
     """Satisfies `Sandbox`; starts the wrapped one on first use."""
 
     def __init__(self, sandbox: Sandbox, on_start: OnStart | None = None) -> None:
@@ -42,15 +42,7 @@ class LazySandbox:
     # -- lifecycle ---------------------------------------------------------------------------
 
     def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
+        return self  # started on first use (or by a warm-up), not here; `__exit__` stops it
 
     @property
     def started(self) -> bool:

@@ -20,10 +20,10 @@ from __future__ import annotations
 import base64
 import hashlib
 from collections.abc import Callable, Mapping
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 from executor.errors import SandboxError
+from executor.lifecycle import StartStop
 from executor.messages import ToolResult
 from executor.protocols import OutputCallback, SandboxInfo
 from executor.workspace.manifest import Entry, Manifest
@@ -31,7 +31,7 @@ from executor.workspace.manifest import Entry, Manifest
 Answer = ToolResult | Callable[[dict[str, Any]], ToolResult]
 
 
-class FakeSandbox:
+class FakeSandbox(StartStop):
     """Records every call and answers from canned results (default: ok, '<tool> ok')."""
 
     def __init__(self, results: Mapping[str, Answer] | None = None, *,
@@ -44,18 +44,6 @@ class FakeSandbox:
         self.files = files
         self.copied: Manifest | None = None
         self.reattached = False
-
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     def start(self) -> None:
         """Mark the sandbox started (and, with files, take the copy)."""

@@ -102,7 +102,8 @@ class DockerSandbox(StartStop):
             if self.copying:
                 self._copy.plan(place, self._warn)
             else:
-                self._settle_abandoned()
+                settle_abandoned(place.client, place.abandoned(), place.lock_path.parent,
+                                 self._warn)  # what dead runs planted is not the person's
                 self._protect()
             place.lock()
             place.save_record(run_record(self._git, self.name, self.config.root))
@@ -294,10 +295,6 @@ class DockerSandbox(StartStop):
         if not self.copying and not self._root_checked:  # bind: the engine mounted the root
             self._root_checked = True
             check_root(self.config.root, ready.get("root"))
-        filtered = str(ready.get("filter", "not reported"))
-        if bundle.filter_argv() and not filtered.startswith("installed"):
-            self._warn(f"the toolbox's own seccomp filter is {filtered}: under runsc, set-id "
-                       "modes, unix sockets and new namespaces are then not refused")
 
     # -- a bind session's guard --------------------------------------------------------------
 
@@ -311,13 +308,6 @@ class DockerSandbox(StartStop):
             return
         self._git.after_session(self._warn)
         self._deployment.forget_record()
-
-    def _settle_abandoned(self) -> None:
-        """Runs on this root whose controller died: their containers go (with whatever still
-        runs there), then their end-of-session checks run, before this run's start looks at
-        the tree (what they planted must not be taken for the person's)."""
-        place = self._deployment
-        settle_abandoned(place.client, place.abandoned(), place.lock_path.parent, self._warn)
 
     # -- a copy session's loader (copysession.py) -------------------------------------------
 

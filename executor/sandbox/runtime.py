@@ -24,7 +24,7 @@ from executor.errors import (
 from executor.messages import ToolResult
 from executor.protocols import OutputCallback
 from executor.sandbox import boot, signals
-from executor.sandbox.bundle import INIT_MARK, toolbox_command, toolbox_payload
+from executor.sandbox.bundle import INIT_MARK, filter_argv, toolbox_command, toolbox_payload
 from executor.sandbox.channel import Channel, FifoChannel, OnProgress
 from executor.sandbox.engine import docker_errors, endpoint
 from executor.sandbox.fifos import (
@@ -237,6 +237,10 @@ class Runtime:
         ready = toolbox.start()
         self.toolbox = toolbox
         self.take_life(gvisor=gvisor)
+        filtered = str(ready.get("filter", "not reported"))
+        if filter_argv() and not filtered.startswith("installed"):
+            self._warn(f"the toolbox's own seccomp filter is {filtered}: under runsc, set-id "
+                       "modes, unix sockets and new namespaces are then not refused")
         return ready
 
     def call(self, tool: str, args: dict[str, Any], timeout: float,

@@ -7,8 +7,6 @@ import hashlib
 import json
 import os
 import platform
-import socket
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +21,7 @@ from executor.sandbox.config import GVISOR_PIDS_FACTOR
 from executor.sandbox.docker import DockerSandbox
 from executor.sandbox.fifos import channel_dir as channel_of
 from executor.sandbox.gc import gc
+from executor.sandbox.probes.lab import listener
 from executor.sandbox.signals import Signals
 from executor.toolbox.wire import signals_of
 from executor.workspace.copyload import ArchiveLoader
@@ -112,26 +111,8 @@ def test_read_only_run_cannot_change_a_byte(project: Path, docker_client: Any):
 @pytest.fixture
 def host_listener() -> Iterator[int]:
     """A TCP server on the host's loopback that records whether anyone connected."""
-    server = socket.create_server(("127.0.0.1", 0))
-    server.settimeout(0.2)
-    hits: list[str] = []
-    stop = threading.Event()
-
-    def serve() -> None:
-        while not stop.is_set():
-            try:
-                conn, _ = server.accept()
-            except OSError:
-                continue
-            hits.append("hit")
-            conn.close()
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    yield server.getsockname()[1]
-    stop.set()
-    thread.join()
-    server.close()
+    with listener() as (port, hits):  # the doctor's probe uses the same server
+        yield port
     assert not hits, "something inside the sandbox reached the host's loopback"
 
 

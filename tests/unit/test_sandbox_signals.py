@@ -222,3 +222,29 @@ def test_a_copy_session_ends_when_a_kill_failed(tmp_path: Path):
         assert runtime.started == 0 and place.created == []
     finally:
         box._deployment.unlock()
+
+
+class LeftoverRuntime(FakeRuntime):
+    """A re-attached container whose leftovers cannot be killed (their kill script paused)."""
+
+    def kill_in_container(self, api: Any, container_id: str, user: str, pid: int) -> bool:
+        return False
+
+
+@pytest.mark.parametrize("workspace", ["bind", "copy"])
+def test_leftovers_that_cannot_be_killed_cost_a_bind_container_and_end_a_copy_session(
+        tmp_path: Path, workspace: str):
+    """Red-team round 13, decided by `Recovery.clear_left` before any toolbox starts there."""
+    box, place, _ = _sandbox(tmp_path, [], workspace=workspace)
+    runtime = LeftoverRuntime(tmp_path / "locks", [])
+    box._assemble(place, runtime)
+    try:
+        if workspace == "copy":
+            with pytest.raises(SandboxError, match="cannot be resumed safely"):
+                box._recovery.clear_left()
+            assert place.removed == 0
+        else:
+            assert box._recovery.clear_left() is True  # the caller makes the new container
+            assert place.removed == 1 and place.container is None
+    finally:
+        box._deployment.unlock()

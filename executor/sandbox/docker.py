@@ -289,9 +289,13 @@ class DockerSandbox(StartStop):
         place = self._deployment
         if not running:
             place.ensure_running()
-        ready = self._runtime.start(place.client.api, place.container.id, tool_user(self.config),
-                                    self.toolbox_argv(), place.take_attached(),
-                                    gvisor=place.gvisor)
+        try:
+            ready = self._runtime.start(place.client.api, place.container.id,
+                                        tool_user(self.config), self.toolbox_argv(),
+                                        place.take_attached(), gvisor=place.gvisor)
+        except BaseException:  # a half-started toolbox may still run: none starts beside it
+            self._recovery.survivors = True
+            raise
         if not self.copying and not self._root_checked:  # bind: the engine mounted the root
             self._root_checked = True
             check_root(self.config.root, ready.get("root"))

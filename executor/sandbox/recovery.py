@@ -84,12 +84,12 @@ class Recovery:
 
     def interrupted(self) -> None:
         """The toolbox is still running a call (Ctrl-C): kill it, its next line is not ours."""
-        self.survivors = not self.kill_toolbox()
+        self.kill_toolbox()
 
     def recover(self, what: str) -> ToolResult:
         """Kill a dead or stuck toolbox; the result the model gets once a new one runs."""
         self._warn(f"{what}; restarting the toolbox")
-        self.survivors = not self.kill_toolbox()
+        self.kill_toolbox()
         return ToolResult.error(f"{what}. The toolbox was restarted; the call had no result.",
                                 toolbox_restarted=True)
 
@@ -125,13 +125,20 @@ class Recovery:
         return True
 
     def kill_toolbox(self) -> bool:
-        """Kill the toolbox and what it left (`Runtime.kill`); False: some may still run."""
+        """Kill the toolbox and what it left (`Runtime.kill`); False: some may still run.
+
+        `survivors` is set first and cleared only by a kill that ended well: a Ctrl-C or an
+        error during its wait (which a command can make last) leaves them assumed alive."""
         place = self._deployment
+        self.survivors = True
         if place.container is None:
             self._runtime.stop()
-            return True
-        return self._runtime.kill(place.client.api, place.container.id,
-                                  tool_user(place.config), place.ensure_running)
+            killed = True
+        else:
+            killed = self._runtime.kill(place.client.api, place.container.id,
+                                        tool_user(place.config), place.ensure_running)
+        self.survivors = not killed
+        return killed
 
     def kill_in_container(self, pid: int) -> bool:
         """Kill `pid` (0: none) and all the tools' uid runs (`Runtime.kill_in_container`)."""

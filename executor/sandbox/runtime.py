@@ -85,7 +85,10 @@ class Toolbox:
         try:
             channel.send(toolbox_payload(magic) + signing)
             ready = self._started(channel.read_json)
-            if pipes and key and ready == {"channel": "fifo"}:  # the rest comes that way
+            if pipes and key:  # the rest comes that way; our toolbox opens them or says why not
+                if ready != {"channel": "fifo"}:
+                    raise ToolboxError(f"the toolbox did not take the FIFO channel it was given "
+                                       f"({str(ready.get('channel'))[:200]!r})")
                 self._channel = FifoChannel(*pipes, key, channel)
                 pipes = None
                 ready = self._started(self._channel.read_json)
@@ -267,14 +270,15 @@ class Runtime:
         old, self.toolbox = self.toolbox, None
         if old is None:
             return True
+        killed = False
         try:  # killed before its channel closes: a toolbox that sees its host's end go
             # stops its command and ends the container (`EXIT_ORPHANED`)
-            if ensure_running() and old.pid and not self.kill_in_container(
-                    api, container_id, user, old.pid):
-                self._channel = None
-                return False
-            return True  # a container that had stopped has nothing left
+            killed = not (ensure_running() and old.pid) or self.kill_in_container(
+                api, container_id, user, old.pid)
+            return killed  # a container that had stopped has nothing left
         finally:
+            if not killed:  # also when interrupted mid-wait: what it left may hold the FIFOs
+                self._channel = None
             old.stop()
 
     def kill_in_container(self, api: Any, container_id: str, user: str, pid: int) -> bool:

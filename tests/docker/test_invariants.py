@@ -7,6 +7,8 @@ import hashlib
 import json
 import os
 import platform
+import signal
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -500,6 +502,38 @@ def test_a_kill_script_stopped_by_a_command_does_not_hang_the_host(project: Path
             assert box._toolbox is not None and box._toolbox.ready["channel"] == "fifo"
         assert time.monotonic() - started < 60
         assert any("did not finish in 15 s" in w for w in warnings), warnings
+
+
+@pytest.mark.engines("runc", "podman")
+@pytest.mark.parametrize("workspace", ["bind", "copy"])
+def test_a_ctrl_c_during_a_paused_kill_still_counts_it_failed(project: Path, docker_client: Any,
+                                                              workspace: str):
+    """Red-team round 18: Ctrl-C stops a call, the kill script is paused by the command, and a
+    second Ctrl-C cuts the 15 s wait short; the next request started a toolbox in the same
+    container, beside the process that paused it (which then took the toolbox's key)."""
+    for path in [project, *project.rglob("*")]:
+        os.lchown(path, 1000, 1000)
+    (project / "st.py").write_text(KILL_SCRIPT_STOPPER)
+    config = make_config(project, workspace=workspace)
+    with DockerSandbox(config, client=docker_client, copy_loader=ArchiveLoader(),
+                       warn=lambda m: None) as box:
+        first = box.info.container_id
+        for delay in (3.0, 6.0):  # during the command, then during the kill's wait
+            threading.Timer(delay, os.kill, (os.getpid(), signal.SIGINT)).start()
+        with pytest.raises(KeyboardInterrupt):
+            try:
+                shell(box, "python3 st.py </dev/null >/dev/null 2>&1 & sleep 30")
+            except KeyboardInterrupt:
+                time.sleep(8)  # where the second Ctrl-C lands if the kill was not paused
+                raise
+        if workspace == "copy":
+            with pytest.raises(SandboxError, match="could not be stopped"):
+                shell(box, "true")
+            assert box._toolbox is None  # none started beside the survivor
+        else:
+            after = shell(box, "cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' '")
+            assert box.info.container_id != first
+            assert "st.py" not in after.output, after.output
 
 
 def _still_usable(sandbox: DockerSandbox) -> None:

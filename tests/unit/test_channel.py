@@ -19,6 +19,7 @@ from executor.errors import ToolboxError, ToolboxTimeoutError
 from executor.sandbox import channel as channel_module
 from executor.sandbox.channel import Channel, FifoChannel
 from executor.sandbox.fifos import fifo_pair, hold_life, make_life, unlink_fifos
+from executor.sandbox.runtime import Toolbox
 from tests.unit import toolbox_view as toolbox
 
 KEY = bytes(range(32))
@@ -294,3 +295,34 @@ def test_a_lock_dir_inside_the_project_is_refused(tmp_path: Path):
     with pytest.raises(ConfigError, match=r"the lock dir .* is inside the project root"):
         Deployment(config, warn=print).lock()
     assert not (tmp_path / "proj" / ".cache").exists()
+
+
+def test_a_toolbox_offered_the_fifos_that_answers_on_its_stream_is_not_taken(tmp_path: Path):
+    """Red-team round 18: what took the key in a toolbox's place (from a stopped toolbox's
+    stdin) started its own without `--channel` and answered on stdio, and the host took it."""
+    (tmp_path / "chan").mkdir()
+    ours, theirs = socket.socketpair()
+
+    def impostor() -> None:
+        theirs.sendall(frame(b"00\n"))  # another bytecode format: the host sends the source
+        got = b""
+        while b"\n" not in got:
+            got += theirs.recv(1 << 16)
+        header, _, rest = got.partition(b"\n")  # `source N`, N bytes, then the key's hex line
+        size = int(header.split()[1])
+        while len(rest) < size + 65:
+            rest += theirs.recv(1 << 16)
+        key = bytes.fromhex(rest[size:size + 64].decode())
+        line = b'{"ready": true, "pid": 7, "channel": "stdio"}'
+        mac = hmac.new(key, line, "sha256").hexdigest()[:32].encode()
+        theirs.sendall(frame(mac + b" " + line + b"\n"))
+
+    helper = threading.Thread(target=impostor, daemon=True)
+    helper.start()
+    box = Toolbox("api", "cid", "1000", ["--root", "/workspace", "--sign"], attached=ours,
+                  channel=tmp_path / "chan")
+    with pytest.raises(ToolboxError, match="did not take the FIFO channel"):
+        box.start()
+    helper.join(10)
+    assert not os.listdir(tmp_path / "chan")  # the FIFOs are gone all the same
+    theirs.close()

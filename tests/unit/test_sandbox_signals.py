@@ -224,6 +224,66 @@ def test_a_copy_session_ends_when_a_kill_failed(tmp_path: Path):
         box._deployment.unlock()
 
 
+class InterruptedKillRuntime(StuckRuntime):
+    """The kill's wait (a paused kill script makes it last 15 s) is cut by a second Ctrl-C."""
+
+    def kill(self, api: Any, container_id: str, user: str,
+             ensure_running: Callable[[], bool]) -> bool:
+        self.kills += 1
+        self.toolbox = None
+        raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("first", [KeyboardInterrupt(), ToolboxTimeoutError("no answer")])
+@pytest.mark.parametrize("workspace", ["bind", "copy"])
+def test_a_kill_cut_short_counts_as_failed(tmp_path: Path, first: BaseException, workspace: str):
+    """Red-team round 18: a Ctrl-C during the kill's wait skipped the round-17 rule, and the
+    next call started a toolbox beside what the command left."""
+    box, place, _ = _sandbox(tmp_path, [], workspace=workspace)
+    runtime = InterruptedKillRuntime(tmp_path / "locks", first)
+    box._assemble(place, runtime)
+    box._protect = lambda: None  # type: ignore[method-assign]
+    box.wait_copied = lambda: None  # type: ignore[method-assign]
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            box.call("run_shell_command", {"command": "sleep 9"})
+        if workspace == "copy":
+            with pytest.raises(SandboxError, match="could not be stopped"):
+                box.call("run_shell_command", {"command": "true"})
+            assert runtime.started == 0 and place.created == []
+        else:
+            assert box.call("run_shell_command", {"command": "true"}) == DONE
+            assert len(place.created) == 1 and place.removed == 1
+            assert runtime.started == 1  # the only toolbox started is the new container's
+    finally:
+        box._deployment.unlock()
+
+
+class FailedStartRuntime(FakeRuntime):
+    """A toolbox start that fails half way: the process may be left running."""
+
+    def start(self, api: Any, container_id: str, user: str, argv: list[str],
+              attached: Any = None, *, gvisor: bool) -> dict[str, Any]:
+        if self.started == 0:
+            self.started, self.toolbox = 1, None
+            raise ToolboxError("the toolbox did not start: no ready line")
+        return super().start(api, container_id, user, argv, attached, gvisor=gvisor)
+
+
+def test_no_toolbox_starts_beside_one_whose_start_failed(tmp_path: Path):
+    box, place, _ = _sandbox(tmp_path, [])
+    runtime = FailedStartRuntime(tmp_path / "locks", [(DONE, signals.NONE)])
+    box._assemble(place, runtime)
+    box._protect = lambda: None  # type: ignore[method-assign]
+    try:
+        with pytest.raises(ToolboxError):
+            box._start_toolbox(running=True)
+        assert box.call("run_shell_command", {"command": "true"}) == DONE
+        assert len(place.created) == 1 and runtime.started == 2
+    finally:
+        box._deployment.unlock()
+
+
 class LeftoverRuntime(FakeRuntime):
     """A re-attached container whose leftovers cannot be killed (their kill script paused)."""
 
@@ -248,3 +308,16 @@ def test_leftovers_that_cannot_be_killed_cost_a_bind_container_and_end_a_copy_se
             assert place.removed == 1 and place.container is None
     finally:
         box._deployment.unlock()
+
+
+def test_a_kill_cut_short_leaves_the_fifos_to_no_later_toolbox(tmp_path: Path):
+    class Cut(Runtime):
+        def kill_in_container(self, api: Any, container_id: str, user: str, pid: int) -> bool:
+            raise KeyboardInterrupt
+
+    runtime = Cut(tmp_path / "locks", "sandbox-agent-s", lambda m: None)
+    runtime._channel = tmp_path / "chan"
+    runtime.toolbox = SimpleNamespace(pid=7, stop=lambda: None)  # type: ignore[assignment]
+    with pytest.raises(KeyboardInterrupt):
+        runtime.kill("api", "cid", "1000", lambda: True)
+    assert runtime.toolbox is None and not runtime.has_channel

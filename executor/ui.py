@@ -379,7 +379,7 @@ class ProgressView:
                     f"{markup_safe(event.reason[:200], line=True)}")
 
     def _on_warning(self, event: WarningEvent) -> None:
-        self._print(f"[yellow]warning:[/] {markup_safe(event.message)}")
+        self._print(f"[yellow]warning:[/] {markup_safe(event.message, line=True)}")
 
     def _on_notice(self, event: NoticeEvent) -> None:
         self._print(f"[dim]{markup_safe(event.message)}[/]")
@@ -442,12 +442,13 @@ class ProgressView:
                 self._refused.discard(f"child:{inner.get('call_id')}")
                 return
             mark = "[green]✓[/]" if inner.get("ok") else "[yellow]![/]"
-            what = f"{markup_safe(inner.get('tool'), line=True)} {markup_safe(subject(arguments))}"
-            outcome = markup_safe(summarize(inner))
+            what = (f"{markup_safe(inner.get('tool'), line=True)} "
+                    f"{markup_safe(subject(arguments), line=True)}")
+            outcome = markup_safe(summarize(inner), line=True)
             self._print(f"  [dim]↳ {child}[/] {mark} {what} [dim]{outcome}[/]")
         elif kind in ("warning", "notice", "sandbox_start"):
             text = inner.get("message") or f"sandbox {inner.get('container_name', '')} started"
-            self._print(f"  [dim]↳ {child} {markup_safe(text)}[/]")
+            self._print(f"  [dim]↳ {child} {markup_safe(text, line=True)}[/]")
 
     def _on_complete(self, event: CompleteEvent) -> None:
         self.close()

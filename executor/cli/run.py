@@ -60,7 +60,7 @@ def _trace(runner: Runner) -> None:
     redactor = Redactor.from_environ(extra_names=[runner.settings.api_key_env])
     telemetry.start(runner.hooks, configured_endpoint=runner.settings.otel_endpoint,
                     redactor=redactor, on_warning=lambda text: err_console.print(
-                        f"[yellow]warning:[/] {markup_safe(text)}"))
+                        f"[yellow]warning:[/] {markup_safe(text, line=True)}"))
 
 
 def _query_from_stdin() -> str:

@@ -120,7 +120,7 @@ def show(
         warnings.simplefilter("ignore", SessionWarning)  # printed below as one clean line
         contents = store.read()
     for note in contents.warnings:
-        err_console.print(f"warning: {inert(note)}", style="yellow", markup=False)
+        err_console.print(f"warning: {inert_line(note)}", style="yellow", markup=False)
     out_console.print(_heading(contents))
     for entry in contents.entries:
         if entry.event != "header_update":  # already folded into the heading

@@ -150,26 +150,26 @@ def _git_run(root: Path) -> GitRun | None:
 
 def git_marked(changes: list[Change], content: Content, git: GitRun | None) -> list[Change]:
     """`changes` flagged where `git` says git on the host runs or reads the path."""
-    from executor.text import inert
+    from executor.text import inert_line
 
     if git is None:
         return changes
     for config, why in git.unsure.items():
-        err_console.print(f"warning: git on the host reads {inert(config)} as config, but it "
+        err_console.print(f"warning: git on the host reads {inert_line(config)} as config, but it "
                           f"cannot be read with certainty ({why}); apply will refuse to write "
                           "until it is fixed", markup=False, highlight=False)
     return git.mark(changes, content)
 
 
 def _heading(changeset: Changeset, todo: list[Change], applied: set[str]) -> None:
-    from executor.text import inert
+    from executor.text import inert_line
 
     done = f", {len(applied)} already applied" if applied else ""
     err_console.print(f"session {changeset.session}: {len(todo)} pending change"
                       f"{'s' * (len(todo) != 1)}{done}", markup=False, highlight=False)
     for refusal in changeset.refused:
-        err_console.print(f"not brought back: {inert(refusal['path'])}: {refusal['reason']}",
-                          markup=False, highlight=False)
+        err_console.print(f"not brought back: {inert_line(refusal['path'])}: "
+                          f"{inert_line(refusal['reason'])}", markup=False, highlight=False)
 
 
 # ---------------------------------------------------------------------------- apply
@@ -252,10 +252,10 @@ def _confirm(question: str) -> bool:
     from rich.markup import escape
     from rich.prompt import Confirm
 
-    from executor.text import inert
+    from executor.text import inert_line
 
     try:  # the question names the root: shown as it is, never as markup
-        return Confirm.ask(escape(inert(question)), console=err_console, default=False)
+        return Confirm.ask(escape(inert_line(question)), console=err_console, default=False)
     except EOFError:
         return False
 
@@ -263,12 +263,13 @@ def _confirm(question: str) -> bool:
 def _audit(root: Path, session: str, settings: Settings | None = None) -> AuditLog | None:
     from executor.audit import AuditLog
     from executor.config import Settings
+    from executor.text import inert_line
 
     settings = settings or Settings()
     if not settings.audit:
         return None
     return AuditLog.for_root(root, session=session, audit_dir=settings.audit_dir,
-                             on_warning=lambda m: err_console.print(f"warning: {m}",
+                             on_warning=lambda m: err_console.print(f"warning: {inert_line(m)}",
                                                                     markup=False))
 
 
@@ -276,7 +277,7 @@ _UNDONE = {"A": "put back", "D": "removed", "M": "restored", "T": "restored"}
 
 
 def _report(outcome: Outcome, verb: str, *, to_stderr: bool = False) -> None:
-    from executor.text import inert
+    from executor.text import inert_line
 
     def say(line: str) -> None:
         if to_stderr:  # `ask --apply`: stdout carries the answer alone
@@ -286,21 +287,21 @@ def _report(outcome: Outcome, verb: str, *, to_stderr: bool = False) -> None:
 
     for change in outcome.done:
         what = f"applied {change.status}" if verb == "applied" else _UNDONE[change.status]
-        say(f"{what} {inert(change.path)}")
+        say(f"{what} {inert_line(change.path)}")
     for path in outcome.already:
-        say(f"already {inert(path)}")
+        say(f"already {inert_line(path)}")
     for path, reason in outcome.conflicts:
-        err_console.print(f"not {verb}: {inert(path)}: {inert(reason)}", markup=False,
+        err_console.print(f"not {verb}: {inert_line(path)}: {inert_line(reason)}", markup=False,
                           highlight=False)
 
 
 def _raise_conflicts(outcome: Outcome, verb: str, fix: str) -> None:
-    from executor.text import inert
+    from executor.text import inert_line
 
     if not outcome.conflicts:
         return
     paths = [p for p, _ in outcome.conflicts]
-    shown = ", ".join(inert(p) for p in paths[:5]) + (", …" if len(paths) > 5 else "")
+    shown = ", ".join(inert_line(p) for p in paths[:5]) + (", …" if len(paths) > 5 else "")
     raise ConflictError(f"{len(paths)} file{'s' * (len(paths) != 1)} not {verb} (changed on "
                         f"the host, or unsafe to write): {shown}", paths=paths, fix=fix)
 
@@ -367,41 +368,41 @@ def run_undo(root: Path, plan: UndoPlan, *, yes: bool, at_terminal: bool,
 def _show_undo(root: Path, plan: UndoPlan, preview: Outcome) -> None:
     """What an undo would do, inert, on stderr: the diff from the tree as it is to what undo
     would leave, what it leaves alone, what it cannot restore."""
-    from executor.text import inert
+    from executor.text import inert_line
     from executor.workspace.apply import undo_content
 
     _show_diff(preview.ready, undo_content(root, plan, preview))
     for path, reason in preview.conflicts:
-        err_console.print(f"left alone: {inert(path)}: {inert(reason)}", markup=False,
+        err_console.print(f"left alone: {inert_line(path)}: {inert_line(reason)}", markup=False,
                           highlight=False)
     for path, reason in preview.cannot:
-        err_console.print(f"cannot restore {inert(path)}: {inert(reason)}", markup=False,
+        err_console.print(f"cannot restore {inert_line(path)}: {inert_line(reason)}", markup=False,
                           highlight=False)
     ready = preview.ready
     removed = sum(1 for c in ready if c.before is not None and c.after is None)
     overwritten = sum(1 for c in ready if c.before is not None and c.after is not None)
     err_console.print(f"undo would remove {removed}, overwrite {overwritten} and put back "
                       f"{len(ready) - removed - overwritten} path(s); what it removes or "
-                      f"overwrites is kept first in {inert(str(_blob_dir(root)))}",
+                      f"overwrites is kept first in {inert_line(str(_blob_dir(root)))}",
                       markup=False, highlight=False)
 
 
 def _report_undo(root: Path, outcome: Outcome) -> None:
     """Where what undo removed or overwrote is kept; UnrestorableError for what it could not
     restore (named one per line)."""
-    from executor.text import inert
+    from executor.text import inert_line
 
     for path, reason in outcome.cannot:
-        err_console.print(f"cannot restore {inert(path)}: {inert(reason)}", markup=False,
+        err_console.print(f"cannot restore {inert_line(path)}: {inert_line(reason)}", markup=False,
                           highlight=False)
     if any(c.before is not None and c.before.kind == "file" for c in outcome.done):
         err_console.print(f"what undo removed or overwrote is kept in "
-                          f"{inert(str(_blob_dir(root)))} (each under its sha256)",
+                          f"{inert_line(str(_blob_dir(root)))} (each under its sha256)",
                           markup=False, highlight=False)
     if not outcome.cannot:
         return
     paths = [p for p, _ in outcome.cannot]
-    shown = ", ".join(inert(p) for p in paths[:5]) + (", …" if len(paths) > 5 else "")
+    shown = ", ".join(inert_line(p) for p in paths[:5]) + (", …" if len(paths) > 5 else "")
     also = (f"; {len(outcome.conflicts)} more left alone (changed since)"
             if outcome.conflicts else "")
     raise UnrestorableError(

@@ -14,7 +14,7 @@ import stat
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from executor.text import inert
+from executor.text import inert, inert_line
 from executor.workspace.changes import Change, Changeset, Matcher, text_lines
 from executor.workspace.manifest import Entry, applied_mode
 from executor.workspace.store import BlobStore
@@ -64,11 +64,36 @@ def for_terminal(lines: Iterable[str]) -> Iterable[str]:
     return coloured(lines) if sys.stdout.isatty() and not os.environ.get("NO_COLOR") else lines
 
 
+_GIT_NAMED = {7: "\\a", 8: "\\b", 9: "\\t", 10: "\\n", 11: "\\v", 12: "\\f", 13: "\\r",
+              34: '\\"', 92: "\\\\"}
+
+
+def git_quoted(name: str) -> str:
+    """A path as git writes it in a patch: as it is, or C-quoted in double quotes when it holds
+    a control character, a quote or a backslash (`"a/line\\nbreak.txt"`; `git apply` reads
+    it back), so no name can start a line of its own in what a person reviews or applies."""
+    raw = name.encode("utf-8", "surrogateescape")
+    if not any(b < 0x20 or b == 0x7F or b in (34, 92) for b in raw) and not re.search(
+            "[\x80-\x9f\udc80-\udcff]", name):
+        return name
+    out = []
+    for char in name:
+        data = char.encode("utf-8", "surrogateescape")
+        if len(data) == 1 and data[0] in _GIT_NAMED:
+            out.append(_GIT_NAMED[data[0]])
+        elif any(b < 0x20 or b == 0x7F for b in data) or "\x80" <= char <= "\x9f" or (
+                "\udc80" <= char <= "\udcff"):
+            out.append("".join(f"\\{b:03o}" for b in data))
+        else:
+            out.append(char)
+    return '"' + "".join(out) + '"'
+
+
 def _file_diff(change: Change, content: Content) -> Iterator[str]:
     path, before, after = change.path, change.before, change.after
     for flag in change.flags:
-        yield f"!! {flag}\n"
-    yield f"diff --sandbox-agent a/{path} b/{path}\n"
+        yield f"!! {inert_line(flag)}\n"
+    yield f"diff --sandbox-agent {git_quoted('a/' + path)} {git_quoted('b/' + path)}\n"
     yield from _headers(before, after, change.host_bits)
     if {_kind(before), _kind(after)} <= {"dir", None}:
         return  # a directory has no content to show
@@ -115,8 +140,8 @@ def _content_lines(path: str, before: Entry | None, after: Entry | None, content
         return
     if old == new:
         return
-    name_a = f"a/{path}" if before is not None and before.kind != "dir" else "/dev/null"
-    name_b = f"b/{path}" if after is not None and after.kind != "dir" else "/dev/null"
+    name_a = git_quoted(f"a/{path}") if before is not None and before.kind != "dir" else "/dev/null"
+    name_b = git_quoted(f"b/{path}") if after is not None and after.kind != "dir" else "/dev/null"
     for line in unified(old, new, name_a, name_b):
         yield line if line.endswith("\n") else line + "\n\\ No newline at end of file\n"
 
@@ -177,8 +202,8 @@ def stat_lines(changes: list[Change], *, safe: bool, limit: int | None = None) -
     width = min(60, max((len(c.path) for c in changes), default=0))
     lines = []
     for change in changes[:limit] if limit else changes:
-        path = inert(change.path) if safe else change.path
-        flagged = f" ! {'; '.join(change.flags)}" if change.flags else ""
+        path = inert_line(change.path) if safe else git_quoted(change.path)
+        flagged = f" ! {inert_line('; '.join(change.flags))}" if change.flags else ""
         lines.append(f" {change.status} {path:<{width}}  {_counts(change):<10}{flagged}".rstrip())
     if limit and len(changes) > limit:
         lines.append(f" … and {len(changes) - limit} more")
@@ -221,7 +246,8 @@ def summary(changeset: Changeset, pending: list[Change], *, root: str) -> list[s
 def _refusals(changeset: Changeset) -> list[str]:
     if not changeset.refused:
         return []
-    shown = "; ".join(f"{inert(r['path'])}: {r['reason']}" for r in changeset.refused[:5])
+    shown = "; ".join(f"{inert_line(r['path'])}: {inert_line(r['reason'])}"
+                      for r in changeset.refused[:5])
     more = f" (and {len(changeset.refused) - 5} more)" if len(changeset.refused) > 5 else ""
     return [f"not brought back: {shown}{more}"]
 

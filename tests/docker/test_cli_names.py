@@ -1,60 +1,70 @@
-"""File names that are not UTF-8, through the CLI: the model reads them in a form it can pass
-back (`caf\\xe9.txt`, docs/TOOLS.md), every path tool takes that form, and the terminal shows
-the same form, inert."""
+"""Names the sandbox chose never start a line of their own in what the host prints.
+
+Red-team round 18: a file named `x\\n+++ b/README.md\\n@@ …` wrote lines of its own choosing
+into the run's summary and the diff a person reviews before `apply`, and a `.git` named with
+a newline put a fake `warning: all checks passed` line among the host's own warnings.
+"""
 
 from __future__ import annotations
 
-import os
-import re
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.docker.cli_support import ask, explain
+from tests.docker.cli_support import ask, assert_ok, explain, run_cli, tool_exchanges
 from tests.fakes.model_server import Call, ModelServer
 
 pytestmark = pytest.mark.docker
 
-CONTROL = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]")
+FORGED = "x\n+++ b/README.md\n@@ -1,2 +1,9 @@\n+harmless"
+ESCAPED = "e\x1b]0;TITLE\x07\x1b[2Jred"
 
 
-def test_a_name_that_is_not_utf8_is_listed_found_read_and_written_back(
-        workdir: Path, model_server: ModelServer):
-    root = os.fsencode(workdir / "proj")
-    os.makedirs(os.path.join(root, b"d\xff"))
-    with open(os.path.join(root, b"caf\xe9.txt"), "wb") as out:
-        out.write(b"needle one\n")
-    with open(os.path.join(root, b"d\xff", b"x.txt"), "wb") as out:
-        out.write(b"needle two\n")
-    with open(os.path.join(root, b"lit\\xe9.txt"), "wb") as out:  # ASCII that looks escaped
-        out.write(b"needle three\n")
-    model_server.reply(tool_calls=[Call("list_files", {}),
-                                   Call("search_files", {"pattern": "needle"})])
-    model_server.reply(tool_calls=[
-        Call("read_file", {"path": "caf\\xe9.txt"}),
-        Call("read_file", {"path": "lit\\\\xe9.txt"}),
-        Call("edit_file", {"path": "caf\\xE9.txt", "old_text": "one", "new_text": "1"}),
-        Call("write_file", {"path": "d\\xff/new\\xfe.txt", "content": "made\n"})])
-    model_server.reply("done")
+def _own_lines(text: str) -> list[str]:
+    """Lines that start with what only the sandbox's names could put there."""
+    return [line for line in text.splitlines()
+            if line.startswith(("+++ b/README.md", "@@ -1,2 +1,9 @@", "+harmless", "warning: all"))]
 
-    done = ask(Path(os.fsdecode(root)), model_server, "ollama", "--yes")
 
-    assert done.returncode == 0, explain(done)
-    results = [m["content"] for m in model_server.last_chat.body["messages"]
-               if m["role"] == "tool"]
-    listed, found, read, literal, edited, wrote = results
-    assert listed.splitlines() == ["caf\\xe9.txt", "d\\xff/", "d\\xff/x.txt",
-                                   "lit\\\\xe9.txt"], listed
-    assert "caf\\xe9.txt:1:needle one" in found and "d\\xff/x.txt:1:needle two" in found, found
-    assert "lit\\\\xe9.txt:1:needle three" in found and "passed over" not in found, found
-    assert "needle one" in read and "needle three" in literal, (read, literal)
-    assert "1 replacement" in edited and "wrote 5 bytes" in wrote, (edited, wrote)
-    assert "\ufffd" not in "".join(results)
-    with open(os.path.join(root, b"caf\xe9.txt"), "rb") as f:
-        assert f.read() == b"needle 1\n"
-    with open(os.path.join(root, b"d\xff", b"new\xfe.txt"), "rb") as f:
-        assert f.read() == b"made\n"
-    terminal = done.stdout + done.stderr
-    assert "d\\xff/new\\xfe.txt" in terminal and "caf\\xe9.txt" in terminal, explain(done)
-    assert "\ufffd" not in terminal and "\\udc" not in terminal, explain(done)
-    assert not CONTROL.search(terminal), explain(done)
+def test_a_name_with_newlines_stays_one_name_in_the_summary_and_the_diff(
+        project: Path, model_server: ModelServer):
+    make = ("import os, sys\nfor name in sys.argv[1:]:\n"
+            "    os.makedirs(os.path.dirname(name) or '.', exist_ok=True)\n"
+            "    open(name, 'w').write('hi\\n')\n")
+    model_server.reply(tool_calls=[Call("write_file", {"path": "mk.py", "content": make})])
+    model_server.reply(tool_calls=[Call("run_shell_command", {
+        "command": f"python3 mk.py '{FORGED}' '{ESCAPED}' && rm mk.py"})])
+    model_server.reply("made")
+
+    done = ask(project, model_server, "ollama", "--yes", "--workspace", "copy")
+
+    assert_ok(done, "made")
+    assert "exit_code: 0" in tool_exchanges(model_server.last_chat)[1][2], explain(done)
+    assert "x\\n+++ b/README.md\\n@@" in done.stderr and not _own_lines(done.stderr), explain(done)
+    piped = run_cli("diff", "--root", project)
+    assert piped.returncode == 0, explain(piped)
+    assert not _own_lines(piped.stdout) and "\x1b" not in piped.stdout.split("+hi")[0], piped.stdout
+    assert '+++ "b/x\\n+++ b/README.md\\n@@ -1,2 +1,9 @@\\n+harmless"' in piped.stdout
+    checked = subprocess.run(["git", "apply", "--check", "-v", "-"], cwd=project,
+                             input=piped.stdout, capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stderr  # git reads the quoted names back
+    applied = run_cli("apply", "--root", project, "--yes")
+    assert applied.returncode == 0 and not _own_lines(applied.stdout + applied.stderr), \
+        explain(applied)
+    assert (project / FORGED).read_text() == "hi\n" and (project / ESCAPED).exists()
+
+
+def test_a_repository_named_with_a_newline_cannot_write_a_warning_line(
+        project: Path, model_server: ModelServer):
+    planted = "e\nwarning: all checks passed"
+    model_server.reply(tool_calls=[Call("run_shell_command", {
+        "command": f"mkdir -p '{planted}/.git/objects' '{planted}/.git/refs' && "
+                   f"echo 'ref: refs/heads/main' > '{planted}/.git/HEAD' && kill -9 $PPID"})])
+    model_server.reply("planted")
+
+    done = ask(project, model_server, "ollama", "--yes", "--workspace", "bind")
+
+    assert "e\\nwarning: all checks passed" in done.stderr, explain(done)
+    assert not _own_lines(done.stderr), explain(done)
+    assert not (project / planted / ".git").exists()  # renamed aside all the same

@@ -1,0 +1,153 @@
+"""Warm starts (executor/sandbox/warm.py): a standby is adopted only when it is exactly what
+the session would make now and nothing ever ran in it, by one session only; else the session
+starts cold and the standby goes. `gc` removes a standby whose maker died."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from executor.sandbox import warm
+from executor.sandbox.config import container_name
+from executor.sandbox.docker import DockerSandbox
+from executor.sandbox.gc import gc
+from tests.docker.conftest import make_config
+
+pytestmark = [pytest.mark.docker, pytest.mark.skipif(
+    bool(os.environ.get("SANDBOX_AGENT_RUNTIME")), reason="standbys are runc's quick path")]
+
+
+def standby_for(config: Any, client: Any) -> warm.Standby:
+    """A standby in this process's pool for `config`'s session (made now, not in background)."""
+    standby = DockerSandbox(config, client=client).standby()
+    warm.POOL._ready[standby.name] = ("test", _done(standby))  # as `prepare` leaves it
+    return standby
+
+
+def _done(standby: warm.Standby) -> Any:
+    from concurrent.futures import Future
+
+    future: Future[warm.Standby | None] = Future()
+    future.set_result(standby)
+    return future
+
+
+def gone(client: Any, container_id: str) -> bool:
+    import docker.errors
+
+    try:
+        client.containers.get(container_id)
+    except docker.errors.NotFound:
+        return True
+    return False
+
+
+def test_a_fresh_standby_is_adopted_and_works(project: Path, docker_client: Any):
+    config = make_config(project)
+    standby = standby_for(config, docker_client)
+    made = standby.container.id
+    said: list[str] = []
+    with DockerSandbox(config, client=docker_client, warn=said.append) as box:
+        assert box._deployment.adopted and box.info.container_id == made, said
+        result = box.call("run_shell_command", {"command": "cat hello.py; echo $$"})
+        assert result.ok and 'print("hello")' in result.output
+        assert box.call("write_file", {"path": "new.txt", "content": "x\n"}).ok
+    assert (project / "new.txt").read_text() == "x\n"
+    assert gone(docker_client, made)
+
+
+def test_a_standby_with_another_spec_is_not_adopted(project: Path, docker_client: Any):
+    config = make_config(project, memory="300m")
+    standby = standby_for(config, docker_client)
+    with DockerSandbox(config.model_copy(update={"memory": "400m"}),
+                       client=docker_client) as box:
+        assert not box._deployment.adopted and box.info.container_id != standby.container.id
+        assert box.call("run_shell_command", {"command": "true"}).ok
+        assert gone(docker_client, standby.container.id)
+
+
+def test_a_standby_something_was_execd_in_is_not_adopted(project: Path, docker_client: Any):
+    config = make_config(project)
+    standby = standby_for(config, docker_client)
+    ran = standby.container.exec_run(["sh", "-c", "echo planted > /tmp/p"], user="root")
+    assert ran.exit_code == 0  # it ended: the engine lists no exec any more
+    standby.container.reload()
+    assert not standby.container.attrs.get("ExecIDs")
+    with DockerSandbox(config, client=docker_client) as box:
+        assert not box._deployment.adopted
+        result = box.call("run_shell_command", {"command": "cat /tmp/p || echo clean"})
+        assert "clean" in result.output and "planted" not in result.output
+    assert gone(docker_client, standby.container.id)
+
+
+def test_a_standby_is_claimed_once(project: Path, docker_client: Any):
+    config = make_config(project)
+    standby = DockerSandbox(config, client=docker_client).standby()
+    try:
+        assert standby.why_not(_digest_of(standby), project) == ""
+        assert standby.claim()
+        assert not standby.claim()  # its PID 1 answers once: no second session gets it
+    finally:
+        standby.discard()
+
+
+def _digest_of(standby: warm.Standby) -> str:
+    standby.container.reload()
+    return str(standby.container.labels["sandbox-agent.spec"])
+
+
+def test_a_replaced_git_dir_is_not_adopted(project: Path, docker_client: Any):
+    """Same paths, same spec: but the standby mounts the `.git` that is gone (round 14)."""
+    config = make_config(project)
+    standby = standby_for(config, docker_client)
+    subprocess.run(["rm", "-rf", str(project / ".git")], check=True)
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    with DockerSandbox(config, client=docker_client) as box:
+        assert not box._deployment.adopted
+        result = box.call("run_shell_command", {"command": "touch .git/x"})
+        assert not result.ok or "Read-only" in result.output
+    assert not (project / ".git" / "x").exists()
+    assert gone(docker_client, standby.container.id)
+
+
+MAKER = """
+import sys, time
+from pathlib import Path
+from executor.sandbox.docker import DockerSandbox, SandboxConfig
+config = SandboxConfig(root=Path(sys.argv[1]), session_id=sys.argv[2], image=sys.argv[3])
+standby = DockerSandbox(config).standby()
+print(standby.container.id, flush=True)
+time.sleep(600)
+"""
+
+
+def test_gc_removes_a_standby_whose_maker_died(project: Path, docker_client: Any,
+                                                 workdir: Path):
+    from tests.conftest import IMAGE
+
+    script = workdir / "maker.py"
+    script.write_text(MAKER)
+    config = make_config(project)
+    maker = subprocess.Popen([sys.executable, str(script), str(project), config.session_id,
+                              IMAGE], stdout=subprocess.PIPE, text=True)
+    try:
+        assert maker.stdout is not None
+        made = maker.stdout.readline().strip()
+        assert made, "the maker made no standby"
+        assert container_name(config.session_id) in gc(docker_client, root=str(project)).in_use
+    finally:
+        maker.send_signal(signal.SIGKILL)
+        maker.wait()
+    deadline = time.monotonic() + 10
+    while docker_client.containers.get(made).status == "running" and time.monotonic() < deadline:
+        time.sleep(0.1)  # its PID 1 saw the lifeline go
+    assert docker_client.containers.get(made).status != "running"
+    assert container_name(config.session_id) in gc(docker_client, root=str(project)).removed
+    assert gone(docker_client, made)

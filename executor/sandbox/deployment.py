@@ -346,7 +346,7 @@ class Deployment:
         check_outside(real_root(self.config.root), path.parent,
                       "the lock dir (XDG_RUNTIME_DIR or XDG_CACHE_HOME)")
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        standby = warm.POOL.take(self.name)
+        standby = None if self.standby_mode else warm.POOL.take(self.name)  # not a standby's
         if standby is not None:  # made ahead for this session, holding its lock since
             self._lock_fd, self._standby, self.standby_mode = standby.take_lock(), standby, True
             return

@@ -77,6 +77,11 @@ class DockerSandbox(StartStop):
         return self._deployment.reattached
 
     @property
+    def adopted(self) -> bool:
+        """Whether this start adopted a container made ahead (warm.py)."""
+        return self._deployment.adopted
+
+    @property
     def copying(self) -> bool:
         """Whether the sandbox works on a copy of the root (not on the root itself)."""
         return self.config.workspace == "copy"
@@ -128,19 +133,20 @@ class DockerSandbox(StartStop):
                 self._runtime.drop_channel()
             raise
 
-    def standby(self) -> warm.Standby:
-        """This session's container made now, with no toolbox in it yet (warm.py)."""
+    def standby(self) -> warm.Standby | None:
+        """This session's container made now, with no toolbox in it yet (warm.py); None when
+        this session can have none (`warm.eligible`)."""
         place = self._deployment
         place.connect()
         self._protect()
-        place.lock()
         place.standby_mode = True
+        place.lock()
         why = warm.eligible(self.config, self._git.protected.missing,
                             quick=bool(self.create_options().get("stdin_open"))
                             and self._channel_dir() is not None)
         if why:
             self.stop()
-            raise SandboxError(f"no standby here: {why}")
+            return None
         record = run_record(self._git, self.name, self.config.root)
         place.save_record(record)  # `gc` settles it if this process dies
         self._create()

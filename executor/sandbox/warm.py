@@ -72,8 +72,8 @@ def run_id() -> str:
 class Warmable(Protocol):
     """What a standby is made from: a sandbox that can make its container ahead."""
 
-    def standby(self) -> Standby:
-        """Its container, made and started with no toolbox in it."""
+    def standby(self) -> Standby | None:
+        """Its container, made and started with no toolbox in it (None: it can have none)."""
         ...
 
 
@@ -228,14 +228,25 @@ class Pool:
         """Make a standby for session `session_id` (container `name`) in the background;
         a later session of `key` takes the id (`reserve`) and the container (`take`)."""
         future: Future[Standby | None] = Future()
+        self._add(key, session_id, name, future)
+        threading.Thread(target=_make, args=(future, make, warn), name="standby",
+                         daemon=True).start()
+
+    def put(self, key: str, session_id: str, standby: Standby | None) -> None:
+        """A standby made already, for a later session of `key` (as `prepare` leaves one)."""
+        future: Future[Standby | None] = Future()
+        future.set_result(standby)
+        if standby is not None:
+            self._add(key, session_id, standby.name, future)
+
+    def _add(self, key: str, session_id: str, name: str,
+             future: Future[Standby | None]) -> None:
         with self._lock:
             if not self._exit_hook:
                 atexit.register(self.close)  # the lifeline ends it anyway; this is sooner
                 self._exit_hook = True
             self._ready[name] = (key, future)
             self._ids.setdefault(key, []).append(session_id)
-        threading.Thread(target=_make, args=(future, make, warn), name="standby",
-                         daemon=True).start()
 
     def reserve(self, key: str) -> str | None:
         """A session id whose standby suits a session of `key` (once), or None."""

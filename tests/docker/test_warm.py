@@ -4,6 +4,7 @@ starts cold and the standby goes. `gc` removes a standby whose maker died."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -18,6 +19,7 @@ from executor.sandbox import warm
 from executor.sandbox.config import container_name
 from executor.sandbox.docker import DockerSandbox
 from executor.sandbox.gc import gc
+from executor.session import NdjsonSessionStore
 from tests.docker.conftest import make_config
 
 pytestmark = [pytest.mark.docker, pytest.mark.skipif(
@@ -27,16 +29,8 @@ pytestmark = [pytest.mark.docker, pytest.mark.skipif(
 def standby_for(config: Any, client: Any) -> warm.Standby:
     """A standby in this process's pool for `config`'s session (made now, not in background)."""
     standby = DockerSandbox(config, client=client).standby()
-    warm.POOL._ready[standby.name] = ("test", _done(standby))  # as `prepare` leaves it
+    warm.POOL.put("test", config.session_id, standby)
     return standby
-
-
-def _done(standby: warm.Standby) -> Any:
-    from concurrent.futures import Future
-
-    future: Future[warm.Standby | None] = Future()
-    future.set_result(standby)
-    return future
 
 
 def gone(client: Any, container_id: str) -> bool:
@@ -55,7 +49,7 @@ def test_a_fresh_standby_is_adopted_and_works(project: Path, docker_client: Any)
     made = standby.container.id
     said: list[str] = []
     with DockerSandbox(config, client=docker_client, warn=said.append) as box:
-        assert box._deployment.adopted and box.info.container_id == made, said
+        assert box.adopted and box.info.container_id == made, said
         result = box.call("run_shell_command", {"command": "cat hello.py; echo $$"})
         assert result.ok and 'print("hello")' in result.output
         assert box.call("write_file", {"path": "new.txt", "content": "x\n"}).ok
@@ -68,7 +62,7 @@ def test_a_standby_with_another_spec_is_not_adopted(project: Path, docker_client
     standby = standby_for(config, docker_client)
     with DockerSandbox(config.model_copy(update={"memory": "400m"}),
                        client=docker_client) as box:
-        assert not box._deployment.adopted and box.info.container_id != standby.container.id
+        assert not box.adopted and box.info.container_id != standby.container.id
         assert box.call("run_shell_command", {"command": "true"}).ok
         assert gone(docker_client, standby.container.id)
 
@@ -81,7 +75,7 @@ def test_a_standby_something_was_execd_in_is_not_adopted(project: Path, docker_c
     standby.container.reload()
     assert not standby.container.attrs.get("ExecIDs")
     with DockerSandbox(config, client=docker_client) as box:
-        assert not box._deployment.adopted
+        assert not box.adopted
         result = box.call("run_shell_command", {"command": "cat /tmp/p || echo clean"})
         assert "clean" in result.output and "planted" not in result.output
     assert gone(docker_client, standby.container.id)
@@ -110,7 +104,7 @@ def test_a_replaced_git_dir_is_not_adopted(project: Path, docker_client: Any):
     subprocess.run(["rm", "-rf", str(project / ".git")], check=True)
     subprocess.run(["git", "init", "-q", str(project)], check=True)
     with DockerSandbox(config, client=docker_client) as box:
-        assert not box._deployment.adopted
+        assert not box.adopted
         result = box.call("run_shell_command", {"command": "touch .git/x"})
         assert not result.ok or "Read-only" in result.output
     assert not (project / ".git" / "x").exists()
@@ -151,3 +145,33 @@ def test_gc_removes_a_standby_whose_maker_died(project: Path, docker_client: Any
     assert docker_client.containers.get(made).status != "running"
     assert container_name(config.session_id) in gc(docker_client, root=str(project)).removed
     assert gone(docker_client, made)
+
+
+def test_orchestrates_children_start_in_containers_made_ahead(
+        project: Path, model_server: Any, docker_client: Any):
+    """Through the CLI: each read-only child adopts the standby made while the one before ran
+    (the first: the orchestrator's), works in it, and none is left."""
+    from tests.docker.cli_support import containers_of, explain, model_args, run_cli
+    from tests.fakes.model_server import Call
+
+    since = int(time.time()) - 1
+    for _ in range(2):
+        model_server.reply(tool_calls=[Call("delegate", {"task": "Read hello.py."})])
+        model_server.reply(tool_calls=[Call("read_file", {"path": "hello.py"})])
+        model_server.reply("It prints hello.")
+    model_server.reply("Both said hello.")
+    done = run_cli("orchestrate", "--root", project, *model_args(model_server, "ollama"),
+                   "--no-confirm-delegation", "--json", "ask twice")
+    assert done.returncode == 0, explain(done)
+    reads = [c for c in json.loads(done.stdout)["tool_calls"] if c["tool"] == "read_file"]
+    assert len(reads) == 2 and all(c["ok"] and c["child_session"] for c in reads)
+    children = [NdjsonSessionStore.open(project, c["child_session"]).header.container
+                for c in reads]
+    created = [e for e in docker_client.events(since=since, until=int(time.time()) + 1,
+                                               decode=True, filters={"event": "create"})
+               if e.get("Type") == "container"]
+    for name in children:  # one container each, and it was a standby: no cold one after it
+        made = [e for e in created if e["Actor"]["Attributes"].get("name") == name]
+        assert len(made) == 1, (name, made)
+        assert warm.LABEL_STANDBY in made[0]["Actor"]["Attributes"], done.stderr
+    assert containers_of(docker_client, project) == []

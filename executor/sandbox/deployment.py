@@ -363,7 +363,10 @@ class Deployment:
         raise SandboxError(f"session {self.config.session_id} is in use by another process")
 
     def unlock(self) -> None:
-        """Release the session's lock."""
+        """Release the session's lock (and a standby taken but never adopted: it goes)."""
+        if self._standby is not None:
+            self._standby.discard()
+            self._standby = None
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None

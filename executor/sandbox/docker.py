@@ -148,9 +148,13 @@ class DockerSandbox(StartStop):
             self.stop()
             return None
         record = run_record(self._git, self.name, self.config.root)
-        place.save_record(record)  # `gc` settles it if this process dies
-        self._create()
-        self._runtime.take_life(gvisor=False)
+        try:
+            place.save_record(record)  # `gc` settles it if this process dies
+            self._create()
+            self._runtime.take_life(gvisor=False)
+        except BaseException:
+            self.stop()
+            raise
         standby = place.standby_made(self.spec(), warm.mounted_paths(
             self.config, self._git.protected.existing), record)
         standby.life = self._runtime.give_life()

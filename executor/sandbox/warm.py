@@ -49,7 +49,7 @@ from executor.errors import SandboxError
 from executor.gitsafety.aftercheck import after_session
 from executor.sandbox import runrecord
 from executor.sandbox.boot import init
-from executor.sandbox.config import LABEL_SESSION, SandboxConfig
+from executor.sandbox.config import SandboxConfig
 from executor.sandbox.fifos import drop_channel
 from executor.sandbox.runrecord import RunRecord
 from executor.sandbox.spec import LABEL_SPEC
@@ -282,17 +282,17 @@ class Pool:
 
 def _make(future: Future[Standby | None], make: Callable[[], Warmable],
           warn: Callable[[str], None]) -> None:
+    """Make one standby; a failure only makes the next session's start a cold one, said
+    here because a background thread has nobody else to say it."""
     try:
         future.set_result(make().standby())
-    except SandboxError as exc:  # only the next session's start is slower
-        warn(f"no container was made ahead for the next session: {exc.message}")
-        future.set_result(None)
-    except Exception as exc:  # a background thread: nothing else would say it
-        warn(f"no container was made ahead for the next session: {exc}")
+    except Exception as exc:
+        warn("no container was made ahead for the next session: "
+             f"{exc.message if isinstance(exc, SandboxError) else exc}")
         future.set_result(None)
 
 
 POOL = Pool()
 """This process's standbys."""
 
-__all__ = ["LABEL_SESSION", "LABEL_STANDBY", "POOL", "Pool", "Standby", "eligible"]
+__all__ = ["LABEL_STANDBY", "POOL", "Pool", "Standby", "eligible"]

@@ -55,6 +55,19 @@ def test_a_fresh_standby_is_adopted_and_works(project: Path, docker_client: Any)
         assert box.call("write_file", {"path": "new.txt", "content": "x\n"}).ok
     assert (project / "new.txt").read_text() == "x\n"
     assert gone(docker_client, made)
+    assert not (project / ".sandbox-agent").exists()  # the standby's mountpoint went after
+
+
+def test_a_standby_no_session_took_is_settled_with_what_it_made(project: Path,
+                                                                 docker_client: Any):
+    pool = warm.Pool()
+    config = make_config(project)
+    standby = DockerSandbox(config, client=docker_client).standby()
+    assert standby is not None and (project / ".sandbox-agent").is_dir()
+    pool.put("test", config.session_id, standby)
+    pool.close()
+    assert gone(docker_client, standby.container.id)
+    assert not (project / ".sandbox-agent").exists()
 
 
 def test_a_standby_with_another_spec_is_not_adopted(project: Path, docker_client: Any):
@@ -65,6 +78,7 @@ def test_a_standby_with_another_spec_is_not_adopted(project: Path, docker_client
         assert not box.adopted and box.info.container_id != standby.container.id
         assert box.call("run_shell_command", {"command": "true"}).ok
         assert gone(docker_client, standby.container.id)
+    assert not (project / ".sandbox-agent").exists()
 
 
 def test_a_standby_something_was_execd_in_is_not_adopted(project: Path, docker_client: Any):

@@ -11,6 +11,9 @@ interleaved (A B C A B C ...) so a machine whose speed drifts is fair to all. Pe
   llm-sandbox's SandboxSession (docker SDK create + start, then an exec per command);
 - one more shell command in a started session (`cat small.txt`), `--calls` times.
 
+"sandbox-agent, warm" is the same with the session's container made ahead, untimed (a standby:
+executor/sandbox/warm.py, as orchestrate's next child gets it): the start adopts it.
+
 The peers run in their own venv (`make bench-venv` installs them from the package index), driven
 by benchmarks/peer_driver.py over a pipe, so their imports are not timed and their dependencies
 never meet ours. A peer that cannot be installed or run is reported with the reason, not measured.
@@ -37,6 +40,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from executor.config import DEFAULT_IMAGE
+from executor.sandbox import warm
 from executor.sandbox.docker import DockerSandbox, SandboxConfig
 from executor.sandbox.engine import connect
 
@@ -87,11 +91,15 @@ class Peer:
             self._proc.wait(timeout=60)
 
 
-def ours(root: Path, client: Any) -> Turn:
-    """sandbox-agent's sandbox, the same way round: start, first command, more commands."""
+def ours(root: Path, client: Any, *, ahead: bool = False) -> Turn:
+    """sandbox-agent's sandbox, the same way round: start, first command, more commands;
+    `ahead`: its container made beforehand, untimed (a warm start: executor/sandbox/warm.py)."""
     def turn(calls: int) -> dict[str, Any]:
         config = SandboxConfig(root=root, session_id="bench" + uuid.uuid4().hex[:8],
                                image=DEFAULT_IMAGE)
+        if ahead:
+            warm.POOL.put("bench", config.session_id,
+                          DockerSandbox(config, client=client).standby())
         box = DockerSandbox(config, client=client)
         args = {"command": COMMAND}
         try:
@@ -99,6 +107,8 @@ def ours(root: Path, client: Any) -> Turn:
             box.start()
             output = box.call("run_shell_command", args).output
             took = (time.perf_counter() - began) * 1000
+            if box.adopted != ahead:
+                raise SystemExit("the warm start did not adopt its standby")
             each = []
             for _ in range(calls):
                 began = time.perf_counter()
@@ -170,7 +180,8 @@ def main() -> None:
         root.mkdir()
         (root / "small.txt").write_text(EXPECTED)
         peers = [Peer(name, options.venv, root) for name in ("mini-swe-agent", "llm-sandbox")]
-        contenders: dict[str, Turn] = {"sandbox-agent": ours(root, client)}
+        contenders: dict[str, Turn] = {"sandbox-agent": ours(root, client),
+                                       "sandbox-agent, warm": ours(root, client, ahead=True)}
         contenders |= {p.name: p.turn for p in peers if not p.why_not}
         try:
             results = measure(contenders, options.starts, options.calls)

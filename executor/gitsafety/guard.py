@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import stat
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from executor.errors import SandboxError
@@ -82,6 +82,13 @@ class GitGuard:
              **start.identities},
             list(dict.fromkeys([*start.made_dirs, *made])))
         return self.surface
+
+    def also_made(self, dirs: list[Path]) -> None:
+        """Mountpoints an engine made for this session before its start looked (a standby's,
+        executor/sandbox/warm.py): removed after it like its own."""
+        if self.baseline is not None and dirs:
+            self.baseline = replace(self.baseline, made_dirs=list(dict.fromkeys(
+                [*self.baseline.made_dirs, *dirs])))
 
     def moved(self) -> list[str]:
         """Protected paths that are not what they were at the start (a new container would

@@ -150,6 +150,7 @@ class Runner(StartStop, SandboxWiring, SessionKeeping, ModelWiring, Approvals):
                 (self._lazy or self.sandbox).stop()
         finally:
             self.sandbox, self._lazy = None, None
+            self._close_standbys()
             self.model.close()
             self._drop_empty_session()
             if self.audit is not None:

@@ -13,6 +13,8 @@ from executor.network.session import egress_hooks
 from executor.protocols import Sandbox
 from executor.runner.options import is_sandbox
 from executor.runner.state import RunnerState
+from executor.sandbox import warm
+from executor.sandbox.config import container_name
 from executor.sandbox.docker import DockerSandbox, SandboxConfig
 from executor.sandbox.environment import sandbox_environment
 from executor.session import NdjsonSessionStore, SessionHeader
@@ -70,14 +72,52 @@ class SandboxWiring(RunnerState):
         missing one is said before the model is asked even when the container starts later.
         """
         header = store.header
-        self._sandbox_id = header.sandbox_id or secrets.token_hex(6)  # the store names it
+        ahead = None if self.options.resume or self.backend is not None else warm.POOL.reserve(
+            self._warm_key(self.options.parent_session, self.options.read_only))
+        if ahead is not None:  # the container made ahead names it (warm.py)
+            store.update_header(sandbox_id=ahead)
+        self._sandbox_id = ahead or header.sandbox_id or secrets.token_hex(6)  # store names it
         self._workspace_mode = workspace = self._workspace(header)
         put_back = self._put_back(store.name) if workspace == "copy" else {}
         config = self._sandbox_config(self._sandbox_id, header.image_digest, workspace, put_back)
         backend = self._backend_for(config)
         if isinstance(backend, DockerSandbox):
             backend.preflight()
+            if ahead is None:  # an orchestrator: its children come while its model thinks
+                self._prepare_standby(config, store.name, again=False)
+            else:  # a child: its next sibling's once its own start is done
+                self._ahead = (config, store.name, True)
         return self._wrap(backend, store.name, workspace, set(put_back))
+
+    # -- warm starts (executor/sandbox/warm.py) ----------------------------------------------
+
+    def _warm_key(self, parent: str | None, read_only: bool) -> str:
+        """Which sessions a standby suits: the children of one session, read-only or not."""
+        return f"{self.options.root}\0{parent}\0{read_only}"
+
+    def _prepare_standby(self, config: SandboxConfig, session: str, *, again: bool) -> None:
+        """A container made ahead for the next child session: an orchestrator's first (a
+        read-only one, the delegate tool's default), and a child's next sibling (`again`: this
+        child took one). Only a session whose spec equals it ever adopts it."""
+        if warm.eligible(config, (), quick=True):
+            return
+        if again and self.options.parent_session:
+            parent, read_only = self.options.parent_session, self.options.read_only
+        elif self.options.orchestrator and self.options.depth < self.options.delegation_depth:
+            parent, read_only = session, True
+            self._warm_keys.append(self._warm_key(session, True))
+        else:
+            return
+        next_id = secrets.token_hex(6)
+        child = config.model_copy(update={"session_id": next_id, "read_only": read_only})
+        warm.POOL.prepare(self._warm_key(parent, read_only), next_id,
+                          container_name(next_id), lambda: DockerSandbox(child), self._warn)
+
+    def _close_standbys(self) -> None:
+        """The standbys this orchestrator's children did not take go with it."""
+        for key in self._warm_keys:
+            warm.POOL.close(key, self._warn)
+        self._warm_keys = []
 
     def _start_sandbox(self, store: NdjsonSessionStore) -> Sandbox:
         sandbox = self.sandbox = self._new_sandbox(store)
@@ -86,6 +126,10 @@ class SandboxWiring(RunnerState):
         return sandbox
 
     def _record_sandbox(self, sandbox: Sandbox, store: NdjsonSessionStore) -> None:
+        if self._ahead is not None:  # its own start is done: the next one's can be made
+            config, session, again = self._ahead
+            self._prepare_standby(config, session, again=again)
+            self._ahead = None
         info = sandbox.info
         if self.options.resume:
             how = "re-attached to" if getattr(sandbox, "reattached", False) else "started a new"

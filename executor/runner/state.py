@@ -17,6 +17,7 @@ from executor.network.session import egress_config
 from executor.policy import Policy
 from executor.protocols import Model, Sandbox
 from executor.runner.options import SUMMARY_PROMPT, Approver, RunOptions, SandboxFactory
+from executor.sandbox.config import SandboxConfig
 from executor.sandbox.lazy import LazySandbox
 from executor.session import NdjsonSessionStore
 from executor.skills import SkillSet
@@ -53,6 +54,10 @@ class RunnerState:
         """A resumed session's last run died without its end: the calls it left unanswered."""
         self._sandbox_id = ""
         self._workspace_mode = "bind"
+        self._ahead: tuple[SandboxConfig, str, bool] | None = None
+        """A standby to make once this session's sandbox is up (runner/sandboxes.py)."""
+        self._warm_keys: list[str] = []
+        """The standbys this session made for its children (their pool's keys)."""
         self.changes: Changeset | None = None
         """A copy session's changes, collected when it closed."""
         self.store: NdjsonSessionStore | None = None

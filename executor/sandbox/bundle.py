@@ -45,10 +45,13 @@ def filter_argv() -> list[str]:
     return ["--seccomp-filter", base64.b64encode(program).decode()] if program else []
 
 
-def toolbox_command(argv: list[str], *, first: bool = False) -> list[str]:
+def toolbox_command(argv: list[str], *, first: bool = False,
+                    standby: bool = False) -> list[str]:
     """The toolbox's command line in the container; `first`: as the container's own command,
-    under PID 1 (boot/init.py, which stays and reaps)."""
-    program = boot.first_toolbox() if first else boot.source("bootstrap")
+    under PID 1 (boot/init.py, which stays and reaps); `standby`: that PID 1 waits until a
+    session adopts the container (executor/sandbox/warm.py)."""
+    program = (boot.standby_toolbox() if standby else boot.first_toolbox() if first
+               else boot.source("bootstrap"))
     return ["python3", "-I", "-S", "-u", "-c", program, *argv]
 
 

@@ -26,7 +26,8 @@ from executor.gitsafety.hostgit import Protected
 from executor.network import egress as network
 from executor.network.egress import EgressHooks
 from executor.protocols import SandboxInfo
-from executor.sandbox import runrecord, seccomp
+from executor.sandbox import runrecord, seccomp, warm
+from executor.sandbox.bundle import toolbox_command
 from executor.sandbox.config import (
     LABEL_HOST,
     LABEL_LOCK,
@@ -72,6 +73,12 @@ class Deployment:
         self.gvisor = False
         self.image_id = ""
         self.reattached = False
+        self.adopted = False
+        """Whether this start adopted a standby (warm.py) instead of making a container."""
+        self.standby_mode = False
+        """The container's PID 1 waits to be adopted (warm.py): a standby's, or the spec a
+        session compares a standby with."""
+        self._standby: warm.Standby | None = None
 
     @property
     def name(self) -> str:
@@ -149,10 +156,48 @@ class Deployment:
         quick = (config.workspace == "bind" and not self.podman and not config.network
                  and config.egress is None)  # a forwarder joins a namespace the engine made
         first = config.workspace == "bind" and not self.podman and not self.gvisor
-        return container_options(config, self.lock_path, mount_user(config), protected,
-                                 podman_profile=self.seccomp_file, gvisor=self.gvisor,
-                                 hosts=hosts_file(self.lock_path.parent) if quick else None,
-                                 toolbox=toolbox() if first else None, channel=channel)
+        options = container_options(config, self.lock_path, mount_user(config), protected,
+                                    podman_profile=self.seccomp_file, gvisor=self.gvisor,
+                                    hosts=hosts_file(self.lock_path.parent) if quick else None,
+                                    toolbox=toolbox() if first else None, channel=channel)
+        if self.standby_mode and first:
+            options["command"] = toolbox_command(toolbox(), standby=True)
+            options["labels"][warm.LABEL_STANDBY] = warm.run_id()  # only we may adopt it
+        return options
+
+    # -- a standby (warm.py) -----------------------------------------------------------------
+
+    def standby_made(self, spec: SandboxSpec, paths: list[str],
+                     record: runrecord.RunRecord | None) -> warm.Standby:
+        """The container just made, as a standby: it, its stream and the lock go to it."""
+        lock, self._lock_fd = self._lock_fd, None
+        made = [Path(record.root) / rel for rel in record.made_dirs] if record else []
+        standby = warm.Standby(self.name, self.container, self.take_attached(), None, lock,
+                               spec.digest, warm.identities(self.config.root, paths), made,
+                               record, self.lock_path.parent)
+        self.container = None
+        return standby
+
+    @property
+    def made_ahead(self) -> list[Path]:
+        """Mountpoints the engine made for the standby this session took (none: none)."""
+        return self._standby.made if self._standby is not None else []
+
+    def adopt(self, spec: Callable[[], SandboxSpec]) -> warm.Standby | None:
+        """The standby made for this session, when this run may adopt it (warm.py), its
+        toolbox told to start on its stream; else None (a standby there is removed)."""
+        standby, self._standby = self._standby, None
+        if standby is None:
+            return None
+        why = standby.why_not(spec().digest, self.config.root)
+        self.standby_mode = False  # what this session makes from now on is a cold one
+        if why or not standby.claim():
+            self._warn(f"the container made ahead is not used ({why or 'its PID 1 refused'});"
+                       " starting a new one")
+            standby.discard()
+            return None
+        self.container, self.attached, self.adopted = standby.container, standby.attached, True
+        return standby
 
     def existing(self, spec: Callable[[], SandboxSpec]) -> Any:
         """A copy session's container when it is exactly what this run would create (else the
@@ -301,6 +346,10 @@ class Deployment:
         check_outside(real_root(self.config.root), path.parent,
                       "the lock dir (XDG_RUNTIME_DIR or XDG_CACHE_HOME)")
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        standby = None if self.standby_mode else warm.POOL.take(self.name)  # not a standby's
+        if standby is not None:  # made ahead for this session, holding its lock since
+            self._lock_fd, self._standby, self.standby_mode = standby.take_lock(), standby, True
+            return
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         for _ in range(20):  # `gc` holds a free lock for a moment while it checks it
             try:
@@ -314,7 +363,10 @@ class Deployment:
         raise SandboxError(f"session {self.config.session_id} is in use by another process")
 
     def unlock(self) -> None:
-        """Release the session's lock."""
+        """Release the session's lock (and a standby taken but never adopted: it goes)."""
+        if self._standby is not None:
+            self._standby.discard()
+            self._standby = None
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None

@@ -23,7 +23,7 @@ from executor.lifecycle import StartStop
 from executor.messages import ToolResult
 from executor.network.egress import EgressHooks
 from executor.protocols import OutputCallback, SandboxInfo
-from executor.sandbox import bundle
+from executor.sandbox import bundle, warm
 from executor.sandbox.bindguard import Warn, run_record, settle_abandoned
 from executor.sandbox.config import SandboxConfig, container_name, tool_user
 from executor.sandbox.copy import CopyLoader
@@ -77,6 +77,11 @@ class DockerSandbox(StartStop):
         return self._deployment.reattached
 
     @property
+    def adopted(self) -> bool:
+        """Whether this start adopted a container made ahead (warm.py)."""
+        return self._deployment.adopted
+
+    @property
     def copying(self) -> bool:
         """Whether the sandbox works on a copy of the root (not on the root itself)."""
         return self.config.workspace == "copy"
@@ -106,8 +111,12 @@ class DockerSandbox(StartStop):
                                  self._warn)  # what dead runs planted is not the person's
                 self._protect()
             place.lock()
+            self._git.also_made(place.made_ahead)
             place.save_record(run_record(self._git, self.name, self.config.root))
-            if place.existing(self.spec) is None:
+            adopted = place.adopt(self.spec)  # a standby made ahead (warm.py)
+            if adopted is not None:
+                self._runtime.keep_life(adopted.take_life())
+            elif place.existing(self.spec) is None:
                 self._create()
             else:
                 self._runtime.reattach_life(gvisor=place.gvisor)
@@ -123,6 +132,33 @@ class DockerSandbox(StartStop):
             if never_made and self._runtime.has_channel:  # no container: nothing mounts it
                 self._runtime.drop_channel()
             raise
+
+    def standby(self) -> warm.Standby | None:
+        """This session's container made now, with no toolbox in it yet (warm.py); None when
+        this session can have none (`warm.eligible`)."""
+        place = self._deployment
+        place.connect()
+        self._protect()
+        place.standby_mode = True
+        place.lock()
+        why = warm.eligible(self.config, self._git.protected.missing,
+                            quick=bool(self.create_options().get("stdin_open"))
+                            and self._channel_dir() is not None)
+        if why:
+            self.stop()
+            return None
+        record = run_record(self._git, self.name, self.config.root)
+        try:
+            place.save_record(record)  # `gc` settles it if this process dies
+            self._create()
+            self._runtime.take_life(gvisor=False)
+        except BaseException:
+            self.stop()
+            raise
+        standby = place.standby_made(self.spec(), warm.mounted_paths(
+            self.config, self._git.protected.existing), record)
+        standby.life = self._runtime.give_life()
+        return standby
 
     def stop(self) -> None:
         """Remove the container and release the session lock; safe to call twice."""

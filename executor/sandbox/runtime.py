@@ -221,6 +221,17 @@ class Runtime:
             make_life(channel)
             self._life = hold_life(channel, timeout=10.0)
 
+    def keep_life(self, fd: int | None) -> None:
+        """Hold a lifeline taken before (a standby's, executor/sandbox/warm.py)."""
+        if fd is not None:
+            self.drop_life()
+            self._life = fd
+
+    def give_life(self) -> int | None:
+        """Let go of our end of the lifeline without closing it (a standby keeps it)."""
+        fd, self._life = self._life, None
+        return fd
+
     def drop_life(self) -> None:
         """Let go of PID 1's lifeline: it ends (bind) or clears (copy) what the container runs."""
         if self._life is not None:

@@ -33,3 +33,10 @@ def first_toolbox() -> str:
     own attached stdin and stdout."""
     return (source("init") + "\nif __name__ == '__main__':\n    first_toolbox()\n"
             + source("bootstrap"))
+
+
+def standby_toolbox() -> str:
+    """PID 1 of a standby (executor/sandbox/warm.py): it waits alone, and forks the first
+    toolbox as `first_toolbox` does once a host adopts it."""
+    return (source("init") + "\nif __name__ == '__main__':\n    standby_toolbox()\n"
+            + source("bootstrap"))

@@ -36,10 +36,11 @@ LIFE = "/run/sandbox-agent/life"
 WATCH_SECONDS = 0.2
 
 
-def reap(toolbox: int, end: bool = True) -> None:
+def reap(toolbox: int, end: bool = True, life: "int | None" = -1) -> None:
     """Ignore signals, drop stdin and stdout, and reap children forever; watch the host's
-    lifeline (`end`: exit when it is gone, else kill what runs and wait for the next)."""
-    life = _open_life()
+    lifeline (`end`: exit when it is gone, else kill what runs and wait for the next;
+    `life`: the lifeline when already open, -1: open it now)."""
+    life = _open_life() if life == -1 else life
     os.chdir("/")
     try:
         import ctypes
@@ -123,3 +124,56 @@ def first_toolbox() -> None:
     if toolbox:
         reap(toolbox)
 
+
+STANDBY_ASK = b"?"
+STANDBY_GO = b"!"
+STANDBY_FRESH = b"fresh\n"
+STANDBY_USED = b"used\n"
+
+
+def standby_toolbox() -> None:
+    """PID 1 of a standby (executor/sandbox/warm.py): alone in its container until a host
+    adopts it. It watches its creator's lifeline meanwhile (exits when it goes) and waits on
+    stdin. Asked, it says `fresh` only when no process was made in the pid namespace since it
+    began (the kernel's last pid there is what it was then: a `docker exec`, even one that
+    ended, took one; it is not 1 at our start, the OCI runtime made a few there before us),
+    and only once: then, told to go, it forks the first toolbox as `first_toolbox` does."""
+    start = _last_pid()
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)
+    except Exception:
+        pass
+    life = _open_life()
+    if os.read(_standby_wait(life), 1) != STANDBY_ASK or _last_pid() != start or not start:
+        os.write(1, STANDBY_USED)
+        os._exit(0)
+    os.write(1, STANDBY_FRESH)
+    if os.read(_standby_wait(life), 1) != STANDBY_GO:
+        os._exit(0)
+    toolbox = os.fork()
+    if toolbox:
+        reap(toolbox, life=life)
+
+
+def _standby_wait(life: "int | None") -> int:
+    """Stdin once it has a byte; exit when the creator's lifeline is gone first."""
+    poller = select.poll()
+    poller.register(0, select.POLLIN)
+    if life is not None:
+        poller.register(life, 0)
+    while True:
+        for fd, _ in poller.poll(1000):
+            if fd == 0:
+                return 0
+            os._exit(0)  # the lifeline: whoever made the standby is gone
+
+
+def _last_pid() -> bytes:
+    """The last pid the kernel gave out in our pid namespace (b'' when unreadable)."""
+    try:
+        with open("/proc/sys/kernel/ns_last_pid", "rb") as last:
+            return last.read().strip()
+    except OSError:
+        return b""

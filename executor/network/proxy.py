@@ -2,11 +2,13 @@
 
 It speaks the two things proxy-aware clients send (pip, npm, git, curl, urllib): `CONNECT
 host:port` (TLS then passes through untouched) and plain HTTP in absolute form (`GET
-http://host/path`). For each it asks the rules (executor/network/rules.py), resolves the name
-itself, checks every address it got and connects to the one it checked, never to a name, so a
-second lookup cannot rebind it. A destination the rules refuse is never resolved or connected
-to: the client gets `403 blocked: ...` with the text the model needs. Each connection ends in
-one `Connection` record (the run puts it in the audit chain), allowed or not.
+http://host/path`: one request per connection, rebuilt by executor/network/http1.py; a request
+pipelined after it is never relayed, and is audited as refused). For each it asks the rules
+(executor/network/rules.py), resolves the name itself, checks every address it got and connects
+to the one it checked, never to a name, so a second lookup cannot rebind it. A destination the
+rules refuse is never resolved or connected to: the client gets `403 blocked: ...` with the
+text the model needs. Each connection ends in one `Connection` record (the run puts it in the
+audit chain), allowed or not.
 
 Limits per session: open connections, connections in all, bytes in all (both ways), the
 seconds a connection may stay idle and may last.
@@ -25,8 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Self
-from urllib.parse import urlsplit
 
+from executor.network import http1
+from executor.network.http1 import HEAD_MAX
 from executor.network.rules import (
     Address,
     EgressRules,
@@ -36,8 +39,6 @@ from executor.network.rules import (
     valid_host,
 )
 
-HEAD_MAX = 64 * 1024
-"""Bytes a request head may have."""
 FORWARDER_HELLO = b"SANDBOX-AGENT-FORWARDER "
 """How the forwarder says it listens (then its token): the first bytes of its first connection."""
 
@@ -221,7 +222,7 @@ class EgressProxy:
 
     def _request(self, client: socket.socket, head: bytes, rest: bytes) -> None:
         try:
-            method, host, port, forward = _parse(head)
+            method, host, port, request = _parse(head)
         except ValueError as exc:
             _reply(client, 400, f"bad request: {exc}")
             refused = Connection(host="", port=0, method="?", call_id=self._current_call(),
@@ -232,7 +233,7 @@ class EgressProxy:
         try:
             upstream = self._open_upstream(conn, client)
             if upstream is not None:
-                self._relay(conn, client, upstream, forward, rest)
+                self._relay(conn, client, upstream, request, rest)
         finally:
             conn.duration_ms = round((time.monotonic() - conn.started) * 1000)
             self._on_connection(conn)
@@ -326,25 +327,50 @@ class EgressProxy:
     # -- relaying ----------------------------------------------------------------------------
 
     def _relay(self, conn: Connection, client: socket.socket, upstream: socket.socket,
-               forward: bytes | None, rest: bytes) -> None:
-        """CONNECT: say yes, then pass bytes both ways; HTTP: the request first, then the same."""
+               request: http1.Request | None, rest: bytes) -> None:
+        """CONNECT: say yes, then pass bytes both ways; HTTP: the request rebuilt, its body
+        re-framed, then only the answer (nothing the client sends after it goes up)."""
+        head, up = b"", _untouched
+        if request is not None:
+            head = request.head(_named(conn.host, conn.port))
+            up = http1.Relay(request, lambda later: self._pipelined(conn, later)).feed
         try:
             with upstream:
-                if forward is None:
+                if request is None:
                     client.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
-                sent = (forward or b"") + rest
-                if sent:
-                    upstream.sendall(sent)
-                    conn.bytes_up += len(sent)
-                    with self._lock:
-                        self._bytes += len(sent)
-                self._pump(conn, client, upstream)
+                self._send_up(conn, upstream, head + up(rest))
+                self._pump(conn, client, upstream, up)
         except OSError as exc:
             conn.reason = f"ended: {exc.strerror or exc}"
+        except ValueError as exc:  # a chunked body that breaks its framing: stop there
+            conn.reason = f"ended: {exc}"
         finally:
             self._release()
 
-    def _pump(self, conn: Connection, client: socket.socket, upstream: socket.socket) -> None:
+    def _send_up(self, conn: Connection, upstream: socket.socket, data: bytes) -> None:
+        if data:
+            upstream.sendall(data)
+            conn.bytes_up += len(data)
+            with self._lock:
+                self._bytes += len(data)
+
+    def _pipelined(self, first: Connection, head: bytes) -> None:
+        """A request after the first on one connection: never relayed, audited as refused."""
+        method, authority = http1.named_in(head)
+        try:
+            host, port = _host_port(authority, 80)
+        except ValueError:
+            host, port = "", 0
+        other = "" if (host, port) == (first.host, first.port) else \
+            f", and it names another host than {first.host}:{first.port}"
+        self._on_connection(Connection(
+            host=host, port=port, method=method, call_id=first.call_id,
+            reason=f"a second request on one connection is not relayed (one request per "
+                   f"connection: open another){other}"))
+
+    def _pump(self, conn: Connection, client: socket.socket, upstream: socket.socket,
+              up: Callable[[bytes], bytes]) -> None:
+        """Bytes both ways until both ends are done; the client's go through `up` first."""
         ends = {client: upstream, upstream: client}
         open_ends = [client, upstream]
         deadline = conn.started + self.limits.max_duration
@@ -364,11 +390,13 @@ class EgressProxy:
                     with contextlib.suppress(OSError):
                         ends[end].shutdown(socket.SHUT_WR)
                     continue
-                ends[end].sendall(data)
                 if end is client:
+                    data = up(data)
                     conn.bytes_up += len(data)
                 else:
                     conn.bytes_down += len(data)
+                if data:
+                    ends[end].sendall(data)
                 with self._lock:  # counted as it passes: parallel tunnels share one budget
                     self._bytes += len(data)
                 if self._over_budget(conn):
@@ -378,6 +406,11 @@ class EgressProxy:
     def _over_budget(self, conn: Connection) -> bool:
         with self._lock:
             return self._bytes > self.limits.max_bytes
+
+
+def _untouched(data: bytes) -> bytes:
+    """A tunnel's bytes go up as they came."""
+    return data
 
 
 def _read_head(client: socket.socket) -> tuple[bytes, bytes]:
@@ -394,34 +427,24 @@ def _read_head(client: socket.socket) -> tuple[bytes, bytes]:
     return head + b"\r\n\r\n", rest
 
 
-def _parse(head: bytes) -> tuple[str, str, int, bytes | None]:
-    """Method, host, port, and for plain HTTP the request to send upstream (origin form,
-    no proxy headers, one request per connection); None for CONNECT."""
-    lines = head.decode("latin-1").split("\r\n")
-    parts = lines[0].split(" ")
+def _parse(head: bytes) -> tuple[str, str, int, http1.Request | None]:
+    """Method, host, port, and for plain HTTP the request (its head and body go upstream
+    rebuilt by http1); None for CONNECT."""
+    parts = head.decode("latin-1").split("\r\n", 1)[0].split(" ")
     if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
         raise ValueError("not an HTTP/1 request line")
-    method, target, version = parts
-    if method == "CONNECT":
-        host, port = _host_port(target, None)
-        return method, host, port, None
-    url = urlsplit(target)
-    if url.scheme != "http" or not url.hostname:
-        raise ValueError("a proxy request names an http:// URL (https goes through CONNECT)")
-    host, port = _host_port(url.netloc.rpartition("@")[2], 80)
-    path = (url.path or "/") + (f"?{url.query}" if url.query else "")
-    kept = [line for line in lines[1:] if line and not _hop_header(line)
-            and line.partition(":")[0].strip().lower() != "host"]
-    named = f"[{host}]" if ":" in host else host  # the host the rules checked, never another
-    named += f":{port}" if port != 80 else ""
-    request = "\r\n".join([f"{method} {path} {version}", f"Host: {named}", *kept,
-                           "Connection: close", "", ""])
-    return method, host, port, request.encode("latin-1")
+    if parts[0] == "CONNECT":
+        host, port = _host_port(parts[1], None)
+        return parts[0], host, port, None
+    request = http1.parse_head(head)
+    host, port = _host_port(request.host_port, 80)
+    return request.method, host, port, request
 
 
-def _hop_header(line: str) -> bool:
-    name = line.partition(":")[0].strip().lower()
-    return name in ("connection", "proxy-connection", "proxy-authorization", "keep-alive")
+def _named(host: str, port: int) -> str:
+    """The Host header upstream: the host the rules checked, never another."""
+    named = f"[{host}]" if ":" in host else host
+    return named + (f":{port}" if port != 80 else "")
 
 
 def _host_port(text: str, default: int | None) -> tuple[str, int]:

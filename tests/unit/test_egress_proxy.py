@@ -307,3 +307,160 @@ def test_a_yes_for_a_non_public_literal_does_not_reach_it(tmp_path: Path):
     asked = granted("::ffff:7f00:1", 80, "user:session")
     verdict = EgressRules([]).check_address(ipaddress.ip_address("::ffff:7f00:1"), 80, asked)
     assert not verdict.allowed and "loopback" in verdict.reason
+
+
+class RawUpstream:
+    """A TCP upstream on 127.0.0.1 that keeps every byte each connection brought (read to its
+    end), says `100 Continue` to a head that expects it, then answers `ok`."""
+
+    def __init__(self) -> None:
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        self.got: list[bytes] = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.server.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._one, args=(conn,), daemon=True).start()
+
+    def _one(self, conn: socket.socket) -> None:
+        with conn:
+            conn.settimeout(10)
+            data, continued = b"", False
+            while chunk := conn.recv(65536):
+                data += chunk
+                if not continued and b"\r\n\r\n" in data and b"100-continue" in data.lower():
+                    conn.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
+                    continued = True
+            self.got.append(data)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+
+    def wait(self, n: int) -> list[bytes]:
+        for _ in range(500):
+            if len(self.got) >= n:
+                break
+            threading.Event().wait(0.01)
+        return self.got
+
+
+@pytest.fixture
+def raw() -> Iterator[RawUpstream]:
+    server = RawUpstream()
+    yield server
+    server.server.close()
+
+
+def raw_proxy(tmp_path: Path, raw: RawUpstream, started: list[EgressProxy]) -> Proxy:
+    return run(make_proxy(tmp_path, f"api.test:{raw.port}", f"127.0.0.1/32:{raw.port}",
+                          pins={"api.test": ["127.0.0.1"]}), started)
+
+
+def exchange(p: Proxy, *parts: bytes) -> bytes:
+    """Sends `parts` (waiting for a `100 Continue` between them), ends its side, reads all."""
+    with socket.socket(socket.AF_UNIX) as client:
+        client.settimeout(10)
+        client.connect(str(p.path))
+        for i, part in enumerate(parts):
+            if i:
+                assert client.recv(100) == b"HTTP/1.1 100 Continue\r\n\r\n"
+            client.sendall(part)
+        client.shutdown(socket.SHUT_WR)
+        return _read_all(client)
+
+
+def test_a_pipelined_request_never_reaches_the_upstream_and_is_audited_refused(
+        tmp_path: Path, raw: RawUpstream, started: list[EgressProxy]):
+    """Red-team round 18: after the first request, the upstream got `GET /second` with
+    `Host: not-allowed.example`; the audit had one allowed GET."""
+    p = raw_proxy(tmp_path, raw, started)
+    first = (f"GET http://api.test:{raw.port}/first HTTP/1.1\r\nHost: api.test:{raw.port}\r\n"
+             "Content-Length: 0\r\n\r\n").encode()
+    second = b"GET /second HTTP/1.1\r\nHost: not-allowed.example\r\nContent-Length: 3\r\n\r\nabc"
+    third = f"GET /third HTTP/1.1\nHost: api.test:{raw.port}\n\n".encode()  # bare LFs
+    answer = exchange(p, first + second + third)
+    assert answer.endswith(b"\r\n\r\nok")
+    assert raw.wait(1) == [(f"GET /first HTTP/1.1\r\nHost: api.test:{raw.port}\r\n"
+                            "Connection: close\r\n\r\n").encode()]
+    records = wait_records(p, 3)
+    assert [(r.method, r.host, r.port, r.decision) for r in records] == [
+        ("GET", "not-allowed.example", 80, "denied"), ("GET", "api.test", raw.port, "denied"),
+        ("GET", "api.test", raw.port, "allowed")]
+    assert "not relayed" in records[0].reason and "another host" in records[0].reason
+    assert "not relayed" in records[1].reason and "another host" not in records[1].reason
+    assert records[2].bytes_up == len(raw.got[0]) and records[2].call_id == "call-7"
+    assert records[0].call_id == "call-7"
+
+
+def test_a_chunked_body_goes_up_in_chunks_of_ours_and_nothing_after_it(
+        tmp_path: Path, raw: RawUpstream, started: list[EgressProxy]):
+    p = raw_proxy(tmp_path, raw, started)
+    smuggled = b"GET /admin HTTP/1.1\r\nHost: other.example\r\n\r\n"
+    request = (f"POST http://api.test:{raw.port}/up HTTP/1.1\r\nHost: x\r\n"
+               "Transfer-Encoding: chunked\r\n\r\n").encode()
+    body = b"3;ext=1\r\nabc\r\nA\r\n0123456789\r\n0\r\nX-Trailer: t\r\n\r\n"
+    assert exchange(p, request + body + smuggled).endswith(b"ok")
+    assert raw.wait(1) == [(f"POST /up HTTP/1.1\r\nHost: api.test:{raw.port}\r\n"
+                            "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+                            "3\r\nabc\r\na\r\n0123456789\r\n0\r\n\r\n").encode()]
+    refused, allowed = wait_records(p, 2)
+    assert (refused.host, refused.decision, allowed.decision) == (
+        "other.example", "denied", "allowed")
+
+
+def test_expect_100_continue_passes_and_the_body_is_its_content_length(
+        tmp_path: Path, raw: RawUpstream, started: list[EgressProxy]):
+    p = raw_proxy(tmp_path, raw, started)
+    head = (f"PUT http://api.test:{raw.port}/f HTTP/1.1\r\nHost: api.test\r\n"
+            "Expect: 100-continue\r\nContent-Length: 5\r\n\r\n").encode()
+    answer = exchange(p, head, b"hello" + b"GET /x HTTP/1.1\r\nHost: y\r\n\r\n")
+    assert answer.endswith(b"ok")
+    assert raw.wait(1) == [(f"PUT /f HTTP/1.1\r\nHost: api.test:{raw.port}\r\n"
+                            "Expect: 100-continue\r\nContent-Length: 5\r\nConnection: close"
+                            "\r\n\r\nhello").encode()]
+    assert [r.host for r in wait_records(p, 2)] == ["y", "api.test"]
+
+
+@pytest.mark.parametrize("headers", [
+    "Content-Length: 3\r\nTransfer-Encoding: chunked",
+    "Transfer-Encoding: gzip, chunked",
+    "Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked",
+    "Content-Length: 3\r\nContent-Length: 4",
+    "Content-Length: +3",
+    "X-A: a\nContent-Length: 40",  # a bare LF: a lenient server sees another header
+    "X-A: a\r\n Content-Length: 40",  # folded
+    "Content-Length : 40",
+    "X-A: \x01",
+    "no colon",
+])
+def test_a_head_a_lenient_server_could_frame_otherwise_is_refused_before_connecting(
+        tmp_path: Path, raw: RawUpstream, started: list[EgressProxy], headers: str):
+    p = raw_proxy(tmp_path, raw, started)
+    answer = p.ask(f"POST http://api.test:{raw.port}/ HTTP/1.1\r\nHost: api.test\r\n{headers}"
+                   "\r\n\r\nabc".encode("latin-1"))
+    assert answer.startswith(b"HTTP/1.1 400 bad request: "), answer
+    assert p.net.connected == [] and raw.got == []
+    (record,) = wait_records(p, 1)
+    assert record.decision == "denied" and record.reason.startswith("bad request")
+
+
+def test_chunked_is_http_1_1_only(tmp_path: Path, raw: RawUpstream, started: list[EgressProxy]):
+    p = raw_proxy(tmp_path, raw, started)
+    assert p.ask(f"POST http://api.test:{raw.port}/ HTTP/1.0\r\nTransfer-Encoding: chunked"
+                 "\r\n\r\n0\r\n\r\n".encode()).startswith(b"HTTP/1.1 400")
+    assert p.net.connected == []
+
+
+def test_a_broken_chunked_body_stops_what_goes_up(tmp_path: Path, raw: RawUpstream,
+                                                  started: list[EgressProxy]):
+    p = raw_proxy(tmp_path, raw, started)
+    exchange(p, f"POST http://api.test:{raw.port}/ HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: "
+             "chunked\r\n\r\n2\r\nab\r\n3\nxyz\r\n0\r\n\r\n".encode())
+    (got,) = raw.wait(1)  # what went up before the break (here: nothing), never past it
+    assert (f"POST / HTTP/1.1\r\nHost: api.test:{raw.port}\r\nTransfer-Encoding: chunked\r\n"
+            "Connection: close\r\n\r\n2\r\nab\r\n").encode().startswith(got)
+    (record,) = wait_records(p, 1)
+    assert record.reason == "ended: a bare CR or LF in the chunked body"

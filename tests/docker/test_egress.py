@@ -10,9 +10,11 @@ loopback or metadata addresses their rules do not cover.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
 import shlex
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -333,3 +335,84 @@ def test_a_wildcard_rule_opens_no_host_that_is_not_a_name(
     refused = connections(root)
     assert len(refused) == len(targets) and all(
         r["decision"] == "denied" and "bad request" in r["reason"] for r in refused), refused
+
+
+class KeepAliveUpstream:
+    """A loopback upstream that answers every request head on a connection (as a shared front
+    end keeps a connection open for the next one) and notes each request line and Host."""
+
+    def __init__(self) -> None:
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        self.seen: list[str] = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.server.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._one, args=(conn,), daemon=True).start()
+
+    def _one(self, conn: socket.socket) -> None:
+        with conn:
+            conn.settimeout(30)
+            data = b""
+            with contextlib.suppress(OSError):
+                while chunk := conn.recv(65536):
+                    data += chunk
+                    while b"\r\n\r\n" in data:
+                        head, _, data = data.partition(b"\r\n\r\n")
+                        lines = head.decode("latin-1").split("\r\n")
+                        host = next((x for x in lines if x.lower().startswith("host:")), "")
+                        self.seen.append(f"{lines[0]} / {host}")
+                        body = f"upstream saw {lines[0]} {host}".encode()
+                        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s"
+                                     % (len(body), body))
+
+
+PIPELINED = (  # inside the sandbox: two requests on one connection to the forwarder, as in
+    # red-team round 18's pipe_req.py
+    "import socket\n"
+    "s = socket.create_connection(('127.0.0.1', 3128), 10)\n"
+    "s.sendall(b'GET http://localhost:PORT/first HTTP/1.1\\r\\nHost: localhost:PORT\\r\\n'\n"
+    "          b'Content-Length: 0\\r\\n\\r\\nGET /second HTTP/1.1\\r\\n'\n"
+    "          b'Host: not-allowed.example\\r\\n\\r\\n')\n"
+    "s.shutdown(socket.SHUT_WR)\n"
+    "got = b''\n"
+    "while True:\n"
+    "    chunk = s.recv(65536)\n"
+    "    if not chunk:\n"
+    "        break\n"
+    "    got += chunk\n"
+    "print(got.decode('latin-1'))\n"
+)
+
+
+def test_a_pipelined_request_for_another_host_never_reaches_the_upstream(
+        workdir: Path, model_server: ModelServer) -> None:
+    """Red-team round 18, finding 3: the second request on one plain-HTTP connection went to
+    the upstream with its own `Host: not-allowed.example`; the audit showed one allowed GET."""
+    root = workdir / "proj"
+    root.mkdir()
+    upstream = KeepAliveUpstream()
+    port = upstream.port
+    code = PIPELINED.replace("PORT", str(port))
+    model_server.reply(tool_calls=[Call("run_shell_command",
+                                        {"command": f"python3 -c {shlex.quote(code)}"})])
+    model_server.reply(content="done")
+    try:
+        done = ask(root, model_server, "ollama", "--yes", "--no-stream",
+                   "--allow-host", f"localhost:{port}")
+    finally:
+        upstream.server.close()
+    assert done.returncode == 0, explain(done)
+    [(_, _, shown)] = tool_exchanges(model_server.last_chat)
+    assert f"upstream saw GET /first HTTP/1.1 Host: localhost:{port}" in shown, shown
+    assert "/second" not in shown.partition("network:")[0], shown
+    assert upstream.seen == [f"GET /first HTTP/1.1 / Host: localhost:{port}"]
+    assert "network: denied not-allowed.example:80: a second request on one connection is " \
+           "not relayed" in shown, shown
+    made = sorted((r["host"], r["decision"], r["method"]) for r in connections(root))
+    assert made == [("localhost", "allowed", "GET"), ("not-allowed.example", "denied", "GET")]

@@ -28,7 +28,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-from executor.network import http1
+from executor.network import http1, tls
 from executor.network.http1 import HEAD_MAX
 from executor.network.rules import (
     Address,
@@ -330,7 +330,7 @@ class EgressProxy:
                request: http1.Request | None, rest: bytes) -> None:
         """CONNECT: say yes, then pass bytes both ways; HTTP: the request rebuilt, its body
         re-framed, then only the answer (nothing the client sends after it goes up)."""
-        head, up = b"", _untouched
+        head, up = b"", _SniCheck(conn).feed
         if request is not None:
             head = request.head(_named(conn.host, conn.port))
             up = http1.Relay(request, lambda later: self._pipelined(conn, later)).feed
@@ -342,8 +342,8 @@ class EgressProxy:
                 self._pump(conn, client, upstream, up)
         except OSError as exc:
             conn.reason = f"ended: {exc.strerror or exc}"
-        except ValueError as exc:  # a chunked body that breaks its framing: stop there
-            conn.reason = f"ended: {exc}"
+        except ValueError as exc:  # a broken chunked body, a ClientHello for another host
+            conn.reason = conn.reason or f"ended: {exc}"
         finally:
             self._release()
 
@@ -408,9 +408,42 @@ class EgressProxy:
             return self._bytes > self.limits.max_bytes
 
 
-def _untouched(data: bytes) -> bytes:
-    """A tunnel's bytes go up as they came."""
-    return data
+class _SniCheck:
+    """A tunnel's client bytes: held until its first TLS record is whole, refused when that
+    ClientHello names another host than the CONNECT line (no decryption), then untouched.
+    Bytes that are no TLS handshake go on at once (another protocol; it may wait for the
+    server to speak first)."""
+
+    def __init__(self, conn: Connection) -> None:
+        self._conn, self._held, self._decided = conn, b"", False
+
+    def feed(self, data: bytes) -> bytes:
+        if self._decided:
+            return data
+        self._held += data
+        if self._held[:1] != b"\x16" or self._held[1:2] not in (b"", b"\x03"):
+            return self._pass()
+        size = tls.record_size(self._held)
+        if size is not None and size > tls.RECORD_MAX:
+            return self._pass()  # no TLS server reads it as a ClientHello: it refuses it
+        if size is None or len(self._held) < size:
+            return b""
+        try:
+            name = tls.server_name(self._held[:size])
+        except ValueError as exc:
+            return self._refuse(str(exc))
+        if name is not None and name != self._conn.host.strip("[]"):
+            return self._refuse(f"the TLS ClientHello names {name}, not {self._conn.host} "
+                                "(the host the rules checked)")
+        return self._pass()
+
+    def _pass(self) -> bytes:
+        held, self._held, self._decided = self._held, b"", True
+        return held
+
+    def _refuse(self, reason: str) -> bytes:
+        self._conn.decision, self._conn.reason = "denied", reason
+        raise ValueError(reason)
 
 
 def _read_head(client: socket.socket) -> tuple[bytes, bytes]:

@@ -464,3 +464,61 @@ def test_a_broken_chunked_body_stops_what_goes_up(tmp_path: Path, raw: RawUpstre
             "Connection: close\r\n\r\n2\r\nab\r\n").encode().startswith(got)
     (record,) = wait_records(p, 1)
     assert record.reason == "ended: a bare CR or LF in the chunked body"
+
+
+def client_hello(name: str | None) -> bytes:
+    """The first record Python's own TLS client sends for `name` (no network: memory BIOs)."""
+    import contextlib
+    import ssl
+
+    context = ssl.create_default_context()
+    context.check_hostname = name is not None
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = context.wrap_bio(incoming, outgoing, server_hostname=name)
+    with contextlib.suppress(ssl.SSLWantReadError):
+        tls.do_handshake()
+    return outgoing.read()
+
+
+def tunnel(p: Proxy, port: int, data: bytes) -> bytes:
+    with socket.socket(socket.AF_UNIX) as client:
+        client.settimeout(10)
+        client.connect(str(p.path))
+        client.sendall(f"CONNECT api.test:{port} HTTP/1.1\r\n\r\n".encode() + data)
+        client.shutdown(socket.SHUT_WR)
+        return _read_all(client)
+
+
+def test_a_client_hello_for_the_connect_host_goes_up_untouched(
+        tmp_path: Path, raw: RawUpstream, started: list[EgressProxy]):
+    p = raw_proxy(tmp_path, raw, started)
+    hello = client_hello("api.test")
+    assert tunnel(p, raw.port, hello).endswith(b"ok")
+    assert raw.wait(1) == [hello]
+    (record,) = wait_records(p, 1)
+    assert (record.decision, record.bytes_up) == ("allowed", len(hello))
+
+
+@pytest.mark.parametrize("name", ["other.example", "API.test.evil"])
+def test_a_client_hello_naming_another_host_is_refused_and_never_sent(
+        tmp_path: Path, raw: RawUpstream, started: list[EgressProxy], name: str):
+    """Red-team round 18: a front end serving many names on one address routes by SNI."""
+    p = raw_proxy(tmp_path, raw, started)
+    assert tunnel(p, raw.port, client_hello(name)) == b"HTTP/1.1 200 Connection established" \
+        b"\r\n\r\n"
+    assert raw.wait(1) == [b""]  # connected, then closed: not one byte of the hello
+    (record,) = wait_records(p, 1)
+    assert (record.decision, record.bytes_up) == ("denied", 0)
+    assert record.reason == f"the TLS ClientHello names {name.lower()}, not api.test (the " \
+        "host the rules checked)"
+
+
+def test_the_server_name_is_read_from_a_whole_client_hello_only():
+    from executor.network.tls import record_size, server_name
+
+    hello = client_hello("pkg.example.org")
+    assert record_size(hello) == len(hello) and server_name(hello) == "pkg.example.org"
+    assert server_name(client_hello(None)) is None
+    assert record_size(b"SSH-2.0-x\r\n") is None
+    with pytest.raises(ValueError):
+        server_name(hello[:-40])

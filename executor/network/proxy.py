@@ -1,14 +1,14 @@
 """The host-side egress proxy: the only way out of a sandbox, on a Unix socket of ours.
 
 It speaks the two things proxy-aware clients send (pip, npm, git, curl, urllib): `CONNECT
-host:port` (TLS then passes through untouched) and plain HTTP in absolute form (`GET
-http://host/path`: one request per connection, rebuilt by executor/network/http1.py; a request
-pipelined after it is never relayed, and is audited as refused). For each it asks the rules
-(executor/network/rules.py), resolves the name itself, checks every address it got and connects
-to the one it checked, never to a name, so a second lookup cannot rebind it. A destination the
-rules refuse is never resolved or connected to: the client gets `403 blocked: ...` with the
-text the model needs. Each connection ends in one `Connection` record (the run puts it in the
-audit chain), allowed or not.
+host:port` (a ClientHello must name that host; TLS then passes untouched) and plain HTTP in
+absolute form (`GET http://host/path`: one request per connection, rebuilt by
+executor/network/http1.py; a request pipelined after it is never relayed, and is audited as
+refused). For each it asks the rules (executor/network/rules.py), resolves the name itself,
+checks every address it got and connects to the one it checked, never to a name, so a second
+lookup cannot rebind it. A destination the rules refuse is never resolved or connected to: the
+client gets `403 blocked: ...` with the text the model needs. Each connection ends in one
+`Connection` record (the run puts it in the audit chain), allowed or not.
 
 Limits per session: open connections, connections in all, bytes in all (both ways), the
 seconds a connection may stay idle and may last.

@@ -10,11 +10,9 @@ loopback or metadata addresses their rules do not cover.
 
 from __future__ import annotations
 
-import contextlib
 import ipaddress
 import json
 import shlex
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -31,6 +29,7 @@ from executor.network.proxy import system_resolver
 from executor.network.rules import is_public
 from tests.docker.cli_support import ask, assert_user_error, explain, run_cli, tool_exchanges
 from tests.fakes.model_server import Call, ModelServer
+from tests.fakes.tcp_upstream import KeepAlive
 
 pytestmark = pytest.mark.docker
 
@@ -337,41 +336,6 @@ def test_a_wildcard_rule_opens_no_host_that_is_not_a_name(
         r["decision"] == "denied" and "bad request" in r["reason"] for r in refused), refused
 
 
-class KeepAliveUpstream:
-    """A loopback upstream that answers every request head on a connection (as a shared front
-    end keeps a connection open for the next one) and notes each request line and Host."""
-
-    def __init__(self) -> None:
-        self.server = socket.create_server(("127.0.0.1", 0))
-        self.port = self.server.getsockname()[1]
-        self.seen: list[str] = []
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.server.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._one, args=(conn,), daemon=True).start()
-
-    def _one(self, conn: socket.socket) -> None:
-        with conn:
-            conn.settimeout(30)
-            data = b""
-            with contextlib.suppress(OSError):
-                while chunk := conn.recv(65536):
-                    data += chunk
-                    while b"\r\n\r\n" in data:
-                        head, _, data = data.partition(b"\r\n\r\n")
-                        lines = head.decode("latin-1").split("\r\n")
-                        host = next((x for x in lines if x.lower().startswith("host:")), "")
-                        self.seen.append(f"{lines[0]} / {host}")
-                        body = f"upstream saw {lines[0]} {host}".encode()
-                        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s"
-                                     % (len(body), body))
-
-
 PIPELINED = (  # inside the sandbox: two requests on one connection to the forwarder, as in
     # red-team round 18's pipe_req.py
     "import socket\n"
@@ -396,7 +360,7 @@ def test_a_pipelined_request_for_another_host_never_reaches_the_upstream(
     the upstream with its own `Host: not-allowed.example`; the audit showed one allowed GET."""
     root = workdir / "proj"
     root.mkdir()
-    upstream = KeepAliveUpstream()
+    upstream = KeepAlive()
     port = upstream.port
     code = PIPELINED.replace("PORT", str(port))
     model_server.reply(tool_calls=[Call("run_shell_command",
@@ -406,7 +370,7 @@ def test_a_pipelined_request_for_another_host_never_reaches_the_upstream(
         done = ask(root, model_server, "ollama", "--yes", "--no-stream",
                    "--allow-host", f"localhost:{port}")
     finally:
-        upstream.server.close()
+        upstream.close()
     assert done.returncode == 0, explain(done)
     [(_, _, shown)] = tool_exchanges(model_server.last_chat)
     assert f"upstream saw GET /first HTTP/1.1 Host: localhost:{port}" in shown, shown

@@ -20,6 +20,7 @@ import pytest
 
 from executor.network.proxy import Connection, EgressProxy, Limits, tcp_connector
 from executor.network.rules import EgressRules, Rule, parse_rule
+from tests.fakes.tcp_upstream import ToTheEnd
 
 
 @dataclass
@@ -309,52 +310,14 @@ def test_a_yes_for_a_non_public_literal_does_not_reach_it(tmp_path: Path):
     assert not verdict.allowed and "loopback" in verdict.reason
 
 
-class RawUpstream:
-    """A TCP upstream on 127.0.0.1 that keeps every byte each connection brought (read to its
-    end), says `100 Continue` to a head that expects it, then answers `ok`."""
-
-    def __init__(self) -> None:
-        self.server = socket.create_server(("127.0.0.1", 0))
-        self.port = self.server.getsockname()[1]
-        self.got: list[bytes] = []
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.server.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._one, args=(conn,), daemon=True).start()
-
-    def _one(self, conn: socket.socket) -> None:
-        with conn:
-            conn.settimeout(10)
-            data, continued = b"", False
-            while chunk := conn.recv(65536):
-                data += chunk
-                if not continued and b"\r\n\r\n" in data and b"100-continue" in data.lower():
-                    conn.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
-                    continued = True
-            self.got.append(data)
-            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
-
-    def wait(self, n: int) -> list[bytes]:
-        for _ in range(500):
-            if len(self.got) >= n:
-                break
-            threading.Event().wait(0.01)
-        return self.got
-
-
 @pytest.fixture
-def raw() -> Iterator[RawUpstream]:
-    server = RawUpstream()
+def raw() -> Iterator[ToTheEnd]:
+    server = ToTheEnd()
     yield server
-    server.server.close()
+    server.close()
 
 
-def raw_proxy(tmp_path: Path, raw: RawUpstream, started: list[EgressProxy]) -> Proxy:
+def raw_proxy(tmp_path: Path, raw: ToTheEnd, started: list[EgressProxy]) -> Proxy:
     return run(make_proxy(tmp_path, f"api.test:{raw.port}", f"127.0.0.1/32:{raw.port}",
                           pins={"api.test": ["127.0.0.1"]}), started)
 
@@ -373,7 +336,7 @@ def exchange(p: Proxy, *parts: bytes) -> bytes:
 
 
 def test_a_pipelined_request_never_reaches_the_upstream_and_is_audited_refused(
-        tmp_path: Path, raw: RawUpstream, started: list[EgressProxy]):
+        tmp_path: Path, raw: ToTheEnd, started: list[EgressProxy]):
     """Red-team round 18: after the first request, the upstream got `GET /second` with
     `Host: not-allowed.example`; the audit had one allowed GET."""
     p = raw_proxy(tmp_path, raw, started)
@@ -396,7 +359,7 @@ def test_a_pipelined_request_never_reaches_the_upstream_and_is_audited_refused(
 
 
 def test_a_chunked_body_goes_up_in_chunks_of_ours_and_nothing_after_it(
-        tmp_path: Path, raw: RawUpstream, started: list[EgressProxy]):
+        tmp_path: Path, raw: ToTheEnd, started: list[EgressProxy]):
     p = raw_proxy(tmp_path, raw, started)
     smuggled = b"GET /admin HTTP/1.1\r\nHost: other.example\r\n\r\n"
     request = (f"POST http://api.test:{raw.port}/up HTTP/1.1\r\nHost: x\r\n"
@@ -412,7 +375,7 @@ def test_a_chunked_body_goes_up_in_chunks_of_ours_and_nothing_after_it(
 
 
 def test_expect_100_continue_passes_and_the_body_is_its_content_length(
-        tmp_path: Path, raw: RawUpstream, started: list[EgressProxy]):
+        tmp_path: Path, raw: ToTheEnd, started: list[EgressProxy]):
     p = raw_proxy(tmp_path, raw, started)
     head = (f"PUT http://api.test:{raw.port}/f HTTP/1.1\r\nHost: api.test\r\n"
             "Expect: 100-continue\r\nContent-Length: 5\r\n\r\n").encode()
@@ -437,7 +400,7 @@ def test_expect_100_continue_passes_and_the_body_is_its_content_length(
     "no colon",
 ])
 def test_a_head_a_lenient_server_could_frame_otherwise_is_refused_before_connecting(
-        tmp_path: Path, raw: RawUpstream, started: list[EgressProxy], headers: str):
+        tmp_path: Path, raw: ToTheEnd, started: list[EgressProxy], headers: str):
     p = raw_proxy(tmp_path, raw, started)
     answer = p.ask(f"POST http://api.test:{raw.port}/ HTTP/1.1\r\nHost: api.test\r\n{headers}"
                    "\r\n\r\nabc".encode("latin-1"))
@@ -447,14 +410,14 @@ def test_a_head_a_lenient_server_could_frame_otherwise_is_refused_before_connect
     assert record.decision == "denied" and record.reason.startswith("bad request")
 
 
-def test_chunked_is_http_1_1_only(tmp_path: Path, raw: RawUpstream, started: list[EgressProxy]):
+def test_chunked_is_http_1_1_only(tmp_path: Path, raw: ToTheEnd, started: list[EgressProxy]):
     p = raw_proxy(tmp_path, raw, started)
     assert p.ask(f"POST http://api.test:{raw.port}/ HTTP/1.0\r\nTransfer-Encoding: chunked"
                  "\r\n\r\n0\r\n\r\n".encode()).startswith(b"HTTP/1.1 400")
     assert p.net.connected == []
 
 
-def test_a_broken_chunked_body_stops_what_goes_up(tmp_path: Path, raw: RawUpstream,
+def test_a_broken_chunked_body_stops_what_goes_up(tmp_path: Path, raw: ToTheEnd,
                                                   started: list[EgressProxy]):
     p = raw_proxy(tmp_path, raw, started)
     exchange(p, f"POST http://api.test:{raw.port}/ HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: "
@@ -490,7 +453,7 @@ def tunnel(p: Proxy, port: int, data: bytes) -> bytes:
 
 
 def test_a_client_hello_for_the_connect_host_goes_up_untouched(
-        tmp_path: Path, raw: RawUpstream, started: list[EgressProxy]):
+        tmp_path: Path, raw: ToTheEnd, started: list[EgressProxy]):
     p = raw_proxy(tmp_path, raw, started)
     hello = client_hello("api.test")
     assert tunnel(p, raw.port, hello).endswith(b"ok")
@@ -501,7 +464,7 @@ def test_a_client_hello_for_the_connect_host_goes_up_untouched(
 
 @pytest.mark.parametrize("name", ["other.example", "API.test.evil"])
 def test_a_client_hello_naming_another_host_is_refused_and_never_sent(
-        tmp_path: Path, raw: RawUpstream, started: list[EgressProxy], name: str):
+        tmp_path: Path, raw: ToTheEnd, started: list[EgressProxy], name: str):
     """Red-team round 18: a front end serving many names on one address routes by SNI."""
     p = raw_proxy(tmp_path, raw, started)
     assert tunnel(p, raw.port, client_hello(name)) == b"HTTP/1.1 200 Connection established" \

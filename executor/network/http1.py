@@ -44,11 +44,14 @@ class Request:
     """The client's headers the upstream gets (no Host, hop-by-hop or framing header)."""
     length: int | None
     """Content-Length; None when chunked."""
+    declared: bool = True
+    """Whether the client said how its body is framed (a `Content-Length: 0` is kept: some
+    servers want one on a POST)."""
 
     def head(self, named: str) -> bytes:
         """The head the upstream receives, with `named` (the checked host) as its Host."""
         framing = ("Transfer-Encoding: chunked" if self.length is None
-                   else f"Content-Length: {self.length}" if self.length else None)
+                   else f"Content-Length: {self.length}" if self.declared else None)
         lines = [f"{self.method} {self.path} {self.version}", f"Host: {named}",
                  *(f"{name}: {value}" for name, value in self.headers),
                  *([framing] if framing else []), "Connection: close", "", ""]
@@ -72,8 +75,9 @@ def parse_head(head: bytes) -> Request:
     kept = tuple((name, value) for name, value in fields
                  if name.lower() not in _HOP | _FRAMING | {"host"})
     path = (url.path or "/") + (f"?{url.query}" if url.query else "")
+    declared = any(name.lower() in _FRAMING for name, _ in fields)
     return Request(method, url.netloc.rpartition("@")[2], path, version, kept,
-                   _length(fields, version))
+                   _length(fields, version), declared)
 
 
 def _field(line: str) -> tuple[str, str]:

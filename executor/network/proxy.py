@@ -432,7 +432,7 @@ class _SniCheck:
             name = tls.server_name(self._held[:size])
         except ValueError as exc:
             return self._refuse(str(exc))
-        if name is not None and name != self._conn.host.strip("[]"):
+        if name is not None and name != self._conn.host.strip("[]").rstrip("."):
             return self._refuse(f"the TLS ClientHello names {name}, not {self._conn.host} "
                                 "(the host the rules checked)")
         return self._pass()

@@ -347,7 +347,7 @@ def test_a_pipelined_request_never_reaches_the_upstream_and_is_audited_refused(
     answer = exchange(p, first + second + third)
     assert answer.endswith(b"\r\n\r\nok")
     assert raw.wait(1) == [(f"GET /first HTTP/1.1\r\nHost: api.test:{raw.port}\r\n"
-                            "Connection: close\r\n\r\n").encode()]
+                            "Content-Length: 0\r\nConnection: close\r\n\r\n").encode()]
     records = wait_records(p, 3)
     assert [(r.method, r.host, r.port, r.decision) for r in records] == [
         ("GET", "not-allowed.example", 80, "denied"), ("GET", "api.test", raw.port, "denied"),

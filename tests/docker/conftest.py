@@ -42,6 +42,11 @@ def _no_leftover_containers(docker_client: Any, tmp_path: Path) -> Iterator[None
 @pytest.fixture
 def project(workdir: Path) -> Path:
     """A project root with files and a git repository, and a secret file NEXT to it."""
+    return make_project(workdir)
+
+
+def make_project(workdir: Path) -> Path:
+    """`project`'s tree, made in `workdir`: WORKDIR/proj, and WORKDIR/secret.txt beside it."""
     (workdir / "secret.txt").write_text(SECRET + "\n")
     root = workdir / "proj"
     root.mkdir()

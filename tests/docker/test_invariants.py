@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import os
@@ -28,7 +29,7 @@ from executor.sandbox.signals import Signals
 from executor.toolbox.wire import signals_of
 from executor.workspace.copyload import ArchiveLoader
 from tests.conftest import Engine
-from tests.docker.conftest import SECRET, make_config
+from tests.docker.conftest import SECRET, make_config, make_project
 
 pytestmark = [pytest.mark.docker, pytest.mark.engines]
 
@@ -56,11 +57,35 @@ def tree_digest(root: Path) -> str:
     return digest.hexdigest()
 
 
+Observed = tuple[DockerSandbox, Path]
+
+
+@pytest.fixture(scope="module")
+def _observed_boxes() -> Iterator[tuple[dict[str, Observed], contextlib.ExitStack]]:
+    with contextlib.ExitStack() as stack:
+        yield {}, stack
+
+
+@pytest.fixture
+def observed(engine: Engine, docker_client: Any, tmp_path_factory: pytest.TempPathFactory,
+             _observed_boxes: tuple[dict[str, Observed], contextlib.ExitStack]) -> Observed:
+    """(a started read-write sandbox, its project) shared by this module's cases that only
+    look on one engine: nothing they do may change the container or the project (when a
+    refusal fails, the case that saw it fails). One container an engine, not one a case."""
+    boxes, stack = _observed_boxes
+    if engine.name not in boxes:
+        project = make_project(tmp_path_factory.mktemp("observed"))
+        box = DockerSandbox(make_config(project), client=docker_client)
+        boxes[engine.name] = (stack.enter_context(box), project)
+    return boxes[engine.name]
+
+
 # -- 1. nothing outside the root -------------------------------------------------------------
 
 
 @pytest.mark.parametrize("path", ["../secret.txt", "../../secret.txt", "/etc/passwd", "SECRET_ABS"])
-def test_paths_outside_the_root_are_refused(sandbox: DockerSandbox, project: Path, path: str):
+def test_paths_outside_the_root_are_refused(observed: Observed, path: str):
+    sandbox, project = observed
     if path == "SECRET_ABS":
         path = str(project.parent / "secret.txt")
     for tool, args in [("read_file", {"path": path}), ("write_file", {"path": path, "content": "x"}),
@@ -142,7 +167,9 @@ PODMAN_DEFAULT_CAPS = {"AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID
                        "SYS_CHROOT"}
 
 
-def test_hardening_flags(sandbox: DockerSandbox, docker_client: Any, engine: Engine):
+def test_hardening_flags(observed: Observed, docker_client: Any,
+                        engine: Engine):
+    sandbox, _ = observed
     host = docker_client.api.inspect_container(sandbox.info.container_id)["HostConfig"]
     dropped = PODMAN_DEFAULT_CAPS if engine.name == "podman" else {"ALL"}
     assert set(host["CapDrop"]) == dropped and not host["CapAdd"]  # and CapEff is 0, below
@@ -613,7 +640,9 @@ def test_gc_removes_containers_of_a_killed_controller(project: Path, docker_clie
             child.kill()
 
 
-def test_secret_never_in_container_metadata(sandbox: DockerSandbox, docker_client: Any):
+def test_secret_never_in_container_metadata(observed: Observed,
+                                            docker_client: Any):
+    sandbox, _ = observed
     attrs = docker_client.api.inspect_container(sandbox.info.container_id)
     assert SECRET not in json.dumps(attrs)
 

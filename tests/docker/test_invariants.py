@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import contextlib
 import hashlib
 import json
 import os
@@ -29,7 +28,7 @@ from executor.sandbox.signals import Signals
 from executor.toolbox.wire import signals_of
 from executor.workspace.copyload import ArchiveLoader
 from tests.conftest import Engine
-from tests.docker.conftest import SECRET, make_config, make_project
+from tests.docker.conftest import SECRET, Observed, make_config
 
 pytestmark = [pytest.mark.docker, pytest.mark.engines]
 
@@ -55,29 +54,6 @@ def tree_digest(root: Path) -> str:
         if path.is_file() and not path.is_symlink():
             digest.update(path.read_bytes())
     return digest.hexdigest()
-
-
-Observed = tuple[DockerSandbox, Path]
-
-
-@pytest.fixture(scope="module")
-def _observed_boxes() -> Iterator[tuple[dict[str, Observed], contextlib.ExitStack]]:
-    with contextlib.ExitStack() as stack:
-        yield {}, stack
-
-
-@pytest.fixture
-def observed(engine: Engine, docker_client: Any, tmp_path_factory: pytest.TempPathFactory,
-             _observed_boxes: tuple[dict[str, Observed], contextlib.ExitStack]) -> Observed:
-    """(a started read-write sandbox, its project) shared by this module's cases that only
-    look on one engine: nothing they do may change the container or the project (when a
-    refusal fails, the case that saw it fails). One container an engine, not one a case."""
-    boxes, stack = _observed_boxes
-    if engine.name not in boxes:
-        project = make_project(tmp_path_factory.mktemp("observed"))
-        box = DockerSandbox(make_config(project), client=docker_client)
-        boxes[engine.name] = (stack.enter_context(box), project)
-    return boxes[engine.name]
 
 
 # -- 1. nothing outside the root -------------------------------------------------------------

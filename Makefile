@@ -105,9 +105,10 @@ test-docker: image podman
 test-embedded: install-local image
 	CI=$${CI:-true} $(BIN)/python -m pytest tests/embedded -m embedded -q
 
+# --durations=30: every CI log names the slowest tests (CI has 25 minutes on 2 cores).
 test: install-local image podman host-tools lint
 	CI=$${CI:-true} $(BIN)/python -m pytest tests -m "not embedded" -q -p no:cacheprovider \
-		-n $(TEST_WORKERS) --dist loadgroup; \
+		-n $(TEST_WORKERS) --dist loadgroup --durations=30; \
 		rc=$$?; if [ $$rc = 5 ]; then echo "no tests collected"; exit 1; fi; [ $$rc = 0 ]
 	CI=$${CI:-true} $(BIN)/python -m pytest tests/embedded -m "embedded and not long" -q \
 		-p no:cacheprovider; \

@@ -6,6 +6,7 @@ CI=true); here: the project fixtures and the check that no test leaves a contain
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import uuid
@@ -17,7 +18,7 @@ import pytest
 
 from executor.sandbox.config import LABEL_SESSION
 from executor.sandbox.docker import DockerSandbox, SandboxConfig
-from tests.conftest import IMAGE
+from tests.conftest import IMAGE, Engine
 
 SECRET = "TOP-SECRET-do-not-leak-4242"
 
@@ -42,6 +43,11 @@ def _no_leftover_containers(docker_client: Any, tmp_path: Path) -> Iterator[None
 @pytest.fixture
 def project(workdir: Path) -> Path:
     """A project root with files and a git repository, and a secret file NEXT to it."""
+    return make_project(workdir)
+
+
+def make_project(workdir: Path) -> Path:
+    """`project`'s tree, made in `workdir`: WORKDIR/proj, and WORKDIR/secret.txt beside it."""
     (workdir / "secret.txt").write_text(SECRET + "\n")
     root = workdir / "proj"
     root.mkdir()
@@ -66,3 +72,26 @@ def sandbox(project: Path, docker_client: Any) -> Iterator[DockerSandbox]:
     """A started read-write sandbox on `project`."""
     with DockerSandbox(make_config(project), client=docker_client) as box:
         yield box
+
+
+Observed = tuple[DockerSandbox, Path]
+
+
+@pytest.fixture(scope="module")
+def _observed_boxes() -> Iterator[tuple[dict[str, Observed], contextlib.ExitStack]]:
+    with contextlib.ExitStack() as stack:
+        yield {}, stack
+
+
+@pytest.fixture
+def observed(engine: Engine, docker_client: Any, tmp_path_factory: pytest.TempPathFactory,
+             _observed_boxes: tuple[dict[str, Observed], contextlib.ExitStack]) -> Observed:
+    """(a started read-write sandbox, its project) shared by a module's cases that only
+    look, on one engine: nothing they do may change the container or the project (when a
+    refusal fails, the case that saw it fails). One container an engine, not one a case."""
+    boxes, stack = _observed_boxes
+    if engine.name not in boxes:
+        project = make_project(tmp_path_factory.mktemp("observed"))
+        box = DockerSandbox(make_config(project), client=docker_client)
+        boxes[engine.name] = (stack.enter_context(box), project)
+    return boxes[engine.name]

@@ -28,7 +28,7 @@ from executor.sandbox.signals import Signals
 from executor.toolbox.wire import signals_of
 from executor.workspace.copyload import ArchiveLoader
 from tests.conftest import Engine
-from tests.docker.conftest import SECRET, make_config
+from tests.docker.conftest import SECRET, Observed, make_config
 
 pytestmark = [pytest.mark.docker, pytest.mark.engines]
 
@@ -60,7 +60,8 @@ def tree_digest(root: Path) -> str:
 
 
 @pytest.mark.parametrize("path", ["../secret.txt", "../../secret.txt", "/etc/passwd", "SECRET_ABS"])
-def test_paths_outside_the_root_are_refused(sandbox: DockerSandbox, project: Path, path: str):
+def test_paths_outside_the_root_are_refused(observed: Observed, path: str):
+    sandbox, project = observed
     if path == "SECRET_ABS":
         path = str(project.parent / "secret.txt")
     for tool, args in [("read_file", {"path": path}), ("write_file", {"path": path, "content": "x"}),
@@ -142,7 +143,9 @@ PODMAN_DEFAULT_CAPS = {"AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID
                        "SYS_CHROOT"}
 
 
-def test_hardening_flags(sandbox: DockerSandbox, docker_client: Any, engine: Engine):
+def test_hardening_flags(observed: Observed, docker_client: Any,
+                        engine: Engine):
+    sandbox, _ = observed
     host = docker_client.api.inspect_container(sandbox.info.container_id)["HostConfig"]
     dropped = PODMAN_DEFAULT_CAPS if engine.name == "podman" else {"ALL"}
     assert set(host["CapDrop"]) == dropped and not host["CapAdd"]  # and CapEff is 0, below
@@ -613,7 +616,9 @@ def test_gc_removes_containers_of_a_killed_controller(project: Path, docker_clie
             child.kill()
 
 
-def test_secret_never_in_container_metadata(sandbox: DockerSandbox, docker_client: Any):
+def test_secret_never_in_container_metadata(observed: Observed,
+                                            docker_client: Any):
+    sandbox, _ = observed
     attrs = docker_client.api.inspect_container(sandbox.info.container_id)
     assert SECRET not in json.dumps(attrs)
 

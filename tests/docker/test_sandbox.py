@@ -18,12 +18,13 @@ from executor.sandbox.docker import DockerSandbox
 from executor.sandbox.engine import connect
 from executor.workspace.copyload import ArchiveLoader
 from tests.conftest import IMAGE
-from tests.docker.conftest import make_config
+from tests.docker.conftest import Observed, make_config
 
 pytestmark = pytest.mark.docker
 
 
-def test_satisfies_the_sandbox_protocol(sandbox: DockerSandbox):
+def test_satisfies_the_sandbox_protocol(observed: Observed):
+    sandbox, _ = observed
     assert isinstance(sandbox, Sandbox)
     assert sandbox.is_alive()
     assert sandbox.info.network == "none" and sandbox.info.mount_mode == "rw"
@@ -63,8 +64,9 @@ def test_the_six_tools_work_on_the_real_mount(sandbox: DockerSandbox, project: P
         ("run_shell_command", {"command": 42}, "command"),
     ],
 )
-def test_bad_input_is_a_clear_error_result(sandbox: DockerSandbox, tool: str, args: dict,
+def test_bad_input_is_a_clear_error_result(observed: Observed, tool: str, args: dict,
                                            expected: str):
+    sandbox, _ = observed
     result = sandbox.call(tool, args)
     assert not result.ok
     assert expected.lower() in result.output.lower(), result.output

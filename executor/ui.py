@@ -382,7 +382,7 @@ class ProgressView:
         self._print(f"[yellow]warning:[/] {markup_safe(event.message, line=True)}")
 
     def _on_notice(self, event: NoticeEvent) -> None:
-        self._print(f"[dim]{markup_safe(event.message)}[/]")
+        self._print(f"[dim]{markup_safe(event.message, line=True)}[/]")
 
     def _on_progress(self, event: ProgressEvent) -> None:
         """The embedded model loading: one line per phase, a live figure where there is one."""

@@ -24,6 +24,7 @@ from executor.messages import ToolResult
 from executor.sandbox.bindguard import Warn
 from executor.sandbox.config import tool_user
 from executor.sandbox.deployment import Deployment
+from executor.sandbox.procs import others_than_init
 from executor.sandbox.runtime import Runtime
 from executor.sandbox.signals import Signals
 
@@ -109,7 +110,7 @@ class Recovery:
     def clear_left(self) -> bool:
         """Kill what a run that died mid-command left in a re-attached container; True: that
         failed and the container went (a bind session's), the caller makes a new one."""
-        if self.kill_in_container(0):
+        if self.kill_in_container(0) and self._alone():
             return False
         if self._copying:
             raise SandboxError(
@@ -136,9 +137,23 @@ class Recovery:
             killed = True
         else:
             killed = self._runtime.kill(place.client.api, place.container.id,
-                                        tool_user(place.config), place.ensure_running)
+                                        tool_user(place.config), place.ensure_running,
+                                        alone=self._alone)
         self.survivors = not killed
         return killed
+
+    def _alone(self) -> bool:
+        """Whether the host's kernel sees PID 1 alone in the container now: the kill script's
+        exit code is the word of a process a survivor can reach (red-team round 19 ptraced it
+        into exit 0). Unseen from here (a remote engine, gVisor's own processes): its word."""
+        place = self._deployment
+        if place.gvisor or place.container is None:
+            return True
+        others = others_than_init(place.client.api, place.container.id)
+        if others:
+            self._warn(f"the kill script said done, but {others} process(es) besides PID 1 "
+                       "still run in the container")
+        return not others
 
     def kill_in_container(self, pid: int) -> bool:
         """Kill `pid` (0: none) and all the tools' uid runs (`Runtime.kill_in_container`)."""

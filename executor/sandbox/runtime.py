@@ -275,7 +275,8 @@ class Runtime:
             self.toolbox = None
 
     def kill(self, api: Any, container_id: str, user: str,
-             ensure_running: Callable[[], bool]) -> bool:
+             ensure_running: Callable[[], bool],
+             alone: Callable[[], bool] = lambda: True) -> bool:
         """Kill the toolbox and what it left; False when some of it may still run (then no
         later toolbox of this container uses the FIFOs: a survivor could open them)."""
         old, self.toolbox = self.toolbox, None
@@ -284,8 +285,8 @@ class Runtime:
         killed = False
         try:  # killed before its channel closes: a toolbox that sees its host's end go
             # stops its command and ends the container (`EXIT_ORPHANED`)
-            killed = not (ensure_running() and old.pid) or self.kill_in_container(
-                api, container_id, user, old.pid)
+            killed = not (ensure_running() and old.pid) or (self.kill_in_container(
+                api, container_id, user, old.pid) and alone())
             return killed  # a container that had stopped has nothing left
         finally:
             if not killed:  # also when interrupted mid-wait: what it left may hold the FIFOs

@@ -539,6 +539,24 @@ def test_a_ctrl_c_during_a_paused_kill_still_counts_it_failed(project: Path, doc
             assert "st.py" not in after.output, after.output
 
 
+@pytest.mark.engines("runc", "podman")
+def test_a_kill_script_that_says_done_is_checked_against_the_hosts_kernel(
+        project: Path, docker_client: Any, monkeypatch: pytest.MonkeyPatch):
+    """Red-team round 19: a survivor ptraced the kill script into exit 0 and the host believed
+    it. Whether PID 1 is alone is now asked of the host's /proc; here the script lies."""
+    from executor.sandbox.runtime import Runtime
+
+    warnings: list[str] = []
+    with DockerSandbox(make_config(project), client=docker_client, warn=warnings.append) as box:
+        first = box.info.container_id
+        monkeypatch.setattr(Runtime, "kill_in_container", lambda *args: True)
+        stuck = box.call("run_shell_command", {"command": "sleep 60"}, timeout=3)
+        assert not stuck.ok and stuck.meta.get("toolbox_restarted"), stuck.output
+        monkeypatch.undo()
+        assert any("besides PID 1 still run" in w for w in warnings), warnings
+        assert shell(box, "echo fresh").ok and box.info.container_id != first
+
+
 def _still_usable(sandbox: DockerSandbox) -> None:
     follow_up = shell(sandbox, "echo still-alive; python3 -c \"import os; "
                                "print(sum(p.isdigit() for p in os.listdir('/proc')))\"")

@@ -185,7 +185,7 @@ class StuckRuntime(FakeRuntime):
         return super().call(tool, args, timeout, on_output)
 
     def kill(self, api: Any, container_id: str, user: str,
-             ensure_running: Callable[[], bool]) -> bool:
+             ensure_running: Callable[[], bool], alone: Callable[[], bool] = bool) -> bool:
         self.kills += 1
         self.toolbox = None
         return False
@@ -228,7 +228,7 @@ class InterruptedKillRuntime(StuckRuntime):
     """The kill's wait (a paused kill script makes it last 15 s) is cut by a second Ctrl-C."""
 
     def kill(self, api: Any, container_id: str, user: str,
-             ensure_running: Callable[[], bool]) -> bool:
+             ensure_running: Callable[[], bool], alone: Callable[[], bool] = bool) -> bool:
         self.kills += 1
         self.toolbox = None
         raise KeyboardInterrupt

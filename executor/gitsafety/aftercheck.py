@@ -146,6 +146,20 @@ def disable_git(root: Path, rels: list[str], result: Sweep) -> None:
             result.renamed[rel] = str(Path(rel).with_name(new))
 
 
+def not_at_start(before: TreeScan, reported: set[str]) -> set[str]:
+    """The `.git` entries the toolbox reported it could not disable that the start's walk did
+    not see, at that path or inside a repository it saw (which it does not enter).
+
+    The toolbox's word only adds paths for the host to check; it never names one the person
+    had: a forged reply saying `.git` would otherwise have the host rename their repository.
+    Names are compared ignoring case (a case-insensitive disk holds `.GIT` as `.git`).
+    """
+    had = {rel.lower() for rel in before.git_entries}
+    return {rel for rel in reported
+            if not any("/".join(Path(rel.lower()).parts[:n]) in had
+                       for n in range(1, len(Path(rel).parts) + 1))}
+
+
 def sweep(root: Path, before: TreeScan, since_ns: int, result: Sweep | None = None) -> Sweep:
     """Clear set-id bits set since `since_ns`; list `.git` entries that were not there before
     (into `result`, when given).
@@ -218,7 +232,7 @@ def after_session(root: Path, tree: TreeScan, started_ns: int,
     except (OSError, SandboxAgentError) as exc:
         warn(f"could not check the whole project after the session: {exc}")
     try:  # every new `.git`: the toolbox's own renaming is skipped when a command kills it
-        disable_git(root, sorted(undisabled | set(done.new_git)), done)
+        disable_git(root, sorted(set(done.new_git) | not_at_start(tree, undisabled)), done)
     except (OSError, SandboxAgentError) as exc:
         warn(f"could not check the project after the session: {exc}")
     report(done, warn)

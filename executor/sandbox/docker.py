@@ -319,6 +319,7 @@ class DockerSandbox(StartStop):
         options["labels"].update(self.spec().labels())
         self._runtime.before_create(gvisor=self._deployment.gvisor)  # its PID 1 opens it first
         self._deployment.create(options)
+        self._git.check_mounted()  # the engine followed no link swapped in since the walk
 
     def _start_toolbox(self, *, running: bool = False) -> None:
         """Start the toolbox; `running`: the container was just started (no need to ask)."""

@@ -107,6 +107,7 @@ class DockerSandbox(StartStop):
             if self.copying:
                 self._copy.plan(place, self._warn)
             else:
+                place.lock_root()  # before the dead runs' checks and this run's walk
                 settle_abandoned(place.client, place.abandoned(), place.lock_path.parent,
                                  self._warn)  # what dead runs planted is not the person's
                 self._protect()

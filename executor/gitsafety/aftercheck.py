@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from executor.errors import SandboxAgentError
-from executor.gitsafety.walk import TreeScan, kind, walk
+from executor.gitsafety.walk import TreeScan, joined, kind, listings
 from executor.toolbox.gitshape import GITDIR_PARTS, gitdir_shape
 from executor.toolbox.nofollow import open_beneath, open_parent
 
@@ -169,24 +169,30 @@ def sweep(root: Path, before: TreeScan, since_ns: int, result: Sweep | None = No
     """
     result = result or Sweep()
     parts: dict[str, dict[str, str]] = {}
-    for rel, entry in walk(root):
-        if entry.name == ".git" and rel not in before.git_entries:
-            result.new_git.append(rel)
-        elif entry.name in GITDIR_PARTS:
-            parts.setdefault(rel.rpartition("/")[0], {})[entry.name] = kind(entry)
-        try:
-            info = entry.stat(follow_symlinks=False)
-        except OSError:
-            continue
-        fresh = info.st_ctime_ns >= since_ns
-        if info.st_mode & _SETID and fresh and not stat.S_ISLNK(info.st_mode):
-            with contextlib.suppress(OSError):  # a link or nothing by now: not ours to change
-                if clear_setid(root, rel):
-                    result.setid_cleared.append(rel)
+    for rel_dir, listing in listings(root):
+        for entry in listing:  # (a path only for the few that need one: the walk is hot)
+            name = entry.name
+            if name == ".git" and joined(rel_dir, name) not in before.git_entries:
+                result.new_git.append(joined(rel_dir, name))
+            elif name in GITDIR_PARTS:
+                parts.setdefault(rel_dir, {})[name] = kind(entry)
+            try:
+                info = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if info.st_mode & _SETID and info.st_ctime_ns >= since_ns \
+                    and not stat.S_ISLNK(info.st_mode):
+                _clear_found(root, joined(rel_dir, name), result)
     for rel, kinds in sorted(parts.items()):  # look-alikes the toolbox missed or could not undo
         if gitdir_shape(kinds) and rel not in before.git_dirs and rel.rpartition("/")[2] != ".git":
             disable_head(root, rel, result)
     return result
+
+
+def _clear_found(root: Path, rel: str, result: Sweep) -> None:
+    with contextlib.suppress(OSError):  # a link or nothing by now: not ours to change
+        if clear_setid(root, rel):
+            result.setid_cleared.append(rel)
 
 
 def clear_setid(root: Path, rel: str) -> bool:

@@ -40,19 +40,12 @@ def scan(root: Path) -> TreeScan:
         for entry in listing:  # (only the few names that matter get a path: the walk is hot)
             name = entry.name
             if name == ".git":
-                found[_join(rel_dir, name)] = kind(entry)
+                found[joined(rel_dir, name)] = kind(entry)
             elif name in GITDIR_PARTS:
                 parts.setdefault(rel_dir, {})[name] = kind(entry)
     bare = tuple(sorted(d for d, kinds in parts.items() if gitdir_shape(kinds)
                         and d.rpartition("/")[2] != ".git" and d))
     return TreeScan(found, bare)
-
-
-def walk(root: Path) -> Iterator[tuple[str, os.DirEntry[str]]]:
-    """Every entry under `root` with its relative path (`listings`)."""
-    for rel_dir, listing in listings(root):
-        for entry in listing:
-            yield _join(rel_dir, entry.name), entry
 
 
 def listings(root: Path) -> Iterator[tuple[str, list[os.DirEntry[str]]]]:
@@ -85,7 +78,7 @@ def listings(root: Path) -> Iterator[tuple[str, list[os.DirEntry[str]]]]:
                 frame.fd = _reopen(frames, frame)
             below = _open_below(frame.fd, name, frame.rel)
             if below is not None:
-                frames.append(_Frame(_join(frame.rel, name), below))
+                frames.append(_Frame(joined(frame.rel, name), below))
                 if len(frames) > _KEEP_OPEN + 1:  # deep: the level above gives its fd back
                     _close(frame)
     finally:
@@ -151,11 +144,12 @@ def _open_below(parent: int, name: str, rel_dir: str) -> int | None:
         if exc.errno in _GONE:
             return None  # unreadable for us: unreadable for the container's user as well
         # (out of descriptors, say: a directory skipped could hide a repository)
-        raise SandboxError(f"could not walk the project at {_join(rel_dir, name)}: "
+        raise SandboxError(f"could not walk the project at {joined(rel_dir, name)}: "
                            f"{exc.strerror}") from exc
 
 
-def _join(rel_dir: str, name: str) -> str:
+def joined(rel_dir: str, name: str) -> str:
+    """`name`'s path relative to the root, in the directory at `rel_dir` ('' for the root)."""
     return f"{rel_dir}/{name}" if rel_dir else name
 
 

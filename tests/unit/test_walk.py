@@ -30,9 +30,9 @@ def test_a_directory_swapped_for_a_link_during_the_walk_is_not_entered(tmp_path:
     (root / "a").mkdir(parents=True)
     (host / ".git" / "hooks").mkdir(parents=True)
     seen = []
-    for rel, _entry in walk.walk(root):
-        seen.append(rel)
-        if rel == "a":  # listed as a directory; a link by the time the walk goes in
+    for rel_dir, listing in listings(root):
+        seen += [walk.joined(rel_dir, entry.name) for entry in listing]
+        if rel_dir == "":  # `a` listed as a directory; a link by the time the walk goes in
             os.rename(root / "a", root / "a.old")
             (root / "a").symlink_to(host)
     assert seen == ["a"]

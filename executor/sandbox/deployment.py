@@ -348,6 +348,19 @@ class Deployment:
         self._root_lock = rootlock.hold(self._lock_dir(), real_root(self.config.root),
                                         self.config.session_name or self.config.session_id)
 
+    @contextlib.contextmanager
+    def root_locked(self) -> Iterator[None]:
+        """The root's lock held for a while (a standby's walk and create), then given back:
+        its session, when it adopts the standby, takes it again before its own walk."""
+        held = bool(self._root_lock)
+        self.lock_root()
+        try:
+            yield
+        finally:
+            if not held and self._root_lock:
+                rootlock.release(self._root_lock)
+                self._root_lock = ""
+
     def lock(self) -> None:
         """Hold the session's lock: `gc` removes containers whose lock is free, which also
         covers a controller killed with SIGKILL."""

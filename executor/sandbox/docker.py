@@ -139,6 +139,11 @@ class DockerSandbox(StartStop):
         this session can have none (`warm.eligible`)."""
         place = self._deployment
         place.connect()
+        with place.root_locked():  # its walk and mounts: no other process's sandbox on the root
+            return self._standby()
+
+    def _standby(self) -> warm.Standby | None:
+        place = self._deployment
         self._protect()
         place.standby_mode = True
         place.lock()

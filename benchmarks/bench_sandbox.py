@@ -181,7 +181,11 @@ def _in_processes(root: Path, sessions: int, each: int,
     context = multiprocessing.get_context("spawn")
     gates = (context.Barrier(sessions), context.Barrier(sessions))
     out: multiprocessing.Queue[tuple[list[float], list[float]]] = context.Queue()
-    workers = [context.Process(target=_session, args=(root, each, i, gates, out, fifo))
+    roots = [root / f"process{i}" for i in range(sessions)]  # one bind session a root at a time
+    for own in roots:
+        own.mkdir(exist_ok=True)
+        (own / "small.txt").write_bytes((root / "small.txt").read_bytes())
+    workers = [context.Process(target=_session, args=(roots[i], each, i, gates, out, fifo))
                for i in range(sessions)]
     for worker in workers:
         worker.start()

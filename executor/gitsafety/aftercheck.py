@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from executor.errors import SandboxAgentError
-from executor.gitsafety.walk import TreeScan, kind, walk
+from executor.gitsafety.walk import TreeScan, joined, kind, listings
 from executor.toolbox.gitshape import GITDIR_PARTS, gitdir_shape
 from executor.toolbox.nofollow import open_beneath, open_parent
 
@@ -146,6 +146,20 @@ def disable_git(root: Path, rels: list[str], result: Sweep) -> None:
             result.renamed[rel] = str(Path(rel).with_name(new))
 
 
+def not_at_start(before: TreeScan, reported: set[str]) -> set[str]:
+    """The `.git` entries the toolbox reported it could not disable that the start's walk did
+    not see, at that path or inside a repository it saw (which it does not enter).
+
+    The toolbox's word only adds paths for the host to check; it never names one the person
+    had: a forged reply saying `.git` would otherwise have the host rename their repository.
+    Names are compared ignoring case (a case-insensitive disk holds `.GIT` as `.git`).
+    """
+    had = {rel.lower() for rel in before.git_entries}
+    return {rel for rel in reported
+            if not any("/".join(Path(rel.lower()).parts[:n]) in had
+                       for n in range(1, len(Path(rel).parts) + 1))}
+
+
 def sweep(root: Path, before: TreeScan, since_ns: int, result: Sweep | None = None) -> Sweep:
     """Clear set-id bits set since `since_ns`; list `.git` entries that were not there before
     (into `result`, when given).
@@ -155,24 +169,30 @@ def sweep(root: Path, before: TreeScan, since_ns: int, result: Sweep | None = No
     """
     result = result or Sweep()
     parts: dict[str, dict[str, str]] = {}
-    for rel, entry in walk(root):
-        if entry.name == ".git" and rel not in before.git_entries:
-            result.new_git.append(rel)
-        elif entry.name in GITDIR_PARTS:
-            parts.setdefault(rel.rpartition("/")[0], {})[entry.name] = kind(entry)
-        try:
-            info = entry.stat(follow_symlinks=False)
-        except OSError:
-            continue
-        fresh = info.st_ctime_ns >= since_ns
-        if info.st_mode & _SETID and fresh and not stat.S_ISLNK(info.st_mode):
-            with contextlib.suppress(OSError):  # a link or nothing by now: not ours to change
-                if clear_setid(root, rel):
-                    result.setid_cleared.append(rel)
+    for rel_dir, listing in listings(root):
+        for entry in listing:  # (a path only for the few that need one: the walk is hot)
+            name = entry.name
+            if name == ".git" and joined(rel_dir, name) not in before.git_entries:
+                result.new_git.append(joined(rel_dir, name))
+            elif name in GITDIR_PARTS:
+                parts.setdefault(rel_dir, {})[name] = kind(entry)
+            try:
+                info = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if info.st_mode & _SETID and info.st_ctime_ns >= since_ns \
+                    and not stat.S_ISLNK(info.st_mode):
+                _clear_found(root, joined(rel_dir, name), result)
     for rel, kinds in sorted(parts.items()):  # look-alikes the toolbox missed or could not undo
         if gitdir_shape(kinds) and rel not in before.git_dirs and rel.rpartition("/")[2] != ".git":
             disable_head(root, rel, result)
     return result
+
+
+def _clear_found(root: Path, rel: str, result: Sweep) -> None:
+    with contextlib.suppress(OSError):  # a link or nothing by now: not ours to change
+        if clear_setid(root, rel):
+            result.setid_cleared.append(rel)
 
 
 def clear_setid(root: Path, rel: str) -> bool:
@@ -218,7 +238,7 @@ def after_session(root: Path, tree: TreeScan, started_ns: int,
     except (OSError, SandboxAgentError) as exc:
         warn(f"could not check the whole project after the session: {exc}")
     try:  # every new `.git`: the toolbox's own renaming is skipped when a command kills it
-        disable_git(root, sorted(undisabled | set(done.new_git)), done)
+        disable_git(root, sorted(set(done.new_git) | not_at_start(tree, undisabled)), done)
     except (OSError, SandboxAgentError) as exc:
         warn(f"could not check the project after the session: {exc}")
     report(done, warn)

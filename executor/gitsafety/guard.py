@@ -95,6 +95,19 @@ class GitGuard:
         protect them where they are, not the originals)."""
         return sorted(misplaced(self.root, self.baseline.identities)) if self.baseline else []
 
+    def check_mounted(self) -> None:
+        """After the engine made the container: every protected path is still the one the
+        walk saw, reached without a link. The engine resolves links in a mount's source, so a
+        directory on the way swapped for a link since would have put a host path into the
+        container (one bind session per root, rootlock.py, leaves no sandbox to do it; this
+        makes sure of it before any command runs: the container then goes)."""
+        moved = self.moved()
+        if moved:
+            raise SandboxError(
+                f"protected paths changed while the sandbox was made ({', '.join(moved[:3])}): "
+                "what the engine mounted may not be the project's; the session ends",
+                fix="check the project (a link where a directory was?) and start again")
+
     def after_session(self, warn: Warn) -> None:
         """The checks after a bind session (nothing when no walk was made)."""
         start = self.baseline

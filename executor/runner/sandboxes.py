@@ -80,6 +80,7 @@ class SandboxWiring(RunnerState):
         self._workspace_mode = workspace = self._workspace(header)
         put_back = self._put_back(store.name) if workspace == "copy" else {}
         config = self._sandbox_config(self._sandbox_id, header.image_digest, workspace, put_back)
+        config = config.model_copy(update={"session_name": store.name})
         backend = self._backend_for(config)
         if isinstance(backend, DockerSandbox):
             backend.preflight()

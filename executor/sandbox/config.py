@@ -45,6 +45,8 @@ class SandboxConfig(BaseModel):
     """Project root on the host, mounted at /workspace."""
     session_id: str
     """Session id; the container is named sandbox-agent-<session_id>."""
+    session_name: str = ""
+    """The session's name as the person knows it (said to another run on the root); ''."""
     image: str = DEFAULT_IMAGE
     """Image with python3 >= 3.9 (ripgrep and git optional)."""
     runtime: str | None = None

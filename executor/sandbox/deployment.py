@@ -26,7 +26,7 @@ from executor.gitsafety.hostgit import Protected
 from executor.network import egress as network
 from executor.network.egress import EgressHooks
 from executor.protocols import SandboxInfo
-from executor.sandbox import runrecord, seccomp, warm
+from executor.sandbox import rootlock, runrecord, seccomp, warm
 from executor.sandbox.bundle import toolbox_command
 from executor.sandbox.config import (
     LABEL_HOST,
@@ -68,6 +68,8 @@ class Deployment:
         self.attached: Any = None
         """The stream of a container just made with the toolbox as its first process."""
         self._lock_fd: int | None = None
+        self._root_lock = ""
+        """The root's lock this session holds (rootlock.py), or ''."""
         self.seccomp_file: Path | None = None
         self.podman = False
         self.gvisor = False
@@ -338,19 +340,37 @@ class Deployment:
 
     # -- the lock and the run record ---------------------------------------------------------
 
+    def lock_root(self) -> None:
+        """Hold the project root's lock (rootlock.py) when this is a writable bind session:
+        one at a time per root, from before the start's walk until the checks after it."""
+        if self.config.workspace != "bind" or self.config.read_only or self._root_lock:
+            return
+        self._root_lock = rootlock.hold(self._lock_dir(), real_root(self.config.root),
+                                        self.config.session_name or self.config.session_id)
+
+    @contextlib.contextmanager
+    def root_locked(self) -> Iterator[None]:
+        """The root's lock held for a while (a standby's walk and create), then given back:
+        its session, when it adopts the standby, takes it again before its own walk."""
+        held = bool(self._root_lock)
+        self.lock_root()
+        try:
+            yield
+        finally:
+            if not held and self._root_lock:
+                rootlock.release(self._root_lock)
+                self._root_lock = ""
+
     def lock(self) -> None:
         """Hold the session's lock: `gc` removes containers whose lock is free, which also
         covers a controller killed with SIGKILL."""
         path = self.lock_path
-        # what is there is mounted into the container (hosts file, channel): never the sandbox's
-        check_outside(real_root(self.config.root), path.parent,
-                      "the lock dir (XDG_RUNTIME_DIR or XDG_CACHE_HOME)")
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self._lock_dir()
         standby = None if self.standby_mode else warm.POOL.take(self.name)  # not a standby's
         if standby is not None:  # made ahead for this session, holding its lock since
             self._lock_fd, self._standby, self.standby_mode = standby.take_lock(), standby, True
             return
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         for _ in range(20):  # `gc` holds a free lock for a moment while it checks it
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -363,13 +383,26 @@ class Deployment:
         raise SandboxError(f"session {self.config.session_id} is in use by another process")
 
     def unlock(self) -> None:
-        """Release the session's lock (and a standby taken but never adopted: it goes)."""
+        """Release the session's lock and the root's (and a standby taken but never adopted:
+        it goes)."""
         if self._standby is not None:
             self._standby.discard()
             self._standby = None
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
+        if self._root_lock:
+            rootlock.release(self._root_lock)
+            self._root_lock = ""
+
+    def _lock_dir(self) -> Path:
+        """The lock dir, made when missing (never inside the project: what is there is
+        mounted into the container, the hosts file and the channel)."""
+        folder = self.lock_path.parent
+        check_outside(real_root(self.config.root), folder,
+                      "the lock dir (XDG_RUNTIME_DIR or XDG_CACHE_HOME)")
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        return folder
 
     def save_record(self, record: runrecord.RunRecord | None) -> None:
         """What the end-of-session checks need, on disk until they ran (runrecord.py)."""

@@ -107,6 +107,7 @@ class DockerSandbox(StartStop):
             if self.copying:
                 self._copy.plan(place, self._warn)
             else:
+                place.lock_root()  # before the dead runs' checks and this run's walk
                 settle_abandoned(place.client, place.abandoned(), place.lock_path.parent,
                                  self._warn)  # what dead runs planted is not the person's
                 self._protect()
@@ -138,6 +139,11 @@ class DockerSandbox(StartStop):
         this session can have none (`warm.eligible`)."""
         place = self._deployment
         place.connect()
+        with place.root_locked():  # its walk and mounts: no other process's sandbox on the root
+            return self._standby()
+
+    def _standby(self) -> warm.Standby | None:
+        place = self._deployment
         self._protect()
         place.standby_mode = True
         place.lock()
@@ -319,6 +325,7 @@ class DockerSandbox(StartStop):
         options["labels"].update(self.spec().labels())
         self._runtime.before_create(gvisor=self._deployment.gvisor)  # its PID 1 opens it first
         self._deployment.create(options)
+        self._git.check_mounted()  # the engine followed no link swapped in since the walk
 
     def _start_toolbox(self, *, running: bool = False) -> None:
         """Start the toolbox; `running`: the container was just started (no need to ask)."""

@@ -13,9 +13,10 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from executor.errors import SandboxError
 from executor.gitsafety.aftercheck import after_session
 from executor.network.egress import drop_socket_dir
-from executor.sandbox import runrecord
+from executor.sandbox import rootlock, runrecord
 from executor.sandbox.config import (
     LABEL_HOST,
     LABEL_LOCK,
@@ -25,6 +26,7 @@ from executor.sandbox.config import (
 )
 from executor.sandbox.engine import connect, docker_errors
 from executor.sandbox.fifos import drop_channel
+from executor.state import real_root
 
 
 class GcResult(BaseModel):
@@ -72,13 +74,24 @@ def _classify(container: Any, result: GcResult, *, all_hosts: bool, force: bool)
 
 
 def _finish(name: str, result: GcResult) -> None:
-    """A removed bind session's end-of-session checks, which its dead controller skipped."""
+    """A removed bind session's end-of-session checks, which its dead controller skipped
+    (never while another bind session works on the root: they would race its sandbox; the
+    next run on the root runs them then)."""
     for record in runrecord.abandoned(default_lock_dir()):
-        if record.name == name:
+        if record.name != name:
+            continue
+        try:
+            held = rootlock.hold(default_lock_dir(), real_root(record.root), "gc", wait=False)
+        except SandboxError as exc:
+            result.notes.append(f"the checks after {name} wait for the next run: {exc.message}")
+            return
+        try:
             after_session(Path(record.root), record.tree, record.started_ns, record.identities,
                           [Path(record.root) / rel for rel in record.made_dirs], set(),
                           result.notes.append)
             runrecord.forget(default_lock_dir(), name)
+        finally:
+            rootlock.release(held)
 
 
 def session_containers(client: Any, root: str | None = None) -> list[Any]:

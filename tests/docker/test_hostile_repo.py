@@ -10,12 +10,22 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import Engine
-from tests.docker.cli_support import ask, assert_user_error, explain, run_cli
+from tests.docker.cli_support import (
+    RUN_TIMEOUT,
+    SANDBOX_AGENT,
+    ask,
+    assert_user_error,
+    cli_env,
+    explain,
+    model_args,
+    run_cli,
+)
 from tests.fakes.model_server import Call, ModelServer, RecordedRequest, Reply
 
 pytestmark = [pytest.mark.docker, pytest.mark.engines]
@@ -639,3 +649,35 @@ def test_a_settings_dir_that_is_a_link_is_refused_before_a_bind_session(
     done = ask(root, model_server, "ollama", "--yes", "--workspace", "bind")
     assert_user_error(done, 10, ".sandbox-agent is not a directory", "--workspace copy")
     assert list((root / "elsewhere").iterdir()) == []
+
+
+def test_a_second_bind_session_on_the_root_fails_at_once_naming_the_first(
+        workdir: Path, model_server: ModelServer):
+    """Two bind sessions on one root would each check the tree while the other's sandbox
+    writes it (red-team round 17): the second one ends before its sandbox exists."""
+    root = workdir / "proj"
+    root.mkdir()
+    wait = "touch started; while [ ! -e release ]; do sleep 0.1; done; echo released"
+    model_server.reply(tool_calls=[Call("run_shell_command", {"command": wait})])
+    model_server.reply("done")
+    first = subprocess.Popen(
+        [str(SANDBOX_AGENT), "ask", "--root", str(root), *model_args(model_server, "ollama"),
+         "--yes", "--session", "first-one", "wait"], env=cli_env(), text=True,
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + RUN_TIMEOUT
+        while not (root / "started").exists() and first.poll() is None:
+            assert time.monotonic() < deadline, "the first session's command never ran"
+            time.sleep(0.1)
+        with ModelServer() as other:
+            other.reply(tool_calls=[Call("run_shell_command", {"command": "touch second"})])
+            other.reply("done")
+            done = ask(root, other, "ollama", "--yes", query="again")
+        assert_user_error(done, 10, f"the project {os.path.realpath(root)} is in use by bind "
+                          "session first-one in another process")
+        assert "--workspace copy" in done.stderr and not (root / "second").exists()
+    finally:
+        (root / "release").touch()
+        out, err = first.communicate(timeout=RUN_TIMEOUT)
+    assert first.returncode == 0, f"{out}\n{err}"
+    assert "released" in model_server.chat_requests[-1].body["messages"][-1]["content"]

@@ -189,3 +189,41 @@ def test_orchestrates_children_start_in_containers_made_ahead(
         assert len(made) == 1, (name, made)
         assert warm.LABEL_STANDBY in made[0]["Actor"]["Attributes"], done.stderr
     assert containers_of(docker_client, project) == []
+
+
+
+_HOLD = ("import sys; from pathlib import Path; from executor.sandbox import rootlock; "
+         "from executor.sandbox.config import default_lock_dir; "
+         "default_lock_dir().mkdir(parents=True, exist_ok=True); "
+         "rootlock.hold(default_lock_dir(), Path(sys.argv[1]), 'other', wait=False); "
+         "print('held', flush=True); sys.stdin.read()")
+
+
+def test_no_standby_is_made_while_another_process_holds_the_root(project: Path,
+                                                                docker_client: Any):
+    """Its walk and its mounts are a start's: no other process's bind sandbox may race them
+    (rootlock.py); once made, it gives the root back (its session takes it at its start)."""
+    from executor.errors import SandboxError
+    from executor.state import real_root
+
+    def other_process() -> subprocess.Popen[str]:
+        return subprocess.Popen([sys.executable, "-c", _HOLD, str(real_root(project))],
+                                cwd=Path(__file__).parents[2], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+
+    config = make_config(project)
+    holder = other_process()
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        with pytest.raises(SandboxError, match="in use by bind session other"):
+            DockerSandbox(config, client=docker_client).standby()
+    finally:
+        holder.communicate("")
+    standby = DockerSandbox(config, client=docker_client).standby()
+    assert standby is not None
+    try:
+        after = other_process()
+        assert after.stdout is not None and after.stdout.readline() == "held\n"  # given back
+        after.communicate("")
+    finally:
+        standby.discard()

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from executor.gitsafety.aftercheck import clear_setid, sweep
-from executor.gitsafety.walk import scan
+from executor.gitsafety.aftercheck import after_session, clear_setid, not_at_start, sweep
+from executor.gitsafety.walk import TreeScan, scan
 
 
 def _mode(path: Path) -> int:
@@ -49,3 +49,35 @@ def test_the_sweep_still_clears_what_a_session_set(tmp_path: Path):
     os.chmod(tmp_path / "tool", 0o6755)
     done = sweep(tmp_path, before, 0)
     assert done.setid_cleared == ["tool"] and _mode(tmp_path / "tool") == 0o755
+
+
+def test_a_reply_naming_the_persons_own_repository_renames_nothing(tmp_path: Path):
+    """The toolbox's `undisabled` only adds paths to check: a forged `.git` (red-team round
+    17) is the person's repository, which the start's walk saw."""
+    (tmp_path / ".git" / "modules" / "lib").mkdir(parents=True)
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / ".git").write_text("gitdir: ../.git/modules/lib\n")
+    start = scan(tmp_path)
+    said: list[str] = []
+    forged = {".git", "sub/.git", ".GIT", ".git/modules/lib/.git", "./.git"}
+    after_session(tmp_path, start, 0, {}, [], forged, said.append)
+    assert (tmp_path / ".git").is_dir() and (tmp_path / "sub" / ".git").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".git", "sub"]
+    assert said == []
+
+
+def test_a_repository_the_toolbox_reports_that_was_not_there_is_still_renamed(tmp_path: Path):
+    start = scan(tmp_path)
+    (tmp_path / "made" / ".git").mkdir(parents=True)
+    said: list[str] = []
+    after_session(tmp_path, start, 0, {}, [], {"made/.git"}, said.append)
+    [moved] = [p.name for p in (tmp_path / "made").iterdir()]
+    assert moved.startswith(".git.quarantined-")
+    assert any("appeared during the session at made/.git" in line for line in said), said
+
+
+def test_only_what_the_start_did_not_see_is_taken_from_the_toolbox():
+    start = TreeScan({".git": "dir", "vendor/x/.git": "file"})
+    reported = {".git", ".Git", "vendor/x/.git", ".git/worktrees/w/.git", "vendor/.git",
+                "new/.git", "vendor/x/inner/.git"}  # (a `.git` file is no folder to be in)
+    assert not_at_start(start, reported) == {"vendor/.git", "new/.git", "vendor/x/inner/.git"}

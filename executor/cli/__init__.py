@@ -53,12 +53,32 @@ def _run() -> int:
             exc.show()
             return int(exc.exit_code)
         command = exc.ctx.command_path if exc.ctx else "sandbox-agent"
-        return _usage_error(exc.format_message(), f"see `{command} --help`", exc.exit_code)
+        return _usage_error(_message(exc), f"see `{command} --help`", exc.exit_code)
     except click_exception as exc:
         return _usage_error(exc.format_message(), None, exc.exit_code)
     except typer.Abort:
         return 1
     return code if isinstance(code, int) else 0
+
+
+def _message(exc: Any) -> str:
+    """click's message, an unknown option's suggestions cut to the names close to it: click
+    offers any name 60% alike with its dashes, so `--bogus` was told of `--host`."""
+    possibilities = getattr(exc, "possibilities", None)
+    if not possibilities:
+        return str(exc.format_message())
+    import difflib
+
+    typed = str(exc.option_name).lstrip("-")
+    close = [name for name in possibilities
+             if difflib.SequenceMatcher(None, typed, name.lstrip("-")).ratio() >= CLOSE_NAME]
+    suggestion = f" (did you mean {' or '.join(sorted(close))}?)" if close else ""
+    return f"{exc.message}{suggestion}"
+
+
+CLOSE_NAME = 0.7
+"""How alike (difflib's ratio, dashes left out) an unknown option must be to a real one to be
+offered: `--mdoel` is 0.8 like `--model`; `--bogus` 0.44 like `--host`."""
 
 
 def _usage_error(message: str, fix: str | None, code: int) -> int:

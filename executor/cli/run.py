@@ -63,9 +63,10 @@ def _trace(runner: Runner) -> None:
                         f"[yellow]warning:[/] {markup_safe(text, line=True)}"))
 
 
-def _query_from_stdin() -> str:
+def _query_from_stdin(command: str = "ask") -> str:
     if sys.stdin is None or sys.stdin.isatty():
-        raise ConfigError("no query given", fix='pass it as an argument: sandbox-agent ask "..."')
+        raise ConfigError("no query given",
+                          fix=f'pass it as an argument: sandbox-agent {command} "..."')
     data = sys.stdin.buffer.read()
     try:
         return data.decode("utf-8")
@@ -76,8 +77,9 @@ def _query_from_stdin() -> str:
         ) from None
 
 
-def checked_query(query: str) -> str:
-    """The query without surrounding blanks; ConfigError when it is empty or not UTF-8."""
+def checked_query(query: str, command: str = "ask") -> str:
+    """The query without surrounding blanks; ConfigError when it is empty or not UTF-8 (the
+    fix names `command`, the one that was run)."""
     try:
         query.encode("utf-8")
     except UnicodeEncodeError as exc:  # undecodable argv bytes arrive as lone surrogates
@@ -86,7 +88,8 @@ def checked_query(query: str) -> str:
             fix="pass UTF-8 text (check your terminal's locale, e.g. LANG=C.UTF-8)",
         ) from None
     if not query.strip():
-        raise ConfigError("the query is empty", fix='say what to do: sandbox-agent ask "..."')
+        raise ConfigError("the query is empty",
+                          fix=f'say what to do: sandbox-agent {command} "..."')
     return query.strip()
 
 
@@ -154,7 +157,9 @@ def _ask(query: str | None, flags: RunFlags, *, orchestrator: bool) -> None:
     output = JsonOutput(stream=flags.json_stream, prints=flags.as_json)
     flags = _decided(query, flags, prints=output.prints)
     if query is not None or not flags.interactive:
-        query = checked_query(query if query is not None else _query_from_stdin())
+        command = "orchestrate" if orchestrator else "ask"
+        query = checked_query(query if query is not None else _query_from_stdin(command),
+                              command)
     at_terminal = _person_at_terminal()
     options = flags.options(orchestrator=orchestrator)
     # The container starts when a tool first needs it (a REPL warms it up at once): an answer

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from executor.choices import DEFAULT_BASE_IMAGE, DEFAULT_IMAGE
-from executor.cli.common import cli_errors, echo_result, err_console, fail, fix_for, out_console
+from executor.cli.common import cli_errors, echo_result, err_console, fail, out_console
+from executor.cli.fixes import fix_for
 from executor.cli.options import HostOpt, ProviderOpt
 from executor.errors import (
     ConfigError,

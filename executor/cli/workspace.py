@@ -80,6 +80,16 @@ def changeset_for(root: Path, session: str | None) -> Changeset | None:
     return changeset
 
 
+def existing_root(root: Path) -> Path:
+    """`root` with its links resolved; ConfigError when it is no directory (a typo: "no
+    changes in ./nosuch" would read as a project with nothing pending)."""
+    real = real_root(root)
+    if not real.is_dir():
+        raise ConfigError(f"project root {root} is not a directory",
+                          fix="pass the --root the session ran on")
+    return real
+
+
 def _nothing(root: Path) -> None:
     err_console.print(f"no copy session with changes in {root} (run `sandbox-agent ask "
                       "--workspace copy` first)", markup=False, highlight=False)
@@ -106,7 +116,7 @@ def diff_command(
     from executor.workspace.render import as_json, diff, for_terminal, reader, stat_lines
     from executor.workspace.store import BlobStore
 
-    root = real_root(root)
+    root = existing_root(root)
     changeset = changeset_for(root, session)
     if changeset is None:
         _nothing(root)
@@ -184,7 +194,7 @@ def apply_command(
     """Write a copy session's pending changes into the tree, file by file; a file changed on
     the host since the copy is refused (exit 61), never merged."""
     interrupt_on_ending_signals()  # a hang-up or SIGTERM: exit 130, once the writes are on record
-    root = real_root(root)
+    root = existing_root(root)
     changeset = changeset_for(root, session)
     if changeset is None:
         _nothing(root)
@@ -329,7 +339,7 @@ def undo_command(
     from executor.workspace.apply import plan_undo
 
     interrupt_on_ending_signals()
-    root = real_root(root)
+    root = existing_root(root)
     name = session or _latest_undoable(root)
     plan = plan_undo(root, name) if name else None
     if plan is None:

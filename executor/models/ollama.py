@@ -15,7 +15,14 @@ from executor.config import DEFAULT_MAX_REPLY_BYTES, ToolProtocol
 from executor.errors import ModelError, ModelResponseError
 from executor.hooks import HookBus
 from executor.messages import Message, ToolSpec, Usage, function_schema
-from executor.models._http import HttpChatModel, HttpClient, Reply, ServerHint, check_http_url
+from executor.models._http import (
+    HttpChatModel,
+    HttpClient,
+    Reply,
+    ServerHint,
+    check_http_url,
+    check_short_form,
+)
 from executor.models.limits import MAX_CALLS, ReplyLimits, too_many_calls
 from executor.models.parsing import RawCall
 from executor.models.retry import RetryPolicy
@@ -47,6 +54,8 @@ def ollama_base_url(host: str | None = None, env: Mapping[str, str] | None = Non
         return DEFAULT_OLLAMA_HOST
     if "://" not in raw:
         hostport, slash, path = raw.partition("/")
+        if host:  # OLLAMA_HOST is shared with Ollama's own tools: its bare names stand
+            check_short_form(hostport, flag=flag, port=_DEFAULT_PORT)
         raw = f"http://{_with_default_port(hostport)}{slash}{path}"
     return check_http_url(raw, flag=flag)
 

@@ -109,3 +109,35 @@ def test_the_embedded_models_fix_installs_this_distribution(tmp_path: Path) -> N
         assert fix == f"fix: `pip install -e '{REPO}[local]'` (this sandbox-agent runs from " \
                       f"the clone {REPO})"
     assert DISTRIBUTION != "sandbox-agent"  # on the public index, that is another project
+
+
+_LOGS = """
+import sys
+from executor.cli import _route_logs_once_imported
+_route_logs_once_imported()
+assert "logging" not in sys.modules  # installed on first import, not paid for up front
+import logging, warnings
+logging.getLogger("urllib3.connectionpool").warning("pool full: %s\\nsecond", "\\x1b[2Kgone")
+warnings.warn("deprecated \\x1b]0;title\\x07 thing")
+logging.getLogger("executor.x").info("not shown: below WARNING")
+try:
+    raise ValueError("bad\\nworse")
+except ValueError:
+    logging.getLogger("docker").exception("it failed")
+from executor.sandbox.probes import noted
+with noted() as notes:
+    logging.getLogger("executor.sandbox").warning("kept for the log file")
+print(notes.lines[0].endswith("kept for the log file"))
+"""
+
+
+def test_library_log_records_are_one_inert_line_each() -> None:
+    done = subprocess.run([sys.executable, "-c", _LOGS], capture_output=True, text=True,
+                          env={"NO_COLOR": "1", "COLUMNS": "200"}, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "True\n"  # doctor --security's notes: kept, not on the terminal
+    assert done.stderr.splitlines() == [
+        r"warning: pool full: \x1b[2Kgone",
+        r"warning: UserWarning: deprecated \x1b]0;title\x07 thing",
+        "error: it failed (ValueError: bad)",
+    ]

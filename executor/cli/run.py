@@ -93,9 +93,14 @@ def checked_query(query: str, command: str = "ask") -> str:
     return query.strip()
 
 
-def start(runner: Runner, view: ProgressView) -> None:
-    """Start the session (its container when a tool needs it); the session line."""
-    view.thinking()
+STARTING = "starting the session…"
+
+
+def start(runner: Runner, view: ProgressView, *, spin: bool = True) -> None:
+    """Start the session (its container when a tool needs it); the session line. With `spin`,
+    a spinner meanwhile (not the model's: no model is asked yet)."""
+    if spin:
+        view.thinking(STARTING)
     runner.start()
     view.close()
     session_line(runner)
@@ -172,6 +177,9 @@ def _ask(query: str | None, flags: RunFlags, *, orchestrator: bool) -> None:
         output.attach(runner.hooks, session=lambda: runner.session_name)
         try:
             result = _run(runner, view, query, repl=flags.interactive)
+        except KeyboardInterrupt:  # the session is closed by now: named only when it was kept
+            _how_to_resume(runner)
+            raise
         finally:
             view.close()
             show_changes(runner)
@@ -207,7 +215,7 @@ def _run(runner: Runner, view: ProgressView, query: str | None, *, repl: bool
          ) -> RunResult | None:
     """The session: one request (its result), or the REPL until the person leaves (None)."""
     with cleaned_up_whole(runner):
-        start(runner, view)
+        start(runner, view, spin=not repl)  # the REPL's first lines: the session, its header
         if repl:
             from executor.cli.repl import Repl
 
@@ -249,7 +257,8 @@ def _person_at_terminal() -> bool:
 
 
 def _how_to_resume(runner: Runner) -> None:
-    """After the REPL: the command that continues this session (when one was kept)."""
+    """After the REPL or an interrupted run: the command that continues this session (when
+    one was kept)."""
     import shlex
 
     name = runner.session_name

@@ -340,13 +340,29 @@ def undo_command(
 
     interrupt_on_ending_signals()
     root = existing_root(root)
-    name = session or _latest_undoable(root)
+    name, newer = (session, []) if session else _latest_undoable(root)
     plan = plan_undo(root, name) if name else None
     if plan is None:
         where = f"session {name}" if name else str(root)
         err_console.print(f"nothing to undo in {where}", markup=False, highlight=False)
         return
+    if not session:  # picked for the person: say which, above all when it is not the latest
+        _say_which(plan, newer)
     run_undo(root, plan, yes=yes, at_terminal=at_terminal())
+
+
+def _say_which(plan: UndoPlan, newer: list[str]) -> None:
+    """`undoing session NAME's …`, and the newer sessions passed over (already undone)."""
+    from executor.text import inert
+
+    what = "what it wrote" if plan.undoes == "session" else f"its apply {plan.undoes}"
+    passed = ""
+    if newer:
+        names = ", ".join(inert(n) for n in newer[:3]) + (", …" if len(newer) > 3 else "")
+        passed = (f" (an older session: {names}, newer, ha{'ve' if len(newer) > 1 else 's'} "
+                  "nothing left to undo; --session NAME picks one)")
+    err_console.print(f"undoing session {inert(plan.session)}: {what}{passed}", markup=False,
+                      highlight=False)
 
 
 def run_undo(root: Path, plan: UndoPlan, *, yes: bool, at_terminal: bool,
@@ -428,10 +444,13 @@ def _blob_dir(root: Path) -> Path:
     return BlobStore.for_root(root).directory
 
 
-def _latest_undoable(root: Path) -> str | None:
+def _latest_undoable(root: Path) -> tuple[str | None, list[str]]:
+    """The most recent session with something to undo, and the newer ones passed over."""
     from executor.workspace.apply import plan_undo
 
+    passed: list[str] = []
     for name in _recent_sessions(root, "journal.ndjson"):
         if plan_undo(root, name) is not None:
-            return name
-    return None
+            return name, passed
+        passed.append(name)
+    return None, passed

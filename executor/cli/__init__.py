@@ -108,18 +108,17 @@ def _run() -> int:
 
 
 def _message(exc: Any) -> str:
-    """click's message, an unknown option's suggestions cut to the names close to it: click
+    """click's message, an unknown option's suggestions cut to the one closest to it: click
     offers any name 60% alike with its dashes, so `--bogus` was told of `--host`."""
     possibilities = getattr(exc, "possibilities", None)
     if not possibilities:
         return str(exc.format_message())
     import difflib
 
-    typed = str(exc.option_name).lstrip("-")
-    close = [name for name in possibilities
-             if difflib.SequenceMatcher(None, typed, name.lstrip("-")).ratio() >= CLOSE_NAME]
-    suggestion = f" (did you mean {' or '.join(sorted(close))}?)" if close else ""
-    return f"{exc.message}{suggestion}"
+    bare = {name.lstrip("-"): name for name in possibilities}
+    close = difflib.get_close_matches(str(exc.option_name).lstrip("-"), bare, n=1,
+                                      cutoff=CLOSE_NAME)
+    return f"{exc.message} (did you mean {bare[close[0]]}?)" if close else str(exc.message)
 
 
 CLOSE_NAME = 0.7

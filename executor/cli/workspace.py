@@ -61,17 +61,27 @@ def _recent_sessions(root: Path, name: str) -> list[str]:
     return found
 
 
+def check_session(root: Path, session: str) -> None:
+    """SessionNotFoundError (exit 4, the known ones named) when `root` has no such session."""
+    from executor.session import session_names
+
+    names = session_names(root)
+    if session not in names:
+        known = ("known sessions: " + ", ".join(names[-20:])) if names else "no sessions yet"
+        raise SessionNotFoundError(f"no session named {session!r} in {root}",
+                                   fix=f"{known} (`sandbox-agent sessions --root {root}`)")
+
+
 def changeset_for(root: Path, session: str | None) -> Changeset | None:
     """The named session's changes, else the last session's that has some; None: none."""
-    from executor.session import session_names
     from executor.workspace.changes import load_changes
 
     if session is None:
         recent = _recent_sessions(root, "changes.json")
         return load_changes(root, recent[0]) if recent else None
     changeset = load_changes(root, session)
-    if changeset is None and session not in session_names(root):
-        raise SessionNotFoundError(f"no session named {session!r} in {root}")
+    if changeset is None:
+        check_session(root, session)
     if changeset is None:
         raise ConfigError(f"session {session} has no pending changes: it ran in bind mode (its "
                           "writes are already in the tree) or has not finished",
@@ -340,6 +350,8 @@ def undo_command(
 
     interrupt_on_ending_signals()
     root = existing_root(root)
+    if session:
+        check_session(root, session)
     name, newer = (session, []) if session else _latest_undoable(root)
     plan = plan_undo(root, name) if name else None
     if plan is None:

@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,10 +19,22 @@ SANDBOX_AGENT = Path(sys.executable).parent / "sandbox-agent"
 REPO = Path(__file__).resolve().parents[2]
 
 
+HOME: list[Path] = []
+
+
+@pytest.fixture(autouse=True)
+def _home(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """Each test's runs get a home of their own (config, state and caches land there),
+    outside the tmp_path the tests pass as --root."""
+    HOME.append(tmp_path_factory.mktemp("home"))
+    yield
+    HOME.pop()
+
+
 def run(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None
         ) -> subprocess.CompletedProcess[str]:
     """`sandbox-agent ARGS`, stdin /dev/null, no model server anywhere near."""
-    base = {"PATH": "/usr/bin:/bin", "HOME": str(cwd or Path.cwd()), "NO_COLOR": "1",
+    base = {"PATH": "/usr/bin:/bin", "HOME": str(HOME[-1]), "NO_COLOR": "1",
             "COLUMNS": "200", "OLLAMA_HOST": "http://127.0.0.1:9"}
     return subprocess.run([str(SANDBOX_AGENT), *args], capture_output=True, text=True,
                           stdin=subprocess.DEVNULL, env={**base, **(env or {})}, cwd=cwd,
@@ -44,10 +57,7 @@ def test_no_query_names_the_command_that_was_run(command: str, tmp_path: Path) -
     assert fix == f'fix: say what to do: sandbox-agent {command} "..."'
 
 
-@pytest.mark.parametrize(("typed", "offered"), [
-    ("--bogus", None), ("--no-such-flag", None), ("--mdoel", "--model"),
-    ("--sesion", "--session"), ("--read-olny", "--read-only"),
-])
+@pytest.mark.parametrize(("typed", "offered"), [("--bogus", None), ("--mdoel", "--model")])
 def test_an_unknown_option_is_offered_only_a_close_name(typed: str, offered: str | None,
                                                         tmp_path: Path) -> None:
     error, fix = error_and_fix(run("ask", typed, "hi", "--root", str(tmp_path)), 2)
@@ -56,12 +66,28 @@ def test_an_unknown_option_is_offered_only_a_close_name(typed: str, offered: str
     assert fix == "fix: see `sandbox-agent ask --help`"
 
 
-@pytest.mark.parametrize("command", [["ask", "hi"], ["review"], ["diff"], ["apply"], ["undo"]])
+@pytest.mark.parametrize("command", [["ask", "hi"], ["review"], ["apply"], ["undo"]])
 def test_a_root_that_is_not_there_is_a_usage_error_with_a_fix(command: list[str],
                                                               tmp_path: Path) -> None:
     error, fix = error_and_fix(run(*command, "--root", str(tmp_path / "nosuch")), 2)
     assert error == f"error: project root {tmp_path / 'nosuch'} is not a directory"
     assert "--root" in fix
+
+
+@pytest.mark.parametrize(("typed", "offered"), [
+    ("--no-such-flag", []), ("--sesion", ["--session"]), ("--read-olny", ["--read-only"]),
+    ("--jsn", ["--json"]), ("--verbose", []), ("--hots", ["--host"]),
+])
+def test_only_names_close_to_the_typed_one_are_offered(typed: str, offered: list[str]) -> None:
+    from typer._click.exceptions import NoSuchOption
+
+    from executor.cli import _message
+
+    # click's own candidates: every option 60% alike with its dashes
+    candidates = ["--host", "--session", "--read-only", "--json", "--json-stream", "--version"]
+    said = _message(NoSuchOption(typed, possibilities=candidates))
+    assert said == f"No such option: {typed}" + (
+        f" (did you mean {' or '.join(offered)}?)" if offered else "")
 
 
 @pytest.mark.parametrize("provider", ["ollama", "openai"])
@@ -141,3 +167,13 @@ def test_library_log_records_are_one_inert_line_each() -> None:
         r"warning: UserWarning: deprecated \x1b]0;title\x07 thing",
         "error: it failed (ValueError: bad)",
     ]
+
+
+@pytest.mark.parametrize("command", ["diff", "undo"])
+def test_a_session_that_is_not_there_is_exit_4_with_the_known_ones(command: str,
+                                                                   tmp_path: Path) -> None:
+    project = tmp_path / "proj"
+    project.mkdir()
+    error, fix = error_and_fix(run(command, "--root", str(project), "--session", "nosuch"), 4)
+    assert error == f"error: no session named 'nosuch' in {project}"
+    assert fix == f"fix: no sessions yet (`sandbox-agent sessions --root {project}`)"

@@ -35,6 +35,7 @@ def prepare(flags: RunFlags, options: dict[str, Any], *, interactive: bool
 
     if flags.no_audit:
         options["audit"] = False
+    _unset_env(flags.env or [])
     interrupt_on_ending_signals()
     stream, trace = flags.stream, flags.trace
     view = ProgressView(real_console(err_console), stream=stream is not False, trace=trace)
@@ -47,6 +48,14 @@ def prepare(flags: RunFlags, options: dict[str, Any], *, interactive: bool
     view.prose = runner.model.tool_protocol == "native"
     view.show_thinking = trace or stream is True or (stream is None and err_console.is_terminal)
     return runner, view
+
+
+def _unset_env(names: list[str]) -> None:
+    """An --env variable that is not set here passes nothing: say so (a typo, or an export
+    forgotten), rather than let the sandbox go without it unseen."""
+    for name in dict.fromkeys(n for n in names if n not in os.environ):
+        err_console.print(f"[yellow]warning:[/] --env {markup_safe(name, line=True)} is not "
+                          "set in this environment: the sandbox does not get it")
 
 
 def _trace(runner: Runner) -> None:

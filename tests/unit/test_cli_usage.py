@@ -177,3 +177,12 @@ def test_a_session_that_is_not_there_is_exit_4_with_the_known_ones(command: str,
     error, fix = error_and_fix(run(command, "--root", str(project), "--session", "nosuch"), 4)
     assert error == f"error: no session named 'nosuch' in {project}"
     assert fix == f"fix: no sessions yet (`sandbox-agent sessions --root {project}`)"
+
+
+def test_an_env_variable_that_is_not_set_is_said_before_the_run(tmp_path: Path) -> None:
+    done = run("ask", "--root", str(tmp_path), "--env", "SET_HERE", "--env", "NOT_SET_X",
+               "--max-retries", "0", "hi", env={"SET_HERE": "1"})
+    assert done.returncode == 21, done.stderr  # the model server is not there: after the line
+    warnings = [line for line in done.stderr.splitlines() if line.startswith("warning:")]
+    assert warnings == ["warning: --env NOT_SET_X is not set in this environment: the sandbox "
+                        "does not get it"]

@@ -345,7 +345,8 @@ def undo_command(
     removes or overwrites is kept in the blob store first, and a path whose earlier content
     another file holds now (after `mv a b`) is put back from it. A file changed since is left
     alone (exit 61); a path whose earlier content is nowhere (a shell command changed it in
-    bind mode) is named and left as it is (exit 64); the rest is undone."""
+    bind mode) is named and left as it is (exit 64); the rest is undone. Without --session it
+    says which session it takes back (an older one, after the newest was undone)."""
     from executor.workspace.apply import plan_undo
 
     interrupt_on_ending_signals()

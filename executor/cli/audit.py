@@ -293,10 +293,13 @@ def _sandbox_start(r: Mapping[str, Any]) -> str:
             f"({r.get('mount_mode')}), {r.get('duration_ms')} ms")
 
 
+def _listed(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
 def _changed_files(r: Mapping[str, Any], done: str) -> str:
     """An apply's or undo's record: how many files, left alone, and who approved."""
-    files = r.get("files") if isinstance(r.get("files"), list) else []
-    conflicts = r.get("conflicts") if isinstance(r.get("conflicts"), list) else []
+    files, conflicts = _listed(r.get("files")), _listed(r.get("conflicts"))
     left = f", {len(conflicts)} left alone (changed since)" if conflicts else ""
     who = f", approved by {r['approved_by']}" if r.get("approved_by") else ""
     paths = ", ".join(str(f.get("path")) for f in files[:3] if isinstance(f, dict))

@@ -472,7 +472,7 @@ def _error_response(resp: httpx.Response) -> httpx.Response:
                           request=resp.request, extensions={"reason_phrase": reason})
 
 
-def check_short_form(hostport: str, *, flag: str, port: str) -> None:
+def _check_short_form(hostport: str, *, flag: str, port: str) -> None:
     """A --host given without a scheme must look like a host: `127.0.0.1`, `:11434`,
     `HOST:PORT`, `[::1]`, `localhost`, a dotted name. A bare word such as `not-a-url` is a
     mistake, said at once (ConfigError) rather than looked up and retried."""
@@ -485,8 +485,12 @@ def check_short_form(hostport: str, *, flag: str, port: str) -> None:
                           f"HOST:{port} (a bare word is not taken for a host name)")
 
 
-def check_http_url(url: str, *, flag: str = "--host") -> str:
-    """`url` without a trailing slash, or ConfigError when it is not an http(s) URL."""
+def check_http_url(url: str, *, flag: str = "--host", typed: str | None = None,
+                   port: str = "") -> str:
+    """`url` without a trailing slash, or ConfigError when it is not an http(s) URL; `typed`:
+    the value as given without a scheme (with the port it would get), checked first."""
+    if typed is not None:
+        _check_short_form(typed, flag=flag, port=port)
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ConfigError(

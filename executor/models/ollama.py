@@ -15,14 +15,7 @@ from executor.config import DEFAULT_MAX_REPLY_BYTES, ToolProtocol
 from executor.errors import ModelError, ModelResponseError
 from executor.hooks import HookBus
 from executor.messages import Message, ToolSpec, Usage, function_schema
-from executor.models._http import (
-    HttpChatModel,
-    HttpClient,
-    Reply,
-    ServerHint,
-    check_http_url,
-    check_short_form,
-)
+from executor.models._http import HttpChatModel, HttpClient, Reply, ServerHint, check_http_url
 from executor.models.limits import MAX_CALLS, ReplyLimits, too_many_calls
 from executor.models.parsing import RawCall
 from executor.models.retry import RetryPolicy
@@ -52,12 +45,12 @@ def ollama_base_url(host: str | None = None, env: Mapping[str, str] | None = Non
     flag = "--host" if host else "OLLAMA_HOST"
     if not raw:
         return DEFAULT_OLLAMA_HOST
+    typed = None
     if "://" not in raw:
         hostport, slash, path = raw.partition("/")
-        if host:  # OLLAMA_HOST is shared with Ollama's own tools: its bare names stand
-            check_short_form(hostport, flag=flag, port=_DEFAULT_PORT)
+        typed = hostport if host else None  # OLLAMA_HOST is Ollama's too: its bare names stand
         raw = f"http://{_with_default_port(hostport)}{slash}{path}"
-    return check_http_url(raw, flag=flag)
+    return check_http_url(raw, flag=flag, typed=typed, port=_DEFAULT_PORT)
 
 
 def _with_default_port(hostport: str) -> str:

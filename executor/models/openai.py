@@ -22,14 +22,7 @@ from executor.config import DEFAULT_MAX_REPLY_BYTES, ToolProtocol
 from executor.errors import ModelError, ModelResponseError
 from executor.hooks import HookBus
 from executor.messages import Message, ToolSpec, Usage, function_schema
-from executor.models._http import (
-    HttpChatModel,
-    HttpClient,
-    Reply,
-    ServerHint,
-    check_http_url,
-    check_short_form,
-)
+from executor.models._http import HttpChatModel, HttpClient, Reply, ServerHint, check_http_url
 from executor.models.limits import MAX_CALLS, ReplyLimits, too_many_calls
 from executor.models.parsing import RawCall
 from executor.models.retry import RetryPolicy
@@ -54,11 +47,11 @@ def openai_base_url(base: str | None = None, env: Mapping[str, str] | None = Non
     environ = os.environ if env is None else env
     raw = (base or environ.get("OPENAI_BASE_URL", "")).strip() or DEFAULT_OPENAI_BASE_URL
     flag = "--host" if base else "OPENAI_BASE_URL"
+    typed = None
     if "://" not in raw:
-        if base:
-            check_short_form(raw, flag=flag, port="8080")
-        raw = f"http://{raw}"
-    url = check_http_url(raw, flag=flag).removesuffix("/chat/completions")
+        typed, raw = (raw if base else None), f"http://{raw}"
+    url = check_http_url(raw, flag=flag, typed=typed, port="8080").removesuffix(
+        "/chat/completions")
     return url if urlsplit(url).path.strip("/") else f"{url}/v1"
 
 

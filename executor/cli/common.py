@@ -80,6 +80,19 @@ def fail(error: SandboxAgentError) -> typer.Exit:
     return typer.Exit(error.exit_code)
 
 
+def existing_root(root: Path) -> Path:
+    """`root` with its links resolved; ConfigError when it is no directory (a typo: "no
+    changes in ./nosuch" would read as a project with nothing pending, a traceback worse)."""
+    from executor.errors import ConfigError
+    from executor.state import real_root
+
+    real = real_root(root)
+    if not real.is_dir():
+        raise ConfigError(f"project root {root} is not a directory",
+                          fix="pass an existing --root (the project's directory)")
+    return real
+
+
 def echo_result(text: str, *, json_text: bool = False) -> None:
     """A result on stdout: inert for a person at a terminal, the data itself for a pipe or file."""
     if sys.stdout.isatty():

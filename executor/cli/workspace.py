@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from executor.cli.common import RootOption, cli_errors, err_console
+from executor.cli.common import RootOption, cli_errors, err_console, existing_root
 from executor.errors import (
     ApplyDeclinedError,
     ConfigError,
@@ -23,7 +23,6 @@ from executor.errors import (
     UnrestorableError,
 )
 from executor.signals import interrupt_on_ending_signals
-from executor.state import real_root
 
 if TYPE_CHECKING:  # imported where used: `--help` loads neither Rich nor pydantic
     from executor.audit import AuditLog
@@ -88,16 +87,6 @@ def changeset_for(root: Path, session: str | None) -> Changeset | None:
                           fix=f"`sandbox-agent undo --root {root} --session {session}` takes "
                               "back what a bind session wrote")
     return changeset
-
-
-def existing_root(root: Path) -> Path:
-    """`root` with its links resolved; ConfigError when it is no directory (a typo: "no
-    changes in ./nosuch" would read as a project with nothing pending)."""
-    real = real_root(root)
-    if not real.is_dir():
-        raise ConfigError(f"project root {root} is not a directory",
-                          fix="pass the --root the session ran on")
-    return real
 
 
 def _nothing(root: Path) -> None:

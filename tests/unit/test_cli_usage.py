@@ -66,7 +66,8 @@ def test_an_unknown_option_is_offered_only_a_close_name(typed: str, offered: str
     assert fix == "fix: see `sandbox-agent ask --help`"
 
 
-@pytest.mark.parametrize("command", [["ask", "hi"], ["review"], ["apply"], ["undo"]])
+@pytest.mark.parametrize("command", [["ask", "hi"], ["review"], ["apply"], ["undo"],
+                                     ["policy", "show"], ["policy", "trust"]])
 def test_a_root_that_is_not_there_is_a_usage_error_with_a_fix(command: list[str],
                                                               tmp_path: Path) -> None:
     error, fix = error_and_fix(run(*command, "--root", str(tmp_path / "nosuch")), 2)

@@ -12,12 +12,19 @@ from executor.errors import SandboxAgentError
 
 _NAMED_IMAGE = re.compile(r"image '([^']+)' not found|^(\S+) is not built$")
 _REMOTE_SCHEMES = ("tcp://", "http://", "https://")
+ENGINE_SCHEMES = ("unix://", "ssh://", *_REMOTE_SCHEMES)
+"""What an engine URL starts with (the docker SDK's own schemes)."""
 
 
 def fix_for(error: SandboxAgentError) -> str | None:
     """`error`'s fix for this machine: a DOCKER_HOST that points nowhere, an image other than
     the default, the embedded model's extra from a source clone."""
-    from executor.errors import EmbeddedModelError, EngineUnavailableError, ImageNotFoundError
+    from executor.errors import (
+        EmbeddedModelError,
+        EngineUnavailableError,
+        ImageNotFoundError,
+        SandboxError,
+    )
 
     if isinstance(error, EngineUnavailableError):
         return _missing_socket_fix() or _refused_host_fix(error) or error.fix
@@ -25,6 +32,8 @@ def fix_for(error: SandboxAgentError) -> str | None:
         return _image_fix(error) or error.fix
     if isinstance(error, EmbeddedModelError):
         return _clone_extra_fix(error.fix, source_clone(), Path(sys.prefix)) or error.fix
+    if isinstance(error, SandboxError) and error.fix is None:
+        return _malformed_host_fix()
     return error.fix
 
 
@@ -49,6 +58,15 @@ def _missing_socket_fix() -> str | None:
         return None
     return (f"DOCKER_HOST is {host}, and {path} does not exist: point DOCKER_HOST at the "
             "engine's socket, or unset it for the default (unix:///var/run/docker.sock)")
+
+
+def _malformed_host_fix() -> str | None:
+    """When DOCKER_HOST is not an engine URL at all (the SDK says "Invalid bind address")."""
+    host = os.environ.get("DOCKER_HOST", "")
+    if not host or host.startswith(ENGINE_SCHEMES):
+        return None
+    return (f"DOCKER_HOST is {host!r}, which is not an engine URL: set it to unix:///PATH, "
+            "tcp://HOST:PORT or ssh://USER@HOST, or unset it for this machine's engine")
 
 
 def _refused_host_fix(error: BaseException) -> str | None:

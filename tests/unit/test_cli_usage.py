@@ -187,3 +187,12 @@ def test_an_env_variable_that_is_not_set_is_said_before_the_run(tmp_path: Path) 
     warnings = [line for line in done.stderr.splitlines() if line.startswith("warning:")]
     assert warnings == ["warning: --env NOT_SET_X is not set in this environment: the sandbox "
                         "does not get it"]
+
+
+def test_an_engine_address_that_is_no_url_says_so(tmp_path: Path) -> None:
+    _, fix = error_and_fix(run("gc", env={"DOCKER_HOST": "garbage"}, cwd=tmp_path), 10)
+    assert fix == ("fix: DOCKER_HOST is 'garbage', which is not an engine URL: set it to "
+                   "unix:///PATH, tcp://HOST:PORT or ssh://USER@HOST, or unset it for this "
+                   "machine's engine")
+    error, fix = error_and_fix(run("image", "copy", "--to", "not-a-url"), 2)  # before any engine
+    assert error == "error: --to 'not-a-url' is not an engine URL"

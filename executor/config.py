@@ -294,7 +294,8 @@ FLAGS = {
     "max_retries": "--max-retries", "think": "--think", "skill_paths": "--skill",
     "skills_enabled": "--skills", "skills_include": "--skills-include",
     "skills_exclude": "--skills-exclude", "external_skills_enabled": "--project-skills",
-    "allow_hosts": "--allow-host", "network": "--network",
+    "allow_hosts": "--allow-host", "network": "--network", "copy_limit": "--copy-limit",
+    "runtime": "--runtime", "workspace": "--workspace",
 }
 """The flag that sets each setting, for error messages."""
 

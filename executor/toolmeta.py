@@ -46,6 +46,11 @@ def duration_ms(meta: Meta) -> float | None:
     return _number(meta.get("duration_ms"))
 
 
+def interrupted(meta: Meta) -> bool:
+    """Whether the run ended (Ctrl-C, a signal) before the call finished: it has no result."""
+    return bool(meta.get("interrupted"))
+
+
 def toolbox_restarted(meta: Meta) -> bool:
     """Whether the toolbox was restarted before it answered (the call may have run)."""
     return bool(meta.get("toolbox_restarted"))

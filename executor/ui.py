@@ -158,6 +158,8 @@ class ProgressView:
         self._outputs: dict[str, Tail] = {}
         self._running: dict[str, str] = {}
         """What each call still running is (`tool subject`), for an interruption."""
+        self._started: dict[str, float] = {}
+        """When each call still running started."""
         self._prose = ""
 
     @property
@@ -313,6 +315,7 @@ class ProgressView:
         self._outputs[event.call_id] = Tail(AFTER_LINES + TAIL_LINES)
         what = f"{inert_line(event.tool)} {subject(arguments)}".strip()
         self._running[event.call_id] = what
+        self._started[event.call_id] = time.monotonic()
         self.thinking(what)
 
     def _on_tool_output(self, event: ToolOutputEvent) -> None:
@@ -325,9 +328,16 @@ class ProgressView:
         call_id = event.call_id
         arguments = self._calls.pop(call_id, {})
         output = self._outputs.pop(call_id, None)
-        self._running.pop(call_id, None)
+        what, started = self._running.pop(call_id, None), self._started.pop(call_id, None)
         if call_id in self._refused:  # its one line is already printed
             self._refused.discard(call_id)
+            return
+        if toolmeta.interrupted(event.meta):  # no result, no model turn after it: say so
+            self.close()
+            ran = f" after {time.monotonic() - started:.1f} s" if started is not None else ""
+            self._print(f"[yellow]✗ interrupted:[/] {markup_safe(what or event.tool)}"
+                        f"[dim]{ran}[/]")
+            self._last_lines(output, "")
             return
         mark = "[green]✓[/]" if event.ok else "[yellow]![/]"
         self._print(f"{mark} {markup_safe(event.tool, line=True)} "
@@ -347,6 +357,7 @@ class ProgressView:
             self._print(f"[yellow]✗ interrupted:[/] {markup_safe(what)}")
             self._last_lines(self._outputs.get(call_id), "")
         self._running.clear()
+        self._started.clear()
         self._outputs.clear()
 
     def _last_lines(self, output: Tail | None, result: str) -> None:

@@ -27,6 +27,7 @@ from datetime import datetime
 from typing import Any, TextIO
 
 from executor import __version__
+from executor.audit_formats import run_ended
 
 OCSF_VERSION = "1.8.0"
 """The OCSF schema version the events conform to."""
@@ -232,7 +233,7 @@ def _run_end(m: OcsfMapper, r: Mapping[str, Any]) -> dict[str, Any]:
     event["actor"] = m.actor(r)
     event["device"] = m.host(r)
     _set(event, duration=_int(r.get("duration_ms")), status_detail=_text(r.get("status")))
-    event["message"] = f"run ended: {r.get('status')} after {r.get('turns')} turn(s)"
+    event["message"] = f"run ended: {run_ended(r)}"
     return event
 
 

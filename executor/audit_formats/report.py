@@ -30,6 +30,7 @@ from typing import Any, TextIO
 
 from executor import __version__
 from executor.audit import VerifyReport
+from executor.audit_formats import run_ended
 from executor.text import inert, inert_line
 
 REPORT_VERSION = "sandbox-agent-report/1"
@@ -226,8 +227,7 @@ class ReportBuilder:
 
     def _run_end(self, r: Mapping[str, Any]) -> str:
         self.totals.run_ms += _num(r.get("duration_ms"))
-        body = (f"{esc(r.get('status'))} after {esc(r.get('turns'))} turn(s), "
-                f"{_ms(r.get('duration_ms'))}")
+        body = f"{esc(run_ended(r))}, {_ms(r.get('duration_ms'))}"
         if r.get("answer_preview"):
             body += f"<pre>{esc_block(str(r.get('answer_preview'))[:PREVIEW_CHARS])}</pre>"
         return _item(r, "run_end", "run ended", body)

@@ -283,7 +283,28 @@ def _connection(r: Mapping[str, Any]) -> str:
 
 
 def _run_end(r: Mapping[str, Any]) -> str:
-    return f"{r.get('status')} after {r.get('turns')} turn(s), {r.get('duration_ms')} ms"
+    from executor.audit_formats import run_ended
+
+    return f"{run_ended(r)}, {r.get('duration_ms')} ms"
+
+
+def _sandbox_start(r: Mapping[str, Any]) -> str:
+    return (f"{r.get('container_name') or str(r.get('container_id'))[:12]} from {r.get('image')} "
+            f"({r.get('mount_mode')}), {r.get('duration_ms')} ms")
+
+
+def _listed(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _changed_files(r: Mapping[str, Any], done: str) -> str:
+    """An apply's or undo's record: how many files, left alone, and who approved."""
+    files, conflicts = _listed(r.get("files")), _listed(r.get("conflicts"))
+    left = f", {len(conflicts)} left alone (changed since)" if conflicts else ""
+    who = f", approved by {r['approved_by']}" if r.get("approved_by") else ""
+    paths = ", ".join(str(f.get("path")) for f in files[:3] if isinstance(f, dict))
+    more = ", …" if len(files) > 3 else ""
+    return _short(f"{len(files)} file(s) {done}{left}{who}: {paths}{more}", 120)
 
 
 def _generic(r: Mapping[str, Any]) -> str:
@@ -304,4 +325,7 @@ _SUMMARIES: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "warning": lambda r: _short(r.get("message", ""), 120),
     "run_end": _run_end,
     "connection": _connection,
+    "sandbox_start": _sandbox_start,
+    "apply": lambda r: _changed_files(r, "applied"),
+    "undo": lambda r: _changed_files(r, "undone"),
 }

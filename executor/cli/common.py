@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -73,44 +72,25 @@ def fail(error: SandboxAgentError) -> typer.Exit:
     """Print `error` as one line (plus its fix) and return the Exit to raise."""
     # Messages quote servers, files and flags: their brackets are text, not markup.
     err_console.print(f"[bold red]error:[/] {markup_safe(error.message)}", markup=True)
+    from executor.cli.fixes import fix_for
+
     fix = fix_for(error)
     if fix:
         err_console.print(f"[dim]fix:[/] {markup_safe(fix)}", markup=True)
     return typer.Exit(error.exit_code)
 
 
-_NAMED_IMAGE = re.compile(r"image '([^']+)' not found|^(\S+) is not built$")
+def existing_root(root: Path) -> Path:
+    """`root` with its links resolved; ConfigError when it is no directory (a typo: "no
+    changes in ./nosuch" would read as a project with nothing pending, a traceback worse)."""
+    from executor.errors import ConfigError
+    from executor.state import real_root
 
-
-def fix_for(error: SandboxAgentError) -> str | None:
-    """`error`'s fix, made to point the right way where the CLI knows more than the layer that
-    raised it: a DOCKER_HOST socket that is not there, an image other than the default."""
-    from executor.errors import EngineUnavailableError, ImageNotFoundError
-
-    if isinstance(error, EngineUnavailableError):
-        return _missing_socket_fix() or error.fix
-    if isinstance(error, ImageNotFoundError):
-        from executor.choices import DEFAULT_IMAGE
-
-        named = _NAMED_IMAGE.search(error.message)
-        image = (named.group(1) or named.group(2)) if named else None
-        if image and image != DEFAULT_IMAGE:
-            return (f"pass the --image of an image the engine has (`docker images` lists "
-                    f"them), or build this one: `sandbox-agent image build --tag {image}`; "
-                    f"without --image, {DEFAULT_IMAGE} is used")
-    return error.fix
-
-
-def _missing_socket_fix() -> str | None:
-    """When DOCKER_HOST names a unix socket that does not exist: say that, not "install"."""
-    import os
-
-    host = os.environ.get("DOCKER_HOST", "")
-    path = host.removeprefix("unix://") if host.startswith("unix://") else ""
-    if not path or os.path.exists(path):
-        return None
-    return (f"DOCKER_HOST is {host}, and {path} does not exist: point DOCKER_HOST at the "
-            "engine's socket, or unset it for the default (unix:///var/run/docker.sock)")
+    real = real_root(root)
+    if not real.is_dir():
+        raise ConfigError(f"project root {root} is not a directory",
+                          fix="pass an existing --root (the project's directory)")
+    return real
 
 
 def echo_result(text: str, *, json_text: bool = False) -> None:

@@ -28,7 +28,8 @@ HostOpt = Annotated[
     str | None,
     typer.Option(
         "--host",
-        help="Model server URL (Ollama: else $OLLAMA_HOST, else http://localhost:11434).",
+        help="Model server URL, e.g. http://HOST:11434 or HOST:PORT (Ollama: else "
+             "$OLLAMA_HOST, else http://localhost:11434).",
         show_default=False,
     ),
 ]

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from executor.choices import RiskLevel
-from executor.cli.common import RootOption, cli_errors, err_console, out_console
+from executor.cli.common import RootOption, cli_errors, err_console, existing_root, out_console
 from executor.errors import ConfigError
 from executor.text import inert, inert_line
 
@@ -139,6 +139,7 @@ def trust_command(
     from executor.skills import SkillFormatError, parse_skill, project_skill_files
     from executor.trust import read_project_file, trust
 
+    existing_root(root)
     policy = read_project_file(root, POLICY_FILE.as_posix())
     skills = [f for f in (read_project_file(root, rel) for rel in project_skill_files(root)) if f]
     if policy is None and not skills:
@@ -169,6 +170,7 @@ def untrust_command(root: RootOption = Path(".")) -> None:
     from executor.skills import project_skill_files
     from executor.trust import untrust
 
+    existing_root(root)
     for rel in [POLICY_FILE.as_posix(), *project_skill_files(root)]:
         found = untrust(root, rel)
         what = "no longer trusted" if found else "was not trusted"
@@ -226,6 +228,7 @@ def _load(root: Path, policy_file: Path | None, overrides: "PolicyOverrides") ->
     from executor.basis import check_named_file
     from executor.policy import load_policy
 
+    existing_root(root)
     if policy_file is not None:
         check_named_file(root, policy_file, "--policy")
     return load_policy(root, policy_file, overrides)

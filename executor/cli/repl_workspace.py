@@ -109,10 +109,11 @@ def _read_back(sandbox: Sandbox, path: str, digest: str) -> bytes | None:
 
 
 def _print_diff(changes: list[Change], content: Content) -> None:
+    """The diff as `sandbox-agent diff` shows it: coloured and through $PAGER at a terminal."""
+    from executor.cli.pager import page
     from executor.workspace.render import diff, for_terminal, totals
 
-    sys.stdout.writelines(for_terminal(diff(changes, content, safe=sys.stdout.isatty())))
-    sys.stdout.flush()
+    page(for_terminal(diff(changes, content, safe=sys.stdout.isatty())))
     if all(c.added is not None for c in changes):  # a bind session's journal has no counts
         _say(totals(changes))
 

@@ -35,6 +35,7 @@ def prepare(flags: RunFlags, options: dict[str, Any], *, interactive: bool
 
     if flags.no_audit:
         options["audit"] = False
+    _unset_env(flags.env or [])
     interrupt_on_ending_signals()
     stream, trace = flags.stream, flags.trace
     view = ProgressView(real_console(err_console), stream=stream is not False, trace=trace)
@@ -47,6 +48,14 @@ def prepare(flags: RunFlags, options: dict[str, Any], *, interactive: bool
     view.prose = runner.model.tool_protocol == "native"
     view.show_thinking = trace or stream is True or (stream is None and err_console.is_terminal)
     return runner, view
+
+
+def _unset_env(names: list[str]) -> None:
+    """An --env variable that is not set here passes nothing: say so (a typo, or an export
+    forgotten), rather than let the sandbox go without it unseen."""
+    for name in dict.fromkeys(n for n in names if n not in os.environ):
+        err_console.print(f"[yellow]warning:[/] --env {markup_safe(name, line=True)} is not "
+                          "set in this environment: the sandbox does not get it")
 
 
 def _trace(runner: Runner) -> None:
@@ -63,9 +72,10 @@ def _trace(runner: Runner) -> None:
                         f"[yellow]warning:[/] {markup_safe(text, line=True)}"))
 
 
-def _query_from_stdin() -> str:
+def _query_from_stdin(command: str = "ask") -> str:
     if sys.stdin is None or sys.stdin.isatty():
-        raise ConfigError("no query given", fix='pass it as an argument: sandbox-agent ask "..."')
+        raise ConfigError("no query given",
+                          fix=f'pass it as an argument: sandbox-agent {command} "..."')
     data = sys.stdin.buffer.read()
     try:
         return data.decode("utf-8")
@@ -76,8 +86,9 @@ def _query_from_stdin() -> str:
         ) from None
 
 
-def checked_query(query: str) -> str:
-    """The query without surrounding blanks; ConfigError when it is empty or not UTF-8."""
+def checked_query(query: str, command: str = "ask") -> str:
+    """The query without surrounding blanks; ConfigError when it is empty or not UTF-8 (the
+    fix names `command`, the one that was run)."""
     try:
         query.encode("utf-8")
     except UnicodeEncodeError as exc:  # undecodable argv bytes arrive as lone surrogates
@@ -86,13 +97,19 @@ def checked_query(query: str) -> str:
             fix="pass UTF-8 text (check your terminal's locale, e.g. LANG=C.UTF-8)",
         ) from None
     if not query.strip():
-        raise ConfigError("the query is empty", fix='say what to do: sandbox-agent ask "..."')
+        raise ConfigError("the query is empty",
+                          fix=f'say what to do: sandbox-agent {command} "..."')
     return query.strip()
 
 
-def start(runner: Runner, view: ProgressView) -> None:
-    """Start the session (its container when a tool needs it); the session line."""
-    view.thinking()
+STARTING = "starting the session…"
+
+
+def start(runner: Runner, view: ProgressView, *, spin: bool = True) -> None:
+    """Start the session (its container when a tool needs it); the session line. With `spin`,
+    a spinner meanwhile (not the model's: no model is asked yet)."""
+    if spin:
+        view.thinking(STARTING)
     runner.start()
     view.close()
     session_line(runner)
@@ -154,7 +171,9 @@ def _ask(query: str | None, flags: RunFlags, *, orchestrator: bool) -> None:
     output = JsonOutput(stream=flags.json_stream, prints=flags.as_json)
     flags = _decided(query, flags, prints=output.prints)
     if query is not None or not flags.interactive:
-        query = checked_query(query if query is not None else _query_from_stdin())
+        command = "orchestrate" if orchestrator else "ask"
+        query = checked_query(query if query is not None else _query_from_stdin(command),
+                              command)
     at_terminal = _person_at_terminal()
     options = flags.options(orchestrator=orchestrator)
     # The container starts when a tool first needs it (a REPL warms it up at once): an answer
@@ -167,6 +186,9 @@ def _ask(query: str | None, flags: RunFlags, *, orchestrator: bool) -> None:
         output.attach(runner.hooks, session=lambda: runner.session_name)
         try:
             result = _run(runner, view, query, repl=flags.interactive)
+        except KeyboardInterrupt:  # the session is closed by now: named only when it was kept
+            _how_to_resume(runner)
+            raise
         finally:
             view.close()
             show_changes(runner)
@@ -202,7 +224,7 @@ def _run(runner: Runner, view: ProgressView, query: str | None, *, repl: bool
          ) -> RunResult | None:
     """The session: one request (its result), or the REPL until the person leaves (None)."""
     with cleaned_up_whole(runner):
-        start(runner, view)
+        start(runner, view, spin=not repl)  # the REPL's first lines: the session, its header
         if repl:
             from executor.cli.repl import Repl
 
@@ -244,7 +266,8 @@ def _person_at_terminal() -> bool:
 
 
 def _how_to_resume(runner: Runner) -> None:
-    """After the REPL: the command that continues this session (when one was kept)."""
+    """After the REPL or an interrupted run: the command that continues this session (when
+    one was kept)."""
     import shlex
 
     name = runner.session_name

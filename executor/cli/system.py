@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from executor.choices import DEFAULT_BASE_IMAGE, DEFAULT_IMAGE
-from executor.cli.common import cli_errors, echo_result, err_console, fail, fix_for, out_console
+from executor.cli.common import cli_errors, echo_result, err_console, fail, out_console
+from executor.cli.fixes import ENGINE_SCHEMES, fix_for
 from executor.cli.options import HostOpt, ProviderOpt
 from executor.errors import (
     ConfigError,
@@ -75,6 +76,9 @@ def image_copy(
     one that cannot pull or build it. Where it can, `image build` on that engine is better."""
     from executor.sandbox.image import copy_image
 
+    if not to.startswith(ENGINE_SCHEMES):  # the SDK's "Invalid bind address format" says less
+        raise ConfigError(f"--to {to!r} is not an engine URL",
+                          fix="pass unix:///PATH, tcp://HOST:PORT or ssh://USER@HOST")
     image_id = copy_image(image, to, progress=lambda line: err_console.print(inert_line(line),
                                                                           markup=False))
     err_console.print(f"{markup_safe(endpoint(to), line=True)} has "

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from executor.cli.common import RootOption, cli_errors, err_console
+from executor.cli.common import RootOption, cli_errors, err_console, existing_root
 from executor.errors import (
     ApplyDeclinedError,
     ConfigError,
@@ -23,7 +23,6 @@ from executor.errors import (
     UnrestorableError,
 )
 from executor.signals import interrupt_on_ending_signals
-from executor.state import real_root
 
 if TYPE_CHECKING:  # imported where used: `--help` loads neither Rich nor pydantic
     from executor.audit import AuditLog
@@ -61,17 +60,27 @@ def _recent_sessions(root: Path, name: str) -> list[str]:
     return found
 
 
+def check_session(root: Path, session: str) -> None:
+    """SessionNotFoundError (exit 4, the known ones named) when `root` has no such session."""
+    from executor.session import session_names
+
+    names = session_names(root)
+    if session not in names:
+        known = ("known sessions: " + ", ".join(names[-20:])) if names else "no sessions yet"
+        raise SessionNotFoundError(f"no session named {session!r} in {root}",
+                                   fix=f"{known} (`sandbox-agent sessions --root {root}`)")
+
+
 def changeset_for(root: Path, session: str | None) -> Changeset | None:
     """The named session's changes, else the last session's that has some; None: none."""
-    from executor.session import session_names
     from executor.workspace.changes import load_changes
 
     if session is None:
         recent = _recent_sessions(root, "changes.json")
         return load_changes(root, recent[0]) if recent else None
     changeset = load_changes(root, session)
-    if changeset is None and session not in session_names(root):
-        raise SessionNotFoundError(f"no session named {session!r} in {root}")
+    if changeset is None:
+        check_session(root, session)
     if changeset is None:
         raise ConfigError(f"session {session} has no pending changes: it ran in bind mode (its "
                           "writes are already in the tree) or has not finished",
@@ -106,7 +115,7 @@ def diff_command(
     from executor.workspace.render import as_json, diff, for_terminal, reader, stat_lines
     from executor.workspace.store import BlobStore
 
-    root = real_root(root)
+    root = existing_root(root)
     changeset = changeset_for(root, session)
     if changeset is None:
         _nothing(root)
@@ -184,7 +193,7 @@ def apply_command(
     """Write a copy session's pending changes into the tree, file by file; a file changed on
     the host since the copy is refused (exit 61), never merged."""
     interrupt_on_ending_signals()  # a hang-up or SIGTERM: exit 130, once the writes are on record
-    root = real_root(root)
+    root = existing_root(root)
     changeset = changeset_for(root, session)
     if changeset is None:
         _nothing(root)
@@ -325,18 +334,37 @@ def undo_command(
     removes or overwrites is kept in the blob store first, and a path whose earlier content
     another file holds now (after `mv a b`) is put back from it. A file changed since is left
     alone (exit 61); a path whose earlier content is nowhere (a shell command changed it in
-    bind mode) is named and left as it is (exit 64); the rest is undone."""
+    bind mode) is named and left as it is (exit 64); the rest is undone. Without --session it
+    says which session it takes back (an older one, after the newest was undone)."""
     from executor.workspace.apply import plan_undo
 
     interrupt_on_ending_signals()
-    root = real_root(root)
-    name = session or _latest_undoable(root)
+    root = existing_root(root)
+    if session:
+        check_session(root, session)
+    name, newer = (session, []) if session else _latest_undoable(root)
     plan = plan_undo(root, name) if name else None
     if plan is None:
         where = f"session {name}" if name else str(root)
         err_console.print(f"nothing to undo in {where}", markup=False, highlight=False)
         return
+    if not session:  # picked for the person: say which, above all when it is not the latest
+        _say_which(plan, newer)
     run_undo(root, plan, yes=yes, at_terminal=at_terminal())
+
+
+def _say_which(plan: UndoPlan, newer: list[str]) -> None:
+    """`undoing session NAME's …`, and the newer sessions passed over (already undone)."""
+    from executor.text import inert
+
+    what = "what it wrote" if plan.undoes == "session" else f"its apply {plan.undoes}"
+    passed = ""
+    if newer:
+        names = ", ".join(inert(n) for n in newer[:3]) + (", …" if len(newer) > 3 else "")
+        passed = (f" (an older session: {names}, newer, ha{'ve' if len(newer) > 1 else 's'} "
+                  "nothing left to undo; --session NAME picks one)")
+    err_console.print(f"undoing session {inert(plan.session)}: {what}{passed}", markup=False,
+                      highlight=False)
 
 
 def run_undo(root: Path, plan: UndoPlan, *, yes: bool, at_terminal: bool,
@@ -418,10 +446,13 @@ def _blob_dir(root: Path) -> Path:
     return BlobStore.for_root(root).directory
 
 
-def _latest_undoable(root: Path) -> str | None:
+def _latest_undoable(root: Path) -> tuple[str | None, list[str]]:
+    """The most recent session with something to undo, and the newer ones passed over."""
     from executor.workspace.apply import plan_undo
 
+    passed: list[str] = []
     for name in _recent_sessions(root, "journal.ndjson"):
         if plan_undo(root, name) is not None:
-            return name
-    return None
+            return name, passed
+        passed.append(name)
+    return None, passed

@@ -472,8 +472,25 @@ def _error_response(resp: httpx.Response) -> httpx.Response:
                           request=resp.request, extensions={"reason_phrase": reason})
 
 
-def check_http_url(url: str, *, flag: str = "--host") -> str:
-    """`url` without a trailing slash, or ConfigError when it is not an http(s) URL."""
+def _check_short_form(hostport: str, *, flag: str, port: str) -> None:
+    """A --host given without a scheme must look like a host: `127.0.0.1`, `:11434`,
+    `HOST:PORT`, `[::1]`, `localhost`, a dotted name. A bare word such as `not-a-url` is a
+    mistake, said at once (ConfigError) rather than looked up and retried."""
+    _, colon, number = hostport.partition("/")[0].rpartition(":")
+    if (colon and number.isdigit()) or hostport.startswith("[") or "." in hostport \
+            or hostport.partition("/")[0] == "localhost":
+        return
+    raise ConfigError(f"{flag} {hostport!r} is not a URL",
+                      fix=f"give its scheme or its port: {flag} http://HOST:{port}, or {flag} "
+                          f"HOST:{port} (a bare word is not taken for a host name)")
+
+
+def check_http_url(url: str, *, flag: str = "--host", typed: str | None = None,
+                   port: str = "") -> str:
+    """`url` without a trailing slash, or ConfigError when it is not an http(s) URL; `typed`:
+    the value as given without a scheme (with the port it would get), checked first."""
+    if typed is not None:
+        _check_short_form(typed, flag=flag, port=port)
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ConfigError(

@@ -45,10 +45,12 @@ def ollama_base_url(host: str | None = None, env: Mapping[str, str] | None = Non
     flag = "--host" if host else "OLLAMA_HOST"
     if not raw:
         return DEFAULT_OLLAMA_HOST
+    typed = None
     if "://" not in raw:
         hostport, slash, path = raw.partition("/")
+        typed = hostport if host else None  # OLLAMA_HOST is Ollama's too: its bare names stand
         raw = f"http://{_with_default_port(hostport)}{slash}{path}"
-    return check_http_url(raw, flag=flag)
+    return check_http_url(raw, flag=flag, typed=typed, port=_DEFAULT_PORT)
 
 
 def _with_default_port(hostport: str) -> str:

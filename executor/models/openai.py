@@ -47,9 +47,11 @@ def openai_base_url(base: str | None = None, env: Mapping[str, str] | None = Non
     environ = os.environ if env is None else env
     raw = (base or environ.get("OPENAI_BASE_URL", "")).strip() or DEFAULT_OPENAI_BASE_URL
     flag = "--host" if base else "OPENAI_BASE_URL"
+    typed = None
     if "://" not in raw:
-        raw = f"http://{raw}"
-    url = check_http_url(raw, flag=flag).removesuffix("/chat/completions")
+        typed, raw = (raw if base else None), f"http://{raw}"
+    url = check_http_url(raw, flag=flag, typed=typed, port="8080").removesuffix(
+        "/chat/completions")
     return url if urlsplit(url).path.strip("/") else f"{url}/v1"
 
 

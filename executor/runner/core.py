@@ -87,7 +87,8 @@ class Runner(StartStop, SandboxWiring, SessionKeeping, ModelWiring, Approvals):
         except ValidationError as exc:
             raise ConfigError(first_error(exc)) from None
         if not run.root.is_dir():
-            raise ConfigError(f"project root {run.root} is not a directory")
+            raise ConfigError(f"project root {run.root} is not a directory",
+                              fix="pass an existing --root (the project's directory)")
         if settings is None:
             check_outside_project(run.root,
                                   writable=not run.read_only and merged.workspace == "bind")

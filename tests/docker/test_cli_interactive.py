@@ -10,6 +10,7 @@ import fcntl
 import json
 import os
 import pty
+import re
 import select
 import struct
 import subprocess
@@ -55,6 +56,8 @@ class Terminal:
         self.screen = Answering(COLUMNS, ROWS)
         self.screen.master = self.master
         self.stream = pyte.ByteStream(self.screen)
+        self.raw = bytearray()
+        """Every byte the terminal was sent (what a screen shows only for a moment too)."""
         self.proc = subprocess.Popen(  # in a session of its own, the pty its terminal: ^C works
             argv, stdin=slave, stderr=slave, stdout=subprocess.PIPE if stdout_piped else slave,
             env=cli_env(COLUMNS=str(COLUMNS), LINES=str(ROWS), TERM="xterm", **(env or {})),
@@ -83,6 +86,7 @@ class Terminal:
             if not chunk:
                 self.closed = True
                 return
+            self.raw += chunk
             self.stream.feed(chunk)
 
     def wait(self, check: Callable[[list[str]], bool], what: str, timeout: float = 90) -> None:
@@ -142,6 +146,8 @@ def test_the_repl_edits_lines_keeps_history_and_runs_slash_commands(
     term = Terminal(ask(project, model_server, "-i"))
     term.at_prompt()
     assert "model is thinking" not in term.text()  # no spinner left behind the prompt
+    before = bytes(term.raw).split(b"interactive session")[0]
+    assert b"model is thinking" not in before and b"\xe2\xa0" not in before  # nor before it
     term.type("/help\r")
     term.wait(lambda lines: any("/usage" in line for line in lines), "help")
     term.at_prompt()
@@ -180,11 +186,12 @@ def test_ctrl_c_cancels_a_running_command_and_the_session_goes_on(
     term.at_prompt()
     term.type("run it\r")
     term.wait(lambda lines: any(line.strip() == "│ started" for line in lines), "live tail")
-    began = time.monotonic()
+    began, mark = time.monotonic(), len(term.raw)
     term.type("\x03")
     term.wait(lambda lines: any(line.startswith("cancelled") for line in lines), "cancel")
     term.at_prompt()
     assert time.monotonic() - began < 30
+    assert b"model is thinking" not in term.raw[mark:]  # no model turn follows a cancel
     lines = term.lines()  # what it printed stays, and the call is named as cut short
     [named] = [i for i, line in enumerate(lines) if "echo started; sleep 60; echo never" in line
                and ("interrupted" in line or "no result" in line)]
@@ -198,6 +205,29 @@ def test_ctrl_c_cancels_a_running_command_and_the_session_goes_on(
     term.wait(lambda lines: any("Ctrl-C again" in line for line in lines), "hint")
     term.type("\x03")
     assert term.finish() == 0, term.text()
+
+
+def test_ctrl_c_on_one_request_names_the_cut_call_and_how_to_resume(
+        project: Path, model_server: ModelServer):
+    model_server.reply(tool_calls=[Call("run_shell_command",
+                                        {"command": "echo started; sleep 60; echo never"})])
+    term = Terminal(ask(project, model_server, "--yes", "run it"))
+    term.wait(lambda lines: any(line.strip() == "│ started" for line in lines), "live tail")
+    mark = len(term.raw)
+    term.type("\x03")
+    assert term.finish() == 130, term.text()
+    assert b"model is thinking" not in term.raw[mark:]  # no turn 2 after the cut
+    lines = term.lines()
+    [named] = [i for i, line in enumerate(lines) if line.startswith("✗ interrupted: ")]
+    assert re.fullmatch(r"✗ interrupted: run_shell_command echo started; sleep 60; echo never "
+                        r"after \d+\.\d s", lines[named]), term.text()
+    assert lines[named + 1].strip() == "│ started" and not any(" 0 ms" in x for x in lines)
+    [at] = [i for i, line in enumerate(lines) if " kept; continue it with: " in line]
+    hint = "".join(lines[at:-1])  # a long tmp root wraps it over lines
+    name = hint.split()[1]
+    assert hint.endswith(f"sandbox-agent ask --root {project} --resume --session {name}")
+    assert lines[-1] == "interrupted"
+    assert (sessions_dir(project) / f"{name}.ndjson").is_file()
 
 
 def test_always_allow_a_command_prefix_and_say_why_not(project: Path,
@@ -342,7 +372,9 @@ def test_diff_in_the_repl_of_a_copy_session_shows_the_pending_changes(
     model_server.reply(tool_calls=[Call("write_file", {"path": "notes.txt",
                                                        "content": "pending\n"})])
     model_server.reply("Wrote notes.")
-    term = Terminal(ask(project, model_server, "-i", "--yes", "--workspace", "copy"))
+    paged = project.parent / "paged"  # the pager shows it and keeps a copy, as `diff`'s does
+    term = Terminal(ask(project, model_server, "-i", "--yes", "--workspace", "copy"),
+                    env={"PAGER": f"tee {paged}"})
     term.at_prompt()
     term.type("write notes\r")
     term.wait(lambda lines: any(line.startswith("done ·") for line in lines), "answer")
@@ -351,6 +383,7 @@ def test_diff_in_the_repl_of_a_copy_session_shows_the_pending_changes(
     term.wait(lambda lines: "+pending" in lines, "diff")
     term.at_prompt()
     assert "+++ b/notes.txt" in term.lines() and not (project / "notes.txt").exists()
+    assert b"+pending" in paged.read_bytes()
     term.type("/undo\r")
     term.wait(lambda lines: any("nothing of it to undo" in line for line in lines), "undo")
     term.at_prompt()

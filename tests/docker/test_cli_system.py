@@ -3,7 +3,6 @@ traceback; `doctor`, `gc` and `image build` work from the real console script.""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import socket
 import subprocess
@@ -15,7 +14,6 @@ from typing import Any
 
 import pytest
 
-from executor import DISTRIBUTION
 from executor.models import DEFAULT_OLLAMA_MODEL
 from tests.docker.cli_support import (
     SANDBOX_AGENT,
@@ -85,16 +83,6 @@ def test_an_unreachable_model_server_is_exit_21(project: Path, provider: str,
     assert "fix:" in done.stderr
     assert done.stderr.count("retrying model request") == 2  # refused: retried twice, no more
     assert containers_of(docker_client, project) == []
-
-
-@pytest.mark.skipif(importlib.util.find_spec("xllamacpp") is not None,
-                    reason="the embedded extra is installed in this venv")
-def test_the_embedded_models_fix_installs_this_distribution(project: Path):
-    done = run_cli("ask", "--root", project, "--provider", "embedded", "hi")
-
-    assert_user_error(done, 24, "embedded model")
-    assert done.stderr.splitlines()[-1] == f"fix: pip install '{DISTRIBUTION}[local]'"
-    assert DISTRIBUTION != "sandbox-agent"  # on the public index, that is another project
 
 
 def test_no_query_and_nothing_on_stdin_is_a_usage_error(project: Path,

@@ -283,6 +283,26 @@ def test_a_bind_session_is_undone_as_far_as_its_content_was_kept(project: Path,
     assert "cannot restore notes.txt" in again.stderr, explain(again)
 
 
+def test_a_second_undo_names_the_older_session_it_goes_on_to(project: Path,
+                                                              model_server: ModelServer):
+    script(model_server, Call("write_file", {"path": "first.txt", "content": "1\n"}))
+    assert_ok(ask(project, model_server, "ollama", "--yes", "--session", "monday"), "done")
+    script(model_server, Call("write_file", {"path": "second.txt", "content": "2\n"}))
+    assert_ok(ask(project, model_server, "ollama", "--yes", "--session", "tuesday"), "done")
+
+    latest = cli("undo", "--root", project, "--yes")
+    assert latest.returncode == 0, explain(latest)
+    assert latest.stderr.splitlines()[0] == "undoing session tuesday: what it wrote"
+    assert not (project / "second.txt").exists() and (project / "first.txt").exists()
+
+    again = cli("undo", "--root", project, "--yes")
+    assert again.returncode == 0, explain(again)
+    assert again.stderr.splitlines()[0] == (
+        "undoing session monday: what it wrote (an older session: tuesday, newer, has nothing "
+        "left to undo; --session NAME picks one)")
+    assert not (project / "first.txt").exists()
+
+
 THESIS = b"\\documentclass{article}\r\n\\begin{document}\x00\xff only copy\\end{document}"
 """The person's only copy (a CR, a NUL, a byte that is not UTF-8, no newline at the end)."""
 

@@ -719,6 +719,25 @@ def test_cli_show_table_and_json(cli: Callable[..., Any], project: Path) -> None
     assert bad.exit_code == ConfigError.exit_code
 
 
+def test_cli_show_says_what_a_run_end_apply_and_undo_did(cli: Callable[..., Any],
+                                                        tmp_path: Path) -> None:
+    root = tmp_path / "proj"
+    root.mkdir()
+    log = AuditLog.for_root(root, session="demo", clock=Clock(), redactor=Redactor({}))
+    log.sandbox_start(container_id="c" * 64, image="img:1", image_digest="sha256:d",
+                      mount_mode="rw", duration_ms=12, container_name="sandbox-agent-x")
+    log.record("apply", files=[{"path": "a.py"}, {"path": "b.py"}], approved_by="--yes",
+               conflicts=[{"path": "c.py"}])
+    log.record("undo", files=[{"path": "a.py"}], conflicts=[])
+    log.run_end(turns=None, duration_ms=7)  # the model never answered
+    shown = cli("show", "--root", str(root)).stdout
+    assert "sandbox-agent-x from img:1 (rw), 12 ms" in shown
+    assert "2 file(s) applied, 1 left alone (changed since), approved by --yes: a.py, b.py" \
+        in shown
+    assert "1 file(s) undone: a.py" in shown
+    assert "before the model answered, 7 ms" in shown and "None" not in shown
+
+
 def test_cli_export_writes_a_private_file(
     cli: Callable[..., Any], project: Path, tmp_path: Path
 ) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
+import pytest
 import typer
 from typer.testing import CliRunner
 
@@ -71,3 +72,17 @@ def test_review_and_improve_offer_no_delegation_and_no_ask_only_flag() -> None:
         for flag in ("--max-delegations", "--no-confirm-delegation", "--interactive",
                      "--json-stream", "--apply", "--allow-git-writes"):
             assert flag not in shown, (command, flag)
+
+
+def test_every_setting_a_run_flag_sets_is_named_by_its_flag_in_errors(tmp_path: Path) -> None:
+    from executor.config import FLAGS, Settings, load_settings
+    from executor.errors import ConfigError
+
+    values = {"model": "m", "host": "h", "image": "i", "runtime": "r", "workspace": "copy",
+              "copy_limit": "1g", "disk_budget": "1g", "think": "on", "provider": "ollama",
+              "tool_protocol": "json", "timeout": 1.0, "max_retries": 1, "max_tokens": 512,
+              "max_turns": 1, "stream": True, "env": ["X"]}
+    options = RunFlags(root=tmp_path, **values).options(orchestrator=True)  # type: ignore[arg-type]
+    assert sorted(k for k in options if k in Settings.model_fields and k not in FLAGS) == []
+    with pytest.raises(ConfigError, match=r"invalid value for copy_limit \(--copy-limit\)"):
+        load_settings({"copy_limit": "-1"})

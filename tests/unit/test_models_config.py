@@ -45,12 +45,17 @@ HELLO = [Message.user("hello")]
     (None, {"OLLAMA_HOST": "http://gpu-box:11434/"}, "http://gpu-box:11434"),
     ("http://127.0.0.1:9999", {"OLLAMA_HOST": "gpu-box"}, "http://127.0.0.1:9999"),
     ("127.0.0.1:9999", {}, "http://127.0.0.1:9999"),
+    ("localhost", {}, "http://localhost:11434"),
+    ("gpu.lan", {}, "http://gpu.lan:11434"),
+    ("gpu-box:8000", {}, "http://gpu-box:8000"),
+    ("[::1]", {}, "http://[::1]:11434"),
 ])
 def test_ollama_base_url(host: str | None, env: dict[str, str], expected: str) -> None:
     assert ollama_base_url(host, env) == expected
 
 
-@pytest.mark.parametrize("bad", ["ftp://gpu-box", "http://", "http://gpu-box:notaport"])
+@pytest.mark.parametrize("bad", ["ftp://gpu-box", "http://", "http://gpu-box:notaport",
+                                 "not-a-url", "not-a-url/api"])
 def test_ollama_base_url_rejects_nonsense_with_a_config_error(bad: str) -> None:
     with pytest.raises(ConfigError, match="--host") as caught:
         ollama_base_url(bad, {})

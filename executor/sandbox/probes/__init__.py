@@ -168,8 +168,10 @@ def noted() -> Iterator[Notes]:
     """Notes of what the sandboxes and the library's loggers say meanwhile (not on stderr)."""
     notes, logger = Notes(), logging.getLogger("executor")
     logger.addHandler(notes)
+    propagate, logger.propagate = logger.propagate, False  # not to the CLI's terminal lines
     try:
         yield notes
     finally:
         logger.removeHandler(notes)
+        logger.propagate = propagate
 

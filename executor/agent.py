@@ -186,9 +186,11 @@ class Agent:
         if self.coach is not None:
             self.coach.begin(query)
         records: list[ToolCallRecord] = []
-        bad_replies = 0
+        bad_replies = cuts = 0
         for turn in range(1, self.max_turns + 1):
             reply = self.query()
+            if reply.cut is not None:
+                cuts = self._cut(reply, cuts, turn, records)
             if reply.problem:
                 bad_replies = self._reject(reply, bad_replies)
                 continue
@@ -267,6 +269,25 @@ class Agent:
     def _thinking(self, text: str) -> None:
         self.hooks.emit(ThinkingEvent(text=text))
 
+    def _cut(self, reply: ModelReply, cuts: int, turn: int,
+             records: list[ToolCallRecord]) -> int:
+        """A reply the model did not end is said; it is asked again (for a short reply) once
+        per run: a second cut that cannot be used ends the run rather than loop."""
+        why = ("kept repeating itself" if reply.cut == "repetition"
+               else "reached the per-reply token limit")
+        if reply.problem is None:
+            self.hooks.emit(WarningEvent(message=f"the model's reply {why} and was cut; "
+                                                 "what it wrote before the cut is used"))
+            return cuts
+        if cuts:
+            raise MaxTurnsExceeded(
+                f"no final answer: stopped after {turn} model turns because the model's reply "
+                f"was cut again ({why}); done so far: {progress_of(records)}",
+                fix="make the request smaller, or use a more capable model (--provider ollama)")
+        self.hooks.emit(WarningEvent(message=f"the model's reply {why} and was cut; "
+                                             "asking once for a short reply"))
+        return cuts + 1
+
     def _reject(self, reply: ModelReply, bad_replies: int) -> int:
         """Tell the model what was wrong with its reply; give up after a few in a row."""
         if bad_replies + 1 >= self.max_bad_replies:
@@ -277,7 +298,9 @@ class Agent:
                    else ", or --tool-protocol constrained"),
             )
         self.hooks.emit(WarningEvent(message=f"unusable model reply: {reply.problem}"))
-        self.add(Message.assistant(reply.raw or reply.message.content))
+        # A cut reply goes back without its repeated tail: copies in the context invite more.
+        said = reply.message.content if reply.cut else reply.raw or reply.message.content
+        self.add(Message.assistant(said))
         self.add(Message.user(f"Your last reply could not be used: {reply.problem}"))
         return bad_replies + 1
 

@@ -113,6 +113,9 @@ class ModelReply(BaseModel):
     """The model's context window, when the provider reports it."""
     raw: str = ""
     """The reply text exactly as the model produced it (for --trace and audits)."""
+    cut: Literal["length", "repetition"] | None = None
+    """Why the reply stopped before the model ended it: the per-reply token cap, or a stop
+    because it kept repeating itself (None: it ended on its own)."""
 
 
 def function_schema(spec: ToolSpec) -> dict[str, Any]:

@@ -16,7 +16,7 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from executor.config import ToolProtocol
 from executor.messages import Message, ModelReply, ToolCall, Usage, new_call_id
@@ -29,6 +29,15 @@ _CALL_KEYS = ('"name"', '"arguments"', '"parameters"', '"answer"')
 _EMPTY_WRAPPERS = re.compile(r"```[a-zA-Z]*\s*```|<tool_call>\s*</tool_call>")
 _TRAILING_COMMA = re.compile(r",\s*([}\]])")
 _MAX_NESTING = 20  # how deep to look for a good object inside broken ones
+_ANSWER_START = re.compile(r'\s*(?:```[a-zA-Z]*\s*)?\{\s*"answer"\s*:\s*"')
+_LENIENT = json.JSONDecoder(strict=False)
+CutReason = Literal["length", "repetition"]
+REPEATS = 4
+"""Copies of the same text in a row that make a reply a runaway (see `repeated_tail`)."""
+REPEAT_SPAN = 400
+"""Characters the copies must cover at least: a rule of '=' or a list of zeros is no runaway."""
+REPEAT_WINDOW = 4000
+"""Characters at the end of a reply searched for copies (so a unit is at most 1,000)."""
 
 
 @dataclass(frozen=True)
@@ -264,3 +273,102 @@ def json_objects(text: str) -> list[tuple[int, int, Any]]:
         if value is not None:
             found.append((start, end, value))
     return found
+
+
+def repeated_tail(text: str, repeats: int = REPEATS, span: int = REPEAT_SPAN,
+                  window: int = REPEAT_WINDOW) -> int | None:
+    """Where the copies start when `text` ends in the same text `repeats` times in a row
+    (covering at least `span` characters), else None; `text[:index]` keeps the first copy.
+
+    A weak model at temperature 0 can fall into a loop ("The test is case-sensitive, so ...
+    The test is case-sensitive, so ...") that only the token cap ends. Periodicity does not
+    depend on where in the unit the text stops, so the check works on a stream at any point.
+    """
+    tail = text[-window:]
+    for unit in range(1, len(tail) // repeats + 1):
+        length = max(repeats * unit, span)
+        if length > len(tail):
+            return None
+        periodic = tail[-length:]
+        if periodic[unit:] == periodic[:-unit]:
+            return _first_copy_end(text, unit)
+    return None
+
+
+def _first_copy_end(text: str, unit: int) -> int:
+    """The end of the first copy of the `unit`-periodic run `text` ends with.
+
+    The run may begin a little before the copies do (when what came before them ends as a
+    copy ends: "... 'hi'. " before "The test ... 'hi'. "), so the first copy is taken from
+    the first sentence or line start in the run, and kept whole."""
+    start = len(text) - unit
+    while start > 0 and text[start - 1] == text[start - 1 + unit]:
+        start -= 1
+    for begin in range(start, start + unit):
+        if text[begin - 1:begin] == "\n" or (text[begin - 1:begin] == " "
+                                             and text[begin - 2:begin - 1] in (".", "!", "?")):
+            return begin + unit
+    return start + unit
+
+
+def partial_answer(text: str) -> str | None:
+    """The answer a cut reply was writing (`{"answer": "...` with no end), or None."""
+    opening = _ANSWER_START.match(text)
+    if opening is None:
+        return None
+    try:
+        return str(_LENIENT.raw_decode(text, opening.end() - 1)[0])  # from its opening quote
+    except json.JSONDecodeError:
+        pass  # unterminated: the cut came inside the string
+    body = text[opening.end():]
+    for drop in range(7):  # the cut may split an escape (`\`, `\u00e`)
+        try:
+            return str(json.loads(f'"{body[:len(body) - drop]}"', strict=False))
+        except json.JSONDecodeError:
+            continue
+    return None
+
+
+def cut_note(why: CutReason) -> str:
+    """What a salvaged answer says about its cut."""
+    reason = ("kept repeating itself and was stopped" if why == "repetition"
+              else "reached its length limit")
+    return f"(This answer is incomplete: the model {reason}.)"
+
+
+def cut_reply(
+    text: str,
+    protocol: ToolProtocol,
+    why: CutReason,
+    *,
+    usage: Usage | None = None,
+    context_length: int | None = None,
+    thinking: str = "",
+) -> ModelReply:
+    """A reply that stopped before the model ended it, made as usable as it honestly can be.
+
+    The repeated tail is dropped first. What still parses (the json protocol lets a model
+    write a call and then ramble) is used as it is; an answer cut while being written is kept
+    with a note that says so; anything else is a problem that asks for a shorter reply.
+    """
+    end = repeated_tail(text)
+    kept = text if end is None else text[:end]
+    reply = parse_reply(kept, protocol, usage=usage, context_length=context_length,
+                        thinking=thinking)
+    update: dict[str, Any] = {"cut": why, "raw": text}
+    message = reply.message
+    if reply.problem:
+        answer = partial_answer(kept)
+        if answer is None or not answer.strip():
+            what = ("it repeated the same text over and over" if why == "repetition"
+                    else "it was longer than a reply may be")
+            reminder = JSON_REMINDER if protocol != "native" else ""
+            update["problem"] = (f"Your reply was cut before it was complete: {what}. Send a "
+                                 f"short reply. {reminder}").strip()
+            return reply.model_copy(update=update)
+        message, update["problem"] = Message.assistant(answer), None
+    if not message.tool_calls:  # an answer: it says that it was cut
+        message = Message.assistant(f"{message.content.rstrip()} … {cut_note(why)}")
+        message.thinking = thinking
+    update["message"] = message
+    return reply.model_copy(update=update)

@@ -14,6 +14,7 @@ from executor.errors import AgentError, AuditError, MaxTurnsExceeded
 from executor.hooks import Event, HookBus
 from executor.messages import Message, ModelReply, ToolCall, ToolResult, Usage
 from executor.models import ScriptedModel
+from executor.models.parsing import cut_note, cut_reply
 from executor.protocols import Sandbox
 from executor.tools import (
     Tool,
@@ -176,6 +177,51 @@ def test_a_good_reply_resets_the_unusable_count() -> None:
 
     assert agent.run("go").answer == "done"
     assert sandbox_of(agent).tools_called == ["list_files"]
+
+
+# -- replies cut at the token cap or stopped for repeating themselves ------------------------------
+
+LOOP = "The test is case-sensitive, so 'HI' is not the same as 'hi'. "
+CUT_ANSWER = '{"answer": "test_whisper fails: it expects \'hi...\'. ' + LOOP * 12
+CUT_CALL = '{"name": "write_file", "arguments": {"path": "a.py", "content": "' + "x = 1\\n" * 99
+
+
+def test_an_answer_cut_while_being_written_ends_the_run_with_a_note() -> None:
+    agent = make_agent([cut_reply(CUT_ANSWER, "constrained", "length"), "never reached"])
+    events = record_events(agent)
+
+    result = agent.run("Which test fails?")
+
+    assert result.turns == 1 and len(model_of(agent).calls) == 1
+    assert result.answer.startswith("test_whisper fails: it expects 'hi...'.")
+    assert result.answer.count("case-sensitive") == 1
+    assert result.answer.endswith(cut_note("length"))
+    assert any(e.kind == "warning" and "per-reply token limit" in e.data["message"]
+               for e in events)
+
+
+def test_a_cut_call_is_asked_again_once_for_a_short_reply_without_its_repeated_tail() -> None:
+    agent = make_agent([cut_reply(CUT_CALL, "constrained", "repetition"),
+                        Message.assistant("wrote nothing")])
+
+    assert agent.run("go").answer == "wrote nothing"
+
+    said, asked = model_of(agent).calls[1].messages[-2:]
+    assert said.role == "assistant" and said.content.count("x = 1") == 1
+    assert asked.role == "user" and "Send a short reply" in asked.content
+
+
+def test_a_second_cut_that_cannot_be_used_ends_the_run_instead_of_looping() -> None:
+    cut = cut_reply(CUT_CALL, "constrained", "length")
+    agent = make_agent([calls(("list_files", {})), cut, cut, "never reached"],
+                       max_bad_replies=3)
+
+    with pytest.raises(MaxTurnsExceeded, match=r"after 3 model turns because the model's "
+                                               r"reply was cut again") as info:
+        agent.run("go")
+
+    assert len(model_of(agent).calls) == 3
+    assert "1 tool call(s)" in info.value.message
 
 
 def test_no_answer_within_max_turns_raises() -> None:

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from executor.models.parsing import JSON_REMINDER, RawCall, parse_reply
+from executor.models.parsing import (
+    JSON_REMINDER,
+    RawCall,
+    cut_note,
+    cut_reply,
+    parse_reply,
+    partial_answer,
+    repeated_tail,
+)
 
 
 def calls(text: str, protocol: str = "json") -> list[tuple[str, dict]]:
@@ -162,3 +170,59 @@ def test_unknown_tools_are_returned_for_the_loop_to_report() -> None:
 def test_pathological_braces_are_handled() -> None:
     reply = parse_reply("{" * 5000 + '"name"')
     assert reply.problem is not None and reply.message.tool_calls == []
+
+
+# -- replies that were cut: the token cap, or a stop on repetition -------------------------------
+
+RUNAWAY_UNIT = ("The test is looking for a string that starts with 'HI...' but finds 'hi...'. "
+                "The test is case-sensitive, so 'HI...' is not the same as 'hi...'. ")
+RUNAWAY_START = ('{"answer": "The test test_whisper fails because \'HI...\' is not equal to '
+                 "'hi...'. ")
+
+
+def test_a_reply_ending_in_copies_of_itself_keeps_one_whole_copy() -> None:
+    text = RUNAWAY_START + RUNAWAY_UNIT * 5 + RUNAWAY_UNIT[:41]
+    end = repeated_tail(text)
+    assert end is not None
+    assert text[:end] == RUNAWAY_START + RUNAWAY_UNIT
+
+
+def test_text_that_does_not_repeat_long_enough_is_no_runaway() -> None:
+    assert repeated_tail(RUNAWAY_START + RUNAWAY_UNIT * 2) is None  # two copies: a coincidence
+    assert repeated_tail("x = 1\n" + "=" * 120 + "\n") is None  # a rule is short of the span
+    code = "".join(f"def f{i}(x):\n    return x + {i}\n\n" for i in range(40))
+    assert repeated_tail(code) is None  # alike but not the same
+
+
+def test_a_cut_answer_is_kept_with_a_note_and_without_its_repeated_tail() -> None:
+    text = RUNAWAY_START + RUNAWAY_UNIT * 5 + RUNAWAY_UNIT[:41]
+    reply = cut_reply(text, "constrained", "length")
+    assert reply.problem is None and reply.cut == "length" and reply.raw == text
+    answer = reply.message.content
+    assert answer.startswith("The test test_whisper fails because 'HI...' is not equal to")
+    assert answer.count("The test is case-sensitive") == 1
+    assert answer.endswith(cut_note("length")) and "incomplete" in cut_note("length")
+
+
+def test_a_cut_inside_an_escape_still_gives_the_answer() -> None:
+    assert partial_answer('{"answer": "line one\\nline two \\u00e') == "line one\nline two "
+    assert partial_answer('```json\n{ "answer" : "done, see a.py"') == "done, see a.py"
+    assert partial_answer('{"answer": "done"}') == "done"
+    assert partial_answer('{"name": "write_file", "arguments": {"path": "a') is None
+
+
+def test_a_cut_call_is_a_problem_that_asks_for_a_short_reply() -> None:
+    text = '{"name": "write_file", "arguments": {"path": "a.py", "content": "' + "x = 1\\n" * 99
+    reply = cut_reply(text, "constrained", "repetition")
+    assert reply.cut == "repetition" and reply.message.tool_calls == []
+    assert reply.problem is not None
+    assert reply.problem.startswith("Your reply was cut before it was complete: it repeated")
+    assert "short reply" in reply.problem and JSON_REMINDER in reply.problem
+    assert len(reply.message.content) < len(text) and reply.message.content.count("x = 1") == 1
+
+
+def test_what_parsed_before_the_cut_is_used() -> None:
+    text = '{"name": "list_files", "arguments": {}}\nNow I will ' + "think and " * 80
+    reply = cut_reply(text, "json", "repetition")
+    assert reply.problem is None
+    assert [c.name for c in reply.message.tool_calls] == ["list_files"]

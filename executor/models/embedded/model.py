@@ -11,6 +11,7 @@ from executor.hooks import HookBus
 from executor.messages import Message, ModelReply, ToolSpec
 from executor.models._http import ServerHint
 from executor.models.embedded.prompts import PromptStore
+from executor.models.embedded.runaway import guarded_chat
 from executor.models.embedded.server import EmbeddedOptions, LlamaServer, import_xllamacpp
 from executor.models.embedded.spec import QWEN_1_5B, ModelSpec, ProgressCallback, resolve_spec
 from executor.models.embedded.weights import ensure_model, find_parts, model_path, sidecar_trusted
@@ -130,7 +131,8 @@ class EmbeddedModel:
         if self._prompts is not None:  # once per server, before its first request
             self._prime(self._prompts, messages, tools)
             self._prompts = None
-        reply = client.chat(messages, tools, on_token=on_token, on_thinking=on_thinking)
+        reply = guarded_chat(client, messages, tools, cap=self.options.max_reply_tokens,
+                             on_token=on_token, on_thinking=on_thinking)
         return reply.model_copy(update={"context_length": self.context_length()})
 
     def count_tokens(self, text: str) -> int | None:

@@ -243,6 +243,11 @@ def test_server_parameters_are_private_local_and_explicit(tmp_path: Path) -> Non
     assert (params.n_ctx, params.n_parallel, params.cache_ram_mib) == (4096, 1, 256)
     assert params.cpuparams.n_threads == params.cpuparams_batch.n_threads == 3
     assert params.api_keys == [server.api_key] and params.ui is False
+    assert (params.sampling.penalty_repeat, params.sampling.dry_multiplier) == (1.0, 0.0)
+    tuned = LlamaServer(tmp_path / "m.gguf", EmbeddedOptions(repeat_penalty=1.1,
+                                                             dry_multiplier=0.8))._params(xllamacpp)
+    assert tuned.sampling.penalty_repeat == pytest.approx(1.1)
+    assert tuned.sampling.dry_multiplier == pytest.approx(0.8)
 
 
 def test_a_file_llama_cpp_cannot_load_is_a_clear_error_quoting_its_reason(tmp_path: Path) -> None:

@@ -38,6 +38,12 @@ class EmbeddedOptions(BaseSettings):
     """CPU threads for generation and prompt processing; None: every core this process may use."""
     max_reply_tokens: int = Field(default=2048, ge=16)
     """Tokens one reply may generate when the request sets no limit (stops runaway output)."""
+    repeat_penalty: float = Field(default=1.0, ge=1.0, le=2.0)
+    """llama.cpp's penalty on tokens of the last 64 (1.0: off). Off by default: a runaway is
+    stopped while it streams instead (`runaway.py`), and a penalty also hits what an agent
+    must repeat (JSON keys, the exact `old_text` of an edit)."""
+    dry_multiplier: float = Field(default=0.0, ge=0.0, le=5.0)
+    """llama.cpp's DRY penalty on extending a sequence already seen (0: off); see above."""
     start_timeout: float = Field(default=120.0, gt=0)
     """Seconds to wait for the server to answer once llama.cpp has loaded the model."""
     verbosity: int = Field(default=0, ge=0, le=4)
@@ -175,6 +181,8 @@ class LlamaServer:
         params.n_ctx, params.n_parallel = opts.n_ctx, 1
         params.cache_ram_mib, params.n_predict = opts.cache_ram_mib, opts.max_reply_tokens
         params.cpuparams.n_threads = params.cpuparams_batch.n_threads = opts.threads or _cores()
+        params.sampling.penalty_repeat = opts.repeat_penalty
+        params.sampling.dry_multiplier = opts.dry_multiplier
         params.ui = params.endpoint_slots = params.endpoint_props = False
         params.verbosity = opts.verbosity
         if self.slot_dir is not None:  # save/restore; llama.cpp joins the path without a '/'

@@ -719,8 +719,12 @@ def test_cli_show_table_and_json(cli: Callable[..., Any], project: Path) -> None
     assert bad.exit_code == ConfigError.exit_code
 
 
-def test_cli_show_says_what_a_run_end_apply_and_undo_did(cli: Callable[..., Any],
-                                                        tmp_path: Path) -> None:
+def test_cli_show_says_what_a_run_end_apply_and_undo_did(
+        cli: Callable[..., Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from executor.cli.common import out_console, real_console
+
+    # this process's console keeps the width it was made with (an xdist worker's first test's)
+    monkeypatch.setattr(real_console(out_console), "width", 200)
     root = tmp_path / "proj"
     root.mkdir()
     log = AuditLog.for_root(root, session="demo", clock=Clock(), redactor=Redactor({}))

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from rich.console import Console, RenderableType
     from rich.live import Live
     from rich.status import Status
+    from rich.text import Text
 
     from executor.hooks import (
         ChildEvent,
@@ -59,6 +61,12 @@ AFTER_LINES = 3
 TAIL_CHARS = 16_384
 """Characters of an unfinished line kept (a progress bar redrawn with CR never ends its line)."""
 SHELL_TOOL = "run_shell_command"
+FLUSH_SECONDS = 0.1
+"""At a terminal, lines printed above the live region are gathered for up to this long (shown
+in the live region meanwhile): each print redraws the region, and a quick call's two prints
+were most of its host overhead (benchmarks/bench_calls.py)."""
+FLUSH_LINES = 12
+"""... and at most this many of them."""
 
 
 class Tail:
@@ -161,6 +169,10 @@ class ProgressView:
         self._started: dict[str, float] = {}
         """When each call still running started."""
         self._prose = ""
+        self._pending: list[Text] = []
+        """Lines to print above the live region, shown in it until they are (see FLUSH_SECONDS)."""
+        self._flushed = 0.0
+        self._lock = threading.RLock()  # approvals close the view from the proxy's thread
 
     @property
     def live(self) -> bool:
@@ -208,7 +220,7 @@ class ProgressView:
         width = max(20, self.console.width - 4)
         lines = [Text("  │ " + _crop(inert_line(line), width), style="dim", no_wrap=True)
                  for line in self._tail.last(TAIL_LINES)]
-        return Group(head, *lines)
+        return Group(*list(self._pending), head, *lines)
 
     def _progress(self) -> str:
         """While the model works: ` · turn 3 · prompt 3,412 tokens · 45 tokens out ·`."""
@@ -222,10 +234,12 @@ class ProgressView:
         return " · " + " · ".join(parts) + " ·"
 
     def close(self) -> None:
-        """Stop the live region and the spinner, and end a streamed line."""
-        if self._live is not None:
-            self._live.stop()
-            self._live = None
+        """Print what is gathered, stop the live region and the spinner, end a streamed line."""
+        with self._lock:
+            self._flush()
+            if self._live is not None:
+                self._live.stop()
+                self._live = None
         if self._status is not None:
             self._status.stop()
             self._status = None
@@ -233,12 +247,33 @@ class ProgressView:
             self.console.print()
             self._streaming = False
 
-    def _print(self, *args: Any, **kwargs: Any) -> None:
-        """Print above the live region (which goes on), or plainly without one."""
+    def _print(self, text: str, **kwargs: Any) -> None:
+        """Print above the live region (which goes on; gathered, see FLUSH_SECONDS), or
+        plainly without one."""
         if self._streaming:
             self.console.print()
             self._streaming = False
-        self.console.print(*args, **kwargs)
+        if self._live is None:
+            self.console.print(text, **kwargs)
+            return
+        line = self.console.render_str(text, style=kwargs.get("style", ""),
+                                       markup=kwargs.get("markup"),
+                                       highlight=kwargs.get("highlight"))
+        line.no_wrap, line.overflow = kwargs.get("no_wrap"), kwargs.get("overflow")
+        with self._lock:
+            self._pending.append(line)
+            now = time.monotonic()
+            if len(self._pending) >= FLUSH_LINES or now - self._flushed >= FLUSH_SECONDS:
+                self._flush()
+
+    def _flush(self) -> None:
+        """Print the gathered lines, with one redraw of the live region."""
+        if self._pending:
+            from rich.console import Group
+
+            lines, self._pending = self._pending, []
+            self.console.print(Group(*lines))
+        self._flushed = time.monotonic()
 
     # -- events ------------------------------------------------------------------------------
 

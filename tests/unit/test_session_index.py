@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from executor import session_index
-from executor.cli.listing import cells, plain_table
+from executor.cli.listing import plain_table
 from executor.messages import Message, ToolCall
 from executor.session import (
     COMPACTED_NOTE,

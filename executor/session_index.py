@@ -64,8 +64,7 @@ def preview(content: Any, tool_calls: Any) -> str:
     """A message as one short line: its words, or its tool calls when it has no text."""
     text = content if isinstance(content, str) else ""
     if _WORD.search(text) is None and tool_calls:
-        text = "→ " + ", ".join(f"{c.get('name')}({json.dumps(c.get('arguments', {}))})"
-                                for c in tool_calls)
+        text = _calls_text(tool_calls)
     words, length = [], -1
     for match in _WORD.finditer(text):  # stop once the preview is full: outputs can be huge
         words.append(match.group())
@@ -74,6 +73,22 @@ def preview(content: Any, tool_calls: Any) -> str:
             break
     line = " ".join(words)
     return line if len(line) <= PREVIEW_CHARS else line[: PREVIEW_CHARS - 1] + "…"
+
+
+def _calls_text(calls: list[Any]) -> str:
+    """`→ name({"arguments": ...}), ...`, or as much of its start as a preview shows: the
+    writer previews every message it appends, and a write_file's arguments can be long."""
+    pieces, size = ["→ "], 0
+    encoder = json.JSONEncoder()  # json.dumps' own settings, a piece at a time
+    for number, call in enumerate(calls):
+        parts = [", " * (number > 0), f"{call.get('name')}(",
+                 *encoder.iterencode(call.get("arguments", {})), ")"]
+        for part in parts:
+            pieces.append(part)
+            size += len(part)
+            if size > 2 * PREVIEW_CHARS and len(" ".join("".join(pieces).split())) > PREVIEW_CHARS:
+                return "".join(pieces)  # the preview is a prefix of this one's
+    return "".join(pieces)
 
 
 @dataclass

@@ -230,3 +230,16 @@ def test_a_plain_listing_runs_without_typer_and_prints_what_typer_would(tmp_path
     assert quick.endswith("(quick)") and not by_typer.endswith("(quick)")
     assert quick.removesuffix("(quick)") == by_typer
     assert by_typer.index("newer") < by_typer.index("older") and "done with first" in by_typer
+
+
+@pytest.mark.parametrize("calls", [
+    [ToolCall(id="w", name="write_file", arguments={"path": "a.py", "content": "x = 1\n" * 5000})],
+    [call(1), ToolCall(id="g", name="grep", arguments={"pattern": "  a   b  " * 30})],
+    [ToolCall(id="r", name="read_file", arguments={"path": " " * 500 + "end", "q": "é\u202e"})],
+])
+def test_a_call_is_previewed_from_the_start_of_its_arguments_alone(
+        tmp_path: Path, calls: list[ToolCall]) -> None:
+    store = NdjsonSessionStore.create(tmp_path, name="s", model="qwen", provider="ollama")
+    store.extend([Message.user("go"), Message.assistant("", calls)])
+    store.record_event("run_end", status="ok", turns=1)
+    assert summary_row(store.path)["last_message"] == whole_file_row(store.path)["last_message"]

@@ -62,9 +62,9 @@ TAIL_CHARS = 16_384
 """Characters of an unfinished line kept (a progress bar redrawn with CR never ends its line)."""
 SHELL_TOOL = "run_shell_command"
 FLUSH_SECONDS = 0.1
-"""At a terminal, lines printed above the live region are gathered for up to this long (shown
-in the live region meanwhile): each print redraws the region, and a quick call's two prints
-were most of its host overhead (benchmarks/bench_calls.py)."""
+"""At a terminal, lines printed above the live region are gathered for up to this long (a
+timer prints them if nothing else does): each print redraws the region, and a quick call's
+prints were most of its host overhead (benchmarks/bench_calls.py)."""
 FLUSH_LINES = 12
 """... and at most this many of them."""
 
@@ -170,8 +170,9 @@ class ProgressView:
         """When each call still running started."""
         self._prose = ""
         self._pending: list[Text] = []
-        """Lines to print above the live region, shown in it until they are (see FLUSH_SECONDS)."""
+        """Lines to print above the live region (see FLUSH_SECONDS)."""
         self._flushed = 0.0
+        self._timer: threading.Timer | None = None
         self._lock = threading.RLock()  # approvals close the view from the proxy's thread
 
     @property
@@ -220,7 +221,7 @@ class ProgressView:
         width = max(20, self.console.width - 4)
         lines = [Text("  │ " + _crop(inert_line(line), width), style="dim", no_wrap=True)
                  for line in self._tail.last(TAIL_LINES)]
-        return Group(*list(self._pending), head, *lines)
+        return Group(head, *lines)
 
     def _progress(self) -> str:
         """While the model works: ` · turn 3 · prompt 3,412 tokens · 45 tokens out ·`."""
@@ -262,12 +263,25 @@ class ProgressView:
         line.no_wrap, line.overflow = kwargs.get("no_wrap"), kwargs.get("overflow")
         with self._lock:
             self._pending.append(line)
-            now = time.monotonic()
-            if len(self._pending) >= FLUSH_LINES or now - self._flushed >= FLUSH_SECONDS:
+            wait = FLUSH_SECONDS - (time.monotonic() - self._flushed)
+            if len(self._pending) >= FLUSH_LINES or wait <= 0:
+                self._flush()
+            elif self._timer is None:
+                self._timer = threading.Timer(wait, self._flush_due)
+                self._timer.daemon = True
+                self._timer.start()
+
+    def _flush_due(self) -> None:
+        with self._lock:
+            self._timer = None
+            if self._live is not None:
                 self._flush()
 
     def _flush(self) -> None:
         """Print the gathered lines, with one redraw of the live region."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         if self._pending:
             from rich.console import Group
 

@@ -392,9 +392,10 @@ class ProgressView:
 
         # assembled, not markup: the line of every call, parsing it cost more than drawing it
         mark = ("✓", "green") if event.ok else ("!", "yellow")
-        self._print(Text.assemble(mark, f" {inert_line(event.tool)} {inert(subject(arguments))} ",
-                                  (f"{inert(summarize(event.data))} "
-                                   f"{toolmeta.duration_ms(event.meta) or 0:.0f} ms", "dim")))
+        what = f" {inert_line(event.tool)} {inert_line(subject(arguments))} "
+        self._print(Text.assemble(mark, what, (f"{inert_line(summarize(event.data))} "
+                                               f"{toolmeta.duration_ms(event.meta) or 0:.0f} ms",
+                                               "dim")))
         if self.trace:
             self._print(f"[dim]{markup_safe(event.output[:4000])}[/]")
         elif self.live and event.tool == SHELL_TOOL:

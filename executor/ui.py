@@ -392,8 +392,8 @@ class ProgressView:
 
         # assembled, not markup: the line of every call, parsing it cost more than drawing it
         mark = ("✓", "green") if event.ok else ("!", "yellow")
-        what = f" {inert_line(event.tool)} {inert_line(subject(arguments))} "
-        self._print(Text.assemble(mark, what, (f"{inert_line(summarize(event.data))} "
+        shown = f" {inert_line(event.tool)} {inert_line(subject(arguments))} "
+        self._print(Text.assemble(mark, shown, (f"{inert_line(summarize(event.data))} "
                                                f"{toolmeta.duration_ms(event.meta) or 0:.0f} ms",
                                                "dim")))
         if self.trace:

@@ -9,7 +9,8 @@ request, the call, the result). The model replays prepared replies and costs nex
 
 1. host overhead: the sandbox answers at once (an in-memory fake giving the toolbox's answer),
    so all of it is the host's;
-   fsync `background` (the default) and `always` side by side (docs/SESSIONS.md);
+   fsync `background` (the default) and `always` side by side (docs/SESSIONS.md), and with
+   the terminal view;
 2. end to end on a real container: the same run on a DockerSandbox, with the terminal view a
    person sees (executor/ui.py's ProgressView on a terminal console writing to /dev/null) and
    without it, next to the median toolbox round trip of the same read_file in that session;
@@ -148,6 +149,9 @@ def main() -> None:
             host = per_call(root, options.calls, options.rounds, fake, fsync)
             row(f"1. host overhead, fsync {fsync:<10} (agent + policy + session + audit; the "
                 "sandbox answers at once)", *host)
+        seen = per_call(root, options.calls, options.rounds, fake, "background", terminal=True)
+        row("   fsync background, with the terminal view (what a person at a terminal sees)",
+            *seen)
         durable.SYNCER.flush()
         client = connect()
         trip = toolbox_round_trip(root, client, options.calls)

@@ -9,10 +9,7 @@ from typing import Any
 from rich.console import Console, ConsoleOptions, RenderableType
 from rich.segment import Segment
 
-from executor.text import UNSAFE_RE, inert
-
-PIPED_WIDTH = 200
-"""Columns a console writes to a pipe or file with (no COLUMNS set): rich's 80 cut tables."""
+from executor.text import PIPED_WIDTH, UNSAFE_RE, inert
 
 
 class InertConsole(Console):

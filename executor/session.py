@@ -14,11 +14,14 @@ Format version 1, one JSON object a line (plain text: less, grep and jq read it)
      "arguments"}]}
     {"type": "message", "ts": "...Z", "role": "tool", "content": "...", "tool_call_id", "name"}
     {"type": "event", "ts": "...Z", "event": "header_update", "data": {"container": ...}}
+    {"type": "summary", "ts": "...Z", "tally": {"turns": ..., "status": ..., ...}}
 
 Message lines carry the `Message` fields (defaults left out). Events record what is not a
 message: `header_update` changes the effective header (the first line is never rewritten),
-`torn_line_dropped` notes a repair; others (e.g. `resumed`) are free-form. Readers skip record
-types they do not know, so later versions can add some.
+`torn_line_dropped` notes a repair; others (e.g. `resumed`) are free-form. A `summary` record
+(after each `run_end`, and every 256 KiB) holds what a listing shows, so listing reads the
+header and the tail only (executor/session_index.py). Readers skip record types they do not
+know, so later versions can add some.
 
 Crash safety: each record is one `write` of a whole line, fsynced as executor/durable.py says
 (by default on a background thread right after the write), so a killed process loses at most
@@ -31,11 +34,13 @@ stays valid. One writer per session is assumed; appends take an exclusive `flock
 from __future__ import annotations
 
 import builtins
+import copy
 import json
 import os
 import re
 import secrets
 import stat
+import threading
 import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -49,7 +54,12 @@ from executor.durable import fsync_dir, write_all
 from executor.errors import ConfigError, SessionCorruptError, SessionError, SessionNotFoundError
 from executor.messages import Message
 from executor.protocols import SessionSummary
-from executor.session_file import Appender, event_line, line_of, utc_now
+from executor.session_file import Appender, line_of, utc_now
+from executor.session_index import CHECKPOINT_BYTES, Tally, summary_row
+from executor.session_index import COMPACTED_NOTE as COMPACTED_NOTE
+from executor.session_index import CONTEXT_CLEARED as CONTEXT_CLEARED
+from executor.session_index import CONTEXT_COMPACTED as CONTEXT_COMPACTED
+from executor.session_index import FORMAT_VERSION as FORMAT_VERSION
 from executor.state import SESSION_SUFFIX as SUFFIX
 from executor.state import (
     ensure_project_dir,
@@ -60,11 +70,6 @@ from executor.state import (
     regular_files,
     sessions_dir,
 )
-
-FORMAT_VERSION = 1
-"""Version written in every header; files from a newer version are refused."""
-PREVIEW_CHARS = 72
-"""Length of the last-message preview in listings."""
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 _FIXED_HEADER_FIELDS = frozenset({"type", "version", "id", "name", "started_at"})
@@ -135,13 +140,6 @@ class Entry:
     data: dict[str, Any] = field(default_factory=dict)
 
 
-CONTEXT_CLEARED = "context_cleared"
-"""Event of the REPL's /clear: the conversation before it is not sent again (nor resumed)."""
-CONTEXT_COMPACTED = "context_compacted"
-"""Event of the REPL's /compact: the conversation before it is its `summary`."""
-COMPACTED_NOTE = "Summary of the session so far (the earlier messages were compacted): "
-
-
 @dataclass(frozen=True)
 class SessionContents:
     """A whole session file read back."""
@@ -191,9 +189,13 @@ def _not_found(root: Path, name: str) -> SessionNotFoundError:
 # --- writing -------------------------------------------------------------------------------------
 
 
-def _message_line(message: Message) -> bytes:
+def _message_record(message: Message) -> dict[str, Any]:
     body = message.model_dump(mode="json", exclude_defaults=True)
-    return line_of({"type": "message", "ts": utc_now(), **body})
+    return {"type": "message", "ts": utc_now(), **body}
+
+
+def _event_record(event: str, data: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "event", "ts": utc_now(), "event": event, "data": data}
 
 
 def _create_file(path: Path, header: SessionHeader) -> None:
@@ -310,6 +312,11 @@ def _checked(path: Path, header: SessionHeader, notes: list[str]) -> SessionHead
 
 def read_session(path: Path) -> SessionContents:
     """Read a session file; a torn last line is skipped with a `TornLineWarning`."""
+    return _read_session(path)[0]
+
+
+def _read_session(path: Path) -> tuple[SessionContents, Tally]:
+    """The contents, and the tally a listing would show of them (what a writer goes on from)."""
     notes: list[str] = []
     records = _parse_lines(path, _read_bytes(path), notes)
     header = _header(path, records)
@@ -317,8 +324,11 @@ def read_session(path: Path) -> SessionContents:
     header = _checked(path, _apply_updates(header, entries), notes)
     for note in notes:
         kind = TornLineWarning if "was cut off" in note else SessionWarning
-        warnings.warn(note, kind, stacklevel=2)
-    return SessionContents(header, entries, notes)
+        warnings.warn(note, kind, stacklevel=3)
+    tally = Tally()
+    for _, record in records:
+        tally.apply(record)
+    return SessionContents(header, entries, notes), tally
 
 
 def _read_header(path: Path) -> SessionHeader:
@@ -336,16 +346,6 @@ def _read_header(path: Path) -> SessionHeader:
 
 
 # --- listing -------------------------------------------------------------------------------------
-
-
-def _preview(message: Message | None) -> str:
-    if message is None:
-        return ""
-    text = message.content
-    if not text.strip() and message.tool_calls:
-        text = "→ " + ", ".join(f"{c.name}({json.dumps(c.arguments)})" for c in message.tool_calls)
-    text = " ".join(text.split())
-    return text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 1] + "…"
 
 
 def run_status(entries: list[Entry]) -> str:
@@ -379,52 +379,15 @@ def abandoned_calls(contents: SessionContents) -> list[dict[str, str]] | None:
 
 
 def summarize_session(path: Path) -> SessionSummary:
-    """One listing row for a session file; an unreadable file is listed with the reason."""
-    name = path.name[: -len(SUFFIX)]
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", SessionWarning)  # a listing is not the place
-            contents = read_session(path)
-    except SessionError as exc:
-        mtime = datetime.fromtimestamp(path.lstat().st_mtime, UTC).isoformat(timespec="seconds")
-        return SessionSummary(
-            name=name,
-            started_at=mtime.replace("+00:00", "Z"),
-            turns=0,
-            status="unreadable",
-            model="?",
-            provider="?",
-            last_message=f"(unreadable: {exc.message})",
-            path=str(path),
-        )
-    messages = contents.messages
-    header = contents.header
-    return SessionSummary(
-        name=name,
-        started_at=header.started_at,
-        turns=sum(1 for m in messages if m.role == "assistant"),
-        status=run_status(contents.entries),
-        model=header.model,
-        provider=header.provider,
-        last_message=_preview(messages[-1] if messages else None),
-        path=str(path),
-        parent_session=getattr(header, "parent_session", None) or None,
-    )
+    """One listing row for a session file (its header and the tail after its last summary
+    record: executor/session_index.py); an unreadable file is listed with the reason."""
+    return SessionSummary(**summary_row(path))
 
 
 def child_sessions(root: Path, parent: str) -> list[str]:
     """The sessions of `root` whose header names `parent` as their parent (delegation)."""
-    found = []
-    for path in sorted(regular_files(sessions_dir(root), SUFFIX)):
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", SessionWarning)
-                header = read_session(path).header
-        except SessionError:
-            continue
-        if getattr(header, "parent_session", None) == parent:
-            found.append(path.name[: -len(SUFFIX)])
-    return found
+    rows = (summarize_session(p) for p in sorted(regular_files(sessions_dir(root), SUFFIX)))
+    return [row.name for row in rows if row.parent_session == parent]
 
 
 def list_sessions(root: Path) -> list[SessionSummary]:
@@ -462,6 +425,11 @@ class NdjsonSessionStore:
         """What the last `load`/`read` skipped (torn last line), for the CLI to show."""
         self._header: SessionHeader | None = None
         self._appender = Appender(self.path)
+        self._tally: Tally | None = None
+        """What a listing shows, as of our last append (None until created or read)."""
+        self._unsummarized = 0
+        """Bytes appended since the last summary record."""
+        self._lock = threading.Lock()  # the tally follows the order of the appends
 
     @classmethod
     def create(
@@ -499,6 +467,8 @@ class NdjsonSessionStore:
                     raise
                 continue
             store._header = header
+            store._tally = tally = Tally()
+            tally.apply(header.model_dump(mode="json"))
             return store
         raise SessionError("could not pick a free session name", fix="pass --session NAME")
 
@@ -542,7 +512,9 @@ class NdjsonSessionStore:
 
     def read(self) -> SessionContents:
         """The whole file: effective header, messages and events."""
-        contents = read_session(self.path)
+        contents, tally = _read_session(self.path)
+        with self._lock:
+            self._tally, self._unsummarized = tally, 0
         if contents.header.root and contents.header.root != str(self.root):
             contents.warnings.append(f"{self.path}: recorded root {contents.header.root!r} is "
                                      f"not {self.root}; using {self.root}")
@@ -558,15 +530,30 @@ class NdjsonSessionStore:
 
     def append(self, message: Message) -> None:
         """Write one message durably (fsync) before returning."""
-        self._appender.append(_message_line(message))
+        self._write([_message_record(message)])
 
     def extend(self, messages: Iterable[Message]) -> None:
         """Write several messages with one write and one fsync (imports, tests)."""
-        self._appender.append(b"".join(_message_line(m) for m in messages))
+        self._write([_message_record(m) for m in messages])
 
     def record_event(self, event: str, **data: Any) -> None:
-        """Append an event line (e.g. `resumed`); load skips it, `show` prints it."""
-        self._appender.append(event_line(event, data))
+        """Append an event line (e.g. `resumed`); load skips it, `show` prints it. A
+        `run_end` is followed by a summary record, in the same write, for listings."""
+        self._write([_event_record(event, data)], summarize=event == "run_end")
+
+    def _write(self, records: builtins.list[dict[str, Any]], summarize: bool = False) -> None:
+        """Append `records` (one write), and a summary record when one is due."""
+        with self._lock:
+            data = b"".join(line_of(record) for record in records)
+            tally = copy.copy(self._tally)
+            if tally is not None:  # None: opened and appended to without being read
+                for record in records:
+                    tally.apply(record)
+            unsummarized = self._unsummarized + len(data)
+            if tally is not None and (summarize or unsummarized >= CHECKPOINT_BYTES):
+                data, unsummarized = data + tally.line(utc_now()), 0
+            self._appender.append(data)
+            self._tally, self._unsummarized = tally, unsummarized
 
     def close(self) -> None:
         """Close the session file if it is held open (a later append opens it again)."""

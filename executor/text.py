@@ -37,6 +37,8 @@ _UNSAFE = (
 UNSAFE_RE = re.compile(f"[{_UNSAFE}]")
 _UNSAFE_LINE_RE = re.compile(f"[{_UNSAFE}\t\n]")
 _NAMED = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
+PIPED_WIDTH = 200
+"""Columns a console writes to a pipe or file with (no COLUMNS set): rich's 80 cut tables."""
 
 
 def _escaped(char: str) -> str:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from rich.console import Console, RenderableType
     from rich.live import Live
     from rich.status import Status
+    from rich.text import Text
 
     from executor.hooks import (
         ChildEvent,
@@ -59,6 +61,12 @@ AFTER_LINES = 3
 TAIL_CHARS = 16_384
 """Characters of an unfinished line kept (a progress bar redrawn with CR never ends its line)."""
 SHELL_TOOL = "run_shell_command"
+FLUSH_SECONDS = 0.1
+"""At a terminal, lines printed above the live region are gathered for up to this long (a
+timer prints them if nothing else does): each print redraws the region, and a quick call's
+prints were most of its host overhead (benchmarks/bench_calls.py)."""
+FLUSH_LINES = 12
+"""... and at most this many of them."""
 
 
 class Tail:
@@ -161,6 +169,11 @@ class ProgressView:
         self._started: dict[str, float] = {}
         """When each call still running started."""
         self._prose = ""
+        self._pending: list[Text] = []
+        """Lines to print above the live region (see FLUSH_SECONDS)."""
+        self._flushed = 0.0
+        self._timer: threading.Timer | None = None
+        self._lock = threading.RLock()  # approvals close the view from the proxy's thread
 
     @property
     def live(self) -> bool:
@@ -222,10 +235,12 @@ class ProgressView:
         return " · " + " · ".join(parts) + " ·"
 
     def close(self) -> None:
-        """Stop the live region and the spinner, and end a streamed line."""
-        if self._live is not None:
-            self._live.stop()
-            self._live = None
+        """Print what is gathered, stop the live region and the spinner, end a streamed line."""
+        with self._lock:
+            self._flush()
+            if self._live is not None:
+                self._live.stop()
+                self._live = None
         if self._status is not None:
             self._status.stop()
             self._status = None
@@ -233,12 +248,46 @@ class ProgressView:
             self.console.print()
             self._streaming = False
 
-    def _print(self, *args: Any, **kwargs: Any) -> None:
-        """Print above the live region (which goes on), or plainly without one."""
+    def _print(self, text: str | Text, **kwargs: Any) -> None:
+        """Print above the live region (which goes on; gathered, see FLUSH_SECONDS), or
+        plainly without one."""
         if self._streaming:
             self.console.print()
             self._streaming = False
-        self.console.print(*args, **kwargs)
+        if self._live is None:
+            self.console.print(text, **kwargs)
+            return
+        line = text if not isinstance(text, str) else self.console.render_str(
+            text, style=kwargs.get("style", ""), markup=kwargs.get("markup"),
+            highlight=kwargs.get("highlight"))
+        line.no_wrap, line.overflow = kwargs.get("no_wrap"), kwargs.get("overflow")
+        with self._lock:
+            self._pending.append(line)
+            wait = FLUSH_SECONDS - (time.monotonic() - self._flushed)
+            if len(self._pending) >= FLUSH_LINES or wait <= 0:
+                self._flush()
+            elif self._timer is None:
+                self._timer = threading.Timer(wait, self._flush_due)
+                self._timer.daemon = True
+                self._timer.start()
+
+    def _flush_due(self) -> None:
+        with self._lock:
+            self._timer = None
+            if self._live is not None:
+                self._flush()
+
+    def _flush(self) -> None:
+        """Print the gathered lines, with one redraw of the live region."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._pending:
+            from rich.console import Group
+
+            lines, self._pending = self._pending, []
+            self.console.print(Group(*lines))
+        self._flushed = time.monotonic()
 
     # -- events ------------------------------------------------------------------------------
 
@@ -339,10 +388,14 @@ class ProgressView:
                         f"[dim]{ran}[/]")
             self._last_lines(output, "")
             return
-        mark = "[green]✓[/]" if event.ok else "[yellow]![/]"
-        self._print(f"{mark} {markup_safe(event.tool, line=True)} "
-                    f"{markup_safe(subject(arguments))} [dim]{markup_safe(summarize(event.data))} "
-                    f"{toolmeta.duration_ms(event.meta) or 0:.0f} ms[/]")
+        from rich.text import Text
+
+        # assembled, not markup: the line of every call, parsing it cost more than drawing it
+        mark = ("✓", "green") if event.ok else ("!", "yellow")
+        shown = f" {inert_line(event.tool)} {inert_line(subject(arguments))} "
+        self._print(Text.assemble(mark, shown, (f"{inert_line(summarize(event.data))} "
+                                               f"{toolmeta.duration_ms(event.meta) or 0:.0f} ms",
+                                               "dim")))
         if self.trace:
             self._print(f"[dim]{markup_safe(event.output[:4000])}[/]")
         elif self.live and event.tool == SHELL_TOOL:

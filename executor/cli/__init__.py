@@ -3,8 +3,9 @@
 Results go to stdout, progress and errors to stderr. Every error is one line (plus its fix)
 and a distinct exit code, listed in docs/EXIT_CODES.md and at the end of `--help`.
 
-Importing this package costs nothing: `main` prints `--version` before typer is imported, and
-the app (executor/cli/commands.py) loads only the command that runs.
+Importing this package costs nothing: `main` prints `--version` (and a plain `sessions`
+listing into a pipe: executor/cli/listing.py) before typer is imported, and the app
+(executor/cli/commands.py) loads only the command that runs.
 """
 
 from __future__ import annotations
@@ -36,6 +37,11 @@ def main() -> None:
 
     guard_streams()  # under GitHub Actions no model text is a workflow command
     _route_logs_once_imported()  # a library's warning is one inert line, not raw stderr text
+    if sys.argv[1:2] == ["sessions"]:
+        from executor.cli.listing import quick_listing
+
+        if quick_listing(sys.argv[1:]):  # a plain table into a pipe, without typer
+            return
     if not sys.argv[1:] and sys.stdin.isatty() and sys.stderr.isatty():
         sys.argv.append("ask")  # `sandbox-agent` alone at a terminal: the REPL, as claude does
     sys.exit(_run())

@@ -5,7 +5,7 @@ import json
 import sys
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -17,6 +17,7 @@ from executor.cli.common import (
     out_console,
     say,
 )
+from executor.cli.listing import TITLES, cells, plain_table
 from executor.text import inert, inert_line
 
 if TYPE_CHECKING:  # imported where used, so that `--help` loads neither pydantic nor Rich
@@ -24,7 +25,6 @@ if TYPE_CHECKING:  # imported where used, so that `--help` loads neither pydanti
     from rich.text import Text
 
     from executor.messages import Message
-    from executor.protocols import SessionSummary
     from executor.session import Entry, SessionContents
 
 app = typer.Typer(
@@ -63,24 +63,25 @@ def sessions(ctx: typer.Context, root: RootOption = Path("."), as_json: JsonOpti
         raise ConfigError(f"project root {root} is not a directory",
                           fix="pass the --root the sessions ran on")
     if as_json:
-        dump = json.dumps([row.model_dump() for row in rows], indent=2, ensure_ascii=False)
+        dump = json.dumps(rows, indent=2, ensure_ascii=False)
         echo_result(dump, json_text=True)  # an escaped surrogate is still valid JSON
     elif not rows:
         say(f"no sessions in {inert_line(str(root))}")
     else:
-        out_console.print(_table(rows))
+        shown = cells(rows)
+        plain = plain_table(shown)
+        if plain is not None:
+            sys.stdout.write(plain)
+        else:
+            out_console.print(_table(shown))
 
 
-def _listing(root: Path) -> "list[SessionSummary]":
-    """The sessions of `root`, newest first; the reader (pydantic) is loaded only when there
-    is a session file to read."""
-    from executor.state import SESSION_SUFFIX, regular_files, sessions_dir
+def _listing(root: Path) -> list[dict[str, Any]]:
+    """The sessions of `root`, newest first (`SessionSummary`'s fields), read without
+    pydantic: the header and the tail of each file (executor/session_index.py)."""
+    from executor.session_index import summary_rows
 
-    if next(regular_files(sessions_dir(root), SESSION_SUFFIX), None) is None:
-        return []
-    from executor.session import list_sessions
-
-    return list_sessions(root)
+    return summary_rows(root)
 
 
 _STATUS_STYLES = {"ok": "green", "error": "red", "max_turns": "yellow", "incomplete": "yellow",
@@ -88,22 +89,19 @@ _STATUS_STYLES = {"ok": "green", "error": "red", "max_turns": "yellow", "incompl
                   "unfinished": "yellow", "unreadable": "red"}
 
 
-def _table(rows: "list[SessionSummary]") -> "Table":
+def _table(rows: list[tuple[str, ...]]) -> "Table":
     from rich.table import Table
     from rich.text import Text
 
     # At a terminal it fills the width; in a pipe it is as wide as its cells (no padding).
     table = Table(box=None, header_style="bold", pad_edge=False, expand=out_console.is_terminal)
-    for title in ("name", "started (UTC)", "turns", "status", "model"):
+    for title in TITLES[:-1]:
         table.add_column(title, no_wrap=True, justify="right" if title == "turns" else "left")
     # Expanded, the ratio column gets what is left of the width: the others are never squeezed.
-    table.add_column("last message", overflow="ellipsis", no_wrap=True, ratio=1, min_width=8)
+    table.add_column(TITLES[-1], overflow="ellipsis", no_wrap=True, ratio=1, min_width=8)
     for row in rows:
-        model = f"{row.model} ({row.provider})" if row.provider else row.model
-        started = row.started_at.replace("T", " ")[:19]
-        cells = (row.name, started, str(row.turns), row.status, model, row.last_message)
-        table.add_row(*(Text(inert_line(cell), style=_STATUS_STYLES.get(cell, ""))
-                        if i == 3 else Text(inert_line(cell)) for i, cell in enumerate(cells)))
+        table.add_row(*(Text(cell, style=_STATUS_STYLES.get(cell, "")) if i == 3 else Text(cell)
+                        for i, cell in enumerate(row)))
     return table
 
 

@@ -8,6 +8,7 @@ one is refused; None means it is fine.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -36,15 +37,23 @@ def problem(path: object) -> str | None:
     if len(path.encode("utf-8", "surrogateescape")) > MAX_PATH_BYTES:
         return "path too long"
     parts = path.split("/")
-    if any(part in ("", ".", "..") for part in parts):
+    flags = [_part_flags(part) for part in parts]
+    if any(plain for plain, _, _ in flags):
         return "not a plain relative path ('', '.' or '..' component)"
-    if any(len(part.encode("utf-8", "surrogateescape")) > MAX_NAME_BYTES for part in parts):
+    if any(long for _, long, _ in flags):
         return "name too long"
-    if any(is_git_name(part) for part in parts):
+    if any(git for _, _, git in flags):
         return "inside a git repository (.git is never applied)"
     if parts[0] == LEGACY_DIR:
         return f"{LEGACY_DIR} is reserved"
     return None
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _part_flags(part: str) -> tuple[bool, bool, bool]:
+    """(not plain, too long, git) for one component: a big tree repeats its folders' names."""
+    return (part in ("", ".", ".."), len(part.encode("utf-8", "surrogateescape")) > MAX_NAME_BYTES,
+            is_git_name(part))
 
 
 def parent_of(path: str) -> str:

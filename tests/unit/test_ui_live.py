@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import time
 
 import pyte
 
@@ -17,7 +18,7 @@ from executor.hooks import (
     ToolOutputEvent,
     ToolResultEvent,
 )
-from executor.ui import ProgressView, Tail
+from executor.ui import FLUSH_SECONDS, ProgressView, Tail
 
 COLUMNS, ROWS = 100, 40
 
@@ -124,3 +125,27 @@ def test_tail_keeps_the_last_lines_and_an_unfinished_one() -> None:
     tail.add("e\n\n")
     assert tail.last(3) == ["c", "de"]
     assert tail.last(1) == ["de"]
+
+
+def test_a_burst_of_quick_calls_is_printed_whole_in_order_with_few_redraws() -> None:
+    view, bus, terminal = live_view()
+    view.begin()
+    writes = 0
+    real_write = terminal.buffer.write
+
+    def counting(text: str) -> int:
+        nonlocal writes
+        writes += 1
+        return real_write(text)
+
+    terminal.buffer.write = counting  # type: ignore[method-assign]
+    for n in range(30):
+        bus.emit(ToolCallEvent(call_id=str(n), tool="read_file", arguments={"path": f"f{n}"},
+                 decision="allow", rule="default:low", approved_by=None, reason=""))
+        bus.emit(ToolResultEvent(call_id=str(n), tool="read_file", ok=True, output="x",
+                 meta={"duration_ms": 1}))
+    assert writes < 15  # one redraw a line would be 30 and more
+    time.sleep(FLUSH_SECONDS * 3)  # what is gathered is printed soon, with nothing else coming
+    assert [f"✓ read_file f{n}  1 ms" for n in range(30)] == terminal.lines()[:30]
+    view.close()
+    assert terminal.lines() == [f"✓ read_file f{n}  1 ms" for n in range(30)]

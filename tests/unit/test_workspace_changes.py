@@ -110,3 +110,19 @@ def test_an_incomplete_listing_is_an_error_not_a_list_of_deletions(root: Path):
     box.start()
     with pytest.raises(WorkspaceError, match="cannot be told apart"):
         collect(box.call, root, "s1", BASE, BlobStore.for_root(root))
+
+
+def test_a_row_listing_the_base_entry_is_that_entry_and_any_other_is_checked(root: Path):
+    weird = Base({**BASE.manifest, ".git/config": Entry("file", 0o644, 3, sha(b"v1\n")),
+                  "big": Entry("file", 0o644, 65 << 20, "0" * 64)}, "t0")
+    rows = [["app.py", "file", 0o644, 3, sha(b"v1\n"), None],  # as in the base: unchanged
+            [".git/config", "file", 0o644, 3, sha(b"v1\n"), None],  # in the base, still refused
+            ["big", "file", 0o644, 65 << 20, "0" * 64, None],  # in the base, still too big
+            ["new", "file", "0644", 3, sha(b"v1\n"), None]]
+    box = FakeSandbox({"manifest": listing(rows), "read_files": serving({})})
+    box.start()
+    changeset = collect(box.call, root, "s1", weird, BlobStore.for_root(root))
+    reasons = {r["path"]: r["reason"] for r in changeset.refused}
+    assert "git" in reasons[".git/config"] and "larger than" in reasons["big"]
+    assert reasons["new"] == "invalid mode"
+    assert "app.py" not in reasons and changeset.changes == []

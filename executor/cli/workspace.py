@@ -63,9 +63,10 @@ def _recent_sessions(root: Path, name: str) -> list[str]:
 def check_session(root: Path, session: str) -> None:
     """SessionNotFoundError (exit 4, the known ones named) when `root` has no such session."""
     from executor.session import session_names
+    from executor.workspace.store import session_dir
 
     names = session_names(root)
-    if session not in names:
+    if session not in names and not session_dir(root, session).is_dir():  # its changes alone
         known = ("known sessions: " + ", ".join(names[-20:])) if names else "no sessions yet"
         raise SessionNotFoundError(f"no session named {session!r} in {root}",
                                    fix=f"{known} (`sandbox-agent sessions --root {root}`)")

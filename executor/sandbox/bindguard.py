@@ -1,7 +1,11 @@
-"""A bind session's run record and the settling of a run whose controller died.
+"""A bind session's git protection as the sandbox drives it, the counterpart of copysession.py.
 
-The run record (runrecord.py) keeps what the end-of-session checks (gitsafety/aftercheck.py)
+`BindSession` holds the session's `GitGuard` (gitsafety/guard.py): the runs on the root whose
+controller died settled and the tree walked before the container exists, the run record saved
+beside the lock, the tree walked again before a replacement container, and the checks after
+the last one. The run record (runrecord.py) keeps what those checks (gitsafety/aftercheck.py)
 need, so that a controller that died gets them at the next start on the project (`settle`).
+In a copy session the guard walks nothing: there is no record and nothing to check after.
 """
 
 from __future__ import annotations
@@ -10,12 +14,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from executor.errors import SandboxError
 from executor.gitsafety.aftercheck import after_session
 from executor.gitsafety.guard import GitGuard
 from executor.sandbox import runrecord
 from executor.sandbox.config import LABEL_ROOT
+from executor.sandbox.deployment import Deployment
 from executor.sandbox.engine import docker_errors
 from executor.sandbox.fifos import drop_channel
+from executor.sandbox.signals import Signals
 
 Warn = Callable[[str], None]
 
@@ -56,3 +63,49 @@ def settle_abandoned(client: Any, records: list[runrecord.RunRecord], lock_dir: 
         warn(f"a run on this project ({record.name}) ended without its controller: its "
              "container is removed and its end-of-session checks run now")
         settle(client, record, lock_dir, warn)
+
+
+class BindSession:
+    """The steps of a bind session's git protection around its containers (see above)."""
+
+    def __init__(self, git: GitGuard, deployment: Deployment, warn: Warn) -> None:
+        self.git, self._deployment, self._warn = git, deployment, warn
+
+    def prepare(self) -> None:
+        """Before the first container: what dead runs planted is not the person's; the walk."""
+        place = self._deployment
+        settle_abandoned(place.client, place.abandoned(), place.lock_path.parent, self._warn)
+        self.protect()
+
+    def protect(self) -> None:
+        """Find what git on the host would run from the tree, before the container exists."""
+        self.git.protect()
+
+    def record(self) -> runrecord.RunRecord | None:
+        """The run record beside the lock, until the checks after the session ran (None: a
+        session that needs none)."""
+        place = self._deployment
+        record = run_record(self.git, place.name, place.config.root)
+        place.save_record(record)
+        return record
+
+    def renew(self) -> None:
+        """Before a replacement container: the protected paths still the start's, walked again
+        (a tree the session left can make the walk fail: a hard-linked hook, a broken config)."""
+        moved = self.git.moved()
+        if moved:  # a new container would protect them where they are, not the originals
+            raise SandboxError(f"protected paths are not where they were at the start "
+                               f"({', '.join(moved[:3])}); the session ends")
+        self.protect()
+        self.record()
+
+    def note(self, signals: Signals) -> None:
+        """Keep what the toolbox could not disable: it is renamed after the session."""
+        self.git.undisabled.update(signals.undisabled)
+
+    def after(self) -> None:
+        """Clear set-id bits the session left, report new repositories, remove our mountpoints."""
+        if self.git.baseline is None:
+            return
+        self.git.after_session(self._warn)
+        self._deployment.forget_record()

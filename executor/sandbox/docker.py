@@ -1,20 +1,23 @@
 """The Docker sandbox: one hardened container per session, one long-lived toolbox inside it.
 
-`DockerSandbox` composes three parts and reacts to what a call signals:
+`DockerSandbox` composes the parts and runs their steps in order (start, stop, a replacement
+container), acting on what `Recovery` decides:
 
 - the Deployment (deployment.py, hardening.py): the container made, re-attached or removed,
   its options, the session lock, the run record, the egress forwarder;
 - the Runtime (runtime.py, bundle.py, fifos.py): the toolbox started, called, killed, its
   channel and PID 1's lifeline;
-- a bind session's git guard (gitsafety/guard.py; its run record: bindguard.py), or a copy
-  session's `CopyLoader` (copy.py's protocol; executor/workspace/copyload.py loads the copy),
-  which whoever builds the sandbox passes in.
+- the Blueprint (blueprint.py): what this run's container is (options, argv, spec), made
+  and its toolbox started;
+- Recovery (recovery.py): what a signal or a failed call costs;
+- a bind session's git protection (`BindSession`, bindguard.py, around gitsafety/guard.py),
+  or a copy session's `CopyLoader` (copysession.py; the protocol in copy.py, loaded by
+  executor/workspace/copyload.py), which whoever builds the sandbox passes in.
 """
 
 from __future__ import annotations
 
 import threading
-from pathlib import Path
 from typing import Any
 
 from executor.errors import SandboxError, ToolboxError, ToolboxTimeoutError
@@ -24,20 +27,18 @@ from executor.messages import ToolResult
 from executor.network.egress import EgressHooks
 from executor.protocols import OutputCallback, SandboxInfo
 from executor.sandbox import bundle, warm
-from executor.sandbox.bindguard import Warn, run_record, settle_abandoned
+from executor.sandbox.bindguard import BindSession, Warn
+from executor.sandbox.blueprint import Blueprint
 from executor.sandbox.config import SandboxConfig, container_name, tool_user
 from executor.sandbox.copy import CopyLoader
 from executor.sandbox.copysession import CopySession
 from executor.sandbox.deployment import Deployment
 from executor.sandbox.recovery import Recovery
-from executor.sandbox.runtime import Runtime, Toolbox, check_root
+from executor.sandbox.runtime import Runtime, Toolbox
 from executor.sandbox.signals import Signals
 from executor.sandbox.spec import SandboxSpec
 
 __all__ = ["DockerSandbox", "SandboxConfig", "container_name"]
-
-_CALL_MARGIN = 15.0  # seconds the host waits beyond a tool's own timeout
-
 
 class DockerSandbox(StartStop):
     """A hardened per-session container; satisfies the `Sandbox` protocol."""
@@ -47,19 +48,21 @@ class DockerSandbox(StartStop):
                  copy_loader: CopyLoader | None = None) -> None:
         self._warn = warn or (lambda message: None)
         say: Warn = lambda message: self._warn(message)  # noqa: E731 (`_warn` may be swapped)
-        place = Deployment(config, client=client, warn=say, egress_hooks=egress_hooks)
-        self._assemble(place, Runtime(place.lock_path.parent, place.name, say,
-                                      fifo=config.fifo_channel))
         self._git = GitGuard(config.root, workspace=config.workspace, read_only=config.read_only,
                              allow_git_writes=config.allow_git_writes)
         self._copy = CopySession(copy_loader)
+        place = Deployment(config, client=client, warn=say, egress_hooks=egress_hooks)
+        self._assemble(place, Runtime(place.lock_path.parent, place.name, say,
+                                      fifo=config.fifo_channel))
         self._info: SandboxInfo | None = None
-        self._root_checked = False
 
     def _assemble(self, deployment: Deployment, runtime: Runtime) -> None:
         """Compose the parts (tests pass fakes of the engine-facing two)."""
+        say: Warn = lambda message: self._warn(message)  # noqa: E731
         self._deployment, self._runtime = deployment, runtime
-        self._recovery = Recovery(deployment, runtime, lambda message: self._warn(message))
+        self._recovery = Recovery(deployment, runtime, say)
+        self._bind = BindSession(self._git, deployment, say)
+        self._plan = Blueprint(deployment, runtime, self._git)
 
     @property
     def config(self) -> SandboxConfig:
@@ -108,21 +111,19 @@ class DockerSandbox(StartStop):
                 self._copy.plan(place, self._warn)
             else:
                 place.lock_root()  # before the dead runs' checks and this run's walk
-                settle_abandoned(place.client, place.abandoned(), place.lock_path.parent,
-                                 self._warn)  # what dead runs planted is not the person's
-                self._protect()
+                self._bind.prepare()
             place.lock()
             self._git.also_made(place.made_ahead)
-            place.save_record(run_record(self._git, self.name, self.config.root))
-            adopted = place.adopt(self.spec)  # a standby made ahead (warm.py)
+            self._bind.record()
+            adopted = place.adopt(self._plan.spec)  # a standby made ahead (warm.py)
             if adopted is not None:
                 self._runtime.keep_life(adopted.take_life())
-            elif place.existing(self.spec) is None:
-                self._create()
+            elif place.existing(self._plan.spec) is None:
+                self._plan.create()
             else:
                 self._runtime.reattach_life(gvisor=place.gvisor)
                 if self._recovery.clear_left():
-                    self._create()
+                    self._plan.create()
             place.start_egress()
             self._copy.start(place)
             self._start_toolbox(running=True)
@@ -144,24 +145,23 @@ class DockerSandbox(StartStop):
 
     def _standby(self) -> warm.Standby | None:
         place = self._deployment
-        self._protect()
+        self._bind.protect()
         place.standby_mode = True
         place.lock()
         why = warm.eligible(self.config, self._git.protected.missing,
-                            quick=bool(self.create_options().get("stdin_open"))
-                            and self._channel_dir() is not None)
+                            quick=bool(self._plan.options().get("stdin_open"))
+                            and self._plan.channel_dir() is not None)
         if why:
             self.stop()
             return None
-        record = run_record(self._git, self.name, self.config.root)
         try:
-            place.save_record(record)  # `gc` settles it if this process dies
-            self._create()
+            record = self._bind.record()  # `gc` settles it if this process dies
+            self._plan.create()
             self._runtime.take_life(gvisor=False)
         except BaseException:
             self.stop()
             raise
-        standby = place.standby_made(self.spec(), warm.mounted_paths(
+        standby = place.standby_made(self._plan.spec(), warm.mounted_paths(
             self.config, self._git.protected.existing), record)
         standby.life = self._runtime.give_life()
         return standby
@@ -174,7 +174,7 @@ class DockerSandbox(StartStop):
         if self._deployment.remove():
             self._runtime.drop_life()
             self._runtime.drop_channel()
-            self._after_session()
+            self._bind.after()
         self._copy.close()
         self._deployment.unlock()
 
@@ -220,7 +220,7 @@ class DockerSandbox(StartStop):
             if self._runtime.toolbox is None:
                 raise SandboxError("the sandbox is not started")
             self.wait_copied()
-            deadline = timeout or self._deadline_for(args)
+            deadline = timeout or self._recovery.deadline(args)
             try:
                 result, signals = self._runtime.call(tool, args, deadline, on_output)
             except ToolboxTimeoutError:
@@ -241,16 +241,11 @@ class DockerSandbox(StartStop):
         """
         return self.call("preview", {"tool": tool, "args": args})
 
-    def _deadline_for(self, args: dict[str, Any]) -> float:
-        requested = args.get("timeout_seconds")
-        base = requested if isinstance(requested, int | float) else self.config.tool_timeout
-        return float(max(base, self.config.tool_timeout)) + _CALL_MARGIN
-
     # -- acting on what `Recovery` decides (recovery.py) -------------------------------------
 
     def _react(self, signals: Signals, retried: bool) -> bool:
         """Do what a reply signals; True: run the call once more (in a new container)."""
-        self._git.undisabled.update(signals.undisabled)
+        self._bind.note(signals)
         step = self._recovery.react(signals, retried)
         if step is not None:
             self._recreate(step.why)
@@ -279,82 +274,37 @@ class DockerSandbox(StartStop):
         self._deployment.detach_egress()
         self._deployment.remove()
         self._runtime.drop_life()
-        try:  # a tree the session left can make this fail (a hard-linked hook, a broken config)
-            moved = self._git.moved()
-            if moved:  # a new container would protect them where they are, not the originals
-                raise SandboxError(f"protected paths are not where they were at the start "
-                                   f"({', '.join(moved[:3])}); the session ends")
-            self._protect()
-            self._deployment.save_record(run_record(self._git, self.name, self.config.root))
+        try:
+            self._bind.renew()
             self._runtime.new_container()
-            self._create()
+            self._plan.create()
             self._deployment.start_egress()
         except BaseException:
-            self._after_session()  # then stop() finds no container: the checks happen here
+            self._bind.after()  # then stop() finds no container: the checks happen here
             raise
         self._start_toolbox()
         assert self._info is not None
         self._info = self._info.model_copy(
             update={"container_id": self._deployment.container.id})
 
-    # -- composing the parts -----------------------------------------------------------------
+    # -- what this run's container is (blueprint.py) ----------------------------------------
 
     def spec(self) -> SandboxSpec:
-        """This run's sandbox as one value: what `_create` would make now (the copy's size
-        left out: it is the data's, not a decision)."""
-        decided = self.create_options(self.config.model_copy(update={"copy_bytes": 0}))
-        egress = self.config.egress.spec() if self.config.egress else None
-        return SandboxSpec.of(decided, self.toolbox_argv(), self._deployment.image_id,
-                              network=egress, git=self._git.surface.spec())
+        """This run's sandbox as one value (`Blueprint.spec`)."""
+        return self._plan.spec()
 
     def create_options(self, config: SandboxConfig | None = None) -> dict[str, Any]:
-        """What the container is created with (`Deployment.options`)."""
-        return self._deployment.options(config or self.config, self._git.protected,
-                                        toolbox=self.toolbox_argv, channel=self._channel_dir())
+        """What the container is created with (`Blueprint.options`)."""
+        return self._plan.options(config)
 
     def toolbox_argv(self) -> list[str]:
-        """The toolbox's command line (see its docstring)."""
-        return bundle.toolbox_argv(self.config, self._git.surface.toolbox_argv(),
-                                   fifo=self._channel_dir() is not None)
-
-    def _channel_dir(self) -> Path | None:
-        return self._runtime.channel_dir(gvisor=self._deployment.gvisor)
-
-    def _create(self) -> None:
-        options = self.create_options()
-        options["labels"].update(self.spec().labels())
-        self._runtime.before_create(gvisor=self._deployment.gvisor)  # its PID 1 opens it first
-        self._deployment.create(options)
-        self._git.check_mounted()  # the engine followed no link swapped in since the walk
+        """The toolbox's command line (`Blueprint.toolbox_argv`)."""
+        return self._plan.toolbox_argv()
 
     def _start_toolbox(self, *, running: bool = False) -> None:
-        """Start the toolbox; `running`: the container was just started (no need to ask)."""
-        place = self._deployment
-        if not running:
-            place.ensure_running()
-        try:
-            ready = self._runtime.start(place.client.api, place.container.id,
-                                        tool_user(self.config), self.toolbox_argv(),
-                                        place.take_attached(), gvisor=place.gvisor)
-        except BaseException:  # a half-started toolbox may still run: none starts beside it
-            self._recovery.survivors = True
-            raise
-        if not self.copying and not self._root_checked:  # bind: the engine mounted the root
-            self._root_checked = True
-            check_root(self.config.root, ready.get("root"))
-
-    # -- a bind session's guard --------------------------------------------------------------
-
-    def _protect(self) -> None:
-        """Find what git on the host would run from the tree, before the container exists."""
-        self._git.protect()
-
-    def _after_session(self) -> None:
-        """Clear set-id bits the session left, report new repositories, remove our mountpoints."""
-        if self._git.baseline is None:
-            return
-        self._git.after_session(self._warn)
-        self._deployment.forget_record()
+        """Start the toolbox (`Recovery.start_toolbox`), then check what it sees."""
+        self._plan.check_root(self._recovery.start_toolbox(self._plan.toolbox_argv(),
+                                                           running=running))
 
     # -- a copy session's loader (copysession.py) -------------------------------------------
 

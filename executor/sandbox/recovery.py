@@ -18,6 +18,7 @@ a red-team round, kept here in one place:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from executor.errors import SandboxError
 from executor.messages import ToolResult
@@ -29,6 +30,7 @@ from executor.sandbox.runtime import Runtime
 from executor.sandbox.signals import Signals
 
 _TMP_LOST = "restarting the sandbox (files in /tmp are lost)"
+_CALL_MARGIN = 15.0  # seconds the host waits beyond a tool's own timeout
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +58,13 @@ class Recovery:
     @property
     def _name(self) -> str:
         return self._deployment.name
+
+    def deadline(self, args: dict[str, Any]) -> float:
+        """How long a call may take before its toolbox counts as stuck (`recover`)."""
+        tool_timeout = self._deployment.config.tool_timeout
+        requested = args.get("timeout_seconds")
+        base = requested if isinstance(requested, int | float) else tool_timeout
+        return float(max(base, tool_timeout)) + _CALL_MARGIN
 
     def react(self, signals: Signals, retried: bool) -> Recreate | None:
         """What a reply's signals ask for; raises when the session must end."""
@@ -124,6 +133,21 @@ class Recovery:
         self._runtime.drop_life()
         self._runtime.new_container()
         return True
+
+    def start_toolbox(self, argv: list[str], *, running: bool) -> dict[str, Any]:
+        """Start the toolbox (`Runtime.start`); its ready line. `running`: the container was
+        just started (no need to ask). A start that fails half way may leave its process
+        running: `survivors`, as after a failed kill."""
+        place = self._deployment
+        if not running:
+            place.ensure_running()
+        try:
+            return self._runtime.start(place.client.api, place.container.id,
+                                       tool_user(place.config), argv, place.take_attached(),
+                                       gvisor=place.gvisor)
+        except BaseException:  # a half-started toolbox may still run: none starts beside it
+            self.survivors = True
+            raise
 
     def kill_toolbox(self) -> bool:
         """Kill the toolbox and what it left (`Runtime.kill`); False: some may still run.

@@ -13,10 +13,14 @@ from typing import Any
 import pytest
 from docker.types import Mount
 
+from executor.gitsafety.guard import GitGuard
 from executor.messages import ToolResult
 from executor.network.egress import AllowedHost
+from executor.sandbox.blueprint import Blueprint
+from executor.sandbox.deployment import Deployment
 from executor.sandbox.docker import DockerSandbox, SandboxConfig
 from executor.sandbox.probes import PROBES, run_probes
+from executor.sandbox.runtime import Runtime
 from executor.state import LEGACY_DIR, project_dir
 from tests.conftest import IMAGE, Engine
 from tests.docker.cli_support import explain, run_cli
@@ -143,18 +147,31 @@ WEAKENED: dict[str, tuple[Change, Callable[[list[str]], list[str]]]] = {
 """Per probe: how the container's options and the toolbox's argv are weakened."""
 
 
+class WeakenedBlueprint(Blueprint):
+    """The container's options and the toolbox's argv, as `WEAKENED` changes them."""
+
+    def __init__(self, deployment: Deployment, runtime: Runtime, git: GitGuard,
+                 name: str) -> None:
+        super().__init__(deployment, runtime, git)
+        self.change, self.argv_change = WEAKENED[name]
+
+    def options(self, config: SandboxConfig | None = None) -> Options:
+        return self.change(super().options(config), self.config.root)
+
+    def toolbox_argv(self) -> list[str]:
+        return self.argv_change(super().toolbox_argv())
+
+
 class Weakened(DockerSandbox):
     """A sandbox with one guarantee removed on purpose, whose output is hostile too."""
 
     def __init__(self, config: SandboxConfig, client: Any, name: str) -> None:
+        self.weakened = name
         super().__init__(_private_opened(config) if name == "egress" else config, client=client)
-        self.change, self.argv_change = WEAKENED[name]
 
-    def create_options(self, config: SandboxConfig | None = None) -> Options:
-        return self.change(super().create_options(config), self.config.root)
-
-    def toolbox_argv(self) -> list[str]:
-        return self.argv_change(super().toolbox_argv())
+    def _assemble(self, deployment: Deployment, runtime: Runtime) -> None:
+        super()._assemble(deployment, runtime)
+        self._plan = WeakenedBlueprint(deployment, runtime, self._git, self.weakened)
 
     def call(self, tool: str, args: dict[str, Any], **kwargs: Any) -> ToolResult:
         result = super().call(tool, args, **kwargs)

@@ -703,7 +703,7 @@ def test_a_replacement_container_that_cannot_be_made_still_gets_the_end_checks(
     sandbox = DockerSandbox(config, client=docker_client)
     ran: list[str] = []
     with sandbox:
-        real = sandbox._after_session
+        real = sandbox._bind.after
 
         def after() -> None:
             ran.append("after")
@@ -712,8 +712,8 @@ def test_a_replacement_container_that_cannot_be_made_still_gets_the_end_checks(
         def broken() -> None:
             raise ConfigError("a hook with two hard links")
 
-        sandbox._after_session = after  # type: ignore[method-assign]
-        sandbox._protect = broken  # type: ignore[method-assign]
+        sandbox._bind.after = after  # type: ignore[method-assign]
+        sandbox._bind.protect = broken  # type: ignore[method-assign]
         with pytest.raises(ConfigError):
             sandbox._react(Signals(unstoppable=True), False)
         assert ran == ["after"]

@@ -82,14 +82,14 @@ def test_the_surface_is_decided_once_and_everything_comes_from_it(project: Path)
     box = sandbox(project)
     before = box.spec()
     assert json.loads(before.fields["git"])["guards"] == []  # not walked yet: nothing decided
-    box._protect()
+    box._bind.protect()
     decided = box.spec()
     mounts = {m["Target"] for m in box.create_options()["mounts"]}
     assert "/workspace/.git" in mounts and "/workspace/vendor/lib/.git" in mounts
     git("init", "-q", "late", cwd=project)
     assert box.spec().digest == decided.digest != before.digest
     assert "/workspace/late/.git" not in {m["Target"] for m in box.create_options()["mounts"]}
-    box._protect()  # a remount decides again
+    box._bind.protect()  # a remount decides again
     assert box.spec().digest != decided.digest
     assert "git protection (what is kept from the sandbox, why, and how)" in \
         box.spec().differences(decided.labels())

@@ -197,7 +197,7 @@ def test_no_toolbox_starts_beside_what_a_failed_kill_left(tmp_path: Path, first:
     box, place, _ = _sandbox(tmp_path, [])
     runtime = StuckRuntime(tmp_path / "locks", first)
     box._assemble(place, runtime)
-    box._protect = lambda: None  # type: ignore[method-assign]
+    box._bind.protect = lambda: None  # type: ignore[method-assign]
     try:
         if isinstance(first, KeyboardInterrupt):
             with pytest.raises(KeyboardInterrupt):
@@ -242,7 +242,7 @@ def test_a_kill_cut_short_counts_as_failed(tmp_path: Path, first: BaseException,
     box, place, _ = _sandbox(tmp_path, [], workspace=workspace)
     runtime = InterruptedKillRuntime(tmp_path / "locks", first)
     box._assemble(place, runtime)
-    box._protect = lambda: None  # type: ignore[method-assign]
+    box._bind.protect = lambda: None  # type: ignore[method-assign]
     box.wait_copied = lambda: None  # type: ignore[method-assign]
     try:
         with pytest.raises(KeyboardInterrupt):
@@ -274,7 +274,7 @@ def test_no_toolbox_starts_beside_one_whose_start_failed(tmp_path: Path):
     box, place, _ = _sandbox(tmp_path, [])
     runtime = FailedStartRuntime(tmp_path / "locks", [(DONE, signals.NONE)])
     box._assemble(place, runtime)
-    box._protect = lambda: None  # type: ignore[method-assign]
+    box._bind.protect = lambda: None  # type: ignore[method-assign]
     try:
         with pytest.raises(ToolboxError):
             box._start_toolbox(running=True)

@@ -17,15 +17,26 @@ import uuid
 from pathlib import Path
 
 from executor.config import DEFAULT_IMAGE
+from executor.sandbox.blueprint import Blueprint
+from executor.sandbox.deployment import Deployment
 from executor.sandbox.docker import DockerSandbox, SandboxConfig
 from executor.sandbox.engine import connect
+from executor.sandbox.runtime import Runtime
+
+
+class UntrackedBlueprint(Blueprint):
+    """The same container with the toolbox's change tracking switched off."""
+
+    def toolbox_argv(self) -> list[str]:
+        return [*super().toolbox_argv(), "--no-track"]
 
 
 class UntrackedSandbox(DockerSandbox):
-    """The same sandbox with the toolbox's change tracking switched off."""
+    """The same sandbox, made from the `UntrackedBlueprint`."""
 
-    def _argv(self) -> list[str]:
-        return [*super()._argv(), "--no-track"]
+    def _assemble(self, deployment: Deployment, runtime: Runtime) -> None:
+        super()._assemble(deployment, runtime)
+        self._plan = UntrackedBlueprint(deployment, runtime, self._git)
 
 
 def make_tree(root: Path, files: int, size: int) -> None:

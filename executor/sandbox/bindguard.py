@@ -10,7 +10,6 @@ In a copy session the guard walks nothing: there is no record and nothing to che
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,12 +18,10 @@ from executor.gitsafety.aftercheck import after_session
 from executor.gitsafety.guard import GitGuard
 from executor.sandbox import runrecord
 from executor.sandbox.config import LABEL_ROOT
-from executor.sandbox.deployment import Deployment
+from executor.sandbox.deployment import Deployment, Warn
 from executor.sandbox.engine import docker_errors
 from executor.sandbox.fifos import drop_channel
 from executor.sandbox.signals import Signals
-
-Warn = Callable[[str], None]
 
 
 def run_record(git: GitGuard, name: str, root: Path) -> runrecord.RunRecord | None:

@@ -5,10 +5,9 @@ does nothing, except planning, which a copy workspace cannot do without one."""
 from __future__ import annotations
 
 from executor.errors import SandboxError
-from executor.sandbox.bindguard import Warn
 from executor.sandbox.config import mount_user
 from executor.sandbox.copy import CopyLoader
-from executor.sandbox.deployment import Deployment
+from executor.sandbox.deployment import Deployment, Warn
 from executor.sandbox.hardening import copy_storage
 
 

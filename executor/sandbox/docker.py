@@ -27,18 +27,19 @@ from executor.messages import ToolResult
 from executor.network.egress import EgressHooks
 from executor.protocols import OutputCallback, SandboxInfo
 from executor.sandbox import bundle, warm
-from executor.sandbox.bindguard import BindSession, Warn
+from executor.sandbox.bindguard import BindSession
 from executor.sandbox.blueprint import Blueprint
 from executor.sandbox.config import SandboxConfig, container_name, tool_user
 from executor.sandbox.copy import CopyLoader
 from executor.sandbox.copysession import CopySession
-from executor.sandbox.deployment import Deployment
+from executor.sandbox.deployment import Deployment, Warn
 from executor.sandbox.recovery import Recovery
 from executor.sandbox.runtime import Runtime, Toolbox
 from executor.sandbox.signals import Signals
 from executor.sandbox.spec import SandboxSpec
 
 __all__ = ["DockerSandbox", "SandboxConfig", "container_name"]
+
 
 class DockerSandbox(StartStop):
     """A hardened per-session container; satisfies the `Sandbox` protocol."""
@@ -47,22 +48,24 @@ class DockerSandbox(StartStop):
                  egress_hooks: EgressHooks | None = None,
                  copy_loader: CopyLoader | None = None) -> None:
         self._warn = warn or (lambda message: None)
-        say: Warn = lambda message: self._warn(message)  # noqa: E731 (`_warn` may be swapped)
         self._git = GitGuard(config.root, workspace=config.workspace, read_only=config.read_only,
                              allow_git_writes=config.allow_git_writes)
         self._copy = CopySession(copy_loader)
-        place = Deployment(config, client=client, warn=say, egress_hooks=egress_hooks)
-        self._assemble(place, Runtime(place.lock_path.parent, place.name, say,
+        place = Deployment(config, client=client, warn=self._say, egress_hooks=egress_hooks)
+        self._assemble(place, Runtime(place.lock_path.parent, place.name, self._say,
                                       fifo=config.fifo_channel))
         self._info: SandboxInfo | None = None
 
     def _assemble(self, deployment: Deployment, runtime: Runtime) -> None:
         """Compose the parts (tests pass fakes of the engine-facing two)."""
-        say: Warn = lambda message: self._warn(message)  # noqa: E731
         self._deployment, self._runtime = deployment, runtime
-        self._recovery = Recovery(deployment, runtime, say)
-        self._bind = BindSession(self._git, deployment, say)
+        self._recovery = Recovery(deployment, runtime, self._say)
+        self._bind = BindSession(self._git, deployment, self._say)
         self._plan = Blueprint(deployment, runtime, self._git)
+
+    def _say(self, message: str) -> None:
+        """The parts warn through here: a caller may swap `_warn` after they are made."""
+        self._warn(message)
 
     @property
     def config(self) -> SandboxConfig:
@@ -108,7 +111,7 @@ class DockerSandbox(StartStop):
             threading.Thread(target=bundle.compiled_toolbox, name="toolbox-compile",
                              daemon=True).start()
             if self.copying:
-                self._copy.plan(place, self._warn)
+                self._copy.plan(place, self._say)
             else:
                 place.lock_root()  # before the dead runs' checks and this run's walk
                 self._bind.prepare()

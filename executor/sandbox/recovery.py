@@ -22,9 +22,8 @@ from typing import Any
 
 from executor.errors import SandboxError
 from executor.messages import ToolResult
-from executor.sandbox.bindguard import Warn
 from executor.sandbox.config import tool_user
-from executor.sandbox.deployment import Deployment
+from executor.sandbox.deployment import Deployment, Warn
 from executor.sandbox.procs import others_than_init
 from executor.sandbox.runtime import Runtime
 from executor.sandbox.signals import Signals

@@ -7,8 +7,8 @@ container), acting on what `Recovery` decides:
   its options, the session lock, the run record, the egress forwarder;
 - the Runtime (runtime.py, bundle.py, fifos.py): the toolbox started, called, killed, its
   channel and PID 1's lifeline;
-- the Blueprint (blueprint.py): what this run's container is (options, argv, spec), made
-  and its toolbox started;
+- the Blueprint (blueprint.py): what this run's container is (options, argv, spec), made,
+  and the root its first toolbox sees checked;
 - Recovery (recovery.py): what a signal or a failed call costs;
 - a bind session's git protection (`BindSession`, bindguard.py, around gitsafety/guard.py),
   or a copy session's `CopyLoader` (copysession.py; the protocol in copy.py, loaded by

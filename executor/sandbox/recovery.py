@@ -4,10 +4,12 @@
 what it returns (a `Recreate`, or nothing) and never calls itself again. The rules, each from
 a red-team round, kept here in one place:
 
-- a kill that failed leaves `survivors`: no toolbox starts beside them (a process of the
-  tools' uid could pause the new one before it makes itself non-dumpable, read its key from
-  its stdin and answer in its place, round 17; what a dead run left, round 13). That costs a
-  bind session its container; a copy session cannot go on without its container: it ends.
+- a kill that failed (or was cut short, round 18) or a toolbox start that failed half way
+  leaves `survivors`: no toolbox starts beside them (a process of the tools' uid could pause
+  the new one before it makes itself non-dumpable, read its key from its stdin and answer in
+  its place, round 17; what a dead run left, round 13). That costs a bind session its
+  container; a copy session cannot go on without its container: it ends. Every toolbox
+  start goes through `start_toolbox`, so the rule has one door.
 - a process the command left that the toolbox could not stop costs a bind session its
   container; in a copy session it is a warning (its changes show in the copy's diff).
 - a protected mount a command moved and that could not be put back ends the session.

@@ -86,10 +86,11 @@ def test_every_probe_passes_through_the_cli(engine: Engine, docker_client: Any,
 Options = dict[str, Any]
 
 
-def _mounts(options: Options, *, read_only: bool | None = None, keep: str | None = None,
+def _mounts(options: Options, *, read_only: bool | None = None, git: bool = True,
             extra: list[str] = ()) -> Options:
-    """The options with the bind mounts rebuilt: made writable, only `keep`, plus `extra`."""
-    mounts = [m for m in options["mounts"] if keep is None or m["Target"] == keep]
+    """The options with the bind mounts rebuilt: made writable, without those over paths in
+    the project (`git=False`: its protected paths; the channel directory stays), plus `extra`."""
+    mounts = [m for m in options["mounts"] if git or not m["Target"].startswith("/workspace/")]
     rebuilt = [Mount(m["Target"], m["Source"], type="bind",
                      read_only=m["ReadOnly"] if read_only is None else read_only) for m in mounts]
     return {**options, "mounts": rebuilt + [Mount(p, p, type="bind") for p in extra]}
@@ -134,7 +135,7 @@ WEAKENED: dict[str, tuple[Change, Callable[[list[str]], list[str]]]] = {
                     lambda a: [*_without(a, "--disk-budget"), "--disk-budget", "0"]),
     "state dir": (lambda o, root: _no_legacy_tmpfs(_mounts(o, extra=[str(project_dir(root))])),
                   list),
-    ".git": (lambda o, root: _mounts(o, keep="/workspace"),
+    ".git": (lambda o, root: _mounts(o, git=False),
              lambda a: _without(a, "--readonly-dir", "--git-guard")),
     "limits": (lambda o, root: {**o, "pids_limit": 4096, "mem_limit": "4g",
                                 "memswap_limit": "4g"}, list),

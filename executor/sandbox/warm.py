@@ -60,7 +60,7 @@ LABEL_STANDBY = "sandbox-agent.standby"
 _ANSWER_SECONDS = 5.0
 _RUN_IDS: dict[int, str] = {}
 
-Identity = tuple[int, int] | None
+Identity = tuple[int, ...] | None
 
 
 def run_id() -> str:
@@ -184,7 +184,10 @@ def _read_exactly(sock: Any, size: int) -> bytes:
 
 
 def identities(root: Path, rels: list[str]) -> dict[str, Identity]:
-    """(device, inode) of each path under `root` ('.' is the root), not following a link."""
+    """(device, inode) of each path under `root` ('.' is the root), not following a link, and
+    for the protected paths their ctime too: a `.git` removed and made again can get the freed
+    inode number back, while its ctime is new (the root's ctime moves with every file made in
+    it, so it is left out: a replaced root holds no path git on the host runs)."""
     found: dict[str, Identity] = {}
     for rel in rels:
         try:
@@ -192,7 +195,7 @@ def identities(root: Path, rels: list[str]) -> dict[str, Identity]:
         except OSError:
             found[rel] = None
             continue
-        found[rel] = (info.st_dev, info.st_ino)
+        found[rel] = (info.st_dev, info.st_ino) + ((info.st_ctime_ns,) if rel != "." else ())
     return found
 
 

@@ -77,6 +77,14 @@ def test_a_replaced_directory_has_another_identity(tmp_path: Path):
         os.close(held)
 
 
+def test_a_directory_made_again_on_its_old_inode_is_not_the_same(tmp_path: Path):
+    (tmp_path / ".git").mkdir()
+    before = warm.identities(tmp_path, [".git"])
+    time.sleep(0.01)
+    os.utime(tmp_path / ".git")  # what a new directory on a reused inode number differs in
+    assert warm.identities(tmp_path, [".git"]) != before
+
+
 def test_only_a_quick_bind_session_without_a_network_may_have_a_standby(tmp_path: Path):
     config = SandboxConfig(root=tmp_path, session_id="s1")
     assert warm.eligible(config, (), quick=True) == ""

@@ -231,6 +231,14 @@ def after_session(root: Path, tree: TreeScan, started_ns: int,
     for path in made_dirs:  # the engine created these empty mountpoints
         with contextlib.suppress(OSError):
             _rmdir_beneath(root, path)
+    check_tree(root, tree, started_ns, identities, undisabled, warn)
+
+
+def check_tree(root: Path, tree: TreeScan, started_ns: int,
+               identities: dict[str, Identity | None], undisabled: set[str],
+               warn: Warn) -> None:
+    """`after_session`'s checks of the tree, also run while a session lives when nothing runs
+    in its container (a toolbox that died skipped its own after its last command)."""
     try:  # the protected paths first: a walk of the whole tree can fail (too big)
         done = Sweep()
         check_replaced(root, identities, done)

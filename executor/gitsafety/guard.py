@@ -21,6 +21,7 @@ from executor.gitsafety.aftercheck import (
     Identity,
     Warn,
     after_session,
+    check_tree,
     identities,
     misplaced,
     missing_chain,
@@ -114,6 +115,13 @@ class GitGuard:
         if start is not None:
             after_session(self.root, start.tree, start.started_ns, start.identities,
                           start.made_dirs, self.undisabled, warn)
+
+    def check_now(self, warn: Warn) -> None:
+        """The same checks of the tree mid-session, its mountpoints left (still in use)."""
+        start = self.baseline
+        if start is not None:
+            check_tree(self.root, start.tree, start.started_ns, start.identities,
+                       self.undisabled, warn)
 
 
 def _state_dir_mountpoint(root: Path) -> list[Path]:

@@ -100,6 +100,11 @@ class BindSession:
         """Keep what the toolbox could not disable: it is renamed after the session."""
         self.git.undisabled.update(signals.undisabled)
 
+    def check_now(self) -> None:
+        """A toolbox died, and with it the checks it makes after each command: the host makes
+        them now, while nothing runs in the container (its kill said so, or it is gone)."""
+        self.git.check_now(self._warn)
+
     def after(self) -> None:
         """Clear set-id bits the session left, report new repositories, remove our mountpoints."""
         if self.git.baseline is None:

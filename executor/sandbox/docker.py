@@ -263,14 +263,18 @@ class DockerSandbox(StartStop):
         return result
 
     def _restart_toolbox(self) -> None:
+        """After a toolbox died or was killed: the checks it skipped, then a new one (in a new
+        container when what the kill left may still run: Recovery)."""
         step = self._recovery.restart()
         if step is None:
+            self._bind.check_now()  # the kill left PID 1 alone: nothing races the host
             self._start_toolbox()
         else:
-            self._recreate(step.why)
+            self._recreate(step.why, check=True)
 
-    def _recreate(self, why: str) -> None:
-        """A new container for the session (same mounts, decided afresh); the old one goes."""
+    def _recreate(self, why: str, *, check: bool = False) -> None:
+        """A new container for the session (same mounts, decided afresh); the old one goes;
+        `check`: the tree checked first (the old toolbox skipped that)."""
         self._warn(why)
         self._copy.abort()
         self._runtime.stop()
@@ -278,6 +282,8 @@ class DockerSandbox(StartStop):
         self._deployment.remove()
         self._runtime.drop_life()
         try:
+            if check:
+                self._bind.check_now()
             self._bind.renew()
             self._runtime.new_container()
             self._plan.create()

@@ -101,7 +101,8 @@ class Recovery:
         """Kill a dead or stuck toolbox; the result the model gets once a new one runs."""
         self._warn(f"{what}; restarting the toolbox")
         self.kill_toolbox()
-        return ToolResult.error(f"{what}. The toolbox was restarted; the call had no result.",
+        return ToolResult.error(f"{what}. The toolbox was restarted; the call had no result, "
+                                "and what it changed has no write records.",
                                 toolbox_restarted=True)
 
     def restart(self) -> Recreate | None:

@@ -29,7 +29,7 @@ import pytest
 from tests.conftest import Engine
 from tests.docker.cli_support import ask, assert_ok, containers_of, explain, tool_exchanges
 from tests.docker.test_invariants import CLONE_HOPPER
-from tests.fakes.model_server import Call, ModelServer
+from tests.fakes.model_server import Call, ModelServer, RecordedRequest, Reply
 
 pytestmark = [pytest.mark.docker, pytest.mark.engines]
 
@@ -400,6 +400,33 @@ def test_a_repository_made_by_a_command_that_kills_its_toolbox_is_renamed(
     assert f"renamed to sub/{aside.name}" in done.stderr, explain(done)
     subprocess.run(["git", "status"], cwd=project / "sub", capture_output=True, check=False)
     assert not ran.exists()
+
+
+def test_a_repository_made_by_a_command_that_kills_its_toolbox_is_gone_before_the_next_turn(
+        project: Path, model_server: ModelServer, tmp_path: Path):
+    """Red-team round 20: renamed only at the session's end, the planted repository was live
+    through the model's next turn, and a `git status` on the host (an editor's, say) ran its
+    fsmonitor. The host now makes the checks the dead toolbox skipped before a new one starts."""
+    (project / "sub").mkdir()
+    ran = tmp_path / "fsmonitor-ran"
+    model_server.reply(tool_calls=[Call("run_shell_command", {"command": (
+        f"cd sub && git init -q && git config core.fsmonitor 'touch {ran}; false' && "
+        "kill -9 $PPID; sleep 1")})])
+    during: list[bool] = []
+
+    def look(request: RecordedRequest) -> Reply:  # the model's next turn: the session lives
+        subprocess.run(["git", "status"], cwd=project / "sub", capture_output=True, check=False)
+        during.append((project / "sub" / ".git").exists())
+        return Reply(tool_calls=(Call("run_shell_command", {"command": "true"}),))
+
+    model_server.respond(look)
+    model_server.reply("Done.")
+
+    done = ask(project, model_server, "ollama", "--yes")
+
+    assert_ok(done, "Done.")
+    assert during == [False] and not ran.exists(), explain(done)
+    assert "no write records" in tool_exchanges(model_server.last_chat)[0][2]
 
 
 def test_no_signal_from_a_command_stops_the_container(project: Path, model_server: ModelServer,

@@ -40,14 +40,27 @@ def test_links_fifos_odd_names_and_garbage_are_never_taken(tmp_path: Path):
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     record().save(elsewhere)
-    locks = tmp_path / "locks"
-    locks.mkdir()
-    (locks / "sandbox-agent-s1.run.json").symlink_to(elsewhere / "sandbox-agent-s1.run.json")
-    os.mkfifo(locks / "sandbox-agent-s2.run.json")
-    (locks / "sandbox-agent-s3.run.json").write_text("{not json")
-    good = (elsewhere / "sandbox-agent-s1.run.json").read_text()
-    (locks / "sandbox-agent-s4.run.json").write_text(good.replace('"sandbox-agent-s1"',
-                                                                  '"../../etc"'))
     record(name="sandbox-agent-s5").save(elsewhere)
-    os.replace(elsewhere / "sandbox-agent-s5.run.json", locks / "sandbox-agent-s6.run.json")
-    assert runrecord.abandoned(locks) == []
+    saved = {p.name.split(".", 1)[1]: p for p in (elsewhere / runrecord.RUNS).iterdir()}
+    good = saved["sandbox-agent-s1.run.json"].read_text()
+    locks = tmp_path / "locks"
+    for folder, named in ((locks / runrecord.RUNS, lambda n: runrecord._file_name("/p", n)),
+                          (locks, lambda n: f"{n}{runrecord.SUFFIX}")):  # an older version's
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / named("sandbox-agent-s1")).symlink_to(saved["sandbox-agent-s1.run.json"])
+        os.mkfifo(folder / named("sandbox-agent-s2"))
+        (folder / named("sandbox-agent-s3")).write_text("{not json")
+        (folder / named("sandbox-agent-s4")).write_text(
+            good.replace('"sandbox-agent-s1"', '"../../etc"'))
+        (folder / named("sandbox-agent-s6")).write_text(  # a record filed under another name
+            saved["sandbox-agent-s5.run.json"].read_text())
+    assert runrecord.abandoned(locks) == [] and runrecord.abandoned(locks, Path("/p")) == []
+
+
+def test_a_start_lists_only_its_roots_records_not_the_lock_dir(tmp_path: Path):
+    for i in range(50):  # every session leaves its lock; other roots' records are not read
+        (tmp_path / f"sandbox-agent-x{i}.lock").touch()
+    record(root="/other").save(tmp_path)
+    record(name="sandbox-agent-s2").save(tmp_path)
+    assert [r.name for r in runrecord.abandoned(tmp_path, Path("/p"))] == ["sandbox-agent-s2"]
+    assert len(runrecord.abandoned(tmp_path)) == 2

@@ -27,20 +27,31 @@ BENCHES = (
     ("concurrent", ["benchmarks/bench_sandbox.py", "--only", "concurrent"]),
     ("per call", ["benchmarks/bench_calls.py", "--calls", "200", "--rounds", "3"]),
 )
-_FIGURE = re.compile(r"^\s*(?:\d+\.\s+)?(?P<name>[^\d]*?[A-Za-z)][^\d]*?)\s*"
-                     r"(?:median\s+)?(?P<value>\d+(?:\.\d+)?)\s*(?P<unit>ms|µs|s)?\b")
+_NUMBER = re.compile(r"(?<![A-Za-z\d.])(\d+(?:\.\d+)?)\s*(ms|µs|s)?\b")
+"""A figure's number: not one inside a word (`p50`, `n=3` is after the figure anyway)."""
 
 
 def figures(output: str) -> dict[str, float]:
-    """`name -> first number` for each line of a benchmark's output that has one."""
+    """`name -> first number` for each line of a benchmark's output that has one, the name
+    being the text before it (a step number and parentheses left out)."""
     found: dict[str, float] = {}
     for line in output.splitlines():
-        match = _FIGURE.match(line)
-        if match:
-            name = re.sub(r"\s+", " ", re.sub(r"\(.*?\)", "", match["name"])).strip(" :,")
-            unit = f" [{match['unit']}]" if match["unit"] else ""
-            found.setdefault(name + unit, float(match["value"]))
+        text = re.sub(r"^\s*\d+\.\s+", "", line)
+        match = _NUMBER.search(text)
+        if match is None:
+            continue
+        name = re.sub(r"\s+", " ", re.sub(r"\(.*?\)", "", text[:match.start()])).strip(" :,")
+        if not re.search("[A-Za-z]", name):
+            continue
+        unit = f" [{match[2]}]" if match[2] else ""
+        found.setdefault(name + unit, float(match[1]))
+        base = re.split(r"\s(?:median|p\d+)\b", name)[0]
+        for tail in _PERCENTILE.finditer(text):  # `p50 0.22 ms   p95 0.31 ms`: each one
+            found.setdefault(f"{base} p{tail[1]} [{tail[3]}]", float(tail[2]))
     return found
+
+
+_PERCENTILE = re.compile(r"\bp(\d+)\s+(\d+(?:\.\d+)?)\s*(ms|µs|s)\b")
 
 
 def run(checkout: Path, argv: list[str]) -> str:

@@ -10,7 +10,9 @@ from executor.models.parsing import cut_note
 from tests.fakes.model_server import ModelServer
 
 HELLO = [Message.user("Which test fails?")]
-SIZE = 4 << 20
+SIZE = 128 << 20
+"""More than loopback's socket buffers can hold (tcp_rmem and tcp_wmem at most 32 and 4 MiB
+here): what the server wrote before the hang-up is the client's doing, not the kernel's."""
 
 
 def client(server: ModelServer) -> OpenAIModel:
@@ -27,7 +29,7 @@ def test_a_stream_that_repeats_itself_is_dropped_early(model_server: ModelServer
     assert reply.cut == "repetition"
     assert reply.usage.completion_tokens == len(shown) < 100  # relayed, then stopped
     written = model_server.wait_flooded()
-    assert written and written[0] < SIZE // 100  # the server saw the client hang up
+    assert written and written[0] < SIZE // 2  # the server saw the client hang up
 
 
 def test_a_reply_at_the_token_cap_is_cut_and_its_answer_kept(model_server: ModelServer) -> None:

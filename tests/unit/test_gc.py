@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from executor.sandbox.runrecord import held as _in_use
 
 REPO = Path(__file__).resolve().parents[2]
@@ -67,3 +69,24 @@ def test_a_killed_sessions_channel_directory_goes_and_nothing_else(tmp_path: Pat
     drop_channel(tmp_path, "sandbox-agent-s1")
     assert not channel.exists() and keep.is_dir()
     assert (tmp_path / "sandbox-agent-x" / "keep.channel").is_dir()
+
+
+def test_a_container_caught_mid_stop_is_removed_on_a_second_try(monkeypatch: pytest.MonkeyPatch):
+    """Podman refused a force-remove while a killed controller's container was stopping
+    ("container state improper"; a fresh-clone CI run): gc tries once more."""
+    import docker.errors
+
+    from executor.sandbox import gc as gc_module
+
+    monkeypatch.setattr(gc_module.time, "sleep", lambda seconds: None)
+    tries: list[int] = []
+
+    class Stopping:
+        def remove(self, **options: object) -> None:
+            tries.append(1)
+            if len(tries) == 1:
+                raise docker.errors.APIError("cannot remove container: sending SIGKILL to "
+                                             "container: container state improper: stopped")
+
+    gc_module._remove(Stopping())
+    assert len(tries) == 2

@@ -24,7 +24,7 @@ from pathlib import Path
 from executor.errors import SandboxAgentError
 from executor.gitsafety.walk import TreeScan, joined, kind, listings
 from executor.toolbox.gitshape import GITDIR_PARTS, gitdir_shape
-from executor.toolbox.nofollow import open_beneath, open_parent
+from executor.toolbox.nofollow import open_beneath, open_leaf
 
 _SETID = stat.S_ISUID | stat.S_ISGID
 Warn = Callable[[str], None]
@@ -199,11 +199,7 @@ def clear_setid(root: Path, rel: str) -> bool:
     """Clear the set-id bits of `rel` (True when it had some): the entry itself, reached from
     the root without following a link on the way or at the end, checked and changed through
     one descriptor (Linux has no lchmod), so a name swapped for a link changes nothing."""
-    parent, leaf = open_parent(root, rel)
-    try:
-        fd = os.open(leaf, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
-    finally:
-        os.close(parent)
+    fd = open_leaf(root, rel)
     try:
         mode = os.fstat(fd).st_mode
         if stat.S_ISLNK(mode) or not mode & _SETID:

@@ -50,6 +50,16 @@ def open_parent(root: str | os.PathLike[str], path: str) -> tuple[int, str]:
     return open_beneath(root, dirs), leaf
 
 
+def open_leaf(root: str | os.PathLike[str], path: str) -> int:
+    """An O_PATH descriptor of `root/path` itself, no link followed on the way or at the end
+    (a link is the link): what is checked through it is what is changed through it."""
+    parent, leaf = open_parent(root, path)
+    try:
+        return os.open(leaf, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+    finally:
+        os.close(parent)
+
+
 def read_plain(path: str | os.PathLike[str], most: int | None = None,
                owner: int | None = None) -> bytes | None:
     """The bytes of the regular file at `path`, or None: a link (not followed), a FIFO or a

@@ -8,7 +8,7 @@ import re
 import stat
 from collections import deque
 
-from .nofollow import open_parent
+from .nofollow import open_leaf
 from .wire import ToolError
 
 TYPE_CHECKING = False  # typing is not imported at run time: the toolbox starts fast
@@ -163,11 +163,7 @@ def _skipped(ctx: Rooted, parent: str, name: str) -> bool:
 
 def _chmod_nofollow(root: str, path: str, ino: int, mode: int, kind: int = stat.S_IFREG) -> None:
     """chmod root/path; a symlink swapped in anywhere on the way cannot redirect it."""
-    parent, leaf = open_parent(root, path)
-    try:
-        fd = os.open(leaf, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
-    finally:
-        os.close(parent)
+    fd = open_leaf(root, path)
     try:
         info = os.fstat(fd)
         if stat.S_IFMT(info.st_mode) != kind or info.st_ino != ino:

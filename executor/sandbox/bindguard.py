@@ -19,7 +19,7 @@ from executor.gitsafety.guard import GitGuard
 from executor.sandbox import runrecord
 from executor.sandbox.config import LABEL_ROOT
 from executor.sandbox.deployment import Deployment, Warn
-from executor.sandbox.engine import docker_errors
+from executor.sandbox.engine import docker_errors, force_remove
 from executor.sandbox.fifos import drop_channel
 from executor.sandbox.signals import Signals
 
@@ -44,7 +44,7 @@ def settle(client: Any, record: runrecord.RunRecord, lock_dir: Path, warn: Warn)
         try:
             container = client.containers.get(record.name)
             if container.labels.get(LABEL_ROOT) == record.root:
-                container.remove(force=True, v=True)
+                force_remove(container)
         except docker.errors.NotFound:
             pass
     drop_channel(lock_dir, record.name)

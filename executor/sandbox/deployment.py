@@ -44,6 +44,7 @@ from executor.sandbox.engine import (
     connect,
     docker_errors,
     endpoint,
+    force_remove,
     is_podman,
     runtimes,
 )
@@ -262,7 +263,7 @@ class Deployment:
         if self.container is None:
             return False
         with docker_errors("removing the sandbox container"):
-            self.container.remove(force=True, v=True)
+            force_remove(self.container)
         self.container = None
         return True
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -89,3 +90,18 @@ def engine_version(client: Any) -> str:
     """The engine's version string."""
     with docker_errors("asking the engine its version"):
         return str(client.version().get("Version", "unknown"))
+
+
+def force_remove(container: Any) -> None:
+    """Remove `container` (and its anonymous volume) whatever its state, once more after a
+    moment when the engine was caught mid-stop: Podman refuses a container whose PID 1 is
+    exiting just then ("container state improper"), as a killed controller's container is."""
+    import docker.errors
+
+    try:
+        container.remove(force=True, v=True)
+    except docker.errors.APIError as exc:
+        if "state improper" not in str(exc) and "could not be stopped" not in str(exc):
+            raise
+        time.sleep(0.5)
+        container.remove(force=True, v=True)

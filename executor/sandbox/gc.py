@@ -8,7 +8,6 @@ killed, even with SIGKILL) or whose lock file is gone is an orphan.
 from __future__ import annotations
 
 import socket
-import time
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +24,7 @@ from executor.sandbox.config import (
     LABEL_SESSION,
     default_lock_dir,
 )
-from executor.sandbox.engine import connect, docker_errors
+from executor.sandbox.engine import connect, docker_errors, force_remove
 from executor.sandbox.fifos import drop_channel
 from executor.state import real_root
 
@@ -65,7 +64,7 @@ def _classify(container: Any, result: GcResult, *, all_hosts: bool, force: bool)
 
         with docker_errors(f"removing {container.name}"):
             try:
-                _remove(container)
+                force_remove(container)
             except docker.errors.NotFound:
                 return  # removed meanwhile by its own session or another gc
         result.removed.append(container.name)
@@ -102,17 +101,3 @@ def session_containers(client: Any, root: str | None = None) -> list[Any]:
         # Containers of other runs may be removed while we list: skip those, do not fail.
         return list(client.containers.list(all=True, filters=filters, ignore_removed=True))
 
-
-def _remove(container: Any) -> None:
-    """Force-remove, once more after a moment when the engine was caught mid-stop: Podman
-    refuses a container whose PID 1 is exiting just then ("container state improper"), which
-    is what a killed controller's container does as gc finds it."""
-    import docker.errors
-
-    try:
-        container.remove(force=True, v=True)
-    except docker.errors.APIError as exc:
-        if "state improper" not in str(exc) and "could not be stopped" not in str(exc):
-            raise
-        time.sleep(0.5)
-        container.remove(force=True, v=True)

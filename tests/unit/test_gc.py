@@ -73,12 +73,12 @@ def test_a_killed_sessions_channel_directory_goes_and_nothing_else(tmp_path: Pat
 
 def test_a_container_caught_mid_stop_is_removed_on_a_second_try(monkeypatch: pytest.MonkeyPatch):
     """Podman refused a force-remove while a killed controller's container was stopping
-    ("container state improper"; a fresh-clone CI run): gc tries once more."""
+    ("container state improper"; a fresh-clone CI run): every removal tries once more."""
     import docker.errors
 
-    from executor.sandbox import gc as gc_module
+    from executor.sandbox import engine
 
-    monkeypatch.setattr(gc_module.time, "sleep", lambda seconds: None)
+    monkeypatch.setattr(engine.time, "sleep", lambda seconds: None)
     tries: list[int] = []
 
     class Stopping:
@@ -88,5 +88,5 @@ def test_a_container_caught_mid_stop_is_removed_on_a_second_try(monkeypatch: pyt
                 raise docker.errors.APIError("cannot remove container: sending SIGKILL to "
                                              "container: container state improper: stopped")
 
-    gc_module._remove(Stopping())
+    engine.force_remove(Stopping())
     assert len(tries) == 2

@@ -107,15 +107,15 @@ class DockerSandbox(StartStop):
         place = self._deployment
         try:
             image = place.connect()
-            # compiled while the engine makes the container (GIL released on its socket)
-            threading.Thread(target=bundle.compiled_toolbox, name="toolbox-compile",
-                             daemon=True).start()
             if self.copying:
                 self._copy.plan(place, self._say)
             else:
                 place.lock_root()  # before the dead runs' checks and this run's walk
                 self._bind.prepare()
-            place.lock()
+            place.lock()  # the lock dir is checked to lie outside the project: the bundle's
+            # cache is there, loaded (or compiled) while the engine makes the container
+            threading.Thread(target=bundle.compiled_toolbox, args=(place.lock_path.parent,),
+                             name="toolbox-compile", daemon=True).start()
             self._git.also_made(place.made_ahead)
             self._bind.record()
             adopted = place.adopt(self._plan.spec)  # a standby made ahead (warm.py)

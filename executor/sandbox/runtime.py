@@ -49,9 +49,12 @@ class Toolbox:
     the start, the container's first process being `boot.first_toolbox()`)."""
 
     def __init__(self, api: Any, container_id: str, user: str, argv: list[str],
-                 attached: Any = None, channel: Path | None = None) -> None:
+                 attached: Any = None, channel: Path | None = None,
+                 cache: Path | None = None) -> None:
         self._api, self._cid, self._user, self._argv = api, container_id, user, argv
         self._attached = attached
+        self._cache = cache
+        """The lock dir, where the compiled toolbox is kept between processes (bundle.py)."""
         self._fifos = channel
         """The host side of the container's `CHANNEL` directory (None: stdio only)."""
         self._channel: Channel | None = None
@@ -83,7 +86,7 @@ class Toolbox:
         magic = self._started(channel.read_line)
         pipes = fifo_pair(self._fifos) if self._fifos and key else None
         try:
-            channel.send(toolbox_payload(magic) + signing)
+            channel.send(toolbox_payload(magic, self._cache) + signing)
             ready = self._started(channel.read_json)
             if pipes and key:  # the rest comes that way; our toolbox opens them or says why not
                 if ready != {"channel": "fifo"}:
@@ -247,7 +250,8 @@ class Runtime:
     def start(self, api: Any, container_id: str, user: str, argv: list[str],
               attached: Any = None, *, gvisor: bool) -> dict[str, Any]:
         """Start the toolbox (on `attached`: the container's own stream); its ready line."""
-        toolbox = Toolbox(api, container_id, user, argv, attached, self.channel_dir(gvisor=gvisor))
+        toolbox = Toolbox(api, container_id, user, argv, attached,
+                          self.channel_dir(gvisor=gvisor), self._lock_dir)
         ready = toolbox.start()
         self.toolbox = toolbox
         self.take_life(gvisor=gvisor)

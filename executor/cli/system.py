@@ -125,9 +125,10 @@ def gc(
 
         if remove_deps(connect(), root):
             out_console.print(f"removed volume {deps_volume(root)}", markup=False)
+    swept = f", {result.locks_removed} free lock files removed" if result.locks_removed else ""
     err_console.print(
         f"[dim]{len(result.removed)} removed, {len(result.in_use)} in use, "
-        f"{len(result.skipped)} from other hosts left alone[/]"
+        f"{len(result.skipped)} from other hosts left alone{swept}[/]"
     )
 
 

@@ -9,9 +9,6 @@ run record and the egress forwarder beside the container. The toolbox inside is 
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import os
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -26,7 +23,7 @@ from executor.gitsafety.hostgit import Protected
 from executor.network import egress as network
 from executor.network.egress import EgressHooks
 from executor.protocols import SandboxInfo
-from executor.sandbox import rootlock, runrecord, seccomp, warm
+from executor.sandbox import lockfile, rootlock, runrecord, seccomp, warm
 from executor.sandbox.bundle import toolbox_command
 from executor.sandbox.config import (
     LABEL_HOST,
@@ -371,17 +368,13 @@ class Deployment:
         if standby is not None:  # made ahead for this session, holding its lock since
             self._lock_fd, self._standby, self.standby_mode = standby.take_lock(), standby, True
             return
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        for _ in range(20):  # `gc` holds a free lock for a moment while it checks it
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                time.sleep(0.1)
-                continue
-            self._lock_fd = fd
-            return
-        os.close(fd)
-        raise SandboxError(f"session {self.config.session_id} is in use by another process")
+        try:  # 20 tries: `gc` holds a free lock for a moment while it checks it
+            self._lock_fd = lockfile.acquire(path, tries=20)
+        except BlockingIOError:
+            raise SandboxError(
+                f"session {self.config.session_id} is in use by another process") from None
+        except OSError as exc:
+            raise SandboxError(f"cannot take the session's lock {path}: {exc}") from exc
 
     def unlock(self) -> None:
         """Release the session's lock and the root's (and a standby taken but never adopted:
@@ -389,8 +382,8 @@ class Deployment:
         if self._standby is not None:
             self._standby.discard()
             self._standby = None
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)
+        if self._lock_fd is not None:  # a free lock and none mean the same: it goes
+            lockfile.release(self._lock_fd, self.lock_path)
             self._lock_fd = None
         if self._root_lock:
             rootlock.release(self._root_lock)

@@ -2,12 +2,17 @@
 
 Every session holds an exclusive flock on a lock file named in the container's labels for as
 long as it uses the container. A container whose lock can be taken (its owner exited or was
-killed, even with SIGKILL) or whose lock file is gone is an orphan.
+killed, even with SIGKILL) or whose lock file is gone is an orphan. A session removes its lock
+file when it lets go (lockfile.py); `gc` removes the free ones a killed session left.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import re
 import socket
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +21,7 @@ from pydantic import BaseModel
 from executor.errors import SandboxError
 from executor.gitsafety.aftercheck import after_session
 from executor.network.egress import drop_socket_dir
-from executor.sandbox import rootlock, runrecord
+from executor.sandbox import lockfile, rootlock, runrecord
 from executor.sandbox.config import (
     LABEL_HOST,
     LABEL_LOCK,
@@ -40,6 +45,14 @@ class GcResult(BaseModel):
     """Containers of other hosts (left alone unless all_hosts)."""
     notes: list[str] = []
     """What the end-of-session checks of removed bind sessions found (they ran here)."""
+    locks_removed: int = 0
+    """Free lock files removed from the lock dir (`sweep_locks`)."""
+
+
+SWEPT_AFTER = 300.0
+"""Seconds a free lock file is left in the lock dir before `gc` removes it."""
+_LOCK_NAME = re.compile(r"sandbox-agent-[A-Za-z0-9][A-Za-z0-9_.-]*\.lock|root-[0-9a-f]{32}\.lock")
+"""A session's lock (`<container name>.lock`) or a root's (rootlock.py); nothing else."""
 
 
 def gc(
@@ -50,7 +63,22 @@ def gc(
     result = GcResult(removed=[], in_use=[], skipped=[])
     for container in session_containers(client, root):
         _classify(container, result, all_hosts=all_hosts, force=force)
+    result.locks_removed = sweep_locks(default_lock_dir())
     return result
+
+
+def sweep_locks(lock_dir: Path, older_than: float = SWEPT_AFTER) -> int:
+    """Remove the free session and root locks of `lock_dir` untouched for `older_than` seconds
+    (a session ending removes its own; these are a killed one's, or an older version's): each
+    held while its name goes (lockfile.py). A new one is left alone, for a locker of an older
+    version, which takes a lock without checking its name afterwards."""
+    before = time.time() - older_than
+    with contextlib.suppress(OSError), os.scandir(lock_dir) as entries:
+        old = [Path(entry.path) for entry in entries
+               if _LOCK_NAME.fullmatch(entry.name) and entry.is_file(follow_symlinks=False)
+               and entry.stat(follow_symlinks=False).st_mtime < before]
+        return lockfile.sweep(old)
+    return 0
 
 
 def _classify(container: Any, result: GcResult, *, all_hosts: bool, force: bool) -> None:

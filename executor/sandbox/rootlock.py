@@ -14,17 +14,16 @@ neither takes it. `gc` takes it too, without waiting, to run a dead run's checks
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import os
 import re
-import stat
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from executor.errors import SandboxError
+from executor.sandbox import lockfile
+from executor.toolbox.nofollow import read_plain
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
 """What a holder's name may be (the file is data: anything else is not shown)."""
@@ -58,20 +57,19 @@ def hold(lock_dir: Path, root: Path, holder: str, *, wait: bool = True) -> str:
         if held is not None:
             held.count += 1
             return path
-        fd = _open(path)
+        fd = _acquire(path, root, wait)
         try:
-            _flock(fd, path, root, wait)
             os.ftruncate(fd, 0)
             os.pwrite(fd, holder.encode(), 0)
         except BaseException:
-            os.close(fd)
+            lockfile.release(fd, path)
             raise
         _HELD[path] = _Held(fd, holder)
     return path
 
 
 def release(path: str) -> None:
-    """Give back one `hold`; the lock goes with the last."""
+    """Give back one `hold`; the lock goes with the last (and its file: lockfile.py)."""
     with _GUARD:
         held = _HELD.get(path)
         if held is None:
@@ -79,42 +77,31 @@ def release(path: str) -> None:
         held.count -= 1
         if held.count == 0:
             del _HELD[path]
-            os.close(held.fd)
+            lockfile.release(held.fd, path)
 
 
-def _open(path: str) -> int:
-    """The lock file, never through a link, a FIFO or someone else's file."""
+def _acquire(path: str, root: Path, wait: bool) -> int:
+    """The lock file held, never through a link, a FIFO or someone else's file."""
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
-                     | os.O_CLOEXEC, 0o600)
+        return lockfile.acquire(path, tries=_TRIES if wait else 1)
+    except BlockingIOError:
+        raise SandboxError(
+            f"the project {root} is in use by bind session {_holder(path)} in another "
+            "process: two bind sessions on one project would race each other's checks of it",
+            fix="wait for that session to end, or run this one with --workspace copy or "
+                "--read-only") from None
+    except lockfile.NotALock:
+        raise SandboxError(f"{path} is not a lock file of ours; remove it") from None
     except OSError as exc:
-        raise SandboxError(f"could not open the project's lock {path}: {exc.strerror}") from exc
-    info = os.fstat(fd)
-    if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid():
-        os.close(fd)
-        raise SandboxError(f"{path} is not a lock file of ours; remove it")
-    return fd
+        raise SandboxError(
+            f"could not open the project's lock {path}: {exc.strerror or exc}") from exc
 
 
-def _flock(fd: int, path: str, root: Path, wait: bool) -> None:
-    for _ in range(_TRIES if wait else 1):
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return
-        except BlockingIOError:
-            if wait:
-                time.sleep(0.1)
-    raise SandboxError(
-        f"the project {root} is in use by bind session {_holder(fd)} in another process: "
-        "two bind sessions on one project would race each other's checks of it",
-        fix="wait for that session to end, or run this one with --workspace copy or "
-            "--read-only")
-
-
-def _holder(fd: int) -> str:
+def _holder(path: str) -> str:
     """Who holds the lock, as its holder wrote it (a name, or a placeholder)."""
     with contextlib.suppress(OSError):
-        name = os.pread(fd, 256, 0).decode("ascii", "replace").strip()
-        if _NAME.fullmatch(name):
-            return name
+        name = read_plain(path, most=256, owner=os.geteuid())
+        text = (name or b"").decode("ascii", "replace").strip()
+        if _NAME.fullmatch(text):
+            return text
     return "(unnamed)"

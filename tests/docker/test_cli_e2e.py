@@ -422,3 +422,28 @@ def test_resume_continues_the_conversation(project: Path, model_server: ModelSer
     assert messages[5]["content"] == "what did I ask?"
     assert_user_error(taken, 2, "session 'talk' already exists")
     assert "--resume" in taken.stderr
+
+
+@pytest.mark.parametrize("workspace", ["bind", "copy"])
+def test_an_ended_ask_leaves_no_lock_file_and_a_copy_session_still_resumes(
+        project: Path, model_server: ModelServer, workdir: Path, workspace: str):
+    """A session removes its lock when it lets go (a free lock and none mean the same), the
+    root's too; a copy session's container, left running for `--resume`, is taken again. The
+    compiled toolbox is kept in the lock dir for the next process."""
+    runtime = workdir / "runtime"
+    runtime.mkdir(mode=0o700)
+    env = {"XDG_RUNTIME_DIR": str(runtime)}
+    locks = runtime / "sandbox-agent-locks"
+    model_server.reply(tool_calls=[Call("read_file", {"path": "hello.py"})])
+    model_server.reply("It prints hello.")
+    first = ask(project, model_server, "ollama", "--workspace", workspace, "--session", "one",
+                env=env)
+    assert_ok(first, "It prints hello.")
+    assert sorted(p.name for p in locks.glob("*.lock")) == []
+    assert len(list((locks / "bundles").glob("toolbox-*.bin"))) == 1
+    if workspace == "copy":
+        model_server.reply("Still here.")
+        again = ask(project, model_server, "ollama", "--session", "one", "--resume", env=env)
+        assert_ok(again, "Still here.")
+        assert "re-used" not in again.stderr, explain(again)
+        assert sorted(p.name for p in locks.glob("*.lock")) == []

@@ -10,7 +10,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from functools import cached_property
+from functools import cached_property, partial
+from operator import attrgetter, is_
 from typing import Any, Protocol
 
 from pydantic import BaseModel, ValidationError
@@ -99,6 +100,7 @@ class RunResult:
 
 WRITE_TOOLS = frozenset({"write_file", "edit_file"})
 """Tools whose success changes a file."""
+_CONTENT = attrgetter("content")
 
 
 def _ran(record: ToolCallRecord) -> bool:
@@ -164,6 +166,10 @@ class Agent:
     protocols, which weak models use)."""
     _cut_noted: Message | None = field(default=None, init=False, repr=False)
     """The request whose cut was already said (once is enough)."""
+    _users_seen: tuple[int, Message | None, Message | None] = field(
+        default=(0, None, None), init=False, repr=False)
+    """(messages looked at, the last of them, the latest user message among them): where
+    `_latest_user` goes on from."""
 
     def __post_init__(self) -> None:
         if self.coach is not None:
@@ -243,7 +249,7 @@ class Agent:
             self.fitter.observe(sent, reply.usage)
         self.hooks.emit(ModelRequestEvent(
             model=self.model.name, messages=len(sent),
-            prompt_bytes=sum(len(m.content) for m in sent), tools=[s.name for s in specs],
+            prompt_bytes=sum(map(len, map(_CONTENT, sent))), tools=[s.name for s in specs],
             duration_ms=round((time.monotonic() - started) * 1000, 1),
             prompt_tokens=reply.usage.prompt_tokens,
             completion_tokens=reply.usage.completion_tokens, reply=reply.raw, prompt=sent,
@@ -253,8 +259,8 @@ class Agent:
     def _note_cut_request(self, sent: Sequence[Message]) -> None:
         """Warn when the request itself did not fit the context window (the fitter then sends
         its head and tail only): a person should know the model never saw its middle."""
-        latest = next((m for m in reversed(self.messages) if m.role == "user"), None)
-        if latest is None or latest is self._cut_noted or any(m is latest for m in sent):
+        latest = self._latest_user()
+        if latest is None or latest is self._cut_noted or any(map(partial(is_, latest), sent)):
             return
         self._cut_noted = latest
         self.hooks.emit(WarningEvent(
@@ -262,6 +268,20 @@ class Agent:
                     "model's context window: only its start and end were sent, the middle cut "
                     "(send a smaller request, or raise --max-tokens if the model's window is "
                     "larger)"))
+
+    def _latest_user(self) -> Message | None:
+        """The conversation's latest user message, from the messages added since the last
+        look (every message again when the list was cleared or replaced since): a turn costs
+        what it added, not the whole conversation."""
+        count, last, latest = self._users_seen
+        messages = self.messages
+        if count > len(messages) or (count and messages[count - 1] is not last):
+            count, latest = 0, None
+        for message in messages[count:]:
+            if message.role == "user":
+                latest = message
+        self._users_seen = (len(messages), messages[-1] if messages else None, latest)
+        return latest
 
     def _token(self, text: str) -> None:
         self.hooks.emit(TokenEvent(text=text))

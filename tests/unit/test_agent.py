@@ -374,6 +374,63 @@ def test_the_context_window_is_applied_to_every_request() -> None:
     assert agent.messages[-2].content == big.output
 
 
+class CuttingFitter:
+    """A fitter that sends what `keep` leaves of every request (a stand-in for a window too
+    small for the request itself: its head and tail are sent, a copy)."""
+
+    def __init__(self, keep: Any) -> None:
+        self.keep = keep
+
+    def fit(self, messages: Any) -> list[Message]:
+        return self.keep(list(messages))
+
+    def observe(self, sent: Any, usage: Any) -> None:
+        pass
+
+    def overflowed(self, sent: Any, error: Any) -> None:
+        pass
+
+
+def _request_cut_warnings(events: list[Event]) -> list[str]:
+    return [e.message for e in events  # type: ignore[attr-defined]
+            if e.kind == "warning" and "does not fit the model's context window" in e.message]
+
+
+def test_a_request_the_window_cuts_is_said_once_per_request() -> None:
+    """The request the model gets only a copy of is named once however many turns follow,
+    the next run's own request again, also after the conversation was compacted away."""
+    def copied(messages: list[Message]) -> list[Message]:
+        return [m.model_copy() if m.role == "user" else m for m in messages]
+
+    read = ("read_file", {"path": "a.txt"})
+    agent = make_agent([calls(read), calls(read), Message.assistant("one"),
+                        calls(read), Message.assistant("two"), Message.assistant("three")],
+                       fitter=CuttingFitter(copied))
+    events = record_events(agent)
+
+    agent.run("first request")
+    assert len(_request_cut_warnings(events)) == 1
+    assert "(13 characters)" in _request_cut_warnings(events)[0]
+    agent.run("the second, longer request")
+    assert len(_request_cut_warnings(events)) == 2
+    assert "(26 characters)" in _request_cut_warnings(events)[1]
+    agent.messages[:] = [Message.system("[compacted] earlier")]  # as /compact does
+    agent.run("third")
+    assert len(_request_cut_warnings(events)) == 3
+    assert "(5 characters)" in _request_cut_warnings(events)[2]
+
+
+def test_a_request_sent_as_it_is_is_never_said_to_be_cut() -> None:
+    read = ("read_file", {"path": "a.txt"})
+    agent = make_agent([calls(read), calls(read), Message.assistant("one"),
+                        Message.assistant("two")], fitter=CuttingFitter(list))
+    events = record_events(agent)
+    agent.run("first request")
+    agent.messages.clear()
+    agent.run("again")
+    assert _request_cut_warnings(events) == []
+
+
 def test_a_custom_tool_that_raises_is_a_failed_result_not_a_crash():
     class Broken(Tool):
         name = "broken"

@@ -502,3 +502,21 @@ def test_ten_thousand_messages_trim_to_the_budget() -> None:
     counter = TokenCounter()
     out = trim(messages, 8192, counter)
     assert len(messages) == 10_001 and out[-1] is messages[-1]
+
+
+def test_a_request_that_extends_the_last_one_is_bounded_by_the_servers_count() -> None:
+    """The provider's count of the last request plus the bytes added is the bound when the
+    request starts with the same messages (shared or equal copies); a prefix that differs
+    is bounded by its bytes again."""
+    from executor.context import ContextWindow
+    from executor.messages import Usage
+
+    window = ContextWindow(budget=4000, counter=TokenCounter(None))
+    sent = [Message.system("rules"), Message.user(words(1, 3000))]  # over the budget in bytes
+    assert not window.surely_fits(sent)
+    window.observe(sent, Usage(prompt_tokens=900))
+    added = Message.assistant("short")
+    assert window.surely_fits([*sent, added])
+    assert window.surely_fits([m.model_copy() for m in sent] + [added])
+    assert not window.surely_fits([sent[0], Message.user(words(2, 3000)), added])
+    assert not window.surely_fits([sent[1]])  # not what was counted: its bytes again

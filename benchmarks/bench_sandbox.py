@@ -6,7 +6,10 @@
 1. tool-call overhead: a small read_file host -> toolbox -> host, over the toolbox's FIFOs and
    over the engine's stream relay, against the same read as one `docker exec cat` per call,
    and against an in-process read on the host;
-2. session start: container created and the toolbox answering its first call;
+2. session start: container created and the toolbox answering its first call; then cold
+   against a warm start (a standby made ahead, executor/sandbox/warm.py), in this process (as
+   orchestrate's children get it) and left on disk for the next process (SANDBOX_AGENT_WARM:
+   the claim of its record included), interleaved, and where a warm start's time goes;
 3. search_files over a generated tree of N files, against ripgrep run directly on the host;
 4. concurrent sessions: `--sessions` sandboxes started, then each does `--each` small read_file
    calls at the same time as all the others: back to back, and paced (a random pause between
@@ -35,6 +38,8 @@ from pathlib import Path
 from typing import Any
 
 from executor.config import DEFAULT_IMAGE
+from executor.sandbox import warm
+from executor.sandbox.config import default_lock_dir
 from executor.sandbox.docker import DockerSandbox, SandboxConfig
 from executor.sandbox.engine import connect
 
@@ -240,6 +245,61 @@ def _all_at_once(boxes: list[DockerSandbox], each: int, pause: float) -> list[fl
     return [sample for samples in results for sample in samples]
 
 
+def bench_warm(root: Path, client: object, starts: int) -> None:
+    """Start to first answer: cold, adopting a standby of this process, adopting one left for
+    the next process (its record claimed first); interleaved, so none gets the quieter
+    machine. Then one profile of warm starts: the functions that take the most of it."""
+    import cProfile
+    import pstats
+
+    samples: dict[str, list[float]] = {"cold": [], "warm": [], "left": []}
+    profile = cProfile.Profile()
+    for _ in range(starts):
+        for kind, taken in samples.items():
+            taken.append(_one_start(root, client, kind, profile if kind == "left" else None))
+    print("   cold vs a container made ahead (start to first answer)")
+    for kind, label in (("cold", "cold"), ("warm", "standby of this process"),
+                        ("left", "standby left for the next")):
+        print(f"   {label:<29}{ms(samples[kind])}")
+    for kind in ("warm", "left"):
+        ratio = statistics.median(samples[kind]) / statistics.median(samples["cold"])
+        print(f"   {kind} start is {ratio:.2f}x the cold one")
+    print("   where a left standby's start goes (cumulative, top functions of ours):")
+    stats = pstats.Stats(profile)
+    rows = [(key, value[3]) for key, value in stats.stats.items()  # type: ignore[attr-defined]
+            if "/executor/" in key[0]]
+    for (path, line, name), took in sorted(rows, key=lambda r: -r[1])[:12]:
+        where = path.split("/executor/")[-1]
+        print(f"     {took / starts * 1000:8.1f} ms  {name} ({where}:{line})")
+
+
+def _one_start(root: Path, client: object, kind: str, profile: Any) -> float:
+    """One session's start to its first answer (`kind`: cold, warm, left); then it ends."""
+    cfg = config(root)
+    if kind == "warm":
+        warm.POOL.put("bench", cfg.session_id, DockerSandbox(cfg, client=client).standby())
+    elif kind == "left":
+        standby = DockerSandbox(cfg, client=client).standby(ttl=120)
+        assert standby is not None
+        warm.leave(standby, default_lock_dir(), read_only=False)
+    if profile is not None:
+        profile.enable()
+    start = time.perf_counter()
+    if kind == "left":
+        found = warm.left(default_lock_dir(), root, read_only=False, client=client)
+        warm.POOL.put("bench", cfg.session_id, found)
+    box = DockerSandbox(cfg, client=client)
+    box.start()
+    box.call("read_file", {"path": "small.txt"})
+    took = time.perf_counter() - start
+    if profile is not None:
+        profile.disable()
+    if box.adopted != (kind != "cold"):
+        raise SystemExit(f"the {kind} start did not {'not ' if kind == 'cold' else ''}adopt")
+    box.stop()
+    return took
+
+
 def _started(root: Path, client: object, fifo: bool = True) -> DockerSandbox:
     box = DockerSandbox(config(root, fifo), client=client)
     box.start()
@@ -266,6 +326,7 @@ def main() -> None:
             bench_calls(root, client, options.calls)
         if "start" in wanted:
             bench_start(root, client, options.starts)
+            bench_warm(root, client, options.starts)
         if "search" in wanted:
             tree = Path(tmp) / "tree"
             tree.mkdir()

@@ -429,7 +429,10 @@ class AuditLog:
         from executor import hooks as h  # pydantic only where events exist: `verify` starts fast
 
         if isinstance(event, h.RunStartEvent):
-            parent = {"parent_session": event.parent_session} if event.parent_session else {}
+            parent: dict[str, Any] = (
+                {"parent_session": event.parent_session} if event.parent_session else {})
+            if event.sandbox_adopted:  # a container made ahead (warm.py): when, by which run
+                parent["sandbox_adopted"] = event.sandbox_adopted
             return self.run_start(
                 root=event.root, provider=event.provider, model=event.model, image=event.image,
                 image_digest=event.image_digest, container_id=event.container_id,
@@ -443,7 +446,8 @@ class AuditLog:
                 image_digest=event.image_digest, mount_mode=event.mount_mode,
                 duration_ms=event.duration_ms, container_name=event.container_name,
                 network=event.network, user=event.user, workspace=event.workspace,
-                runtime=event.runtime, engine=event.engine, reattached=event.reattached)
+                runtime=event.runtime, engine=event.engine, reattached=event.reattached,
+                **({"adopted": event.adopted} if event.adopted else {}))
         if isinstance(event, h.ModelRequestEvent):
             return self.model_request(
                 messages=event.messages, prompt_bytes=event.prompt_bytes,

@@ -128,6 +128,9 @@ class Settings(BaseSettings):
     """CPU limit of the container (default: the host's cores, at most 4)."""
     tmp_size: str = DEFAULT_TMP_SIZE
     """Size of the container's /tmp tmpfs."""
+    warm: int = Field(0, ge=0, le=86400)
+    """Seconds a container made at a run's end waits for the next run on the root with the same
+    sandbox (its warm start, executor/sandbox/warm.py); 0: none is made."""
     env_allow: Annotated[list[str], NoDecode] = Field(default_factory=list)
     """Host environment variables passed into the container (none by default)."""
     allow_git_writes: bool = False

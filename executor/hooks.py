@@ -54,6 +54,8 @@ class RunStartEvent(BaseEvent):
     image_digest: str | None = None
     container_id: str | None = None
     """None while the sandbox waits for its first tool call (then `sandbox_start` says)."""
+    sandbox_adopted: dict[str, str] | None = None
+    """The container was made ahead and adopted (warm.py; `sandbox_start`'s `adopted`)."""
     mount_mode: str
     runtime: str | None = None
     engine: str | None = None
@@ -86,6 +88,8 @@ class SandboxStartEvent(BaseEvent):
     runtime: str = ""
     engine: str = ""
     reattached: bool = False
+    adopted: dict[str, str] | None = None
+    """A container made ahead and adopted (warm.py): `made_at`, `made_by_run`, `made_by_session`."""
     duration_ms: float | None = None
 
 

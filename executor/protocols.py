@@ -136,6 +136,9 @@ class SandboxInfo(BaseModel):
     """`Docker` or `Podman` (its Docker-compatible API)."""
     workspace: str = "bind"
     """'bind' (the root is mounted) or 'copy' (the sandbox works on a copy)."""
+    adopted: dict[str, str] | None = None
+    """A container made ahead that this session adopted (executor/sandbox/warm.py): when it was
+    made (`made_at`) and by which run (`made_by_run`, `made_by_session`); None: made now."""
 
 
 @runtime_checkable

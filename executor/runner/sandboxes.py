@@ -14,7 +14,7 @@ from executor.protocols import Sandbox
 from executor.runner.options import is_sandbox
 from executor.runner.state import RunnerState
 from executor.sandbox import warm
-from executor.sandbox.config import container_name
+from executor.sandbox.config import container_name, default_lock_dir
 from executor.sandbox.docker import DockerSandbox, SandboxConfig
 from executor.sandbox.environment import sandbox_environment
 from executor.session import NdjsonSessionStore, SessionHeader
@@ -74,6 +74,8 @@ class SandboxWiring(RunnerState):
         header = store.header
         ahead = None if self.options.resume or self.backend is not None else warm.POOL.reserve(
             self._warm_key(self.options.parent_session, self.options.read_only))
+        if ahead is None and self._leaves_standby():
+            ahead = self._left_for_us()
         if ahead is not None:  # the container made ahead names it (warm.py)
             store.update_header(sandbox_id=ahead)
         self._sandbox_id = ahead or header.sandbox_id or secrets.token_hex(6)  # store names it
@@ -84,6 +86,8 @@ class SandboxWiring(RunnerState):
         backend = self._backend_for(config)
         if isinstance(backend, DockerSandbox):
             backend.preflight()
+            if self._leaves_standby() and not warm.eligible(config, (), quick=True):
+                self._leave = config  # the next run's, made at this one's end
             if ahead is None:  # an orchestrator: its children come while its model thinks
                 self._prepare_standby(config, store.name, again=False)
             else:  # a child: its next sibling's once its own start is done
@@ -115,10 +119,58 @@ class SandboxWiring(RunnerState):
                           container_name(next_id), lambda: DockerSandbox(child), self._warn)
 
     def _close_standbys(self) -> None:
-        """The standbys this orchestrator's children did not take go with it."""
+        """The standbys this orchestrator's children (or this session) did not take go with
+        it; then the one left for the next run is made."""
         for key in self._warm_keys:
             warm.POOL.close(key, self._warn)
         self._warm_keys = []
+        self._leave_standby()
+
+    def _leaves_standby(self) -> bool:
+        """Whether this run takes a container left by the last one and leaves one for the
+        next (the `warm` setting: a top-level run on the Docker engine; not a resume, which
+        has its own container)."""
+        return (self.settings.warm > 0 and self.backend is None and not self.options.resume
+                and not self.options.parent_session)
+
+    def _left_for_us(self) -> str | None:
+        """The session id of a standby the last run on this root left (claimed now, adopted
+        or not at the sandbox's start: warm.py), or None."""
+        from executor.sandbox.engine import connect
+
+        try:
+            standby = warm.left(default_lock_dir(), self.options.root,
+                                read_only=self.options.read_only, client=connect())
+        except SandboxAgentError:
+            return None
+        if standby is None:
+            return None
+        key = f"left\0{self._warm_key(None, self.options.read_only)}"
+        session_id = standby.name.removeprefix(container_name(""))
+        warm.POOL.put(key, session_id, standby)
+        self._warm_keys.append(key)  # not started (no tool call): it goes at the end
+        return warm.POOL.reserve(key)
+
+    def _leave_standby(self) -> None:
+        """A container for the next run on this root with this run's sandbox, left waiting
+        `warm` seconds (made at the end: a writable session's sandbox no longer writes the
+        tree its walk and mounts see)."""
+        config, self._leave = self._leave, None
+        if config is None:
+            return
+        config = config.model_copy(update={"session_id": secrets.token_hex(6)})
+        try:
+            standby = DockerSandbox(config, warn=self._warn).standby(self.settings.warm)
+        except SandboxAgentError as exc:
+            self._warn(f"no container was left for the next run: {exc.message}")
+            return
+        if standby is None:
+            return
+        try:
+            warm.leave(standby, config.lock_dir or default_lock_dir(), read_only=config.read_only)
+        except OSError as exc:
+            standby.settle(self._warn)
+            self._warn(f"no container was left for the next run: {exc}")
 
     def _start_sandbox(self, store: NdjsonSessionStore) -> Sandbox:
         sandbox = self.sandbox = self._new_sandbox(store)
@@ -191,7 +243,8 @@ class SandboxWiring(RunnerState):
             container_id=info.container_id, container_name=info.container_name, image=info.image,
             image_digest=info.image_digest, mount_mode=info.mount_mode, network=info.network,
             user=info.user, workspace=info.workspace, runtime=info.runtime, engine=info.engine,
-            reattached=getattr(self.sandbox, "reattached", False), duration_ms=round(took * 1000)))
+            reattached=getattr(self.sandbox, "reattached", False), adopted=info.adopted,
+            duration_ms=round(took * 1000)))
 
     def _sandbox_config(self, session_id: str, digest: str, workspace: str = "bind",
                         put_back: dict[str, list[Any] | None] | None = None) -> SandboxConfig:

@@ -58,6 +58,8 @@ class RunnerState:
         """A standby to make once this session's sandbox is up (runner/sandboxes.py)."""
         self._warm_keys: list[str] = []
         """The standbys this session made for its children (their pool's keys)."""
+        self._leave: SandboxConfig | None = None
+        """This run's sandbox, when it leaves a standby for the next run (`warm`)."""
         self.changes: Changeset | None = None
         """A copy session's changes, collected when it closed."""
         self.store: NdjsonSessionStore | None = None

@@ -110,6 +110,7 @@ class ModelWiring(RunnerState):
             model=self.model.name, image=info.image if info else self.settings.image,
             image_digest=info.image_digest if info else None,
             container_id=info.container_id if info else None, mount_mode=self._mount_mode(),
+            sandbox_adopted=info.adopted if info else None,
             runtime=info.runtime if info else self.settings.runtime,
             engine=info.engine if info else None,
             workspace=self._workspace_mode, policy_source=self.policy.source,

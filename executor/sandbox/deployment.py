@@ -162,7 +162,8 @@ class Deployment:
                                     toolbox=toolbox() if first else None, channel=channel)
         if self.standby_mode and first:
             options["command"] = toolbox_command(toolbox(), standby=True)
-            options["labels"][warm.LABEL_STANDBY] = warm.run_id()  # only we may adopt it
+            options["labels"][warm.LABEL_STANDBY] = warm.run_id()  # data: the nonce decides
+            options["stdin_once"] = False  # its maker's stream ends; its adopter attaches anew
         return options
 
     # -- a standby (warm.py) -----------------------------------------------------------------
@@ -234,7 +235,7 @@ class Deployment:
     def create(self, options: dict[str, Any]) -> Any:
         """Make and start the container (attached first when the toolbox is its process)."""
         with _unreachable_root(self.config.root), docker_errors("creating the sandbox container"):
-            container = self.client.containers.create(**options)
+            container = _create(self.client, dict(options))
             try:
                 self._check_runtime(container)
                 if options.get("stdin_open"):  # the toolbox is its first process: attach first
@@ -409,7 +410,23 @@ class Deployment:
 
     def abandoned(self) -> list[runrecord.RunRecord]:
         """Runs on this root whose controller died before their end-of-session checks."""
-        return list(runrecord.abandoned(self.lock_path.parent, self.config.root))
+        return [record for record in runrecord.abandoned(self.lock_path.parent, self.config.root)
+                if not warm.waiting_named(self.lock_path.parent, record.name)]  # left, waiting
+
+
+def _create(client: Any, options: dict[str, Any]) -> Any:
+    """`containers.create(**options)`; with `stdin_once` False, a container whose stdin stays
+    open when its first attached stream ends (the SDK always sets StdinOnce with stdin_open)."""
+    if options.pop("stdin_once", True):
+        return client.containers.create(**options)
+    from docker.models.containers import _create_container_args
+
+    args = _create_container_args({**options, "version": client.api._version})
+    name, platform = args.pop("name", None), args.pop("platform", None)
+    config = client.api.create_container_config(**args)
+    config["StdinOnce"] = False
+    return client.containers.get(
+        client.api.create_container_from_config(config, name, platform)["Id"])
 
 
 def runtime_of(container: Any) -> str:

@@ -55,6 +55,8 @@ class DockerSandbox(StartStop):
         self._assemble(place, Runtime(place.lock_path.parent, place.name, self._say,
                                       fifo=config.fifo_channel))
         self._info: SandboxInfo | None = None
+        self._adopted: dict[str, str] | None = None
+        """When and by which run the standby this start adopted was made (warm.py)."""
 
     def _assemble(self, deployment: Deployment, runtime: Runtime) -> None:
         """Compose the parts (tests pass fakes of the engine-facing two)."""
@@ -121,6 +123,7 @@ class DockerSandbox(StartStop):
             adopted = place.adopt(self._plan.spec)  # a standby made ahead (warm.py)
             if adopted is not None:
                 self._runtime.keep_life(adopted.take_life())
+                self._adopted = adopted.origin()
             elif place.existing(self._plan.spec) is None:
                 self._plan.create()
             else:
@@ -130,7 +133,8 @@ class DockerSandbox(StartStop):
             place.start_egress()
             self._copy.start(place)
             self._start_toolbox(running=True)
-            self._info = place.describe(image, tool_user(self.config))
+            self._info = place.describe(image, tool_user(self.config)).model_copy(
+                update={"adopted": self._adopted})
         except BaseException:
             never_made = place.container is None
             self.stop()
@@ -138,15 +142,16 @@ class DockerSandbox(StartStop):
                 self._runtime.drop_channel()
             raise
 
-    def standby(self) -> warm.Standby | None:
-        """This session's container made now, with no toolbox in it yet (warm.py); None when
-        this session can have none (`warm.eligible`)."""
+    def standby(self, ttl: int = 0) -> warm.Standby | None:
+        """This session's container made now, with no toolbox in it yet (warm.py), its PID 1
+        armed (`ttl` 0: it ends with this process; else it waits that long for a later one);
+        None when this session can have none (`warm.eligible`)."""
         place = self._deployment
         place.connect()
         with place.root_locked():  # its walk and mounts: no other process's sandbox on the root
-            return self._standby()
+            return self._standby(ttl)
 
-    def _standby(self) -> warm.Standby | None:
+    def _standby(self, ttl: int) -> warm.Standby | None:
         place = self._deployment
         self._bind.protect()
         place.standby_mode = True
@@ -167,6 +172,12 @@ class DockerSandbox(StartStop):
         standby = place.standby_made(self._plan.spec(), warm.mounted_paths(
             self.config, self._git.protected.existing), record)
         standby.life = self._runtime.give_life()
+        standby.root, standby.maker_session = str(self.config.root), self.config.session_name or ""
+        try:
+            standby.arm(ttl)
+        except BaseException:
+            standby.settle(self._say)
+            raise
         return standby
 
     def stop(self) -> None:

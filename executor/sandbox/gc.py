@@ -2,8 +2,10 @@
 
 Every session holds an exclusive flock on a lock file named in the container's labels for as
 long as it uses the container. A container whose lock can be taken (its owner exited or was
-killed, even with SIGKILL) or whose lock file is gone is an orphan. A session removes its lock
-file when it lets go (lockfile.py); `gc` removes the free ones a killed session left.
+killed, even with SIGKILL) or whose lock file is gone is an orphan, unless it is a standby
+left for the next run whose TTL has not passed (warm.py: the host's record says so). A session
+removes its lock file when it lets go (lockfile.py); `gc` removes the free ones a killed
+session left.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from pydantic import BaseModel
 from executor.errors import SandboxError
 from executor.gitsafety.aftercheck import after_session
 from executor.network.egress import drop_socket_dir
-from executor.sandbox import lockfile, rootlock, runrecord
+from executor.sandbox import lockfile, rootlock, runrecord, warm
 from executor.sandbox.config import (
     LABEL_HOST,
     LABEL_LOCK,
@@ -85,7 +87,8 @@ def _classify(container: Any, result: GcResult, *, all_hosts: bool, force: bool)
     labels = container.labels
     if labels.get(LABEL_HOST) not in (None, socket.gethostname()) and not all_hosts:
         result.skipped.append(container.name)
-    elif not force and runrecord.held(labels.get(LABEL_LOCK, "")):
+    elif not force and (runrecord.held(labels.get(LABEL_LOCK, ""))
+                        or warm.waiting(container, default_lock_dir())):  # left for a next run
         result.in_use.append(container.name)
     else:
         import docker.errors

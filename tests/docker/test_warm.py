@@ -227,3 +227,182 @@ def test_no_standby_is_made_while_another_process_holds_the_root(project: Path,
         after.communicate("")
     finally:
         standby.discard()
+
+
+# -- a standby left for the next process (SANDBOX_AGENT_WARM) --------------------------------
+
+
+@pytest.fixture
+def settled(project: Path, docker_client: Any) -> Any:
+    """The standby the last run of a test left goes with the test (as `gc --force` does)."""
+    yield
+    gc(docker_client, root=str(project), force=True)
+
+
+def warm_ask(project: Path, model_server: Any, *flags: str, ttl: str = "120",
+             env: dict[str, str] | None = None) -> Any:
+    """One `ask` with a read_file call, with the warm setting; its run_start/sandbox_start."""
+    from tests.docker.cli_support import ask
+    from tests.fakes.model_server import Call
+
+    model_server.reply(tool_calls=[Call("read_file", {"path": "hello.py"})])
+    model_server.reply("It prints hello.")
+    return ask(project, model_server, "ollama", "--json", *flags,
+               env={"SANDBOX_AGENT_WARM": ttl, **(env or {})})
+
+
+def started(project: Path, done: Any) -> dict[str, Any]:
+    """The `sandbox_start` record of the run `done` (its session, from --json)."""
+    from tests.docker.cli_support import explain
+    from tests.docker.test_sessions_e2e import audit_records
+
+    assert done.returncode == 0, explain(done)
+    session = json.loads(done.stdout)["session"]
+    (record,) = [r for r in audit_records(project)
+                 if r["kind"] == "sandbox_start" and r["session"] == session]
+    return record
+
+
+def left_standby(docker_client: Any, project: Path) -> Any:
+    """The running standby a run left on `project`."""
+    found = docker_client.containers.list(
+        filters={"label": [f"sandbox-agent.root={project}", warm.LABEL_STANDBY]})
+    assert len(found) == 1, found
+    return found[0]
+
+
+def test_the_next_ask_adopts_the_container_the_last_one_left(
+        project: Path, model_server: Any, docker_client: Any, settled: Any):
+    first = warm_ask(project, model_server)
+    assert started(project, first).get("adopted") is None, first.stderr  # nothing was left
+    waiting = left_standby(docker_client, project)
+    second = warm_ask(project, model_server)
+    record = started(project, second)
+    adopted = record.get("adopted")
+    assert adopted and adopted["made_by_session"] == json.loads(first.stdout)["session"]
+    assert record["container_id"] == waiting.id and adopted["made_at"].endswith("Z")
+    assert [c["ok"] for c in json.loads(second.stdout)["tool_calls"]] == [True]
+    assert left_standby(docker_client, project).id != waiting.id  # and it left the next one
+
+
+def _exec_in(docker_client: Any, project: Path) -> None:
+    assert left_standby(docker_client, project).exec_run(["true"]).exit_code == 0
+
+
+def _new_git(docker_client: Any, project: Path) -> None:
+    subprocess.run(["rm", "-rf", str(project / ".git")], check=True)
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+
+
+def _linked_record(docker_client: Any, project: Path) -> None:
+    from executor.sandbox.config import default_lock_dir
+
+    folder = default_lock_dir() / warm.LEFT
+    (record,) = [p for p in folder.iterdir()
+                 if str(project) in p.read_text(errors="replace")]
+    aside = project.parent / "aside.json"
+    record.rename(aside)
+    record.symlink_to(aside)  # the very bytes we wrote, but through a link
+
+
+def _expired(docker_client: Any, project: Path) -> None:
+    standby = left_standby(docker_client, project)
+    deadline = time.monotonic() + 30
+    while standby.status == "running" and time.monotonic() < deadline:
+        time.sleep(0.2)  # its PID 1 ends it at its TTL
+        standby.reload()
+    assert standby.status != "running"
+
+
+COLD = {  # what happens between the runs, the second run's flags and env, the TTL
+    "exec": (_exec_in, (), {}, "120"),
+    "git-replaced": (_new_git, (), {}, "120"),
+    "read-only": (None, ("--read-only",), {}, "120"),
+    "env": (None, ("--env", "WARM_PROBE"), {"WARM_PROBE": "1"}, "120"),
+    "memory": (None, (), {"SANDBOX_AGENT_MEMORY": "300m"}, "120"),
+    "record-linked": (_linked_record, (), {}, "120"),
+    "ttl-passed": (_expired, (), {}, "3"),
+}
+
+
+@pytest.mark.parametrize("case", list(COLD))
+def test_the_next_ask_starts_cold_when_the_left_container_is_not_its_own(
+        case: str, project: Path, model_server: Any, docker_client: Any, settled: Any):
+    between, flags, env, ttl = COLD[case]
+    warm_ask(project, model_server, ttl=ttl)
+    waiting = left_standby(docker_client, project)
+    if between is not None:
+        between(docker_client, project)
+    second = warm_ask(project, model_server, *flags, ttl=ttl, env=env)
+    record = started(project, second)
+    assert record.get("adopted") is None and record["container_id"] != waiting.id, case
+    assert [c["ok"] for c in json.loads(second.stdout)["tool_calls"]] == [True]
+    if case in ("exec", "git-replaced"):
+        assert gone(docker_client, waiting.id)  # looked at and refused: it went
+
+
+def test_of_two_racing_runs_exactly_one_adopts(project: Path, model_server: Any,
+                                               docker_client: Any, settled: Any):
+    from tests.docker.cli_support import SANDBOX_AGENT, cli_env, model_args
+    from tests.fakes.model_server import Call
+
+    warm_ask(project, model_server, "--read-only")
+    waiting = left_standby(docker_client, project)
+    for _ in range(2):  # the first is slow: the other run's first request gets the second
+        model_server.reply(tool_calls=[Call("read_file", {"path": "hello.py"})], delay=2.0)
+    for _ in range(2):
+        model_server.reply("It prints hello.")
+    command = [str(SANDBOX_AGENT), "ask", "--root", str(project),
+               *model_args(model_server, "ollama"), "--json", "--read-only", "go"]
+    racers = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               stdin=subprocess.DEVNULL, text=True,
+                               env=cli_env(SANDBOX_AGENT_WARM="120")) for _ in range(2)]
+    results = [subprocess.CompletedProcess(r.args, r.wait(120), *r.communicate())
+               for r in racers]
+    records = [started(project, done) for done in results]
+    assert sorted(bool(r.get("adopted")) for r in records) == [False, True], records
+    assert waiting.id in [r["container_id"] for r in records]
+
+
+LEAVER = """
+import sys, time
+from pathlib import Path
+from executor.sandbox.docker import DockerSandbox, SandboxConfig
+config = SandboxConfig(root=Path(sys.argv[1]), session_id=sys.argv[2], image=sys.argv[3])
+standby = DockerSandbox(config).standby(ttl=int(sys.argv[4]))
+print(standby.container.id, flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_left_standby_outlives_its_killed_maker_until_its_ttl_then_gc_settles_it(
+        project: Path, docker_client: Any, workdir: Path):
+    from executor.sandbox import runrecord
+    from executor.sandbox.config import default_lock_dir
+    from tests.conftest import IMAGE
+
+    script = workdir / "leaver.py"
+    script.write_text(LEAVER)
+    config = make_config(project)
+    maker = subprocess.Popen([sys.executable, str(script), str(project), config.session_id,
+                              IMAGE, "4"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert maker.stdout is not None
+        made = maker.stdout.readline().strip()
+        assert made, "the maker made no standby"
+    finally:
+        maker.send_signal(signal.SIGKILL)
+        maker.wait()
+    killed = time.monotonic()
+    time.sleep(1.0)  # a maker's lifeline would have ended it by now (WATCH_SECONDS: 0.2)
+    assert docker_client.containers.get(made).status == "running"
+    while docker_client.containers.get(made).status == "running" \
+            and time.monotonic() < killed + 30:
+        time.sleep(0.2)
+    assert docker_client.containers.get(made).status != "running"  # its TTL ended it
+    name = container_name(config.session_id)
+    assert [r.name for r in runrecord.abandoned(default_lock_dir(), project)] == [name]
+    assert name in gc(docker_client, root=str(project)).removed
+    assert gone(docker_client, made)
+    assert runrecord.abandoned(default_lock_dir(), project) == []  # settled
+    assert not (project / ".sandbox-agent").exists()

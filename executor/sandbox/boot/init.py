@@ -125,19 +125,28 @@ def first_toolbox() -> None:
         reap(toolbox)
 
 
+STANDBY_ARM = b"="
+"""The maker's first words: `=`, the nonce (`NONCE_SIZE` bytes), the TTL (`TTL_SIZE` digits)."""
 STANDBY_ASK = b"?"
+"""An adopter's: `?` and the nonce."""
 STANDBY_GO = b"!"
+STANDBY_ARMED = b"armed\n"
 STANDBY_FRESH = b"fresh\n"
 STANDBY_USED = b"used\n"
+NONCE_SIZE = 32
+TTL_SIZE = 8
 
 
 def standby_toolbox() -> None:
     """PID 1 of a standby (executor/sandbox/warm.py): alone in its container until a host
-    adopts it. It watches its creator's lifeline meanwhile (exits when it goes) and waits on
-    stdin. Asked, it says `fresh` only when no process was made in the pid namespace since it
-    began (the kernel's last pid there is what it was then: a `docker exec`, even one that
-    ended, took one; it is not 1 at our start, the OCI runtime made a few there before us),
-    and only once: then, told to go, it forks the first toolbox as `first_toolbox` does."""
+    adopts it. Its maker arms it first (a nonce only the host holds, and a TTL); with TTL 0 it
+    watches its maker's lifeline and ends with it; with a TTL it is left for a later process:
+    its maker's death does not end it, the TTL does. Asked with the nonce, it says `fresh`
+    only when no process was made in the pid namespace since it began (the kernel's last pid
+    there is what it was then: a `docker exec`, even one that ended, took one; it is not 1 at
+    our start, the OCI runtime made a few there before us), and only once: then, told to go,
+    it forks the first toolbox as `first_toolbox` does. A left standby first opens its
+    adopter's lifeline (made before `go`), or ends: adopted, it dies with its adopter."""
     start = _last_pid()
     try:
         import ctypes
@@ -145,29 +154,64 @@ def standby_toolbox() -> None:
         ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)
     except Exception:
         pass
+    import hmac
+    import time
+
     life = _open_life()
-    if os.read(_standby_wait(life), 1) != STANDBY_ASK or _last_pid() != start or not start:
-        os.write(1, STANDBY_USED)
-        os._exit(0)
+    began = time.monotonic()
+    arm = _standby_read(life, 1 + NONCE_SIZE + TTL_SIZE, None)
+    ttl = int(arm[-TTL_SIZE:]) if arm[-TTL_SIZE:].isdigit() else -1
+    if arm[:1] != STANDBY_ARM or ttl < 0:
+        _standby_end()
+    deadline = began + ttl if ttl else None
+    if ttl and life is not None:
+        os.close(life)  # left for a later process: its maker's death is not its end
+        life = None
+    os.write(1, STANDBY_ARMED)  # only now may the maker let go of its lifeline
+    ask = _standby_read(life, 1 + NONCE_SIZE, deadline)
+    if ask[:1] != STANDBY_ASK or not hmac.compare_digest(ask[1:], arm[1:1 + NONCE_SIZE]) \
+            or _last_pid() != start or not start:
+        _standby_end()
     os.write(1, STANDBY_FRESH)
-    if os.read(_standby_wait(life), 1) != STANDBY_GO:
+    if _standby_read(life, 1, deadline) != STANDBY_GO:
         os._exit(0)
+    if ttl:
+        life = _open_life()
+        if life is None:
+            os._exit(0)  # no adopter's lifeline: it would outlive whoever adopts it
     toolbox = os.fork()
     if toolbox:
         reap(toolbox, life=life)
 
 
-def _standby_wait(life: "int | None") -> int:
-    """Stdin once it has a byte; exit when the creator's lifeline is gone first."""
+def _standby_end() -> None:
+    os.write(1, STANDBY_USED)
+    os._exit(0)
+
+
+def _standby_read(life: "int | None", size: int, deadline: "float | None") -> bytes:
+    """`size` bytes of stdin; the standby ends first when its stdin ends, when the maker's
+    lifeline (`life`) is gone, or at `deadline` (its TTL)."""
+    import time
+
     poller = select.poll()
     poller.register(0, select.POLLIN)
     if life is not None:
         poller.register(life, 0)
-    while True:
-        for fd, _ in poller.poll(1000):
-            if fd == 0:
-                return 0
-            os._exit(0)  # the lifeline: whoever made the standby is gone
+    data = b""
+    while len(data) < size:
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            os._exit(0)  # its TTL passed with nobody adopting it
+        wait = 1000 if left is None else max(1, min(1000, int(left * 1000) + 1))
+        for fd, _ in sorted(poller.poll(wait)):  # stdin (0) first: what came before a hang-up
+            if fd != 0:
+                os._exit(0)  # the lifeline: whoever made the standby is gone
+            chunk = os.read(0, size - len(data))
+            if not chunk:
+                _standby_end()
+            data += chunk
+    return data
 
 
 def _last_pid() -> bytes:

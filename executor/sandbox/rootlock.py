@@ -61,8 +61,7 @@ def hold(lock_dir: Path, root: Path, holder: str, *, wait: bool = True) -> str:
         fd = _open(path)
         try:
             _flock(fd, path, root, wait)
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, holder.encode(), 0)
+            _write_holder(fd, holder.encode())
         except BaseException:
             os.close(fd)
             raise
@@ -109,6 +108,14 @@ def _flock(fd: int, path: str, root: Path, wait: bool) -> None:
         "two bind sessions on one project would race each other's checks of it",
         fix="wait for that session to end, or run this one with --workspace copy or "
             "--read-only")
+
+
+def _write_holder(fd: int, name: bytes) -> None:
+    """The holder's name as the whole file: written, then cut to its length. Cut to zero
+    first, ext4 writes the file out at its close (its guard for files replaced by truncation),
+    which made every bind start a few milliseconds slower."""
+    os.pwrite(fd, name, 0)
+    os.ftruncate(fd, len(name))
 
 
 def _holder(fd: int) -> str:

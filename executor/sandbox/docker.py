@@ -181,13 +181,7 @@ class DockerSandbox(StartStop):
 
     def is_alive(self) -> bool:
         """Whether the container runs and the toolbox answers."""
-        toolbox = self.runtime.toolbox
-        if toolbox is None or not self.deployment.is_running():
-            return False
-        try:
-            return toolbox.is_running()
-        except SandboxError:
-            return False
+        return self.runtime.is_alive(self.deployment.is_running)
 
     @property
     def info(self) -> SandboxInfo:

@@ -34,9 +34,8 @@ class UntrackedBlueprint(Blueprint):
 class UntrackedSandbox(DockerSandbox):
     """The same sandbox, made from the `UntrackedBlueprint`."""
 
-    def _assemble(self, deployment: Deployment, runtime: Runtime) -> None:
-        super()._assemble(deployment, runtime)
-        self._plan = UntrackedBlueprint(deployment, runtime, self._git)
+    def _blueprint(self, deployment: Deployment, runtime: Runtime) -> Blueprint:
+        return UntrackedBlueprint(deployment, runtime, self.git)
 
 
 def make_tree(root: Path, files: int, size: int) -> None:

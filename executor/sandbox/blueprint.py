@@ -31,12 +31,14 @@ class Blueprint:
         """The config as decided so far (an image fallback, the copy's storage)."""
         return self._deployment.config
 
-    def spec(self) -> SandboxSpec:
+    def spec(self, options: dict[str, Any] | None = None) -> SandboxSpec:
         """This run's sandbox as one value: what `create` would make now (the copy's size
-        left out: it is the data's, not a decision)."""
-        decided = self.options(self.config.model_copy(update={"copy_bytes": 0}))
+        left out: it is the data's, not a decision); `options`: those just decided, when no
+        copy's size is in them (`create`: decided once, not twice)."""
+        if options is None or self.config.copy_bytes:
+            options = self.options(self.config.model_copy(update={"copy_bytes": 0}))
         egress = self.config.egress.spec() if self.config.egress else None
-        return SandboxSpec.of(decided, self.toolbox_argv(), self._deployment.image_id,
+        return SandboxSpec.of(options, self.toolbox_argv(), self._deployment.image_id,
                               network=egress, git=self._git.surface.spec())
 
     def options(self, config: SandboxConfig | None = None) -> dict[str, Any]:
@@ -56,7 +58,7 @@ class Blueprint:
     def create(self) -> None:
         """Make and start the container, labelled with its spec."""
         options = self.options()
-        options["labels"].update(self.spec().labels())
+        options["labels"].update(self.spec(options).labels())
         self._runtime.before_create(gvisor=self._deployment.gvisor)  # its PID 1 opens it first
         self._deployment.create(options)
         self._git.check_mounted()  # the engine followed no link swapped in since the walk

@@ -79,16 +79,15 @@ class Deployment:
         """The container's PID 1 waits to be adopted (warm.py): a standby's, or the spec a
         session compares a standby with."""
         self._standby: warm.Standby | None = None
+        self.lock_path = (config.lock_dir or default_lock_dir()) / f"{self.name}.lock"
+        """The session's lock file; its directory holds what is mounted from the host (the
+        session id and the lock dir are the config's for good: decided once)."""
+        self._lock_dir_checked = False
 
     @property
     def name(self) -> str:
         """The container's name."""
         return container_name(self.config.session_id)
-
-    @property
-    def lock_path(self) -> Path:
-        """The session's lock file; its directory holds what is mounted from the host."""
-        return (self.config.lock_dir or default_lock_dir()) / f"{self.name}.lock"
 
     # -- the engine --------------------------------------------------------------------------
 
@@ -392,11 +391,15 @@ class Deployment:
 
     def _lock_dir(self) -> Path:
         """The lock dir, made when missing (never inside the project: what is there is
-        mounted into the container, the hosts file and the channel)."""
+        mounted into the container, the hosts file and the channel); checked once a session:
+        the root's lock and the session's each ask, and a walk of the path costs a readlink a
+        component."""
         folder = self.lock_path.parent
-        check_outside(real_root(self.config.root), folder,
-                      "the lock dir (XDG_RUNTIME_DIR or XDG_CACHE_HOME)")
-        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if not self._lock_dir_checked:
+            check_outside(real_root(self.config.root), folder,
+                          "the lock dir (XDG_RUNTIME_DIR or XDG_CACHE_HOME)")
+            folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+            self._lock_dir_checked = True
         return folder
 
     def save_record(self, record: runrecord.RunRecord | None) -> None:

@@ -1,7 +1,7 @@
 """The Docker sandbox: one hardened container per session, one long-lived toolbox inside it.
 
-`DockerSandbox` composes the parts and runs their steps in order (start, stop, a replacement
-container), acting on what `Recovery` decides:
+`DockerSandbox` composes the parts and runs the start, stop and detach sequences; callers that
+need a part reach it (`deployment`, `runtime`, `blueprint`, `git`):
 
 - the Deployment (deployment.py, hardening.py): the container made, re-attached or removed,
   its options, the session lock, the run record, the egress forwarder;
@@ -9,7 +9,9 @@ container), acting on what `Recovery` decides:
   channel and PID 1's lifeline;
 - the Blueprint (blueprint.py): what this run's container is (options, argv, spec), made,
   and the root its first toolbox sees checked;
-- Recovery (recovery.py): what a signal or a failed call costs;
+- Recovery (recovery.py): what a signal or a failed call costs, and `Restarts`
+  (restarts.py): that cost paid — a new toolbox after the checks the dead one skipped, or a
+  new container;
 - a bind session's git protection (`BindSession`, bindguard.py, around gitsafety/guard.py),
   or a copy session's `CopyLoader` (copysession.py; the protocol in copy.py, loaded by
   executor/workspace/copyload.py), which whoever builds the sandbox passes in.
@@ -34,9 +36,8 @@ from executor.sandbox.copy import CopyLoader
 from executor.sandbox.copysession import CopySession
 from executor.sandbox.deployment import Deployment, Warn
 from executor.sandbox.recovery import Recovery
-from executor.sandbox.runtime import Runtime, Toolbox
-from executor.sandbox.signals import Signals
-from executor.sandbox.spec import SandboxSpec
+from executor.sandbox.restarts import Restarts
+from executor.sandbox.runtime import Runtime
 
 __all__ = ["DockerSandbox", "SandboxConfig", "container_name"]
 
@@ -48,8 +49,9 @@ class DockerSandbox(StartStop):
                  egress_hooks: EgressHooks | None = None,
                  copy_loader: CopyLoader | None = None) -> None:
         self._warn = warn or (lambda message: None)
-        self._git = GitGuard(config.root, workspace=config.workspace, read_only=config.read_only,
-                             allow_git_writes=config.allow_git_writes)
+        self.git = GitGuard(config.root, workspace=config.workspace, read_only=config.read_only,
+                            allow_git_writes=config.allow_git_writes)
+        """The session's git surface and its backups (gitsafety/guard.py)."""
         self._copy = CopySession(copy_loader)
         place = Deployment(config, client=client, warn=self._say, egress_hooks=egress_hooks)
         self._assemble(place, Runtime(place.lock_path.parent, place.name, self._say,
@@ -60,56 +62,44 @@ class DockerSandbox(StartStop):
 
     def _assemble(self, deployment: Deployment, runtime: Runtime) -> None:
         """Compose the parts (tests pass fakes of the engine-facing two)."""
-        self._deployment, self._runtime = deployment, runtime
+        self.deployment, self.runtime = deployment, runtime
+        self.blueprint = self._blueprint(deployment, runtime)
         self._recovery = Recovery(deployment, runtime, self._say)
-        self._bind = BindSession(self._git, deployment, self._say)
-        self._plan = Blueprint(deployment, runtime, self._git)
+        self._bind = BindSession(self.git, deployment, self._say)
+        self._restarts = Restarts(deployment, runtime, blueprint=self.blueprint,
+                                  recovery=self._recovery, bind=self._bind, copy=self._copy,
+                                  warn=self._say)
+
+    def _blueprint(self, deployment: Deployment, runtime: Runtime) -> Blueprint:
+        """What this run's container is (a probe's or a benchmark's subclass weakens it)."""
+        return Blueprint(deployment, runtime, self.git)
 
     def _say(self, message: str) -> None:
         """The parts warn through here: a caller may swap `_warn` after they are made."""
         self._warn(message)
 
     @property
-    def config(self) -> SandboxConfig:
-        """The config as decided so far (an image fallback, the copy's storage)."""
-        return self._deployment.config
-
-    @property
-    def name(self) -> str:
-        """The container's name."""
-        return container_name(self.config.session_id)
-
-    @property
     def reattached(self) -> bool:
         """Whether this start found the session's container (a copy session's) again."""
-        return self._deployment.reattached
+        return self.deployment.reattached
 
     @property
     def adopted(self) -> bool:
         """Whether this start adopted a container made ahead (warm.py)."""
-        return self._deployment.adopted
-
-    @property
-    def copying(self) -> bool:
-        """Whether the sandbox works on a copy of the root (not on the root itself)."""
-        return self.config.workspace == "copy"
-
-    @property
-    def _toolbox(self) -> Toolbox | None:
-        return self._runtime.toolbox
+        return self.deployment.adopted
 
     # -- lifecycle ---------------------------------------------------------------------------
 
     def preflight(self) -> None:
         """Fail now, not at the first tool call, when the engine or the image is missing."""
-        self._deployment.preflight()
+        self.deployment.preflight()
 
     def start(self) -> None:
         """Create (or re-attach to) the session's container and start the toolbox."""
-        place = self._deployment
+        place = self.deployment
         try:
             image = place.connect()
-            if self.copying:
+            if place.config.workspace == "copy":
                 self._copy.plan(place, self._say)
             else:
                 place.lock_root()  # before the dead runs' checks and this run's walk
@@ -118,61 +108,62 @@ class DockerSandbox(StartStop):
             # cache is there, loaded (or compiled) while the engine makes the container
             threading.Thread(target=bundle.compiled_toolbox, args=(place.lock_path.parent,),
                              name="toolbox-compile", daemon=True).start()
-            self._git.also_made(place.made_ahead)
+            self.git.also_made(place.made_ahead)
             self._bind.record()
-            adopted = place.adopt(self._plan.spec)  # a standby made ahead (warm.py)
+            adopted = place.adopt(self.blueprint.spec)  # a standby made ahead (warm.py)
             if adopted is not None:
-                self._runtime.keep_life(adopted.take_life())
+                self.runtime.keep_life(adopted.take_life())
                 self._adopted = adopted.origin()
-            elif place.existing(self._plan.spec) is None:
-                self._plan.create()
+            elif place.existing(self.blueprint.spec) is None:
+                self.blueprint.create()
             else:
-                self._runtime.reattach_life(gvisor=place.gvisor)
+                self.runtime.reattach_life(gvisor=place.gvisor)
                 if self._recovery.clear_left():
-                    self._plan.create()
+                    self.blueprint.create()
             place.start_egress()
             self._copy.start(place)
-            self._start_toolbox(running=True)
-            self._info = place.describe(image, tool_user(self.config)).model_copy(
+            self._restarts.start_toolbox(running=True)
+            self._info = place.describe(image, tool_user(place.config)).model_copy(
                 update={"adopted": self._adopted})
         except BaseException:
             never_made = place.container is None
             self.stop()
-            if never_made and self._runtime.has_channel:  # no container: nothing mounts it
-                self._runtime.drop_channel()
+            if never_made and self.runtime.has_channel:  # no container: nothing mounts it
+                self.runtime.drop_channel()
             raise
 
     def standby(self, ttl: int = 0) -> warm.Standby | None:
         """This session's container made now, with no toolbox in it yet (warm.py), its PID 1
         armed (`ttl` 0: it ends with this process; else it waits that long for a later one);
         None when this session can have none (`warm.eligible`)."""
-        place = self._deployment
+        place = self.deployment
         place.connect()
         with place.root_locked():  # its walk and mounts: no other process's sandbox on the root
             return self._standby(ttl)
 
     def _standby(self, ttl: int) -> warm.Standby | None:
-        place = self._deployment
+        place = self.deployment
         self._bind.protect()
         place.standby_mode = True
         place.lock()
-        why = warm.eligible(self.config, self._git.protected.missing,
-                            quick=bool(self._plan.options().get("stdin_open"))
-                            and self._plan.channel_dir() is not None)
+        why = warm.eligible(place.config, self.git.protected.missing,
+                            quick=bool(self.blueprint.options().get("stdin_open"))
+                            and self.blueprint.channel_dir() is not None)
         if why:
             self.stop()
             return None
         try:
             record = self._bind.record()  # `gc` settles it if this process dies
-            self._plan.create()
-            self._runtime.take_life(gvisor=False)
+            self.blueprint.create()
+            self.runtime.take_life(gvisor=False)
         except BaseException:
             self.stop()
             raise
-        standby = place.standby_made(self._plan.spec(), warm.mounted_paths(
-            self.config, self._git.protected.existing), record)
-        standby.life = self._runtime.give_life()
-        standby.root, standby.maker_session = str(self.config.root), self.config.session_name or ""
+        standby = place.standby_made(self.blueprint.spec(), warm.mounted_paths(
+            place.config, self.git.protected.existing), record)
+        standby.life = self.runtime.give_life()
+        standby.root = str(place.config.root)
+        standby.maker_session = place.config.session_name or ""
         try:
             standby.arm(ttl)
         except BaseException:
@@ -183,39 +174,36 @@ class DockerSandbox(StartStop):
     def stop(self) -> None:
         """Remove the container and release the session lock; safe to call twice."""
         self._copy.abort()
-        self._runtime.stop()
-        self._deployment.stop_egress()
-        if self._deployment.remove():
-            self._runtime.drop_life()
-            self._runtime.drop_channel()
+        self.runtime.stop()
+        self.deployment.stop_egress()
+        if self.deployment.remove():
+            self.runtime.drop_life()
+            self.runtime.drop_channel()
             self._bind.after()
         self._copy.close()
-        self._deployment.unlock()
+        self.deployment.unlock()
 
     def detach(self) -> None:
         """Leave the container running for a later `--resume` (stdin closed, lock released)."""
-        self._runtime.stop()
-        self._runtime.drop_life()
-        self._deployment.stop_egress()  # the proxy ends with this process: a resume starts both
-        self._deployment.forget()
-        self._deployment.unlock()
+        self.runtime.stop()
+        self.runtime.drop_life()
+        self.deployment.stop_egress()  # the proxy ends with this process: a resume starts both
+        self.deployment.forget()
+        self.deployment.unlock()
 
     def is_alive(self) -> bool:
         """Whether the container runs and the toolbox answers."""
-        toolbox = self._runtime.toolbox
-        if toolbox is None or not self._deployment.is_running():
-            return False
-        try:
-            return toolbox.is_running()
-        except SandboxError:
-            return False
+        return self.runtime.is_alive(self.deployment.is_running)
 
     @property
     def info(self) -> SandboxInfo:
-        """Identity of the running sandbox."""
-        if self._info is None:
+        """Identity of the running sandbox (a replacement container's, once it is made)."""
+        info, container = self._info, self.deployment.container
+        if info is None:
             raise SandboxError("the sandbox is not started")
-        return self._info
+        if container is not None and container.id != info.container_id:
+            info = self._info = info.model_copy(update={"container_id": container.id})
+        return info
 
     # -- the work ----------------------------------------------------------------------------
 
@@ -226,25 +214,25 @@ class DockerSandbox(StartStop):
         `on_output(stream, text)` gets a running command's output while it runs. Ctrl-C
         (KeyboardInterrupt) during a call kills what it started and restarts the toolbox
         before it goes on up, so the session stays usable. A reply asking for a new container
-        (`remount`) gets it, and the call runs once more there.
+        (`remount`) gets it, and the call runs once more there (restarts.py).
         """
         for retry in (False, True):
-            if self._runtime.toolbox is None and self._deployment.container is not None:
-                self._restart_toolbox()  # an interrupted call left none
-            if self._runtime.toolbox is None:
+            if self.runtime.toolbox is None and self.deployment.container is not None:
+                self._restarts.restart_toolbox()  # an interrupted call left none
+            if self.runtime.toolbox is None:
                 raise SandboxError("the sandbox is not started")
-            self.wait_copied()
+            self._copy.wait()
             deadline = timeout or self._recovery.deadline(args)
             try:
-                result, signals = self._runtime.call(tool, args, deadline, on_output)
+                result, signals = self.runtime.call(tool, args, deadline, on_output)
             except ToolboxTimeoutError:
-                return self._recover(f"{tool} did not answer within {deadline:.0f}s")
+                return self._restarts.recover(f"{tool} did not answer within {deadline:.0f}s")
             except ToolboxError as exc:
-                return self._recover(f"the toolbox died during {tool} ({exc})")
+                return self._restarts.recover(f"the toolbox died during {tool} ({exc})")
             except KeyboardInterrupt:
                 self._recovery.interrupted()
                 raise
-            if not self._react(signals, retry):
+            if not self._restarts.react(signals, retry):
                 return result
         raise AssertionError("unreachable: the second try never asks for another")
 
@@ -255,86 +243,11 @@ class DockerSandbox(StartStop):
         """
         return self.call("preview", {"tool": tool, "args": args})
 
-    # -- acting on what `Recovery` decides (recovery.py) -------------------------------------
-
-    def _react(self, signals: Signals, retried: bool) -> bool:
-        """Do what a reply signals; True: run the call once more (in a new container)."""
-        self._bind.note(signals)
-        step = self._recovery.react(signals, retried)
-        if step is not None:
-            self._recreate(step.why)
-        return step is not None and step.retry
-
-    def _recover(self, what: str) -> ToolResult:
-        result = self._recovery.recover(what)
-        try:
-            self._restart_toolbox()
-        except SandboxError as exc:
-            raise ToolboxError(f"{what}, and it could not be restarted: {exc}") from exc
-        return result
-
-    def _restart_toolbox(self) -> None:
-        """After a toolbox died or was killed: the checks it skipped, then a new one (in a new
-        container when what the kill left may still run: Recovery)."""
-        step = self._recovery.restart()
-        if step is None:
-            self._bind.check_now()  # the kill left PID 1 alone: nothing races the host
-            self._start_toolbox()
-        else:
-            self._recreate(step.why, check=True)
-
-    def _recreate(self, why: str, *, check: bool = False) -> None:
-        """A new container for the session (same mounts, decided afresh); the old one goes;
-        `check`: the tree checked first (the old toolbox skipped that)."""
-        self._warn(why)
-        self._copy.abort()
-        self._runtime.stop()
-        self._deployment.detach_egress()
-        self._deployment.remove()
-        self._runtime.drop_life()
-        try:
-            if check:
-                self._bind.check_now()
-            self._bind.renew()
-            self._runtime.new_container()
-            self._plan.create()
-            self._deployment.start_egress()
-        except BaseException:
-            self._bind.after()  # then stop() finds no container: the checks happen here
-            raise
-        self._start_toolbox()
-        assert self._info is not None
-        self._info = self._info.model_copy(
-            update={"container_id": self._deployment.container.id})
-
-    # -- what this run's container is (blueprint.py) ----------------------------------------
-
-    def spec(self) -> SandboxSpec:
-        """This run's sandbox as one value (`Blueprint.spec`)."""
-        return self._plan.spec()
-
-    def create_options(self, config: SandboxConfig | None = None) -> dict[str, Any]:
-        """What the container is created with (`Blueprint.options`)."""
-        return self._plan.options(config)
-
-    def toolbox_argv(self) -> list[str]:
-        """The toolbox's command line (`Blueprint.toolbox_argv`)."""
-        return self._plan.toolbox_argv()
-
-    def _start_toolbox(self, *, running: bool = False) -> None:
-        """Start the toolbox (`Recovery.start_toolbox`), then check what it sees."""
-        self._plan.check_root(self._recovery.start_toolbox(self._plan.toolbox_argv(),
-                                                           running=running))
-
-    # -- a copy session's loader (copysession.py) -------------------------------------------
-
-    def wait_copied(self) -> None:
-        """Block until the copy is in the container; raise what stopped it."""
-        self._copy.wait()
+    # -- a copy session's loader (copysession.py, for workspace/sessions.py) ----------------
 
     def copy_manifest(self) -> object | None:
         """What this start copied in (the base of its changes); None: an existing copy."""
-        self.wait_copied()
+        self._copy.wait()
         return self._copy.manifest()
 
     @property

@@ -71,13 +71,16 @@ def runtimes(client: Any) -> tuple[dict[str, str], str]:
 def _api_class() -> Any:
     """The SDK's API client, except that the engine's own CA (DOCKER_CERT_PATH) is what a TLS
     connection is verified against: requests would let REQUESTS_CA_BUNDLE or CURL_CA_BUNDLE in
-    the environment replace it, and the handshake with the engine would fail."""
+    the environment replace it, and the handshake with the engine would fail. Nor does a
+    request over a socket (unix, ssh, npipe: `http+docker://`) read the environment's proxies
+    and ~/.netrc, which its transport ignores: that cost each request most of a millisecond."""
     import docker
 
     class EngineAPI(docker.APIClient):  # type: ignore[misc]
         @property
         def trust_env(self) -> bool:
-            return bool(self._trust_env) and not isinstance(getattr(self, "verify", None), str)
+            return (bool(self._trust_env) and not isinstance(getattr(self, "verify", None), str)
+                    and not str(getattr(self, "base_url", "")).startswith("http+docker://"))
 
         @trust_env.setter
         def trust_env(self, value: bool) -> None:

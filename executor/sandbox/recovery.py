@@ -1,8 +1,8 @@
 """What a session's sandbox does when a call goes wrong or its reply signals something.
 
-`Recovery` is given the session's Deployment and Runtime and decides; `DockerSandbox` acts on
-what it returns (a `Recreate`, or nothing) and never calls itself again. The rules, each from
-a red-team round, kept here in one place:
+`Recovery` is given the session's Deployment and Runtime and decides; `Restarts` (restarts.py)
+acts on what it returns (a `Recreate`, or nothing), and nothing calls a tool again from there.
+The rules, each from a red-team round, kept here in one place:
 
 - a kill that failed (or was cut short, round 18) or a toolbox start that failed half way
   leaves `survivors`: no toolbox starts beside them (a process of the tools' uid could pause

@@ -261,6 +261,17 @@ class Runtime:
                        "modes, unix sockets and new namespaces are then not refused")
         return ready
 
+    def is_alive(self, container_running: Callable[[], bool]) -> bool:
+        """Whether a toolbox runs, in a container that runs (`container_running`, asked of
+        the engine first)."""
+        toolbox = self.toolbox
+        if toolbox is None or not container_running():
+            return False
+        try:
+            return toolbox.is_running()
+        except SandboxError:
+            return False
+
     def call(self, tool: str, args: dict[str, Any], timeout: float,
              on_output: OutputCallback | None) -> tuple[ToolResult, Signals]:
         """One call: its result and its signals; ToolboxError/ToolboxTimeoutError when the

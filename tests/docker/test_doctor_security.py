@@ -170,9 +170,8 @@ class Weakened(DockerSandbox):
         self.weakened = name
         super().__init__(_private_opened(config) if name == "egress" else config, client=client)
 
-    def _assemble(self, deployment: Deployment, runtime: Runtime) -> None:
-        super()._assemble(deployment, runtime)
-        self._plan = WeakenedBlueprint(deployment, runtime, self._git, self.weakened)
+    def _blueprint(self, deployment: Deployment, runtime: Runtime) -> Blueprint:
+        return WeakenedBlueprint(deployment, runtime, self.git, self.weakened)
 
     def call(self, tool: str, args: dict[str, Any], **kwargs: Any) -> ToolResult:
         result = super().call(tool, args, **kwargs)

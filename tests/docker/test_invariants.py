@@ -180,14 +180,14 @@ def test_the_toolbox_channel_gives_a_command_nothing_to_open(project: Path, dock
         os.lchown(path, 1000, 1000)
     config = make_config(project, workspace=workspace)
     with DockerSandbox(config, client=docker_client, copy_loader=ArchiveLoader()) as box:
-        toolbox = box._toolbox
+        toolbox = box.runtime.toolbox
         assert toolbox is not None
         if engine.runtime == "runsc":
             assert toolbox.ready["channel"] == "stdio"
             assert shell(box, "ls -A /run/sandbox-agent || echo none").output.count("none")
             return
         assert toolbox.ready["channel"] == "fifo", toolbox.ready
-        channel_dir = channel_of(box._deployment.lock_path.parent, box.name)
+        channel_dir = channel_of(box.deployment.lock_path.parent, box.deployment.name)
         assert channel_dir.is_dir() and not os.listdir(channel_dir)
         result = shell(box, "ls -A /run/sandbox-agent; echo listed; "
                             "touch /run/sandbox-agent/in 2>&1; mkdir /run/sandbox-agent/x 2>&1; "
@@ -497,12 +497,12 @@ def test_a_kill_script_stopped_by_a_command_does_not_hang_the_host(project: Path
         if workspace == "copy":
             with pytest.raises(ToolboxError, match="could not be stopped; the copy session"):
                 shell(box, stopper)
-            assert box._toolbox is None  # none started beside the survivor
+            assert box.runtime.toolbox is None  # none started beside the survivor
         else:
             killed = shell(box, stopper)
             assert killed.meta.get("toolbox_restarted"), killed.output
             assert box.call("read_file", {"path": "hello.py"}).ok
-            assert box._toolbox is not None and box._toolbox.ready["channel"] == "fifo"
+            assert box.runtime.toolbox is not None and box.runtime.toolbox.ready["channel"] == "fifo"
         assert time.monotonic() - started < 60
         assert any("did not finish in 15 s" in w for w in warnings), warnings
 
@@ -532,7 +532,7 @@ def test_a_ctrl_c_during_a_paused_kill_still_counts_it_failed(project: Path, doc
         if workspace == "copy":
             with pytest.raises(SandboxError, match="could not be stopped"):
                 shell(box, "true")
-            assert box._toolbox is None  # none started beside the survivor
+            assert box.runtime.toolbox is None  # none started beside the survivor
         else:
             after = shell(box, "cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' '")
             assert box.info.container_id != first
@@ -670,7 +670,7 @@ def test_a_process_that_cannot_be_stopped_costs_the_session_its_container(
                        warn=warnings.append) as sandbox:
         assert shell(sandbox, "echo mark > /tmp/mark; echo kept > kept.txt").ok
         old = sandbox.info.container_id
-        toolbox = sandbox._toolbox
+        toolbox = sandbox.runtime.toolbox
         assert toolbox is not None
         real = toolbox.call
 
@@ -699,6 +699,8 @@ def test_a_replacement_container_that_cannot_be_made_still_gets_the_end_checks(
     new one's protections then failed (a tree the session left can make it fail), stop() found
     no container and skipped the end-of-session checks (new repositories renamed, replaced
     protected files found). They now run right there."""
+    hook = project / ".git" / "hooks" / "pre-commit"
+    hook.write_text("#!/bin/sh\n")
     config = make_config(project)
     sandbox = DockerSandbox(config, client=docker_client)
     ran: list[str] = []
@@ -709,13 +711,10 @@ def test_a_replacement_container_that_cannot_be_made_still_gets_the_end_checks(
             ran.append("after")
             real()
 
-        def broken() -> None:
-            raise ConfigError("a hook with two hard links")
-
         sandbox._bind.after = after  # type: ignore[method-assign]
-        sandbox._bind.protect = broken  # type: ignore[method-assign]
-        with pytest.raises(ConfigError):
-            sandbox._react(Signals(unstoppable=True), False)
+        os.link(hook, project / "second-name")  # the walk now refuses the tree
+        with pytest.raises(ConfigError, match="has 2 names"):
+            sandbox._restarts.react(Signals(unstoppable=True), False)
         assert ran == ["after"]
     assert ran == ["after"]  # not twice
 
@@ -734,7 +733,7 @@ def test_no_replacement_container_while_a_protected_path_is_not_in_its_place(
     with DockerSandbox(make_config(project), client=docker_client, warn=warnings.append) as box:
         os.rename(project / "tools" / "git", project / "tools" / "git_old")  # as a command could
         with pytest.raises(SandboxError, match="not where they were at the start"):
-            box._react(Signals(remount=("vendor/lib/.git",)), False)
+            box._restarts.react(Signals(remount=("vendor/lib/.git",)), False)
     assert any("tools/git/hooks is protected (git on the host runs it) and is gone" in w
                for w in warnings), warnings
 

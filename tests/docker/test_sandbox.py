@@ -137,7 +137,7 @@ def test_the_first_toolbox_is_the_containers_own_process(sandbox: DockerSandbox,
     assert container.attrs["HostConfig"]["LogConfig"]["Type"] == "none"
     assert not container.attrs["HostConfig"]["Init"]
     assert not container.attrs.get("ExecIDs"), container.attrs.get("ExecIDs")
-    assert sandbox._toolbox is not None and sandbox._toolbox.exec_id == ""
+    assert sandbox.runtime.toolbox is not None and sandbox.runtime.toolbox.exec_id == ""
     probe = sandbox.call("run_shell_command", {"command": (
         "tr '\\0' ' ' < /proc/1/cmdline | head -c 60; echo; "
         "echo forged > /proc/1/fd/2 2>&1 || echo write-refused; "
@@ -157,7 +157,7 @@ def test_the_first_toolbox_is_the_containers_own_process(sandbox: DockerSandbox,
 def test_an_idle_toolbox_that_dies_is_seen_and_replaced(sandbox: DockerSandbox,
                                                         docker_client: Any):
     """Its stream stays open (PID 1 lives): PID 1's word on stderr is what tells the host."""
-    old = sandbox._toolbox.pid if sandbox._toolbox else None
+    old = sandbox.runtime.toolbox.pid if sandbox.runtime.toolbox else None
     assert old and sandbox.is_alive()
     in_container(sandbox, docker_client, f"import os; os.kill({old}, 9)")
     deadline = time.monotonic() + 5
@@ -169,7 +169,7 @@ def test_an_idle_toolbox_that_dies_is_seen_and_replaced(sandbox: DockerSandbox,
     assert time.monotonic() - started < 10  # not the host's deadline for a stuck call
     assert not again.ok and "restarted" in again.output  # the call had no result, said so
     assert sandbox.call("read_file", {"path": "hello.py"}).ok
-    assert sandbox._toolbox is not None and sandbox._toolbox.exec_id  # an exec this time
+    assert sandbox.runtime.toolbox is not None and sandbox.runtime.toolbox.exec_id  # an exec this time
 
 
 @pytest.mark.parametrize("owner", ["root", "1234:2345"])
@@ -178,7 +178,7 @@ def test_a_stopped_toolbox_is_killed_for_real(project: Path, docker_client: Any,
         os.chown(project, 1234, 2345)
     warnings: list[str] = []
     with DockerSandbox(make_config(project), client=docker_client, warn=warnings.append) as box:
-        old = box._toolbox.pid if box._toolbox else None
+        old = box.runtime.toolbox.pid if box.runtime.toolbox else None
         assert old and alive(box, docker_client, old)
         in_container(box, docker_client, f"import os, signal; os.kill({old}, signal.SIGSTOP)")
 
@@ -186,7 +186,7 @@ def test_a_stopped_toolbox_is_killed_for_real(project: Path, docker_client: Any,
 
         assert not stuck.ok and "did not answer within 2s" in stuck.output
         assert not alive(box, docker_client, old)
-        assert box._toolbox and box._toolbox.pid != old
+        assert box.runtime.toolbox and box.runtime.toolbox.pid != old
         assert box.call("read_file", {"path": "hello.py"}).ok
     assert [w for w in warnings if "restarting the toolbox" in w] == [
         "read_file did not answer within 2s; restarting the toolbox"]
@@ -195,7 +195,7 @@ def test_a_stopped_toolbox_is_killed_for_real(project: Path, docker_client: Any,
 
 def test_a_busy_toolbox_dies_with_the_command_it_was_running(sandbox: DockerSandbox,
                                                              docker_client: Any):
-    old = sandbox._toolbox.pid if sandbox._toolbox else None
+    old = sandbox.runtime.toolbox.pid if sandbox.runtime.toolbox else None
     busy = sandbox.call("run_shell_command", {"command": "echo $$ > /tmp/shell.pid; sleep 600",
                                               "timeout_seconds": 600}, timeout=3)
     assert not busy.ok and "did not answer within 3s" in busy.output

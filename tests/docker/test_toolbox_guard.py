@@ -35,7 +35,7 @@ def shell(box: DockerSandbox, command: str) -> Any:
 def test_commands_cannot_reach_the_toolbox_through_proc_or_ptrace(project: Path,
                                                                    docker_client: Any):
     with DockerSandbox(make_config(project), client=docker_client) as box:
-        toolbox = box._toolbox
+        toolbox = box.runtime.toolbox
         assert toolbox is not None and toolbox.pid and toolbox.ready["guarded"] is True
         pid = toolbox.pid
         fds = shell(box, f"head -c1 < /proc/{pid}/fd/0; echo x > /proc/{pid}/fd/1; "
@@ -81,7 +81,7 @@ FORGE = ("printf '{\"id\": %d, \"ok\": true, \"output\": \"FORGED\", \"meta\": {
 def test_a_reply_written_into_the_toolbox_stdout_is_never_taken_for_its_answer(
         project: Path, docker_client: Any, engine: Engine):
     with DockerSandbox(make_config(project), client=docker_client) as box:
-        toolbox = box._toolbox
+        toolbox = box.runtime.toolbox
         assert toolbox is not None and toolbox.pid
         for fd in (1, 3):  # the toolbox's stdout, and the copy it writes its replies to
             result = shell(box, FORGE % (toolbox._next_id + 1, toolbox.pid, fd))
@@ -91,14 +91,14 @@ def test_a_reply_written_into_the_toolbox_stdout_is_never_taken_for_its_answer(
         # non-dumpable flag): fd 1 is the toolbox's stderr by then, and the line written to
         # fd 3 is dropped by the host, unsigned. Elsewhere both writes are refused.
         assert reached == (1 if engine.runtime == "runsc" else 0), reached
-        assert box.call("read_file", {"path": "hello.py"}).ok and box._toolbox is toolbox
+        assert box.call("read_file", {"path": "hello.py"}).ok and box.runtime.toolbox is toolbox
 
 
 @pytest.mark.engines("runsc")
 def test_under_gvisor_the_toolbox_fds_open_but_its_memory_and_ptrace_do_not(
         project: Path, docker_client: Any):
     with DockerSandbox(make_config(project), client=docker_client) as box:
-        pid = box._toolbox.pid if box._toolbox else 0
+        pid = box.runtime.toolbox.pid if box.runtime.toolbox else 0
         (project / "attach.py").write_text(PTRACE)
         seen = shell(box, f"timeout 1 head -c1 < /proc/{pid}/fd/0; echo read=$?; "
                           f"head -c1 /proc/{pid}/mem; echo mem=$?; python3 attach.py {pid}")

@@ -59,7 +59,7 @@ def test_the_runner_hands_the_budget_to_the_sandbox(tmp_path: Path) -> None:
 
 def argv(**overrides: Any) -> list[str]:
     config = SandboxConfig(root=Path("/p"), session_id="s1", **overrides)
-    return DockerSandbox(config).toolbox_argv()
+    return DockerSandbox(config).blueprint.toolbox_argv()
 
 
 def test_the_toolbox_gets_the_budget_and_the_git_guard() -> None:

@@ -80,19 +80,19 @@ def test_the_surface_is_decided_once_and_everything_comes_from_it(project: Path)
     """Mounts, the toolbox's flags and the spec come from the value the walk decided; a
     repository made after it changes none of them until the surface is decided again."""
     box = sandbox(project)
-    before = box.spec()
+    before = box.blueprint.spec()
     assert json.loads(before.fields["git"])["guards"] == []  # not walked yet: nothing decided
-    box._bind.protect()
-    decided = box.spec()
-    mounts = {m["Target"] for m in box.create_options()["mounts"]}
+    box.git.protect()
+    decided = box.blueprint.spec()
+    mounts = {m["Target"] for m in box.blueprint.options()["mounts"]}
     assert "/workspace/.git" in mounts and "/workspace/vendor/lib/.git" in mounts
     git("init", "-q", "late", cwd=project)
-    assert box.spec().digest == decided.digest != before.digest
-    assert "/workspace/late/.git" not in {m["Target"] for m in box.create_options()["mounts"]}
-    box._bind.protect()  # a remount decides again
-    assert box.spec().digest != decided.digest
+    assert box.blueprint.spec().digest == decided.digest != before.digest
+    assert "/workspace/late/.git" not in {m["Target"] for m in box.blueprint.options()["mounts"]}
+    box.git.protect()  # a remount decides again
+    assert box.blueprint.spec().digest != decided.digest
     assert "git protection (what is kept from the sandbox, why, and how)" in \
-        box.spec().differences(decided.labels())
+        box.blueprint.spec().differences(decided.labels())
 
 
 def test_a_remount_keeps_what_the_start_saw(project: Path):
@@ -123,8 +123,8 @@ def test_the_spec_digest_changes_with_the_surface_alone(tmp_path: Path):
 
 
 def test_a_copy_is_re_attached_only_with_the_same_surface(tmp_path: Path):
-    copy = sandbox(tmp_path, workspace="copy").spec()
-    allowed = sandbox(tmp_path, workspace="copy", allow_git_writes=True).spec()
+    copy = sandbox(tmp_path, workspace="copy").blueprint.spec()
+    allowed = sandbox(tmp_path, workspace="copy", allow_git_writes=True).blueprint.spec()
     assert "git protection (what is kept from the sandbox, why, and how)" in \
         allowed.differences(copy.labels())
-    assert sandbox(tmp_path, workspace="copy").spec().digest == copy.digest
+    assert sandbox(tmp_path, workspace="copy").blueprint.spec().digest == copy.digest

@@ -74,6 +74,18 @@ def test_the_sessions_of_one_process_share_it_until_the_last_gives_it_back(tmp_p
     assert free(locks, root)
 
 
+def test_the_lock_file_names_only_its_holder_after_a_longer_name(tmp_path: Path):
+    """The name is written, then the file cut to it: nothing of the last holder's stays."""
+    locks, root = tmp_path / "locks", tmp_path / "proj"
+    locks.mkdir()
+    rootlock.release(rootlock.hold(locks, root, "a-much-longer-session-name"))
+    held = rootlock.hold(locks, root, "short")
+    try:
+        assert rootlock.lock_path(locks, root).read_bytes() == b"short"
+    finally:
+        rootlock.release(held)
+
+
 def test_a_link_or_a_fifo_where_the_lock_goes_is_never_followed(tmp_path: Path):
     locks = tmp_path / "locks"
     locks.mkdir()

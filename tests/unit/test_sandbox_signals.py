@@ -115,7 +115,7 @@ def made(tmp_path: Path) -> Iterator[Callable[[list[tuple[ToolResult, Signals]]]
 
     yield make
     for box in boxes:
-        box._deployment.unlock()
+        box.deployment.unlock()
 
 
 def _sandbox(tmp_path: Path, replies: list[tuple[ToolResult, Signals]], *,
@@ -128,7 +128,7 @@ def _sandbox(tmp_path: Path, replies: list[tuple[ToolResult, Signals]], *,
     place, runtime = FakeDeployment(config), FakeRuntime(tmp_path / "locks", replies)
     box._assemble(place, runtime)
     place.lock()  # as a start does: the run record goes beside the lock
-    box._info = SandboxInfo(container_id="c0", container_name=box.name, image="i",
+    box._info = SandboxInfo(container_id="c0", container_name=box.deployment.name, image="i",
                             image_digest="d", mount_mode="rw", network="none", user="1:1",
                             workspace="bind", runtime="runc", engine="Docker")
     return box, place, runtime
@@ -159,7 +159,7 @@ def test_an_unrestored_mount_ends_the_session_and_undisabled_gits_are_kept(
     box, place, _ = made([(DONE, moved)])
     with pytest.raises(SandboxError, match=r"\.husky is protected .* \(EBUSY\)"):
         box.call("run_shell_command", {"command": "true"})
-    assert box._git.undisabled == {"x/.git"} and place.created == []
+    assert box.git.undisabled == {"x/.git"} and place.created == []
 
 
 def test_an_unstoppable_process_costs_a_bind_session_its_container(made: Callable[..., Made]):
@@ -197,7 +197,6 @@ def test_no_toolbox_starts_beside_what_a_failed_kill_left(tmp_path: Path, first:
     box, place, _ = _sandbox(tmp_path, [])
     runtime = StuckRuntime(tmp_path / "locks", first)
     box._assemble(place, runtime)
-    box._bind.protect = lambda: None  # type: ignore[method-assign]
     try:
         if isinstance(first, KeyboardInterrupt):
             with pytest.raises(KeyboardInterrupt):
@@ -208,20 +207,19 @@ def test_no_toolbox_starts_beside_what_a_failed_kill_left(tmp_path: Path, first:
         assert runtime.kills == 1 and len(place.created) == 1 and place.removed == 1
         assert runtime.started == 1  # the only toolbox started is the new container's
     finally:
-        box._deployment.unlock()
+        box.deployment.unlock()
 
 
 def test_a_copy_session_ends_when_a_kill_failed(tmp_path: Path):
     box, place, _ = _sandbox(tmp_path, [], workspace="copy")
     runtime = StuckRuntime(tmp_path / "locks", ToolboxTimeoutError("no answer"))
     box._assemble(place, runtime)
-    box.wait_copied = lambda: None  # type: ignore[method-assign]
     try:
         with pytest.raises(ToolboxError, match="could not be stopped"):
             box.call("run_shell_command", {"command": "sleep 9"})
         assert runtime.started == 0 and place.created == []
     finally:
-        box._deployment.unlock()
+        box.deployment.unlock()
 
 
 class InterruptedKillRuntime(StuckRuntime):
@@ -242,8 +240,6 @@ def test_a_kill_cut_short_counts_as_failed(tmp_path: Path, first: BaseException,
     box, place, _ = _sandbox(tmp_path, [], workspace=workspace)
     runtime = InterruptedKillRuntime(tmp_path / "locks", first)
     box._assemble(place, runtime)
-    box._bind.protect = lambda: None  # type: ignore[method-assign]
-    box.wait_copied = lambda: None  # type: ignore[method-assign]
     try:
         with pytest.raises(KeyboardInterrupt):
             box.call("run_shell_command", {"command": "sleep 9"})
@@ -256,7 +252,7 @@ def test_a_kill_cut_short_counts_as_failed(tmp_path: Path, first: BaseException,
             assert len(place.created) == 1 and place.removed == 1
             assert runtime.started == 1  # the only toolbox started is the new container's
     finally:
-        box._deployment.unlock()
+        box.deployment.unlock()
 
 
 class FailedStartRuntime(FakeRuntime):
@@ -274,14 +270,13 @@ def test_no_toolbox_starts_beside_one_whose_start_failed(tmp_path: Path):
     box, place, _ = _sandbox(tmp_path, [])
     runtime = FailedStartRuntime(tmp_path / "locks", [(DONE, signals.NONE)])
     box._assemble(place, runtime)
-    box._bind.protect = lambda: None  # type: ignore[method-assign]
     try:
         with pytest.raises(ToolboxError):
-            box._start_toolbox(running=True)
+            box._restarts.start_toolbox(running=True)
         assert box.call("run_shell_command", {"command": "true"}) == DONE
         assert len(place.created) == 1 and runtime.started == 2
     finally:
-        box._deployment.unlock()
+        box.deployment.unlock()
 
 
 class LeftoverRuntime(FakeRuntime):
@@ -307,7 +302,7 @@ def test_leftovers_that_cannot_be_killed_cost_a_bind_container_and_end_a_copy_se
             assert box._recovery.clear_left() is True  # the caller makes the new container
             assert place.removed == 1 and place.container is None
     finally:
-        box._deployment.unlock()
+        box.deployment.unlock()
 
 
 def test_a_kill_cut_short_leaves_the_fifos_to_no_later_toolbox(tmp_path: Path):

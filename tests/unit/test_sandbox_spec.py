@@ -66,7 +66,7 @@ def test_the_same_decisions_give_the_same_digest(tmp_path: Path):
 
 
 def test_the_size_of_a_copy_is_not_a_decision_but_its_caller_must_say_so(tmp_path: Path):
-    """DockerSandbox.spec() builds with copy_bytes=0; a raw size does change the options."""
+    """Blueprint.spec() builds with copy_bytes=0; a raw size does change the options."""
     small = spec(tmp_path, workspace="copy", copy_bytes=0)
     assert small.digest != spec(tmp_path, workspace="copy", copy_bytes=10**6).digest
 
@@ -95,7 +95,7 @@ def _run_spec(tmp_path: Path, **config: Any) -> SandboxSpec:
 
     settings = SandboxConfig(root=tmp_path, session_id="s1", lock_dir=tmp_path / "locks",
                              fifo_channel=False, **config)
-    return DockerSandbox(settings).spec()
+    return DockerSandbox(settings).blueprint.spec()
 
 
 def test_the_allow_list_is_part_of_the_spec(tmp_path: Path):

@@ -102,12 +102,12 @@ def test_a_link_swapped_in_before_the_engine_mounts_ends_the_start(tmp_path: Pat
 
     config = SandboxConfig(root=root, session_id="s", lock_dir=tmp_path / "locks")
     box = DockerSandbox(config)
-    box._assemble(_Racing(config, swap), box._runtime)
-    box._git.protect()
-    assert "sub/.git" in box._git.protected.existing
+    box._assemble(_Racing(config, swap), box.runtime)
+    box.git.protect()
+    assert "sub/.git" in box.git.protected.existing
     if not swapped:
-        box._plan.create()
+        box.blueprint.create()
         return
     with pytest.raises(SandboxError, match=r"protected paths changed while the sandbox was "
                                            r"made \(sub/\.git\)"):
-        box._plan.create()
+        box.blueprint.create()

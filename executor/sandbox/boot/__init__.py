@@ -2,7 +2,9 @@
 
 Each runs under the container's own `python3 -I -S -c` (3.9 or later, no site, nothing but
 the standard library), so they are linted and type-checked as Python 3.9 code, and unit
-tested as the processes they are. `docker.py` composes the command lines from them:
+tested as the processes they are. The command lines are composed from them in `bundle.py`
+(the toolbox's, and PID 1's when the toolbox is its first process), `hardening.py` (PID 1
+of a container whose toolboxes are execs) and `runtime.py` (the kill script):
 
 - `init.py` — PID 1 of every session container: reaps, ignores signals, and (as the first
   toolbox's parent) ends the container when its toolbox says its host went away;

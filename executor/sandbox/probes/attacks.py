@@ -51,7 +51,7 @@ _FORGE = ("printf '{{\"id\": {id}, \"ok\": true, \"output\": \"{mark}\", \"meta\
 
 def probe_toolbox(lab: Lab) -> str:
     box = lab.box()
-    toolbox = box._toolbox  # the process the commands run under: its pid, the next request id
+    toolbox = box.runtime.toolbox  # what the commands run under: its pid, the next request id
     assert toolbox is not None and toolbox.pid
     forged = "forged-" + lab.mark
     for fd in (1, 3):
@@ -244,7 +244,7 @@ _ALLOCATE = ("python3 -c \"x = []\nfor i in range({chunks}): x.append(b'1' * (64
 
 
 def probe_limits(lab: Lab) -> str:
-    config = lab.box().config
+    config = lab.box().deployment.config
     procs, memory = config.pids_limit + 50, _bytes(config.memory)
     forks, forks_down = _runaway(lab, _FORKS.format(procs=procs))
     if f"processes {procs}" in forks.output:

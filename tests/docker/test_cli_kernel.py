@@ -462,6 +462,31 @@ def test_a_protected_path_moved_by_a_command_that_kills_its_toolbox_ends_the_ses
     assert "protected paths are not where they were" in done.stderr, explain(done)
 
 
+def test_a_start_the_engine_refused_leaves_nothing_for_the_next_run_to_settle(
+        project: Path, model_server: ModelServer):
+    """Red-team round 21: a hooks path the engine cannot make a mountpoint for fails the
+    container's create; its run record stayed, and the next run "settled" it against the tree
+    as it was by then, disabling the person's freshly cloned repository as the sandbox's."""
+    (project / "README").write_text("hello\n")
+    subprocess.run(["git", "config", "core.hooksPath", "README/hooks"], cwd=project, check=True)
+    model_server.reply(tool_calls=[Call("run_shell_command", {"command": "true"})])
+    model_server.reply("Done.")
+
+    failed = ask(project, model_server, "ollama", "--yes")
+    assert failed.returncode == 10, explain(failed)
+    shutil.rmtree(project / ".git")
+    subprocess.run(["git", "init", "-q", str(project)], check=True)  # the person's own, anew
+    model_server.reply(tool_calls=[Call("run_shell_command", {"command": "true"})])
+    model_server.reply("Done.")
+
+    done = ask(project, model_server, "ollama", "--yes")
+
+    assert_ok(done, "Done.")
+    assert "ended without its controller" not in done.stderr, explain(done)
+    assert (project / ".git" / "HEAD").is_file(), explain(done)
+    assert subprocess.run(["git", "status"], cwd=project, capture_output=True).returncode == 0
+
+
 def test_no_signal_from_a_command_stops_the_container(project: Path, model_server: ModelServer,
                                                      engine: Engine):
     """PID 1 must outlive whatever a command sends it (red-team round 6: Python's SIGINT

@@ -9,6 +9,12 @@ second one on the same root fails at once, naming the session that holds it. A d
 child runs in its parent's process while the parent waits for its call: the sessions of one
 process share the lock. A copy session never writes the root and a read-only one cannot:
 neither takes it. `gc` takes it too, without waiting, to run a dead run's checks.
+
+The lock is the kernel's on the root directory itself (`flock` of its own descriptor), so
+every spelling of the root — a link, a bind mount elsewhere — and every lock dir (another
+`$XDG_RUNTIME_DIR`, another `$HOME`) is the same lock (red-team round 21: keyed by the path
+in an environment-chosen dir, two sessions ran at once). The file in the lock dir only names
+the holder, for the message.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ _TRIES = 20
 @dataclass
 class _Held:
     fd: int
+    root_fd: int
     holder: str
     count: int = 1
 
@@ -52,21 +59,27 @@ def lock_path(lock_dir: Path, root: Path) -> Path:
 def hold(lock_dir: Path, root: Path, holder: str, *, wait: bool = True) -> str:
     """Hold `root`'s lock for `holder` (shared with this process's own holder); what to pass
     to `release`. A SandboxError naming the other holder when another process has it."""
-    path = str(lock_path(lock_dir, root))
+    root_fd = _open_root(root)
+    info = os.fstat(root_fd)
+    key = f"{info.st_dev}:{info.st_ino}"
     with _GUARD:
-        held = _HELD.get(path)
+        held = _HELD.get(key)
         if held is not None:
+            os.close(root_fd)
             held.count += 1
-            return path
-        fd = _open(path)
+            return key
+        fd = -1
         try:
-            _flock(fd, path, root, wait)
+            fd = _open(str(lock_path(lock_dir, root)))
+            _flock(root_fd, fd, root, wait)
             _write_holder(fd, holder.encode())
         except BaseException:
-            os.close(fd)
+            for each in (fd, root_fd):
+                if each >= 0:
+                    os.close(each)
             raise
-        _HELD[path] = _Held(fd, holder)
-    return path
+        _HELD[key] = _Held(fd, root_fd, holder)
+    return key
 
 
 def release(path: str) -> None:
@@ -78,6 +91,7 @@ def release(path: str) -> None:
         held.count -= 1
         if held.count == 0:
             del _HELD[path]
+            os.close(held.root_fd)
             os.close(held.fd)
 
 
@@ -95,10 +109,20 @@ def _open(path: str) -> int:
     return fd
 
 
-def _flock(fd: int, path: str, root: Path, wait: bool) -> None:
+def _open_root(root: Path) -> int:
+    """The root directory itself, not through a link (its lock is the kernel's, on it)."""
+    try:
+        return os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        raise SandboxError(f"could not open the project {root} to lock it: "
+                           f"{exc.strerror}") from exc
+
+
+def _flock(root_fd: int, fd: int, root: Path, wait: bool) -> None:
+    """The root's lock (`root_fd`); `fd`, the name file, says who has it when it is taken."""
     for _ in range(_TRIES if wait else 1):
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(root_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             return
         except BlockingIOError:
             if wait:

@@ -27,7 +27,15 @@ from typing import Any
 import pytest
 
 from tests.conftest import Engine
-from tests.docker.cli_support import ask, assert_ok, containers_of, explain, tool_exchanges
+from tests.docker.cli_support import (
+    SANDBOX_AGENT,
+    ask,
+    assert_ok,
+    cli_env,
+    containers_of,
+    explain,
+    tool_exchanges,
+)
 from tests.docker.test_invariants import CLONE_HOPPER
 from tests.fakes.model_server import Call, ModelServer, RecordedRequest, Reply
 
@@ -485,6 +493,38 @@ def test_a_start_the_engine_refused_leaves_nothing_for_the_next_run_to_settle(
     assert "ended without its controller" not in done.stderr, explain(done)
     assert (project / ".git" / "HEAD").is_file(), explain(done)
     assert subprocess.run(["git", "status"], cwd=project, capture_output=True).returncode == 0
+
+
+def test_a_second_writable_session_from_another_environment_is_refused(
+        project: Path, model_server: ModelServer, tmp_path: Path):
+    """Red-team round 21: the root's lock was a file named after the path in a lock dir chosen
+    from `$XDG_RUNTIME_DIR`, so a second session started with another one (or through a bind
+    mount) ran beside the first, and its sandbox could race the first one's start."""
+    started = tmp_path / "started"
+    model_server.reply(tool_calls=[Call("run_shell_command", {
+        "command": f"touch {started.name}; sleep 8"})])
+    model_server.reply("First.")
+    first = subprocess.Popen(
+        [str(SANDBOX_AGENT), "ask", "--root", str(project), "--provider", "ollama", "--host",
+         model_server.url, "--yes", "do the task"], env=cli_env(), stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (project / started.name).exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert (project / started.name).exists(), "the first session never ran its command"
+        other_env = tmp_path / "runtime"
+        other_env.mkdir(mode=0o700)
+        with ModelServer() as second_model:
+            second_model.reply(tool_calls=[Call("run_shell_command", {"command": "true"})])
+            second_model.reply("Second.")
+            second = ask(project, second_model, "ollama", "--yes",
+                         env={"XDG_RUNTIME_DIR": str(other_env)})
+    finally:
+        _, err = first.communicate(timeout=120)
+    assert second.returncode == 10, explain(second)
+    assert "is in use by bind session" in second.stderr, explain(second)
+    assert first.returncode == 0, err
 
 
 def test_no_signal_from_a_command_stops_the_container(project: Path, model_server: ModelServer,

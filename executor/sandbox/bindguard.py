@@ -86,13 +86,19 @@ class BindSession:
         place.save_record(record)
         return record
 
+    def in_place(self) -> None:
+        """The protected paths are still the start's, where the container mounts them: a
+        rename of a directory above one carries its mount along, so a toolbox (or a container)
+        made now would protect the moved copy and leave the path git reads writable."""
+        moved = self.git.moved()
+        if moved:
+            raise SandboxError(f"protected paths are not where they were at the start "
+                               f"({', '.join(moved[:3])}); the session ends")
+
     def renew(self) -> None:
         """Before a replacement container: the protected paths still the start's, walked again
         (a tree the session left can make the walk fail: a hard-linked hook, a broken config)."""
-        moved = self.git.moved()
-        if moved:  # a new container would protect them where they are, not the originals
-            raise SandboxError(f"protected paths are not where they were at the start "
-                               f"({', '.join(moved[:3])}); the session ends")
+        self.in_place()
         self.protect()
         self.record()
 

@@ -128,8 +128,10 @@ class DockerSandbox(StartStop):
         except BaseException:
             never_made = place.container is None
             self.stop()
-            if never_made and self.runtime.has_channel:  # no container: nothing mounts it
-                self.runtime.drop_channel()
+            if never_made:  # none, or the engine's failed create removed it: stop() did not
+                self._bind.after()  # check now, or the next run settles a stale record
+                if self.runtime.has_channel:  # nothing mounts it
+                    self.runtime.drop_channel()
             raise
 
     def standby(self, ttl: int = 0) -> warm.Standby | None:

@@ -63,9 +63,14 @@ def gc(
     """Remove orphaned sandbox containers (only `root`'s when given); `force`: in-use ones too."""
     client = client or connect()
     result = GcResult(removed=[], in_use=[], skipped=[])
-    for container in session_containers(client, root):
+    containers = session_containers(client, root)
+    for container in containers:
         _classify(container, result, all_hosts=all_hosts, force=force)
     result.locks_removed = sweep_locks(default_lock_dir())
+    listed = {container.name for container in containers}
+    for record in runrecord.abandoned(default_lock_dir(), Path(root) if root else None):
+        if record.name not in listed and not _exists(client, record.name):
+            _finish(record.name, result)  # its container went by other hands: checks still due
     return result
 
 
@@ -81,6 +86,19 @@ def sweep_locks(lock_dir: Path, older_than: float = SWEPT_AFTER) -> int:
                and entry.stat(follow_symlinks=False).st_mtime < before]
         return lockfile.sweep(old)
     return 0
+
+
+def _exists(client: Any, name: str) -> bool:
+    """Whether the engine still has a container of that name (any answer but no: yes)."""
+    import docker.errors
+
+    try:
+        client.containers.get(name)
+    except docker.errors.NotFound:
+        return False
+    except Exception:  # the engine did not say no: leave the record to the next run
+        return True
+    return True
 
 
 def _classify(container: Any, result: GcResult, *, all_hosts: bool, force: bool) -> None:

@@ -61,6 +61,7 @@ class Restarts:
         step = self._recovery.restart()
         if step is None:
             self._bind.check_now()  # the kill left PID 1 alone: nothing races the host
+            self._bind.in_place()
             self.start_toolbox()
         else:
             self.recreate(step.why, check=True)

@@ -27,7 +27,15 @@ from typing import Any
 import pytest
 
 from tests.conftest import Engine
-from tests.docker.cli_support import ask, assert_ok, containers_of, explain, tool_exchanges
+from tests.docker.cli_support import (
+    SANDBOX_AGENT,
+    ask,
+    assert_ok,
+    cli_env,
+    containers_of,
+    explain,
+    tool_exchanges,
+)
 from tests.docker.test_invariants import CLONE_HOPPER
 from tests.fakes.model_server import Call, ModelServer, RecordedRequest, Reply
 
@@ -427,6 +435,96 @@ def test_a_repository_made_by_a_command_that_kills_its_toolbox_is_gone_before_th
     assert_ok(done, "Done.")
     assert during == [False] and not ran.exists(), explain(done)
     assert "no write records" in tool_exchanges(model_server.last_chat)[0][2]
+
+
+def test_a_protected_path_moved_by_a_command_that_kills_its_toolbox_ends_the_session(
+        project: Path, model_server: ModelServer, tmp_path: Path):
+    """Red-team round 21: `mv tools tools.old` carries the read-only mount of the hooks path
+    along; the command then killed its toolbox, so no check saw it, and the new toolbox took
+    the moved mount for where it belongs: the next command wrote a hook that the person's
+    `git commit` ran on the host during the session. A toolbox never starts where a protected
+    path moved."""
+    (project / "tools" / "hooks").mkdir(parents=True)
+    subprocess.run(["git", "config", "core.hooksPath", "tools/hooks"], cwd=project, check=True)
+    ran = tmp_path / "hook-ran"
+    hook = f"printf '#!/bin/sh\\ntouch {ran}\\n' > tools/hooks/pre-commit"
+    model_server.reply(tool_calls=[Call("run_shell_command", {"command": (
+        f"mv tools tools.old && mkdir -p tools/hooks && {hook}; kill -9 -1; sleep 1")})])
+    model_server.reply(tool_calls=[Call("run_shell_command", {"command": (
+        f"mkdir -p tools/hooks && {hook} && chmod +x tools/hooks/pre-commit && echo PLANTED")})])
+
+    def commit(request: object = None) -> Reply:  # the person commits, during and after
+        subprocess.run(["git", "-c", "user.name=p", "-c", "user.email=p@x", "commit", "-q",
+                        "--allow-empty", "-m", "the person commits"], cwd=project,
+                       capture_output=True, check=False)
+        return Reply(content="Done.")
+
+    model_server.respond(commit)
+
+    done = ask(project, model_server, "ollama", "--yes")
+    commit()
+
+    assert not ran.exists(), explain(done)
+    assert not any("PLANTED" in result for _, _, result in tool_exchanges(model_server.last_chat))
+    assert done.returncode == 13, explain(done)
+    assert "protected paths are not where they were" in done.stderr, explain(done)
+
+
+def test_a_start_the_engine_refused_leaves_nothing_for_the_next_run_to_settle(
+        project: Path, model_server: ModelServer):
+    """Red-team round 21: a hooks path the engine cannot make a mountpoint for fails the
+    container's create; its run record stayed, and the next run "settled" it against the tree
+    as it was by then, disabling the person's freshly cloned repository as the sandbox's."""
+    (project / "README").write_text("hello\n")
+    subprocess.run(["git", "config", "core.hooksPath", "README/hooks"], cwd=project, check=True)
+    model_server.reply(tool_calls=[Call("run_shell_command", {"command": "true"})])
+    model_server.reply("Done.")
+
+    failed = ask(project, model_server, "ollama", "--yes")
+    assert failed.returncode == 10, explain(failed)
+    shutil.rmtree(project / ".git")
+    subprocess.run(["git", "init", "-q", str(project)], check=True)  # the person's own, anew
+    model_server.reply(tool_calls=[Call("run_shell_command", {"command": "true"})])
+    model_server.reply("Done.")
+
+    done = ask(project, model_server, "ollama", "--yes")
+
+    assert_ok(done, "Done.")
+    assert "ended without its controller" not in done.stderr, explain(done)
+    assert (project / ".git" / "HEAD").is_file(), explain(done)
+    assert subprocess.run(["git", "status"], cwd=project, capture_output=True).returncode == 0
+
+
+def test_a_second_writable_session_from_another_environment_is_refused(
+        project: Path, model_server: ModelServer, tmp_path: Path):
+    """Red-team round 21: the root's lock was a file named after the path in a lock dir chosen
+    from `$XDG_RUNTIME_DIR`, so a second session started with another one (or through a bind
+    mount) ran beside the first, and its sandbox could race the first one's start."""
+    started = tmp_path / "started"
+    model_server.reply(tool_calls=[Call("run_shell_command", {
+        "command": f"touch {started.name}; sleep 8"})])
+    model_server.reply("First.")
+    first = subprocess.Popen(
+        [str(SANDBOX_AGENT), "ask", "--root", str(project), "--provider", "ollama", "--host",
+         model_server.url, "--yes", "do the task"], env=cli_env(), stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (project / started.name).exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert (project / started.name).exists(), "the first session never ran its command"
+        other_env = tmp_path / "runtime"
+        other_env.mkdir(mode=0o700)
+        with ModelServer() as second_model:
+            second_model.reply(tool_calls=[Call("run_shell_command", {"command": "true"})])
+            second_model.reply("Second.")
+            second = ask(project, second_model, "ollama", "--yes",
+                         env={"XDG_RUNTIME_DIR": str(other_env)})
+    finally:
+        _, err = first.communicate(timeout=120)
+    assert second.returncode == 10, explain(second)
+    assert "is in use by bind session" in second.stderr, explain(second)
+    assert first.returncode == 0, err
 
 
 def test_no_signal_from_a_command_stops_the_container(project: Path, model_server: ModelServer,

@@ -368,6 +368,29 @@ def test_gc_runs_the_checks_a_dead_bind_run_skipped(project: Path, docker_client
     assert any("sub/.git" in note for note in result.notes), result.notes
 
 
+def test_gc_runs_the_checks_of_a_dead_bind_run_whose_container_is_gone(
+        project: Path, docker_client: Any):
+    """Red-team round 21: `gc` looked only at containers, so after a `docker rm` of a killed
+    controller's container the run's checks never ran and a planted repository stayed live."""
+    from executor.sandbox.gc import gc
+
+    for path in [project, *project.rglob("*")]:
+        os.lchown(path, 1000, 1000)
+    first = DockerSandbox(make_config(project), client=docker_client)
+    first.start()
+    container = docker_client.containers.get(first.info.container_id)
+    planted = container.exec_run(["sh", "-c", "mkdir -p sub/.git/objects sub/.git/refs && "
+                                  "echo 'ref: refs/heads/x' > sub/.git/HEAD"],
+                                 user="1000:1000", workdir="/workspace")
+    assert planted.exit_code == 0, planted.output
+    first.detach()  # the controller dies: no end-of-session checks
+    container.remove(force=True)  # and someone removes its container by hand
+    result = gc(docker_client, root=str(project))
+    assert result.removed == []
+    assert not (project / "sub" / ".git").exists()
+    assert any("sub/.git" in note for note in result.notes), result.notes
+
+
 def test_a_repository_made_past_the_walks_cap_is_disabled_after_its_command(project: Path,
                                                                            docker_client: Any):
     """Red-team round 14: in a tree of more than 200,000 entries the walk after a command

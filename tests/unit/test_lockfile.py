@@ -192,9 +192,10 @@ def test_a_sessions_lock_goes_when_its_session_lets_go(tmp_path: Path):
 def test_a_roots_lock_goes_with_its_last_holder(tmp_path: Path):
     root = tmp_path / "proj"
     root.mkdir()
-    path = rootlock.hold(tmp_path, root, "sess-a")
+    key = rootlock.hold(tmp_path, root, "sess-a")
     again = rootlock.hold(tmp_path, root, "sess-a-child")
+    path = str(rootlock.lock_path(tmp_path, root))
     rootlock.release(again)
     assert Path(path).exists() and lockfile.held(path)
-    rootlock.release(path)
+    rootlock.release(key)
     assert not Path(path).exists()

@@ -66,6 +66,7 @@ def test_a_second_process_fails_naming_the_session_that_holds_the_root(
 def test_the_sessions_of_one_process_share_it_until_the_last_gives_it_back(tmp_path: Path):
     locks, root = tmp_path / "locks", tmp_path / "proj"
     locks.mkdir()
+    root.mkdir()
     parent = rootlock.hold(locks, root, "parent")
     child = rootlock.hold(locks, root, "child")
     rootlock.release(child)
@@ -78,6 +79,7 @@ def test_the_lock_file_names_only_its_holder_after_a_longer_name(tmp_path: Path)
     """The name is written, then the file cut to it: nothing of the last holder's stays."""
     locks, root = tmp_path / "locks", tmp_path / "proj"
     locks.mkdir()
+    root.mkdir()
     rootlock.release(rootlock.hold(locks, root, "a-much-longer-session-name"))
     held = rootlock.hold(locks, root, "short")
     try:
@@ -94,9 +96,24 @@ def test_a_link_or_a_fifo_where_the_lock_goes_is_never_followed(tmp_path: Path):
     rootlock.lock_path(locks, tmp_path / "a").symlink_to(target)
     os.mkfifo(rootlock.lock_path(locks, tmp_path / "b"))
     for root in (tmp_path / "a", tmp_path / "b"):
-        with pytest.raises(SandboxError):
+        root.mkdir()
+        with pytest.raises(SandboxError, match=r"not a lock file of ours|could not open the "
+                                               r"project's lock"):
             rootlock.hold(locks, root, "s", wait=False)
     assert target.read_text() == "keep\n"
+
+
+def test_another_lock_dir_or_spelling_of_the_root_is_the_same_lock(
+        tmp_path: Path, other_process: Path):
+    """Red-team round 21: keyed by the path in a lock dir chosen from `$XDG_RUNTIME_DIR` or
+    `$HOME`, a session started from another environment, or through a link, ran beside."""
+    elsewhere = tmp_path / "other-env-locks"
+    elsewhere.mkdir()
+    spelled = tmp_path / "link-to-proj"
+    spelled.symlink_to(other_process)
+    for lock_dir in (tmp_path / "locks", elsewhere):
+        assert not free(lock_dir, other_process)
+        assert not free(lock_dir, spelled.resolve())
 
 
 @pytest.mark.parametrize(("workspace", "read_only", "takes"),

@@ -31,7 +31,15 @@ from executor.hooks import (
     ToolResultEvent,
     WarningEvent,
 )
-from executor.messages import Message, ModelReply, ToolCall, ToolResult, ToolSpec, Usage
+from executor.messages import (
+    CutReason,
+    Message,
+    ModelReply,
+    ToolCall,
+    ToolResult,
+    ToolSpec,
+    Usage,
+)
 from executor.protocols import Model
 from executor.tools.base import Tool, ToolContext, ToolRegistry, format_validation_error
 
@@ -96,6 +104,18 @@ class RunResult:
     unfinished: str | None = None
     """Why the change the model set out to make is not made, when the calls say so: it tried
     to change files and every such call that ran failed (see `unfinished_reason`)."""
+    cut: CutReason | None = None
+    """Why the answer stopped before the model ended it (the length limit, or a stop because
+    it kept repeating itself): what it wrote is kept, with a note (None: a whole answer)."""
+
+    @property
+    def truncated(self) -> str | None:
+        """Why the answer is not whole, in a clause (None: it is)."""
+        if self.cut is None:
+            return None
+        how = ("the model kept repeating itself and was stopped" if self.cut == "repetition"
+               else "the model reached the per-reply token limit")
+        return f"the answer was cut before the model finished it: {how}"
 
 
 WRITE_TOOLS = frozenset({"write_file", "edit_file"})
@@ -206,7 +226,7 @@ class Agent:
                 nudge = self.coach.review(reply.message.content) if self.coach else None
                 if nudge is None:
                     return RunResult(reply.message.content, turn, records,
-                                     unfinished_reason(records))
+                                     unfinished_reason(records), reply.cut)
                 self.hooks.emit(NoticeEvent(message=f"the answer went back to the model: {nudge}"))
                 self.add(Message.user(nudge))
                 continue

@@ -27,7 +27,8 @@ that fixes it.
     ├── AgentError                            30  e.g. unusable model replies in a row
     │   ├── MaxTurnsExceeded                  31  no answer within --max-turns
     │   ├── CallsDeniedError                  32  `ask --fail-on-denied`: calls were denied
-    │   └── IncompleteRunError                34  answered, but every change it tried failed
+    │   ├── IncompleteRunError                34  answered, but every change it tried failed
+    │   └── TruncatedAnswerError              35  answered, but the answer was cut short
     ├── FindingsError                         33  `review --fail-on`: findings at that severity
     ├── SessionError                          40  session file unreadable
     │   └── SessionCorruptError               41  a corrupt line in the middle
@@ -191,6 +192,13 @@ class IncompleteRunError(AgentError):
     edit it ran failed (the answer is printed first)."""
 
     exit_code = 34
+
+
+class TruncatedAnswerError(AgentError):
+    """The run answered, but the model never finished its answer: it was cut at the reply's
+    length limit or stopped repeating itself, and what it wrote was kept with a note."""
+
+    exit_code = 35
 
 
 class FindingsError(SandboxAgentError):

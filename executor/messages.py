@@ -94,6 +94,11 @@ class ToolResult(BaseModel):
         return cls(ok=False, output=message, meta=meta)
 
 
+CutReason = Literal["length", "repetition"]
+"""Why a reply stopped before the model ended it: the per-reply token cap, or a stop because
+it kept repeating itself."""
+
+
 class Usage(BaseModel):
     """Token counts a provider reported for one request."""
 
@@ -113,7 +118,7 @@ class ModelReply(BaseModel):
     """The model's context window, when the provider reports it."""
     raw: str = ""
     """The reply text exactly as the model produced it (for --trace and audits)."""
-    cut: Literal["length", "repetition"] | None = None
+    cut: CutReason | None = None
     """Why the reply stopped before the model ended it: the per-reply token cap, or a stop
     because it kept repeating itself (None: it ended on its own)."""
 

@@ -26,7 +26,7 @@ from executor.hooks import Event, HookBus
 
 SCHEMA_VERSION = 1
 """Version of the `ask --json` object and of the `--json-stream` events (docs/CLI_JSON.md)."""
-Status = Literal["ok", "incomplete", "denied", "max_turns", "error", "interrupted"]
+Status = Literal["ok", "incomplete", "truncated", "denied", "max_turns", "error", "interrupted"]
 _WRITE_TOOLS = ("write_file", "edit_file")
 
 
@@ -123,7 +123,8 @@ class RunReport(BaseModel):
     usage: Usage = Field(default_factory=Usage)
     error: ErrorReport | None = None
     unfinished: str | None = None
-    """With status incomplete: why the change the model set out to make is not made."""
+    """With status incomplete: why the change the model set out to make is not made; with
+    truncated: why the answer stopped before the model ended it."""
 
     @property
     def denied(self) -> list[ToolCallReport]:
@@ -222,14 +223,17 @@ class RunRecorder:
 
     def report(self, *, answer: str | None = None, turns: int | None = None,
                error: BaseException | None = None, unfinished: str | None = None,
-               **context: Any) -> RunReport:
+               truncated: str | None = None, **context: Any) -> RunReport:
         """The report of the run so far: a success with `answer` (incomplete when
-        `unfinished` says why), or a failure with `error`."""
+        `unfinished` says why, else truncated when `truncated` does), or a failure with
+        `error`."""
         self.usage.wall_ms = round((time.monotonic() - self.started) * 1000, 1)
         facts = {k: v for k, v in {**self.context, **context}.items() if v is not None}
-        status = "incomplete" if unfinished and error is None else status_of(error)
+        status: Status = status_of(error)
+        if error is None and (unfinished or truncated):
+            status = "incomplete" if unfinished else "truncated"
         return RunReport(
-            status=status, answer=answer, unfinished=unfinished, **facts,
+            status=status, answer=answer, unfinished=unfinished or truncated, **facts,
             turns=self.usage.model_requests if turns is None else turns,
             tool_calls=list(self.calls), changes=list(self.changes.values()),
             connections=list(self.connections),

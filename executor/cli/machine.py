@@ -70,11 +70,12 @@ class JsonOutput:
 
     def finish(self, *, answer: str | None = None, turns: int | None = None,
                error: BaseException | None = None, fail_on_denied: bool = False,
-               unfinished: str | None = None) -> RunReport:
+               unfinished: str | None = None, truncated: str | None = None) -> RunReport:
         """Print the result object; returns it. With `fail_on_denied` a run with denied
         calls has status `denied` and the CallsDeniedError it then raises as its error;
-        `unfinished` (why no change was made) makes its status `incomplete`."""
-        report = self._report(answer, turns, error, unfinished)
+        `unfinished` (why no change was made) makes its status `incomplete`, else
+        `truncated` (why the answer was cut) makes it `truncated`."""
+        report = self._report(answer, turns, error, unfinished, truncated)
         denied = denied_error(report) if fail_on_denied and error is None else None
         if denied is not None:
             report = self._report(answer, turns, denied)
@@ -86,9 +87,9 @@ class JsonOutput:
         return report
 
     def _report(self, answer: str | None, turns: int | None, error: BaseException | None,
-                unfinished: str | None = None) -> RunReport:
+                unfinished: str | None = None, truncated: str | None = None) -> RunReport:
         report = self.recorder.report(answer=answer, turns=turns, error=error,
-                                      unfinished=unfinished, **self.facts)
+                                      unfinished=unfinished, truncated=truncated, **self.facts)
         if self._session is not None:
             report.session = self._session()
         return report

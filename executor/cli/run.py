@@ -11,7 +11,12 @@ import typer
 
 from executor.cli.common import cli_errors, err_console, out_console, real_console
 from executor.cli.flags import ASK, DELEGATION, RunFlags, run_flags
-from executor.errors import ConfigError, IncompleteRunError, SandboxAgentError
+from executor.errors import (
+    ConfigError,
+    IncompleteRunError,
+    SandboxAgentError,
+    TruncatedAnswerError,
+)
 from executor.signals import cleaned_up_whole, interrupt_on_ending_signals
 from executor.text import markup_safe
 
@@ -248,17 +253,24 @@ def _finish(result: RunResult, view: ProgressView, output: JsonOutput,
         show_answer(result.answer, real_console(out_console))
     err_console.print(f"[dim]done · {markup_safe(view.summary())}[/]")
     output.finish(answer=result.answer, turns=result.turns, fail_on_denied=fail_on_denied,
-                  unfinished=result.unfinished)
+                  unfinished=result.unfinished, truncated=result.truncated)
     if result.unfinished:
         raise IncompleteRunError(f"the run answered, but {result.unfinished}",
                                  fix="say more precisely what to change, or use a more "
                                      "capable model (--provider ollama)")
+    if result.truncated:
+        raise TruncatedAnswerError(f"the run answered, but {result.truncated}",
+                                   fix="ask for a shorter answer, or use a more capable "
+                                       "model (the embedded model's reply limit is "
+                                       "SANDBOX_AGENT_EMBEDDED_MAX_REPLY_TOKENS)")
 
 
 def _say_unfinished(result: RunResult) -> None:
-    """A run whose changes all failed says so under its answer (the model may claim them)."""
-    if result.unfinished:
-        err_console.print(f"[yellow]warning:[/] {markup_safe(result.unfinished)}")
+    """A run whose changes all failed, or whose answer was cut, says so under its answer (the
+    model may claim the changes)."""
+    for why in (result.unfinished, result.truncated):
+        if why:
+            err_console.print(f"[yellow]warning:[/] {markup_safe(why)}")
 
 
 def _person_at_terminal() -> bool:

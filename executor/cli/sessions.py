@@ -85,7 +85,7 @@ def _listing(root: Path) -> list[dict[str, Any]]:
 
 
 _STATUS_STYLES = {"ok": "green", "error": "red", "max_turns": "yellow", "incomplete": "yellow",
-                  "interrupted": "yellow",
+                  "truncated": "yellow", "interrupted": "yellow",
                   "unfinished": "yellow", "unreadable": "red"}
 
 

@@ -58,7 +58,7 @@ from executor.models.limits import (
     read_start,
     text_encoding,
 )
-from executor.models.parsing import RawCall, parse_reply
+from executor.models.parsing import RawCall, cut_reply, parse_reply
 from executor.models.retry import Retryable, RetryPolicy, call_with_retry
 from executor.protocols import TokenCallback
 
@@ -281,8 +281,10 @@ def _unresolved(exc: BaseException) -> bool:
     return False
 
 
-Reply = tuple[str, list[RawCall], Usage, str]
-"""Text, calls, usage and thinking (reasoning) of one reply, as a provider read it."""
+Reply = tuple[str, list[RawCall], Usage, str, bool]
+"""Text, calls, usage, thinking (reasoning) of one reply, as a provider read it, and whether
+the server cut it at its token limit (OpenAI's `finish_reason`, Ollama's `done_reason`:
+"length")."""
 
 
 class HttpChatModel:
@@ -332,14 +334,18 @@ class HttpChatModel:
         url = f"{self.base_url}{self.chat_path}"
         try:
             if self.stream:
-                text, calls, usage, thinking = self._http.post_stream(
+                text, calls, usage, thinking, cut = self._http.post_stream(
                     url, body, lambda lines: self.read_stream(lines, on_token, on_thinking))
             else:
-                text, calls, usage, thinking = self.read_reply(self._http.post_json(url, body))
+                text, calls, usage, thinking, cut = self.read_reply(
+                    self._http.post_json(url, body))
         except ModelResponseError as exc:
             if exc.status_code != 404:
                 raise
             raise missing_model(exc, self.name, self.list_models, self.pull_hint) from exc
+        if cut:  # an answer cut short is kept and flagged; any other cut asks for a short reply
+            return cut_reply(text, self.tool_protocol, "length", native_calls=calls,
+                             usage=usage, context_length=self._context, thinking=thinking)
         return parse_reply(text, self.tool_protocol, native_calls=calls, usage=usage,
                            context_length=self._context, thinking=thinking)
 

@@ -204,7 +204,7 @@ def _reply(data: Any) -> Reply:
     chunk = _chunk(data)
     message = chunk.get("message") or {}
     return (str(message.get("content") or ""), _calls(message), _usage(chunk),
-            str(message.get("thinking") or ""))
+            str(message.get("thinking") or ""), chunk.get("done_reason") == "length")
 
 
 def _read(lines: Iterator[str], on_token: TokenCallback | None,
@@ -214,7 +214,7 @@ def _read(lines: Iterator[str], on_token: TokenCallback | None,
     pieces: list[str] = []
     thoughts: list[str] = []
     calls: list[RawCall] = []
-    usage = Usage()
+    usage, cut = Usage(), False
     for line in lines:
         if not line.strip():
             continue
@@ -226,8 +226,8 @@ def _read(lines: Iterator[str], on_token: TokenCallback | None,
         if len(calls) > MAX_CALLS:  # each costs ~100 times the bytes that can make one
             raise too_many_calls("Ollama")
         if chunk.get("done"):
-            usage = _usage(chunk)
-    return "".join(pieces), calls, usage, "".join(thoughts)
+            usage, cut = _usage(chunk), chunk.get("done_reason") == "length"
+    return "".join(pieces), calls, usage, "".join(thoughts), cut
 
 
 def _relay(piece: str, pieces: list[str], callback: TokenCallback | None) -> None:

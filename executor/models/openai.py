@@ -244,7 +244,8 @@ def _reply(data: Any) -> Reply:
                 c.get("id"))
         for c in message.get("tool_calls") or []
     ]
-    return str(message.get("content") or ""), calls, _usage(chunk.get("usage")), _reasoning(message)
+    return (str(message.get("content") or ""), calls, _usage(chunk.get("usage")),
+            _reasoning(message), choices[0].get("finish_reason") == "length")
 
 
 def _reasoning(message: Mapping[str, Any]) -> str:
@@ -268,12 +269,15 @@ class _Stream:
     thoughts: list[str] = field(default_factory=list)
     calls: dict[int, _PartialCall] = field(default_factory=dict)
     usage: Usage = field(default_factory=Usage)
+    cut: bool = False
+    """The server said it stopped at its token limit (`finish_reason: "length"`)."""
 
     def add(self, chunk: Mapping[str, Any], on_token: TokenCallback | None,
             on_thinking: TokenCallback | None = None) -> None:
         if chunk.get("usage"):
             self.usage = _usage(chunk["usage"])
         for choice in chunk.get("choices") or []:
+            self.cut = self.cut or choice.get("finish_reason") == "length"
             delta = choice.get("delta") or {}
             thought = _reasoning(delta)
             if thought:
@@ -309,7 +313,7 @@ class _Stream:
             RawCall(c.name, c.decoded if c.decoded is not None else "".join(c.arguments), c.id)
             for _, c in sorted(self.calls.items())
         ]
-        return "".join(self.pieces), calls, self.usage, "".join(self.thoughts)
+        return "".join(self.pieces), calls, self.usage, "".join(self.thoughts), self.cut
 
 
 def _read(lines: Iterator[str], on_token: TokenCallback | None,

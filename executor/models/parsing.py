@@ -16,10 +16,10 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from executor.config import ToolProtocol
-from executor.messages import Message, ModelReply, ToolCall, Usage, new_call_id
+from executor.messages import CutReason, Message, ModelReply, ToolCall, Usage, new_call_id
 
 JSON_REMINDER = (
     'Reply with exactly one JSON object: {"name": "<tool>", "arguments": {...}} to use a tool, '
@@ -31,7 +31,6 @@ _TRAILING_COMMA = re.compile(r",\s*([}\]])")
 _MAX_NESTING = 20  # how deep to look for a good object inside broken ones
 _ANSWER_START = re.compile(r'\s*(?:```[a-zA-Z]*\s*)?\{\s*"answer"\s*:\s*"')
 _LENIENT = json.JSONDecoder(strict=False)
-CutReason = Literal["length", "repetition"]
 REPEATS = 4
 """Copies of the same text in a row that make a reply a runaway (see `repeated_tail`)."""
 REPEAT_SPAN = 400
@@ -341,6 +340,7 @@ def cut_reply(
     protocol: ToolProtocol,
     why: CutReason,
     *,
+    native_calls: Sequence[RawCall] = (),
     usage: Usage | None = None,
     context_length: int | None = None,
     thinking: str = "",
@@ -353,8 +353,8 @@ def cut_reply(
     """
     end = repeated_tail(text)
     kept = text if end is None else text[:end]
-    reply = parse_reply(kept, protocol, usage=usage, context_length=context_length,
-                        thinking=thinking)
+    reply = parse_reply(kept, protocol, native_calls=native_calls, usage=usage,
+                        context_length=context_length, thinking=thinking)
     update: dict[str, Any] = {"cut": why, "raw": text}
     message = reply.message
     if reply.problem:

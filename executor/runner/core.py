@@ -175,7 +175,8 @@ class Runner(StartStop, SandboxWiring, SessionKeeping, ModelWiring, Approvals):
         except BaseException as exc:
             self._finished(_status(exc), started, error=exc)
             raise
-        status = "incomplete" if result.unfinished else "ok"
+        status = ("incomplete" if result.unfinished
+                  else "truncated" if result.truncated else "ok")
         self._finished(status, started, answer=result.answer, turns=result.turns)
         return result
 

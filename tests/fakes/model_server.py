@@ -20,6 +20,8 @@ server, so calls chain::
     server.reply("Hi there", cut_after=2)  # when streamed: 2 chunks, then the connection drops
     server.reply("42", thinking="Let me add.")  # reasoning first: Ollama's `thinking`,
                                           # OpenAI's `reasoning_content`
+    server.reply('{"answer": "The', finish="length")  # cut at the server's token limit:
+                                          # finish_reason / done_reason "length"
     server.error(503)                     # HTTP error with a JSON error body
     server.error(429, retry_after=0)      # ... and a Retry-After header
     server.error(400, "bad request")
@@ -110,6 +112,9 @@ class Reply:
     thinking: str = ""
     """The model's reasoning, sent before the content (Ollama `message.thinking`, OpenAI
     `reasoning_content`)."""
+    finish: str | None = None
+    """Why the reply ended (OpenAI `finish_reason`, Ollama `done_reason`), e.g. "length" for
+    a reply the server cut at its token limit; None: "stop" (or "tool_calls")."""
 
 
 @dataclass(frozen=True)
@@ -275,10 +280,11 @@ class ModelServer:
         delay: float = 0.0,
         cut_after: int | None = None,
         thinking: str = "",
+        finish: str | None = None,
     ) -> ModelServer:
         """Script a successful reply."""
         return self.enqueue(Reply(content, tuple(tool_calls), prompt_tokens, completion_tokens,
-                                  delay, cut_after, thinking))
+                                  delay, cut_after, thinking, finish))
 
     def error(
         self, status: int, message: str = "", *, retry_after: float | str | None = None
@@ -653,8 +659,9 @@ class _OllamaWire:
                  "function": {"name": c.name, "arguments": c.arguments}} for c in step.tool_calls]
 
     @staticmethod
-    def _final(model: str, usage: tuple[int, int]) -> dict[str, Any]:
-        return {"model": model, "created_at": _now(), "done": True, "done_reason": "stop",
+    def _final(model: str, usage: tuple[int, int], finish: str | None = None) -> dict[str, Any]:
+        return {"model": model, "created_at": _now(), "done": True,
+                "done_reason": finish or "stop",
                 "prompt_eval_count": usage[0], "eval_count": usage[1]}
 
     @staticmethod
@@ -664,7 +671,7 @@ class _OllamaWire:
             message["thinking"] = step.thinking
         if step.tool_calls:
             message["tool_calls"] = _OllamaWire._calls(step)
-        return {**_OllamaWire._final(model, usage), "message": message}
+        return {**_OllamaWire._final(model, usage, step.finish), "message": message}
 
     @staticmethod
     def chunks(model: str, step: Reply, usage: tuple[int, int],
@@ -682,7 +689,7 @@ class _OllamaWire:
             yield line({"model": model, "created_at": _now(), "done": False,
                         "message": {"role": "assistant", "content": "",
                                     "tool_calls": _OllamaWire._calls(step)}})
-        yield line({**_OllamaWire._final(model, usage),
+        yield line({**_OllamaWire._final(model, usage, step.finish),
                     "message": {"role": "assistant", "content": ""}})
 
 
@@ -709,7 +716,7 @@ class _OpenAIWire:
                  "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
                 for i, c in enumerate(step.tool_calls)
             ]
-        finish = "tool_calls" if step.tool_calls else "stop"
+        finish = step.finish or ("tool_calls" if step.tool_calls else "stop")
         return {"id": "chatcmpl-standin", "object": "chat.completion", "created": int(time.time()),
                 "model": model, "usage": _OpenAIWire._usage(usage),
                 "choices": [{"index": 0, "message": message, "finish_reason": finish}]}
@@ -730,7 +737,7 @@ class _OpenAIWire:
             yield event({"content": piece})
         for i, call in enumerate(step.tool_calls):
             yield from _OpenAIWire._call_fragments(event, i, call)
-        yield event({}, "tool_calls" if step.tool_calls else "stop")
+        yield event({}, step.finish or ("tool_calls" if step.tool_calls else "stop"))
         options = request.body.get("stream_options") if isinstance(request.body, dict) else None
         if isinstance(options, dict) and options.get("include_usage"):
             usage_chunk = {"id": "chatcmpl-standin", "object": "chat.completion.chunk",

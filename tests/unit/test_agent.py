@@ -196,8 +196,18 @@ def test_an_answer_cut_while_being_written_ends_the_run_with_a_note() -> None:
     assert result.answer.startswith("test_whisper fails: it expects 'hi...'.")
     assert result.answer.count("case-sensitive") == 1
     assert result.answer.endswith(cut_note("length"))
+    assert result.cut == "length"
+    assert result.truncated is not None and "per-reply token limit" in result.truncated
     assert any(e.kind == "warning" and "per-reply token limit" in e.data["message"]
                for e in events)
+
+
+def test_a_whole_answer_after_a_cut_call_is_not_truncated() -> None:
+    agent = make_agent([cut_reply(CUT_CALL, "constrained", "length"), "all done"])
+
+    result = agent.run("go")
+
+    assert result.answer == "all done" and result.cut is None and result.truncated is None
 
 
 def test_a_cut_call_is_asked_again_once_for_a_short_reply_without_its_repeated_tail() -> None:

@@ -244,6 +244,9 @@ def test_server_parameters_are_private_local_and_explicit(tmp_path: Path) -> Non
     assert params.cpuparams.n_threads == params.cpuparams_batch.n_threads == 3
     assert params.api_keys == [server.api_key] and params.ui is False
     assert (params.sampling.penalty_repeat, params.sampling.dry_multiplier) == (1.0, 0.0)
+    assert (params.n_batch, params.n_ubatch) == (512, 512)  # a stop waits for one step only
+    small = LlamaServer(tmp_path / "m.gguf", EmbeddedOptions(n_batch=128))._params(xllamacpp)
+    assert (small.n_batch, small.n_ubatch) == (128, 128)
     tuned = LlamaServer(tmp_path / "m.gguf", EmbeddedOptions(repeat_penalty=1.1,
                                                              dry_multiplier=0.8))._params(xllamacpp)
     assert tuned.sampling.penalty_repeat == pytest.approx(1.1)

@@ -268,3 +268,50 @@ def test_satisfies_the_model_protocol(provider: ProviderName, model_server: Mode
     assert model.name == "fake-model"
     model.close()
     assert model_server.requests == []  # constructing and closing did no I/O
+
+
+@pytest.mark.parametrize("stream", [True, False])
+@pytest.mark.parametrize("protocol", ["json", "constrained"])
+def test_an_answer_the_server_cut_at_its_length_limit_is_kept_and_flagged(
+    provider: ProviderName, stream: bool, protocol: str, model_server: ModelServer
+) -> None:
+    model_server.reply('{"answer": "The tests pass and the', finish="length")
+    with make_model(provider, model_server, stream=stream, tool_protocol=protocol) as model:
+        reply, _ = chat(model)
+    assert reply.cut == "length" and reply.problem is None
+    assert reply.message.content.startswith("The tests pass and the")
+    assert "This answer is incomplete: the model reached its length limit" \
+        in reply.message.content
+
+
+@pytest.mark.parametrize("stream", [True, False])
+@pytest.mark.parametrize("protocol", ["json", "constrained"])
+def test_a_call_the_server_cut_at_its_length_limit_asks_for_a_short_reply(
+    provider: ProviderName, stream: bool, protocol: str, model_server: ModelServer
+) -> None:
+    model_server.reply('{"name": "read_file", "arguments": {"path": "a.py", "start', finish="length")
+    with make_model(provider, model_server, stream=stream, tool_protocol=protocol) as model:
+        reply, _ = chat(model)
+    assert reply.cut == "length" and reply.message.tool_calls == []
+    assert reply.problem is not None and "cut before it was complete" in reply.problem
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_a_native_prose_answer_cut_at_the_length_limit_is_flagged(
+    provider: ProviderName, stream: bool, model_server: ModelServer
+) -> None:
+    model_server.reply("It prints hi and then", finish="length")
+    with make_model(provider, model_server, stream=stream, tool_protocol="native") as model:
+        reply, _ = chat(model)
+    assert reply.cut == "length" and reply.message.content.startswith("It prints hi and then")
+    assert "incomplete" in reply.message.content
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_a_reply_that_ended_on_its_own_is_not_cut(
+    provider: ProviderName, stream: bool, model_server: ModelServer
+) -> None:
+    model_server.reply('{"answer": "Done."}', finish="stop")
+    with make_model(provider, model_server, stream=stream, tool_protocol="constrained") as model:
+        reply, _ = chat(model)
+    assert reply.cut is None and reply.message.content == "Done."

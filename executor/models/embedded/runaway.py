@@ -63,7 +63,7 @@ def guarded_chat(
         return cut_reply(stop.text, client.tool_protocol, "repetition",
                          usage=Usage(completion_tokens=stop.pieces))
     produced = reply.usage.completion_tokens
-    if produced is None or produced < cap:
+    if reply.cut is not None or produced is None or produced < cap:  # cut: said by the server
         return reply
     return cut_reply(reply.raw, client.tool_protocol, "length", usage=reply.usage,
                      thinking=reply.message.thinking)

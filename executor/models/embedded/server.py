@@ -36,6 +36,10 @@ class EmbeddedOptions(BaseSettings):
     """Cap of the prompt cache llama.cpp keeps in RAM between requests (its default is 8 GiB)."""
     threads: int | None = Field(default=None, ge=1)
     """CPU threads for generation and prompt processing; None: every core this process may use."""
+    n_batch: int = Field(default=512, ge=32)
+    """Prompt tokens llama.cpp reads in one step of its loop (its default: 2,048). A stop
+    (Ctrl-C, SIGTERM) waits for the step under way (docs/MODELS.md); 512 is the size of its
+    compute unit (n_ubatch) anyway."""
     max_reply_tokens: int = Field(default=2048, ge=16)
     """Tokens one reply may generate when the request sets no limit (stops runaway output)."""
     repeat_penalty: float = Field(default=1.0, ge=1.0, le=2.0)
@@ -179,6 +183,7 @@ class LlamaServer:
         params.hostnames, params.port = ["127.0.0.1"], 0  # 0: the OS picks a free port
         params.api_keys = [self.api_key]
         params.n_ctx, params.n_parallel = opts.n_ctx, 1
+        params.n_batch, params.n_ubatch = opts.n_batch, min(params.n_ubatch, opts.n_batch)
         params.cache_ram_mib, params.n_predict = opts.cache_ram_mib, opts.max_reply_tokens
         params.cpuparams.n_threads = params.cpuparams_batch.n_threads = opts.threads or _cores()
         params.sampling.penalty_repeat = opts.repeat_penalty

@@ -56,6 +56,10 @@ class GitGuard:
         self.baseline: Baseline | None = None
         self.undisabled: set[str] = set()
         """`.git` entries the toolbox reported it could not disable: renamed after."""
+        self.mountpoints: dict[str, Identity] = {}
+        """(device, inode) of the mountpoints the engine made for missing protected paths,
+        once it made them: a rename above one carries its empty mount away as well."""
+        self._unnoted = False
         self.started_ns = 0
 
     @property
@@ -92,9 +96,23 @@ class GitGuard:
                 [*self.baseline.made_dirs, *dirs])))
 
     def moved(self) -> list[str]:
-        """Protected paths that are not what they were at the start (a new container would
-        protect them where they are, not the originals)."""
-        return sorted(misplaced(self.root, self.baseline.identities)) if self.baseline else []
+        """Protected paths that are not what they were at the start, or where the container
+        mounted them (a new container would protect them where they are, not the originals)."""
+        if self.baseline is None:
+            return []
+        found = set(misplaced(self.root, self.baseline.identities))
+        found.update(rel for rel, was in self.mountpoints.items()
+                     if identities(self.root, (rel,)).get(rel) != was)
+        return sorted(found)
+
+    def note_mountpoints(self) -> None:
+        """After the engine made a container: the mountpoints it made for missing protected
+        paths, as they are now (each a read-only mount there from now on): called when the
+        container's first toolbox is ready, before any command ran in it."""
+        if self.baseline is not None and self._unnoted:
+            self._unnoted = False
+            missing = tuple(rel for rel, was in self.baseline.identities.items() if was is None)
+            self.mountpoints = identities(self.root, missing)
 
     def check_mounted(self) -> None:
         """After the engine made the container: every protected path is still the one the
@@ -102,6 +120,7 @@ class GitGuard:
         directory on the way swapped for a link since would have put a host path into the
         container (one bind session per root, rootlock.py, leaves no sandbox to do it; this
         makes sure of it before any command runs: the container then goes)."""
+        self.mountpoints, self._unnoted = {}, True  # this container's: at its first toolbox
         moved = self.moved()
         if moved:
             raise SandboxError(

@@ -37,6 +37,7 @@ class Restarts:
         """Start the toolbox (`Recovery.start_toolbox`), then check what it sees."""
         self._plan.check_root(self._recovery.start_toolbox(self._plan.toolbox_argv(),
                                                            running=running))
+        self._bind.git.note_mountpoints()
 
     def react(self, signals: Signals, retried: bool) -> bool:
         """Do what a reply signals; True: run the call once more (in a new container)."""

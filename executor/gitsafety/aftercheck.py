@@ -15,6 +15,7 @@ following a link (toolbox/nofollow.py: the rule the toolbox uses too).
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import stat
 from collections.abc import Callable
@@ -110,14 +111,37 @@ def _empty_dir(root: Path, rel: str) -> bool:
 
 
 def _move_aside(root: Path, rel: str) -> str:
-    """Rename `rel` to `rel.replaced-<hex>` (no link followed on the way); where it went."""
+    """Rename `rel` to `rel.replaced-<hex>` (no link followed on the way); where it went.
+    When a step on the way is no directory (a link put where the renamed parent was, whose
+    target git on the host would follow), that step goes aside instead: the path git reads
+    then leads nowhere."""
     parts = Path(rel).parts
-    aside = f"{parts[-1]}.replaced-{os.urandom(4).hex()}"
+    for depth in range(len(parts), 0, -1):
+        if depth < len(parts) and not _not_a_directory(root, parts[:depth]):
+            continue
+        aside = f"{parts[depth - 1]}.replaced-{os.urandom(4).hex()}"
+        try:
+            _rename_beneath(root, parts[:depth - 1], parts[depth - 1], aside)
+        except OSError as exc:
+            if depth == len(parts) and exc.errno in (errno.ENOTDIR, errno.ELOOP):
+                continue  # a step above is the link: found and moved by the next turns
+            return f"(not moved: {exc.strerror}; remove {rel} before running git here)"
+        return str(Path(*parts[:depth - 1], aside))
+    return f"(not moved; remove {rel} before running git here)"
+
+
+def _not_a_directory(root: Path, parts: tuple[str, ...]) -> bool:
+    """Whether `parts` beneath root is there but no directory (a link, a file)."""
     try:
-        _rename_beneath(root, parts[:-1], parts[-1], aside)
-    except OSError as exc:
-        return f"(not moved: {exc.strerror})"
-    return str(Path(rel).with_name(aside))
+        parent = open_beneath(root, parts[:-1])
+    except OSError:
+        return False  # a step above it is the one
+    try:
+        return not stat.S_ISDIR(os.lstat(parts[-1], dir_fd=parent).st_mode)
+    except OSError:
+        return False
+    finally:
+        os.close(parent)
 
 
 def _rename_beneath(root: Path, folder: tuple[str, ...], name: str, new: str) -> None:

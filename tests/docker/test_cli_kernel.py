@@ -470,6 +470,51 @@ def test_a_protected_path_moved_by_a_command_that_kills_its_toolbox_ends_the_ses
     assert "protected paths are not where they were" in done.stderr, explain(done)
 
 
+def _commit(project: Path) -> None:
+    subprocess.run(["git", "-c", "user.name=p", "-c", "user.email=p@x", "commit", "-q",
+                    "--allow-empty", "-m", "the person commits"], cwd=project,
+                   capture_output=True, check=False)
+
+
+@pytest.mark.parametrize("plant", ["missing-at-the-start", "a-link-where-it-was"])
+def test_a_hooks_path_moved_away_is_not_planted_through_by_a_toolbox_killing_command(
+        project: Path, model_server: ModelServer, tmp_path: Path, plant: str):
+    """Red-team round 22: (missing) a hooks path absent at the start gets an empty read-only
+    mount, which `mv tools tools.old` carried away unseen, so the restarted toolbox let the
+    next command write the hook; (link) `tools` made a link to a planted `evil/hooks` after the
+    rename: the session ended, but nothing could be moved aside through the link and the hook
+    ran at the person's next commit. Neither hook runs, during the session or after it."""
+    ran = tmp_path / "hook-ran"
+    (project / "tools").mkdir()
+    (project / "tools" / "build.sh").write_text("echo build\n")
+    if plant == "a-link-where-it-was":
+        (project / "tools" / "hooks").mkdir()
+    subprocess.run(["git", "config", "core.hooksPath", "tools/hooks"], cwd=project, check=True)
+    hook = f"printf '#!/bin/sh\\ntouch {ran}\\n' > HOOKS/pre-commit && chmod +x HOOKS/pre-commit"
+    if plant == "missing-at-the-start":
+        first = "mv tools tools.old; kill -9 -1; sleep 1"
+    else:
+        first = (f"mv tools tools.old && mkdir -p evil/hooks && {hook.replace('HOOKS', 'evil/hooks')}"
+                 " && ln -s evil tools; kill -9 -1; sleep 1")
+    model_server.reply(tool_calls=[Call("run_shell_command", {"command": first})])
+    model_server.reply(tool_calls=[Call("run_shell_command", {"command": (
+        f"mkdir -p tools/hooks && {hook.replace('HOOKS', 'tools/hooks')} && echo PLANTED")})])
+
+    def commit(request: object) -> Reply:  # the person commits while the session runs
+        _commit(project)
+        return Reply(content="Done.")
+
+    model_server.respond(commit)
+
+    done = ask(project, model_server, "ollama", "--yes")
+    _commit(project)  # and after it
+
+    assert not ran.exists(), explain(done)
+    assert not any("PLANTED" in result for _, _, result in tool_exchanges(model_server.last_chat))
+    assert done.returncode == 13, explain(done)
+    assert "not moved" not in done.stderr, explain(done)
+
+
 def test_a_start_the_engine_refused_leaves_nothing_for_the_next_run_to_settle(
         project: Path, model_server: ModelServer):
     """Red-team round 21: a hooks path the engine cannot make a mountpoint for fails the

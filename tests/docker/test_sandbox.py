@@ -349,9 +349,8 @@ def test_a_dead_bind_runs_checks_run_before_the_next_run_looks_at_the_tree(proje
     assert not docker_client.containers.list(all=True, filters={"id": container.id})
 
 
-def test_gc_runs_the_checks_a_dead_bind_run_skipped(project: Path, docker_client: Any):
-    from executor.sandbox.gc import gc
-
+def _a_dead_run_that_planted_a_repository(project: Path, docker_client: Any) -> Any:
+    """A bind session's sandbox plants `sub/.git`, then its controller dies (no checks ran)."""
     for path in [project, *project.rglob("*")]:
         os.lchown(path, 1000, 1000)
     first = DockerSandbox(make_config(project), client=docker_client)
@@ -361,7 +360,14 @@ def test_gc_runs_the_checks_a_dead_bind_run_skipped(project: Path, docker_client
                                   "echo 'ref: refs/heads/x' > sub/.git/HEAD"],
                                  user="1000:1000", workdir="/workspace")
     assert planted.exit_code == 0, planted.output
-    first.detach()  # the controller dies: no end-of-session checks
+    first.detach()
+    return container
+
+
+def test_gc_runs_the_checks_a_dead_bind_run_skipped(project: Path, docker_client: Any):
+    from executor.sandbox.gc import gc
+
+    container = _a_dead_run_that_planted_a_repository(project, docker_client)
     result = gc(docker_client, root=str(project))
     assert result.removed == [container.name]
     assert not (project / "sub" / ".git").exists()
@@ -374,16 +380,7 @@ def test_gc_runs_the_checks_of_a_dead_bind_run_whose_container_is_gone(
     controller's container the run's checks never ran and a planted repository stayed live."""
     from executor.sandbox.gc import gc
 
-    for path in [project, *project.rglob("*")]:
-        os.lchown(path, 1000, 1000)
-    first = DockerSandbox(make_config(project), client=docker_client)
-    first.start()
-    container = docker_client.containers.get(first.info.container_id)
-    planted = container.exec_run(["sh", "-c", "mkdir -p sub/.git/objects sub/.git/refs && "
-                                  "echo 'ref: refs/heads/x' > sub/.git/HEAD"],
-                                 user="1000:1000", workdir="/workspace")
-    assert planted.exit_code == 0, planted.output
-    first.detach()  # the controller dies: no end-of-session checks
+    container = _a_dead_run_that_planted_a_repository(project, docker_client)
     container.remove(force=True)  # and someone removes its container by hand
     result = gc(docker_client, root=str(project))
     assert result.removed == []

@@ -129,6 +129,10 @@ def _finish(name: str, result: GcResult) -> None:
     for record in runrecord.abandoned(default_lock_dir()):
         if record.name != name:
             continue
+        if not os.path.lexists(record.root):  # nothing left to check, nor ever will be
+            runrecord.forget(default_lock_dir(), name)
+            result.notes.append(f"the project of {name} is gone: its record is dropped")
+            return
         try:
             held = rootlock.hold(default_lock_dir(), real_root(record.root), "gc", wait=False)
         except SandboxError as exc:

@@ -90,3 +90,22 @@ def test_a_container_caught_mid_stop_is_removed_on_a_second_try(monkeypatch: pyt
 
     engine.force_remove(Stopping())
     assert len(tries) == 2
+
+
+def test_a_dead_runs_record_whose_project_is_gone_is_dropped(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Red-team round 22: it stayed for ever, and every `gc` said its checks wait."""
+    from executor.gitsafety.walk import TreeScan
+    from executor.sandbox import runrecord
+    from executor.sandbox.config import default_lock_dir
+    from executor.sandbox.gc import GcResult, _finish
+
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    default_lock_dir().mkdir(mode=0o700)
+    runrecord.RunRecord(name="sandbox-agent-dead", root=str(tmp_path / "deleted"), started_ns=0,
+                        tree=TreeScan()).save(default_lock_dir())
+    assert [r.name for r in runrecord.abandoned(default_lock_dir())] == ["sandbox-agent-dead"]
+    result = GcResult(removed=[], in_use=[], skipped=[])
+    _finish("sandbox-agent-dead", result)
+    assert runrecord.abandoned(default_lock_dir()) == []
+    assert result.notes == ["the project of sandbox-agent-dead is gone: its record is dropped"]

@@ -14,7 +14,9 @@ The lock is the kernel's on the root directory itself (`flock` of its own descri
 every spelling of the root — a link, a bind mount elsewhere — and every lock dir (another
 `$XDG_RUNTIME_DIR`, another `$HOME`) is the same lock (red-team round 21: keyed by the path
 in an environment-chosen dir, two sessions ran at once). The file in the lock dir only names
-the holder, for the message.
+the holder, for the message. A session also holds a shared lock on every directory above its
+root, so that a root inside another one's, or around it, is refused too (red-team round 22: a
+session on a subdirectory ran beside one on the project); sibling roots never meet.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ class _Held:
     fd: int
     root_fd: int
     path: str
+    above: list[int]
     holder: str
     count: int = 1
 
@@ -71,19 +74,23 @@ def hold(lock_dir: Path, root: Path, holder: str, *, wait: bool = True) -> str:
             held.count += 1
             return key
         path = str(lock_path(lock_dir, root))
+        above: list[int] = []
         try:
             _flock_root(root_fd, path, root, wait)
+            above = _hold_above(root, wait)
             fd = _acquire(path)
         except BaseException:
-            os.close(root_fd)
+            for each in [*above, root_fd]:
+                os.close(each)
             raise
         try:
             _write_holder(fd, holder.encode())
         except BaseException:
             lockfile.release(fd, path)
-            os.close(root_fd)
+            for each in [*above, root_fd]:
+                os.close(each)
             raise
-        _HELD[key] = _Held(fd, root_fd, path, holder)
+        _HELD[key] = _Held(fd, root_fd, path, above, holder)
     return key
 
 
@@ -97,7 +104,8 @@ def release(key: str) -> None:
         if held.count == 0:
             del _HELD[key]
             lockfile.release(held.fd, held.path)
-            os.close(held.root_fd)
+            for each in [*held.above, held.root_fd]:
+                os.close(each)
 
 
 def _open_root(root: Path) -> int:
@@ -123,6 +131,35 @@ def _flock_root(root_fd: int, path: str, root: Path, wait: bool) -> None:
         "two bind sessions on one project would race each other's checks of it",
         fix="wait for that session to end, or run this one with --workspace copy or "
             "--read-only")
+
+
+def _hold_above(root: Path, wait: bool) -> list[int]:
+    """A shared lock on each directory above `root` (a real path): refused while a session
+    holds one of them as its root."""
+    held: list[int] = []
+    try:
+        for parent in root.parents:
+            fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            held.append(fd)
+            for _ in range(_TRIES if wait else 1):
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if wait:
+                        time.sleep(0.1)
+            else:
+                raise SandboxError(
+                    f"the project {root} lies inside {parent}, in use by a bind session in "
+                    "another process: two bind sessions on one tree would race each other's "
+                    "checks of it",
+                    fix="wait for that session to end, or run this one with --workspace copy "
+                        "or --read-only")
+    except BaseException:
+        for fd in held:
+            os.close(fd)
+        raise
+    return held
 
 
 def _acquire(path: str) -> int:

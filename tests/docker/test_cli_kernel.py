@@ -540,11 +540,14 @@ def test_a_start_the_engine_refused_leaves_nothing_for_the_next_run_to_settle(
     assert subprocess.run(["git", "status"], cwd=project, capture_output=True).returncode == 0
 
 
+@pytest.mark.parametrize("second", ["another-environment", "a-subdirectory"])
 def test_a_second_writable_session_from_another_environment_is_refused(
-        project: Path, model_server: ModelServer, tmp_path: Path):
+        project: Path, model_server: ModelServer, tmp_path: Path, second: str):
     """Red-team round 21: the root's lock was a file named after the path in a lock dir chosen
     from `$XDG_RUNTIME_DIR`, so a second session started with another one (or through a bind
-    mount) ran beside the first, and its sandbox could race the first one's start."""
+    mount) ran beside the first, and its sandbox could race the first one's start; round 22:
+    so did one on a subdirectory of the project."""
+    (project / "sub").mkdir()
     started = tmp_path / "started"
     model_server.reply(tool_calls=[Call("run_shell_command", {
         "command": f"touch {started.name}; sleep 8"})])
@@ -563,12 +566,15 @@ def test_a_second_writable_session_from_another_environment_is_refused(
         with ModelServer() as second_model:
             second_model.reply(tool_calls=[Call("run_shell_command", {"command": "true"})])
             second_model.reply("Second.")
-            second = ask(project, second_model, "ollama", "--yes",
-                         env={"XDG_RUNTIME_DIR": str(other_env)})
+            done = (ask(project, second_model, "ollama", "--yes",
+                        env={"XDG_RUNTIME_DIR": str(other_env)})
+                    if second == "another-environment"
+                    else ask(project / "sub", second_model, "ollama", "--yes"))
     finally:
         _, err = first.communicate(timeout=120)
-    assert second.returncode == 10, explain(second)
-    assert "is in use by bind session" in second.stderr, explain(second)
+    assert done.returncode == 10, explain(done)
+    said = "is in use by bind session" if second == "another-environment" else "lies inside"
+    assert said in done.stderr, explain(done)
     assert first.returncode == 0, err
 
 

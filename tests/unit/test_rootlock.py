@@ -152,3 +152,17 @@ def test_gc_leaves_a_dead_runs_checks_while_a_bind_session_holds_its_root(
                             "another process: two bind sessions on one project would race "
                             "each other's checks of it"]
     assert [r.name for r in runrecord.abandoned(default_lock_dir())] == ["sandbox-agent-dead"]
+
+
+def test_a_root_inside_or_around_a_held_one_is_refused_and_a_sibling_is_not(
+        tmp_path: Path, other_process: Path):
+    """Red-team round 22: a session on a subdirectory of the project (or on the directory
+    around it) ran beside one on the project itself."""
+    (other_process / "sub").mkdir()
+    (tmp_path / "sibling").mkdir()
+    locks = tmp_path / "locks"
+    assert not free(locks, other_process / "sub")
+    assert not free(locks, tmp_path)
+    assert free(locks, tmp_path / "sibling")
+    with pytest.raises(SandboxError, match=r"lies inside .*, in use by a bind session"):
+        rootlock.hold(locks, other_process / "sub", "sess-b", wait=False)

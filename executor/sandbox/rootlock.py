@@ -117,20 +117,28 @@ def _open_root(root: Path) -> int:
                            f"{exc.strerror}") from exc
 
 
-def _flock_root(root_fd: int, path: str, root: Path, wait: bool) -> None:
-    """The root's lock; the name file at `path` says who has it when it is taken."""
+_FIX = "wait for that session to end, or run this one with --workspace copy or --read-only"
+
+
+def _taken(fd: int, kind: int, wait: bool) -> bool:
+    """Whether the flock of `kind` on `fd` was taken (tried `_TRIES` times when waiting)."""
     for _ in range(_TRIES if wait else 1):
         try:
-            fcntl.flock(root_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return
+            fcntl.flock(fd, kind | fcntl.LOCK_NB)
+            return True
         except BlockingIOError:
             if wait:
                 time.sleep(0.1)
-    raise SandboxError(
-        f"the project {root} is in use by bind session {_holder(path)} in another process: "
-        "two bind sessions on one project would race each other's checks of it",
-        fix="wait for that session to end, or run this one with --workspace copy or "
-            "--read-only")
+    return False
+
+
+def _flock_root(root_fd: int, path: str, root: Path, wait: bool) -> None:
+    """The root's lock; the name file at `path` says who has it when it is taken."""
+    if not _taken(root_fd, fcntl.LOCK_EX, wait):
+        raise SandboxError(
+            f"the project {root} is in use by bind session {_holder(path)} in another "
+            "process: two bind sessions on one project would race each other's checks of it",
+            fix=_FIX)
 
 
 def _hold_above(root: Path, wait: bool) -> list[int]:
@@ -141,20 +149,11 @@ def _hold_above(root: Path, wait: bool) -> list[int]:
         for parent in root.parents:
             fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
             held.append(fd)
-            for _ in range(_TRIES if wait else 1):
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if wait:
-                        time.sleep(0.1)
-            else:
+            if not _taken(fd, fcntl.LOCK_SH, wait):
                 raise SandboxError(
                     f"the project {root} lies inside {parent}, in use by a bind session in "
                     "another process: two bind sessions on one tree would race each other's "
-                    "checks of it",
-                    fix="wait for that session to end, or run this one with --workspace copy "
-                        "or --read-only")
+                    "checks of it", fix=_FIX)
     except BaseException:
         for fd in held:
             os.close(fd)

@@ -26,8 +26,9 @@ LOOP = "while true; do echo x >> grow.txt; sleep 0.2; done"
 
 
 def containers(docker_client: Any, root: Path) -> list[Any]:
+    """The root's containers; one removed while they are listed is not among them."""
     return list(docker_client.containers.list(
-        all=True, filters={"label": f"sandbox-agent.root={root}"}))
+        all=True, filters={"label": f"sandbox-agent.root={root}"}, ignore_removed=True))
 
 
 def records(root: Path) -> list[dict[str, Any]]:

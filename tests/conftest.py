@@ -9,6 +9,7 @@ from __future__ import annotations
 import compileall
 import os
 import re
+import signal
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +23,10 @@ from executor.sandbox.engine import connect
 from tests.fakes.model_server import ModelServer
 
 os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    # A shell that starts the suite in the background ignores SIGINT for it, and the CLIs the
+    # tests start would inherit that: the Ctrl-C tests need the handler a terminal gives.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 PACKAGE = Path(__file__).parents[1] / "executor"
 IMAGE = os.environ.get("SANDBOX_AGENT_TEST_IMAGE", DEFAULT_IMAGE)
 PODMAN_HOST = os.environ.get("SANDBOX_AGENT_TEST_PODMAN_HOST",

@@ -549,8 +549,9 @@ def test_a_second_writable_session_from_another_environment_is_refused(
     so did one on a subdirectory of the project."""
     (project / "sub").mkdir()
     started = tmp_path / "started"
-    model_server.reply(tool_calls=[Call("run_shell_command", {
-        "command": f"touch {started.name}; sleep 8"})])
+    model_server.reply(tool_calls=[Call("run_shell_command", {  # until the second has tried
+        "command": f"touch {started.name}; for i in $(seq 300); do "
+                   "[ -e release ] && break; sleep 0.1; done"})])
     model_server.reply("First.")
     first = subprocess.Popen(
         [str(SANDBOX_AGENT), "ask", "--root", str(project), "--provider", "ollama", "--host",
@@ -571,6 +572,7 @@ def test_a_second_writable_session_from_another_environment_is_refused(
                     if second == "another-environment"
                     else ask(project / "sub", second_model, "ollama", "--yes"))
     finally:
+        (project / "release").touch()
         _, err = first.communicate(timeout=120)
     assert done.returncode == 10, explain(done)
     said = "is in use by bind session" if second == "another-environment" else "lies inside"

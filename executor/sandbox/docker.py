@@ -12,6 +12,7 @@ need a part reach it (`deployment`, `runtime`, `blueprint`, `git`):
 - Recovery (recovery.py): what a signal or a failed call costs, and `Restarts`
   (restarts.py): that cost paid — a new toolbox after the checks the dead one skipped, or a
   new container;
+- a standby (warm.py): this session's container made ahead, with no toolbox yet (ahead.py);
 - a bind session's git protection (`BindSession`, bindguard.py, around gitsafety/guard.py),
   or a copy session's `CopyLoader` (copysession.py; the protocol in copy.py, loaded by
   executor/workspace/copyload.py), which whoever builds the sandbox passes in.
@@ -28,7 +29,7 @@ from executor.lifecycle import StartStop
 from executor.messages import ToolResult
 from executor.network.egress import EgressHooks
 from executor.protocols import OutputCallback, SandboxInfo
-from executor.sandbox import bundle, warm
+from executor.sandbox import ahead, bundle, warm
 from executor.sandbox.bindguard import BindSession
 from executor.sandbox.blueprint import Blueprint
 from executor.sandbox.config import SandboxConfig, container_name, tool_user
@@ -141,37 +142,8 @@ class DockerSandbox(StartStop):
         place = self.deployment
         place.connect()
         with place.root_locked():  # its walk and mounts: no other process's sandbox on the root
-            return self._standby(ttl)
-
-    def _standby(self, ttl: int) -> warm.Standby | None:
-        place = self.deployment
-        self._bind.protect()
-        place.standby_mode = True
-        place.lock()
-        why = warm.eligible(place.config, self.git.protected.missing,
-                            quick=bool(self.blueprint.options().get("stdin_open"))
-                            and self.blueprint.channel_dir() is not None)
-        if why:
-            self.stop()
-            return None
-        try:
-            record = self._bind.record()  # `gc` settles it if this process dies
-            self.blueprint.create()
-            self.runtime.take_life(gvisor=False)
-        except BaseException:
-            self.stop()
-            raise
-        standby = place.standby_made(self.blueprint.spec(), warm.mounted_paths(
-            place.config, self.git.protected.existing), record)
-        standby.life = self.runtime.give_life()
-        standby.root = str(place.config.root)
-        standby.maker_session = place.config.session_name or ""
-        try:
-            standby.arm(ttl)
-        except BaseException:
-            standby.settle(self._say)
-            raise
-        return standby
+            return ahead.make(place, self.runtime, self.blueprint, self._bind, ttl=ttl,
+                              stop=self.stop, warn=self._say)
 
     def stop(self) -> None:
         """Remove the container and release the session lock; safe to call twice."""

@@ -248,10 +248,15 @@ def after_session(root: Path, tree: TreeScan, started_ns: int,
                   undisabled: set[str], warn: Warn) -> None:
     """The checks after a bind session: its mountpoints removed, protected paths put back,
     set-id bits cleared, repositories the sandbox made renamed aside; each said with `warn`."""
-    for path in made_dirs:  # the engine created these empty mountpoints
+    remove_mountpoints(root, made_dirs)
+    check_tree(root, tree, started_ns, identities, undisabled, warn)
+
+
+def remove_mountpoints(root: Path, made_dirs: list[Path]) -> None:
+    """The empty mountpoints the engine created for missing protected paths, removed."""
+    for path in made_dirs:
         with contextlib.suppress(OSError):
             _rmdir_beneath(root, path)
-    check_tree(root, tree, started_ns, identities, undisabled, warn)
 
 
 def check_tree(root: Path, tree: TreeScan, started_ns: int,

@@ -30,7 +30,7 @@ def make(place: Deployment, runtime: Runtime, blueprint: Blueprint, bind: BindSe
         stop()
         return None
     try:
-        record = bind.record()
+        record = bind.record(standby=True)  # `gc` settles it if this process dies
         blueprint.create()
         runtime.take_life(gvisor=False)
     except BaseException:

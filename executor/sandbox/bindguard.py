@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 from executor.errors import SandboxError
-from executor.gitsafety.aftercheck import after_session
 from executor.gitsafety.guard import GitGuard
 from executor.sandbox import runrecord
 from executor.sandbox.config import LABEL_ROOT
@@ -39,7 +38,6 @@ def settle(client: Any, record: runrecord.RunRecord, lock_dir: Path, warn: Warn)
     """A dead bind session's container removed and its end-of-session checks run."""
     import docker.errors
 
-    root = Path(record.root)
     with docker_errors(f"removing {record.name}"):
         try:
             container = client.containers.get(record.name)
@@ -48,8 +46,7 @@ def settle(client: Any, record: runrecord.RunRecord, lock_dir: Path, warn: Warn)
         except docker.errors.NotFound:
             pass
     drop_channel(lock_dir, record.name)
-    after_session(root, record.tree, record.started_ns, record.identities,
-                  [root / rel for rel in record.made_dirs], set(), warn)
+    record.run_checks(warn)
     runrecord.forget(lock_dir, record.name)
 
 
@@ -57,8 +54,12 @@ def settle_abandoned(client: Any, records: list[runrecord.RunRecord], lock_dir: 
                      warn: Warn) -> None:
     """Runs on this root whose controller died: each `settle`d, with a word why."""
     for record in records:
-        warn(f"a run on this project ({record.name}) ended without its controller: its "
-             "container is removed and its end-of-session checks run now")
+        if record.standby:
+            warn(f"a container made ahead for a run on this project ({record.name}) was "
+                 "never used: it is removed")
+        else:
+            warn(f"a run on this project ({record.name}) ended without its controller: its "
+                 "container is removed and its end-of-session checks run now")
         settle(client, record, lock_dir, warn)
 
 
@@ -78,11 +79,13 @@ class BindSession:
         """Find what git on the host would run from the tree, before the container exists."""
         self.git.protect()
 
-    def record(self) -> runrecord.RunRecord | None:
+    def record(self, *, standby: bool = False) -> runrecord.RunRecord | None:
         """The run record beside the lock, until the checks after the session ran (None: a
-        session that needs none)."""
+        session that needs none); a `standby`'s says nothing ran in its container."""
         place = self._deployment
         record = run_record(self.git, place.name, place.config.root)
+        if record is not None:
+            record.standby = standby
         place.save_record(record)
         return record
 

@@ -21,7 +21,6 @@ from typing import Any
 from pydantic import BaseModel
 
 from executor.errors import SandboxError
-from executor.gitsafety.aftercheck import after_session
 from executor.network.egress import drop_socket_dir
 from executor.sandbox import lockfile, rootlock, runrecord, warm
 from executor.sandbox.config import (
@@ -139,9 +138,7 @@ def _finish(name: str, result: GcResult) -> None:
             result.notes.append(f"the checks after {name} wait for the next run: {exc.message}")
             return
         try:
-            after_session(Path(record.root), record.tree, record.started_ns, record.identities,
-                          [Path(record.root) / rel for rel in record.made_dirs], set(),
-                          result.notes.append)
+            record.run_checks(result.notes.append)
             runrecord.forget(default_lock_dir(), name)
         finally:
             rootlock.release(held)

@@ -17,11 +17,12 @@ import json
 import os
 import re
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from executor.gitsafety.aftercheck import Identity
+from executor.gitsafety.aftercheck import Identity, after_session, remove_mountpoints
 from executor.gitsafety.walk import TreeScan
 from executor.sandbox import lockfile
 from executor.toolbox.nofollow import read_plain
@@ -47,6 +48,19 @@ class RunRecord:
     identities: dict[str, Identity | None] = field(default_factory=dict)
     made_dirs: list[str] = field(default_factory=list)
     """Mountpoints the engine made (relative to the root), removed when empty."""
+    standby: bool = False
+    """A standby's (warm.py): nothing but its PID 1 ever ran in the container, so nothing in
+    the tree is the sandbox's doing; a session that adopts it writes its own record first."""
+
+    def run_checks(self, warn: Callable[[str], None]) -> None:
+        """The checks after this run, which its controller skipped; a standby's removes only
+        the mountpoints its engine made (what the person did since it was made is theirs)."""
+        root = Path(self.root)
+        made = [root / rel for rel in self.made_dirs]
+        if self.standby:
+            remove_mountpoints(root, made)
+        else:
+            after_session(root, self.tree, self.started_ns, self.identities, made, set(), warn)
 
     def save(self, lock_dir: Path) -> None:
         """Write it atomically, never through a link (the lock dir is ours, 0700)."""
@@ -54,7 +68,7 @@ class RunRecord:
             "name": self.name, "root": self.root, "started_ns": self.started_ns,
             "git_entries": self.tree.git_entries, "git_dirs": list(self.tree.git_dirs),
             "identities": {k: list(v) if v else None for k, v in self.identities.items()},
-            "made_dirs": self.made_dirs}).encode()
+            "made_dirs": self.made_dirs, "standby": self.standby}).encode()
         folder = _runs(lock_dir, make=True)
         path = folder / _file_name(self.root, self.name)
         temporary = folder / f".{path.name}.{os.getpid()}"
@@ -132,7 +146,7 @@ def _load(path: Path) -> RunRecord | None:
                           tuple(str(d) for d in raw["git_dirs"])),
             identities={str(k): (int(v[0]), int(v[1])) if v else None
                         for k, v in raw["identities"].items()},
-            made_dirs=[str(d) for d in raw["made_dirs"]])
+            made_dirs=[str(d) for d in raw["made_dirs"]], standby=raw.get("standby") is True)
     except (ValueError, KeyError, TypeError, IndexError, AttributeError):
         return None
 

@@ -16,8 +16,11 @@ end it, its TTL does; its record (`left/`, beside the locks: 0600, ours, opened 
 following a link) names the container, the nonce and what it was made with, and the next
 process on the root with the same mount mode claims it by renaming the record away (one
 process wins; any other starts cold) and taking the session's lock, and gives it its own
-lifeline at `go`. A session adopts a standby only when all of these hold, decided at its
-own start, otherwise removes it and starts cold:
+lifeline at `go`. One nobody adopts is removed with the mountpoints its engine made, nothing
+more: its run record says it is a standby's (nothing but PID 1 ran there), so what the person
+did in the tree meanwhile is not taken for a sandbox's doing; an adopter writes its own
+record, with its own start's baseline, before it asks PID 1. A session adopts a standby
+only when all of these hold, decided at its own start, otherwise removes it and starts cold:
 
 - the spec digest of what this session would create now (with the standby's PID 1) equals
   the container's label: mounts, options, image id, toolbox argv and git surface are the
@@ -62,7 +65,6 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from executor.errors import SandboxError
-from executor.gitsafety.aftercheck import after_session
 from executor.sandbox import runrecord
 from executor.sandbox.boot import init
 from executor.sandbox.config import SandboxConfig
@@ -229,9 +231,7 @@ class Standby:
             r for r in runrecord.abandoned(self.lock_dir, Path(self.root)) if r.name == self.name
         ] if self.root else []
         for record in records:
-            root = Path(record.root)
-            after_session(root, record.tree, record.started_ns, record.identities,
-                          [root / rel for rel in record.made_dirs], set(), warn)
+            record.run_checks(warn)
             runrecord.forget(self.lock_dir, self.name)
 
 

@@ -341,6 +341,35 @@ def test_the_next_ask_starts_cold_when_the_left_container_is_not_its_own(
         assert gone(docker_client, waiting.id)  # looked at and refused: it went
 
 
+@pytest.mark.parametrize("then", ["next-ask", "gc"])
+def test_what_the_person_did_while_a_left_standby_waited_is_theirs(
+        then: str, project: Path, model_server: Any, docker_client: Any, settled: Any):
+    """Red-team round 23: a left standby nobody took was settled as a dead run, against the
+    tree as it was when it was made, so the person's own `git init sub` after the run was
+    renamed aside ("appeared during the session") and their set-id bits cleared."""
+    from tests.docker.cli_support import explain
+
+    warm_ask(project, model_server, ttl="3")
+    waiting = left_standby(docker_client, project)
+    subprocess.run(["git", "init", "-q", str(project / "sub")], check=True)
+    (project / "tool.sh").write_text("echo tool\n")
+    os.chmod(project / "tool.sh", 0o4755)
+    _expired(docker_client, project)
+    if then == "gc":
+        notes = gc(docker_client, root=str(project)).notes
+        said = "\n".join(notes)
+    else:
+        done = warm_ask(project, model_server)
+        assert done.returncode == 0, explain(done)
+        said = done.stderr
+    assert (project / "sub" / ".git").is_dir(), said
+    assert os.stat(project / "tool.sh").st_mode & 0o4000, said
+    assert "ended without its controller" not in said and "appeared" not in said, said
+    assert gone(docker_client, waiting.id)
+    if then == "next-ask":
+        assert "never used: it is removed" in said, explain(done)
+
+
 def test_of_two_racing_runs_exactly_one_adopts(project: Path, model_server: Any,
                                                docker_client: Any, settled: Any):
     from tests.docker.cli_support import SANDBOX_AGENT, cli_env, model_args

@@ -25,7 +25,7 @@ from pathlib import Path
 from executor.errors import SandboxAgentError
 from executor.gitsafety.walk import TreeScan, joined, kind, listings
 from executor.toolbox.gitshape import GITDIR_PARTS, gitdir_shape
-from executor.toolbox.nofollow import open_beneath, open_leaf
+from executor.toolbox.nofollow import open_beneath, open_leaf, unlink_fifo
 
 _SETID = stat.S_ISUID | stat.S_ISGID
 Warn = Callable[[str], None]
@@ -36,6 +36,7 @@ class Sweep:
     """What `sweep` did after a session."""
 
     setid_cleared: list[str] = field(default_factory=list)
+    fifos_removed: list[str] = field(default_factory=list)
     new_git: list[str] = field(default_factory=list)
     replaced: dict[str, str] = field(default_factory=dict)
     """Protected paths found replaced -> where the replacement was moved aside."""
@@ -185,8 +186,9 @@ def not_at_start(before: TreeScan, reported: set[str]) -> set[str]:
 
 
 def sweep(root: Path, before: TreeScan, since_ns: int, result: Sweep | None = None) -> Sweep:
-    """Clear set-id bits set since `since_ns`; list `.git` entries that were not there before
-    (into `result`, when given).
+    """Clear set-id bits set since `since_ns`, remove FIFOs made since (git and editors on
+    the host block opening one); list `.git` entries that were not there before (into
+    `result`, when given).
 
     Another session's container may still write the same tree, so no entry is reached by
     its path: each is opened beneath the root without following a link (`clear_setid`).
@@ -207,6 +209,10 @@ def sweep(root: Path, before: TreeScan, since_ns: int, result: Sweep | None = No
             if info.st_mode & _SETID and info.st_ctime_ns >= since_ns \
                     and not stat.S_ISLNK(info.st_mode):
                 _clear_found(root, joined(rel_dir, name), result)
+            elif stat.S_ISFIFO(info.st_mode) and info.st_ctime_ns >= since_ns:
+                with contextlib.suppress(OSError):  # gone or swapped: not a FIFO to remove
+                    if unlink_fifo(root, joined(rel_dir, name)):
+                        result.fifos_removed.append(joined(rel_dir, name))
     for rel, kinds in sorted(parts.items()):  # look-alikes the toolbox missed or could not undo
         if gitdir_shape(kinds) and rel not in before.git_dirs and rel.rpartition("/")[2] != ".git":
             disable_head(root, rel, result)
@@ -290,6 +296,9 @@ def report(done: Sweep, warn: Warn) -> None:
             warn(f"disabled the repository (or look-alike) the sandbox made at {rel}")
     for rel in done.setid_cleared:
         warn(f"removed the set-id bits of {rel}: set-id files are not allowed")
+    for rel in done.fifos_removed:
+        warn(f"removed the FIFO the sandbox left at {rel}: git and editors on the host block "
+             "opening one")
     for rel in done.new_git:
         if rel in done.renamed:
             warn(f"a git repository appeared during the session at {rel}: renamed to "

@@ -109,6 +109,8 @@ Change tracking (run_shell_command)
                   "setid_cleared": [{"path", "removed": ["set-uid", "set-gid"], "mode_before",
                   "mode_after" | "error"}]: set-id bits a command added to a regular file are
                   removed (fd-based, no link followed).
+                  "fifos_removed": [path]: FIFOs a command left in the project are unlinked
+                  (git and editors on the host block opening one).
                   "git_quarantined": [{"path", "kind", "renamed_to" | "error"}]: with
                   --readonly-dir .git, a .git (dir, gitdir file or symlink, any depth, any case)
                   that a command created or replaced (kind, inode or target) is renamed to

@@ -50,6 +50,19 @@ def open_parent(root: str | os.PathLike[str], path: str) -> tuple[int, str]:
     return open_beneath(root, dirs), leaf
 
 
+def unlink_fifo(root: str | os.PathLike[str], path: str) -> bool:
+    """Remove `root/path` when it is a FIFO (True), reached without following a link: git
+    and editors on the host block for ever opening one where they expect a file."""
+    parent, leaf = open_parent(root, path)
+    try:
+        if not stat.S_ISFIFO(os.stat(leaf, dir_fd=parent, follow_symlinks=False).st_mode):
+            return False
+        os.unlink(leaf, dir_fd=parent)
+        return True
+    finally:
+        os.close(parent)
+
+
 def open_leaf(root: str | os.PathLike[str], path: str) -> int:
     """An O_PATH descriptor of `root/path` itself, no link followed on the way or at the end
     (a link is the link): what is checked through it is what is changed through it."""

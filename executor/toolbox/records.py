@@ -36,6 +36,7 @@ if TYPE_CHECKING:
         outside_changes_total: int
         outside_changes_truncated: bool
         setid_cleared: list[SetidRecord]
+        fifos_removed: list[str]
         disk_growth: int
         disk_budget_exceeded: bool
 

@@ -368,6 +368,13 @@ class Tracker:
         assert self.index is not None  # start() came first
         self.index.stats[path] = _entry(os.lstat(os.path.join(self.ctx.root, path)))
 
+    def forget(self, path: str) -> None:
+        """Drop an entry we removed ourselves."""
+        assert self.index is not None  # start() came first
+        self.index.stats.pop(path, None)
+        for table in (self.index.hashes, self.index.unhashed, self.index.targets):
+            table.pop(path, None)
+
     def rename(self, path: str, new_path: str) -> None:
         """Move an entry we renamed, and everything indexed below it, to its new name."""
         assert self.index is not None  # start() came first

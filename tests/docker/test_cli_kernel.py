@@ -410,6 +410,34 @@ def test_a_repository_made_by_a_command_that_kills_its_toolbox_is_renamed(
     assert not ran.exists()
 
 
+@pytest.mark.parametrize("ending", ["the-command-ends", "it-kills-its-toolbox"])
+def test_no_fifo_a_command_makes_is_left_for_git_on_the_host(
+        project: Path, model_server: ModelServer, ending: str):
+    """Red-team round 23: `mkfifo .gitignore .mailmap` left FIFOs that git on the host opened
+    and blocked on for ever (`git status`, an editor's, a prompt's; the product's own review
+    failed after 60 s). The toolbox removes what a command left; the host's checks do when a
+    command killed its toolbox first."""
+    subprocess.run(["git", "-c", "user.name=p", "-c", "user.email=p@p", "commit", "-q",
+                    "--allow-empty", "-m", "base"], cwd=project, check=True)
+    kill = " && kill -9 $PPID; sleep 1" if ending == "it-kills-its-toolbox" else ""
+    model_server.reply(tool_calls=[Call("run_shell_command", {
+        "command": f"mkdir -p d && mkfifo .gitignore d/.gitignore .mailmap .gitattributes{kill}"})])
+    model_server.reply(tool_calls=[Call("run_shell_command", {"command": "ls -A"})])
+    model_server.reply("Done.")
+
+    done = ask(project, model_server, "ollama", "--yes")
+
+    assert_ok(done, "Done.")
+    for name in (".gitignore", "d/.gitignore", ".mailmap", ".gitattributes"):
+        assert not os.path.lexists(project / name), (name, explain(done))
+    for argv in (["status", "--short"], ["log", "--format=%aN", "-1"]):
+        subprocess.run(["git", *argv], cwd=project, capture_output=True, timeout=20,
+                       check=True)
+    if not kill:
+        first = next(r for _, _, r in tool_exchanges(model_server.last_chat))
+        assert "removed the FIFO ./.gitignore" in first, first
+
+
 def test_a_repository_made_by_a_command_that_kills_its_toolbox_is_gone_before_the_next_turn(
         project: Path, model_server: ModelServer, tmp_path: Path):
     """Red-team round 20: renamed only at the session's end, the planted repository was live

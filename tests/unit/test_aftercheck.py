@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import stat
+import time
 from pathlib import Path
 
 import pytest
@@ -81,3 +82,22 @@ def test_only_what_the_start_did_not_see_is_taken_from_the_toolbox():
     reported = {".git", ".Git", "vendor/x/.git", ".git/worktrees/w/.git", "vendor/.git",
                 "new/.git", "vendor/x/inner/.git"}  # (a `.git` file is no folder to be in)
     assert not_at_start(start, reported) == {"vendor/.git", "new/.git", "vendor/x/inner/.git"}
+
+
+def test_fifos_made_since_the_start_are_removed_and_said(tmp_path: Path):
+    os.mkfifo(tmp_path / "before")
+    time.sleep(0.05)  # file times are a clock tick coarse
+    started = time.time_ns()
+    tree = scan(tmp_path)
+    time.sleep(0.05)
+    (tmp_path / "d").mkdir()
+    for name in (".gitignore", "d/.mailmap"):
+        os.mkfifo(tmp_path / name)
+    (tmp_path / "ln").symlink_to(tmp_path / "before")
+    said: list[str] = []
+    after_session(tmp_path, tree, started, {}, [], set(), said.append)
+    assert not os.path.lexists(tmp_path / ".gitignore")
+    assert not os.path.lexists(tmp_path / "d" / ".mailmap")
+    assert stat.S_ISFIFO(os.lstat(tmp_path / "before").st_mode)  # there at the start
+    assert os.path.islink(tmp_path / "ln")
+    assert any("removed the FIFO the sandbox left at .gitignore" in s for s in said), said

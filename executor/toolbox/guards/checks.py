@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from ..guards.disk import _disk_verdict
+from ..guards.fifo import _remove_fifos
 from ..guards.git import _disable_gitdirs, _quarantine_git, _quarantine_past_the_walk
 from ..guards.setid import _clear_setid
 from ..limits import TRACK_MAX_ENTRIES
@@ -120,6 +121,7 @@ def _track_after(ctx: Context, report: _Tracking, reason: str | None) -> None:
                             "only part of it was checked for changes")
     # Each guard runs whatever happened to the one before: a bug in one must not skip the rest.
     _guard(report, "set-id", lambda: _clear_setid(ctx, old, found, report))
+    _guard(report, "FIFO", lambda: _remove_fifos(ctx, found, report))
     if ".git" in ctx.readonly:  # with --allow-git-writes the person allowed repositories
         _guard(report, "protected mount", lambda: _restore_mounts(ctx, report))
         _guard(report, ".git", lambda: _quarantine_git(ctx, old, report))

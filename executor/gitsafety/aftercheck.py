@@ -46,6 +46,8 @@ class Sweep:
     """Each `.git` renamed by `disable_git` -> its new path."""
     missing: list[str] = field(default_factory=list)
     """Protected paths that were there at the start and are gone (moved away?)."""
+    now_at: dict[str, str] = field(default_factory=dict)
+    """A protected path gone or replaced -> where the walk found its start's (device, inode)."""
 
 
 Identity = tuple[int, int]
@@ -185,10 +187,12 @@ def not_at_start(before: TreeScan, reported: set[str]) -> set[str]:
                        for n in range(1, len(Path(rel).parts) + 1))}
 
 
-def sweep(root: Path, before: TreeScan, since_ns: int, result: Sweep | None = None) -> Sweep:
+def sweep(root: Path, before: TreeScan, since_ns: int, result: Sweep | None = None,
+          wanted: dict[Identity, str] | None = None) -> Sweep:
     """Clear set-id bits set since `since_ns`, remove FIFOs made since (git and editors on
     the host block opening one); list `.git` entries that were not there before (into
-    `result`, when given).
+    `result`, when given); note where each `wanted` identity (a protected path's, moved)
+    is now.
 
     Another session's container may still write the same tree, so no entry is reached by
     its path: each is opened beneath the root without following a link (`clear_setid`).
@@ -206,6 +210,8 @@ def sweep(root: Path, before: TreeScan, since_ns: int, result: Sweep | None = No
                 info = entry.stat(follow_symlinks=False)
             except OSError:
                 continue
+            if wanted and (info.st_dev, info.st_ino) in wanted:
+                result.now_at[wanted[info.st_dev, info.st_ino]] = joined(rel_dir, name)
             if info.st_mode & _SETID and info.st_ctime_ns >= since_ns \
                     and not stat.S_ISLNK(info.st_mode):
                 _clear_found(root, joined(rel_dir, name), result)
@@ -273,7 +279,12 @@ def check_tree(root: Path, tree: TreeScan, started_ns: int,
     try:  # the protected paths first: a walk of the whole tree can fail (too big)
         done = Sweep()
         check_replaced(root, identities, done)
-        done = sweep(root, tree, started_ns, done)
+        wanted: dict[Identity, str] = {}
+        for rel in [*done.missing, *done.replaced]:
+            known = identities.get(rel)
+            if known:
+                wanted[known] = rel
+        done = sweep(root, tree, started_ns, done, wanted)
     except (OSError, SandboxAgentError) as exc:
         warn(f"could not check the whole project after the session: {exc}")
     try:  # every new `.git`: the toolbox's own renaming is skipped when a command kills it
@@ -286,11 +297,15 @@ def check_tree(root: Path, tree: TreeScan, started_ns: int,
 def report(done: Sweep, warn: Warn) -> None:
     """What the checks did, one line each."""
     for rel in done.missing:
+        where = f"it is now at {done.now_at[rel]}" if rel in done.now_at else \
+            "find it in the project"
         warn(f"{rel} is protected (git on the host runs it) and is gone: a command "
-             "moved it away; find it in the project and put it back after review")
+             f"moved it away; {where}: put it back after review")
     for rel, aside in done.replaced.items():
+        where = f"the original is now at {done.now_at[rel]}" if rel in done.now_at else \
+            "find the original"
         warn(f"{rel} is protected (git runs it) but was replaced during the session; "
-             f"the replacement was moved to {aside}: find the original and review")
+             f"the replacement was moved to {aside}: {where} and review")
     for rel in done.disabled:
         if rel not in done.new_git:
             warn(f"disabled the repository (or look-alike) the sandbox made at {rel}")

@@ -496,6 +496,9 @@ def test_a_protected_path_moved_by_a_command_that_kills_its_toolbox_ends_the_ses
     assert not any("PLANTED" in result for _, _, result in tool_exchanges(model_server.last_chat))
     assert done.returncode == 13, explain(done)
     assert "protected paths are not where they were" in done.stderr, explain(done)
+    # round 23: the person's own hooks stay where the command moved them, so say where
+    assert "tools/hooks is protected (git runs it) but was replaced" in done.stderr \
+        and "the original is now at tools.old/hooks" in done.stderr, explain(done)
 
 
 def _commit(project: Path) -> None:

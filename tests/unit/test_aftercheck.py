@@ -101,3 +101,17 @@ def test_fifos_made_since_the_start_are_removed_and_said(tmp_path: Path):
     assert stat.S_ISFIFO(os.lstat(tmp_path / "before").st_mode)  # there at the start
     assert os.path.islink(tmp_path / "ln")
     assert any("removed the FIFO the sandbox left at .gitignore" in s for s in said), said
+
+
+def test_a_protected_path_moved_away_is_found_where_it_went(tmp_path: Path):
+    hooks = tmp_path / "tools" / "git" / "hooks"
+    hooks.mkdir(parents=True)
+    tree, started = scan(tmp_path), time.time_ns()
+    identities = {"tools/git/hooks": (os.stat(hooks).st_dev, os.stat(hooks).st_ino),
+                  "other/hooks": (1, 2)}  # gone, and nowhere in the tree
+    (tmp_path / "tools").rename(tmp_path / "tools-old")
+    said: list[str] = []
+    after_session(tmp_path, tree, started, identities, [], set(), said.append)
+    assert any("tools/git/hooks is protected (git on the host runs it) and is gone" in s
+               and "it is now at tools-old/git/hooks" in s for s in said), said
+    assert any("other/hooks" in s and "find it in the project" in s for s in said), said

@@ -65,7 +65,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from executor.errors import SandboxError
-from executor.sandbox import runrecord
+from executor.sandbox import lockfile, runrecord
 from executor.sandbox.boot import init
 from executor.sandbox.config import SandboxConfig
 from executor.sandbox.fifos import channel_dir, drop_channel, hold_life, make_life
@@ -216,9 +216,13 @@ class Standby:
             self.attached.close()
         with contextlib.suppress(Exception):
             self.container.remove(force=True, v=True)
-        for fd in (self.take_life(), self.take_lock()):
-            if fd is not None:
-                os.close(fd)
+        life, lock = self.take_life(), self.take_lock()
+        if life is not None:
+            os.close(life)
+        if lock is not None and self.lock_dir is not None:  # its name goes with it
+            lockfile.release(lock, self.lock_dir / f"{self.name}.lock")
+        elif lock is not None:
+            os.close(lock)
 
     def settle(self, warn: Callable[[str], None]) -> None:
         """Never taken: the container goes, then what it left in the tree and beside the lock

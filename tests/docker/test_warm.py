@@ -65,9 +65,12 @@ def test_a_standby_no_session_took_is_settled_with_what_it_made(project: Path,
     standby = DockerSandbox(config, client=docker_client).standby()
     assert standby is not None and (project / ".sandbox-agent").is_dir()
     pool.put("test", config.session_id, standby)
+    lock = standby.lock_dir / f"{standby.name}.lock" if standby.lock_dir else None
+    assert lock is not None and lock.exists()
     pool.close()
     assert gone(docker_client, standby.container.id)
     assert not (project / ".sandbox-agent").exists()
+    assert not lock.exists()  # its lock file went too (gc had to sweep it)
 
 
 def test_a_standby_with_another_spec_is_not_adopted(project: Path, docker_client: Any):

@@ -205,6 +205,18 @@ def private_dir(path: Path, *, parents: bool = False) -> Path:
     return path
 
 
+def own_dir(path: Path, *, make: bool = False) -> Path:
+    """`path` when it is a real directory of ours nobody else may enter (made 0700 when
+    `make`), else OSError: the lock dir's records and caches are trusted only in one."""
+    if make:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(path, 0o700)
+    info = os.lstat(path)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & 0o077:
+        raise OSError(f"{path} is not a directory of ours alone")
+    return path
+
+
 def open_private(path: Path, flags: int, mode: int = 0o600, *, owner: bool = True) -> int:
     """An fd for a state file: never through a link, never blocking, only a regular file we own.
 

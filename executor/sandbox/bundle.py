@@ -10,7 +10,6 @@ import marshal
 import os
 import platform
 import secrets
-import stat
 import sys
 import zlib
 from importlib import resources
@@ -21,7 +20,7 @@ from typing import Any
 from executor.errors import SandboxAgentError
 from executor.sandbox import boot, seccomp
 from executor.sandbox.config import CHANNEL, WORKSPACE, SandboxConfig
-from executor.state import LEGACY_DIR, open_private, private_dir
+from executor.state import LEGACY_DIR, open_private, own_dir, private_dir
 
 INIT_TAG = "# sandbox-agent init"
 """The first line of PID 1's code (boot/init.py): how the kill script knows PID 1 is ours."""
@@ -122,10 +121,7 @@ def _cached(cache: Path, key: str) -> bytes | None:
     wrote (a short, foreign or edited file is never trusted: the next write replaces it)."""
     path = _bundle_file(cache, key)
     try:
-        folder = os.lstat(path.parent)
-        if not stat.S_ISDIR(folder.st_mode) or folder.st_uid != os.geteuid() \
-                or folder.st_mode & 0o077:
-            return None
+        own_dir(path.parent)
         fd = open_private(path, os.O_RDONLY)
     except OSError:
         return None

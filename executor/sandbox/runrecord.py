@@ -16,7 +16,6 @@ import hashlib
 import json
 import os
 import re
-import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +24,7 @@ from typing import Any
 from executor.gitsafety.aftercheck import Identity, after_session, remove_mountpoints
 from executor.gitsafety.walk import TreeScan
 from executor.sandbox import lockfile
+from executor.state import own_dir
 from executor.toolbox.nofollow import read_plain
 
 SUFFIX = ".run.json"
@@ -88,15 +88,8 @@ def _root_key(root: str) -> str:
 
 
 def _runs(lock_dir: Path, *, make: bool = False) -> Path:
-    """The records' directory (made 0700 when `make`; never a link: the lock dir is ours)."""
-    folder = lock_dir / RUNS
-    if make:
-        with contextlib.suppress(FileExistsError):
-            os.mkdir(folder, 0o700)
-        info = os.lstat(folder)
-        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
-            raise OSError(f"{folder} is not a directory of ours")
-    return folder
+    """The records' directory (made 0700 when `make`; ours alone, never a link)."""
+    return own_dir(lock_dir / RUNS, make=make)
 
 
 def forget(lock_dir: Path, name: str) -> None:
@@ -114,10 +107,10 @@ def abandoned(lock_dir: Path, root: Path | None = None) -> list[RunRecord]:
     """Records (of `root`'s sessions, or all) whose session no longer holds its lock; all
     includes those an older version kept beside the locks (`gc` finds them)."""
     prefix = f"{_root_key(str(root))}." if root is not None else ""
-    places = [(_runs(lock_dir), True)] + ([(lock_dir, False)] if root is None else [])
     found = []
-    for folder, current in places:
+    for current in [True] + ([False] if root is None else []):
         with contextlib.suppress(OSError):
+            folder = _runs(lock_dir) if current else lock_dir
             for entry in os.scandir(folder):
                 if not entry.name.endswith(SUFFIX) or not entry.name.startswith(prefix) \
                         or entry.name.startswith("."):

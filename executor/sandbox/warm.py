@@ -71,7 +71,7 @@ from executor.sandbox.config import SandboxConfig
 from executor.sandbox.fifos import channel_dir, drop_channel, hold_life, make_life
 from executor.sandbox.runrecord import RunRecord
 from executor.sandbox.spec import LABEL_SPEC
-from executor.state import LEGACY_DIR
+from executor.state import LEGACY_DIR, own_dir
 from executor.toolbox.nofollow import read_plain
 
 LABEL_STANDBY = "sandbox-agent.standby"
@@ -371,15 +371,8 @@ def waiting_named(lock_dir: Path, name: str, container_id: str = "") -> bool:
 
 
 def _left_dir(lock_dir: Path, *, make: bool = False) -> Path:
-    """The records' directory (made 0700 when `make`; ours, never a link)."""
-    folder = lock_dir / LEFT
-    if make:
-        with contextlib.suppress(FileExistsError):
-            os.mkdir(folder, 0o700)
-    info = os.lstat(folder)
-    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & 0o077:
-        raise OSError(f"{folder} is not a directory of ours alone")
-    return folder
+    """The records' directory (made 0700 when `make`; ours alone, never a link)."""
+    return own_dir(lock_dir / LEFT, make=make)
 
 
 def _left_file(root: str, read_only: bool) -> str:

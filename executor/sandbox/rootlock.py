@@ -135,10 +135,13 @@ def _taken(fd: int, kind: int, wait: bool) -> bool:
 def _flock_root(root_fd: int, path: str, root: Path, wait: bool) -> None:
     """The root's lock; the name file at `path` says who has it when it is taken."""
     if not _taken(root_fd, fcntl.LOCK_EX, wait):
+        holder = _holder(path)
+        who = f"bind session {holder}" if holder else (
+            "a bind session (of another lock dir: XDG_RUNTIME_DIR or HOME differ, so its "
+            "name is not known here)")
         raise SandboxError(
-            f"the project {root} is in use by bind session {_holder(path)} in another "
-            "process: two bind sessions on one project would race each other's checks of it",
-            fix=_FIX)
+            f"the project {root} is in use by {who} in another process: two bind sessions "
+            "on one project would race each other's checks of it", fix=_FIX)
 
 
 def _hold_above(root: Path, wait: bool) -> list[int]:
@@ -185,10 +188,10 @@ def _write_holder(fd: int, name: bytes) -> None:
 
 
 def _holder(path: str) -> str:
-    """Who holds the lock, as its holder wrote it (a name, or a placeholder)."""
+    """Who holds the lock, as its holder wrote it ("": not known in this lock dir)."""
     with contextlib.suppress(OSError):
         name = read_plain(path, most=256, owner=os.geteuid())
         text = (name or b"").decode("ascii", "replace").strip()
         if _NAME.fullmatch(text):
             return text
-    return "(unnamed)"
+    return ""

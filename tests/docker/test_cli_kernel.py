@@ -606,7 +606,8 @@ def test_a_second_writable_session_from_another_environment_is_refused(
         (project / "release").touch()
         _, err = first.communicate(timeout=120)
     assert done.returncode == 10, explain(done)
-    said = "is in use by bind session" if second == "another-environment" else "lies inside"
+    said = ("is in use by a bind session (of another lock dir" if second == "another-environment"
+            else "lies inside")
     assert said in done.stderr, explain(done)
     assert first.returncode == 0, err
 

@@ -216,13 +216,31 @@ def sweep(root: Path, before: TreeScan, since_ns: int, result: Sweep | None = No
                     and not stat.S_ISLNK(info.st_mode):
                 _clear_found(root, joined(rel_dir, name), result)
             elif stat.S_ISFIFO(info.st_mode) and info.st_ctime_ns >= since_ns:
-                with contextlib.suppress(OSError):  # gone or swapped: not a FIFO to remove
-                    if unlink_fifo(root, joined(rel_dir, name)):
-                        result.fifos_removed.append(joined(rel_dir, name))
+                _remove_fifo(root, joined(rel_dir, name), result)
     for rel, kinds in sorted(parts.items()):  # look-alikes the toolbox missed or could not undo
         if gitdir_shape(kinds) and rel not in before.git_dirs and rel.rpartition("/")[2] != ".git":
             disable_head(root, rel, result)
     return result
+
+
+def _remove_fifo(root: Path, rel: str, result: Sweep) -> None:
+    with contextlib.suppress(OSError):  # gone or swapped: not a FIFO to remove
+        if unlink_fifo(root, rel):
+            result.fifos_removed.append(rel)
+
+
+def fifos_below(root: Path, rel: str, since_ns: int, result: Sweep) -> None:
+    """Remove the FIFOs made since `since_ns` below `rel`: a `.git` just renamed aside, which
+    the sweep did not enter and which is a plain directory now, where git looks."""
+    base = root / rel
+    if not stat.S_ISDIR(os.lstat(base).st_mode):
+        return
+    for rel_dir, listing in listings(base):
+        for entry in listing:
+            with contextlib.suppress(OSError):
+                info = entry.stat(follow_symlinks=False)
+                if stat.S_ISFIFO(info.st_mode) and info.st_ctime_ns >= since_ns:
+                    _remove_fifo(root, joined(rel, joined(rel_dir, entry.name)), result)
 
 
 def _clear_found(root: Path, rel: str, result: Sweep) -> None:
@@ -289,6 +307,8 @@ def check_tree(root: Path, tree: TreeScan, started_ns: int,
         warn(f"could not check the whole project after the session: {exc}")
     try:  # every new `.git`: the toolbox's own renaming is skipped when a command kills it
         disable_git(root, sorted(set(done.new_git) | not_at_start(tree, undisabled)), done)
+        for aside in done.renamed.values():
+            fifos_below(root, aside, started_ns, done)
     except (OSError, SandboxAgentError) as exc:
         warn(f"could not check the project after the session: {exc}")
     report(done, warn)

@@ -173,6 +173,45 @@ def test_the_next_run_says_what_a_killed_controller_left(project: Path,
     assert containers(docker_client, project) == []
 
 
+@pytest.mark.engines("runc", "podman")
+@pytest.mark.parametrize("settler", ["the-next-ask", "gc"])
+def test_a_fifo_in_a_repository_a_killed_run_made_is_gone_once_it_is_settled(
+        project: Path, model_server: ModelServer, docker_client: Any, engine: Any,
+        settler: str):
+    """Red-team round 24: settling a dead run renamed the `.git` its sandbox made aside after
+    the sweep for FIFOs, which never enters a `.git`: the FIFO inside was then in a plain
+    directory, and `git status` on the host blocked on it for ever."""
+    import stat
+
+    model_server.reply(tool_calls=[Call("run_shell_command", {"command": (
+        "mkdir -p x/.git && mkfifo x/.git/.gitignore && touch made && sleep 60"),
+        "timeout_seconds": 600})])
+    run = subprocess.Popen(
+        [str(SANDBOX_AGENT), "ask", "--root", str(project), *model_args(model_server, "ollama"),
+         "--yes", "plant it"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, env=cli_env(), start_new_session=True)
+    deadline = time.monotonic() + 60
+    while not (project / "made").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.kill(run.pid, signal.SIGKILL)
+    run.communicate()
+    assert (project / "made").exists(), "the command never ran"
+    if settler == "gc":
+        done = subprocess.run([str(SANDBOX_AGENT), "gc", "--root", str(project)], env=cli_env(),
+                              capture_output=True, text=True, timeout=120)
+    else:  # its sandbox, when the first tool call starts it, settles the dead run first
+        model_server.reply(tool_calls=[Call("read_file", {"path": "made"})])
+        model_server.reply("Fine.")
+        done = ask(project, model_server, "ollama", "--yes", query="look")
+    assert done.returncode == 0, explain(done)
+    fifos = [p for p in project.rglob("*") if stat.S_ISFIFO(os.lstat(p).st_mode)]
+    assert fifos == [], explain(done)
+    subprocess.run(["git", "status", "--short"], cwd=project, capture_output=True, timeout=20,
+                   check=True)
+    assert "removed the FIFO the sandbox left at x/.git.quarantined-" in \
+        done.stdout + done.stderr, explain(done)
+
+
 @pytest.mark.parametrize("name", ["SIGHUP", "SIGQUIT", "SIGTERM"])
 def test_a_hang_up_ends_a_run_like_sigterm(project: Path, model_server: ModelServer,
                                            docker_client: Any, name: str):

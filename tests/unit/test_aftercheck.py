@@ -115,3 +115,16 @@ def test_a_protected_path_moved_away_is_found_where_it_went(tmp_path: Path):
     assert any("tools/git/hooks is protected (git on the host runs it) and is gone" in s
                and "it is now at tools-old/git/hooks" in s for s in said), said
     assert any("other/hooks" in s and "find it in the project" in s for s in said), said
+
+
+def test_a_fifo_inside_a_repository_renamed_aside_is_removed(tmp_path: Path):
+    tree, started = scan(tmp_path), time.time_ns()
+    time.sleep(0.05)
+    (tmp_path / "x" / ".git").mkdir(parents=True)
+    os.mkfifo(tmp_path / "x" / ".git" / ".gitignore")
+    said: list[str] = []
+    after_session(tmp_path, tree, started, {}, [], set(), said.append)
+    [aside] = (tmp_path / "x").glob(".git.quarantined-*")
+    assert not os.path.lexists(aside / ".gitignore"), said
+    assert any(f"removed the FIFO the sandbox left at x/{aside.name}/.gitignore" in s
+               for s in said), said

@@ -55,12 +55,26 @@ def unlink_fifo(root: str | os.PathLike[str], path: str) -> bool:
     and editors on the host block for ever opening one where they expect a file."""
     parent, leaf = open_parent(root, path)
     try:
-        if not stat.S_ISFIFO(os.stat(leaf, dir_fd=parent, follow_symlinks=False).st_mode):
-            return False
-        os.unlink(leaf, dir_fd=parent)
-        return True
+        try:
+            return _unlink_fifo_in(parent, leaf)
+        except PermissionError:  # its directory's owner (a command: our uid) took our access
+            mode = os.fstat(parent).st_mode
+            if os.fstat(parent).st_uid != os.geteuid():
+                raise
+            os.chmod(f"/proc/self/fd/{parent}", stat.S_IMODE(mode) | stat.S_IRWXU)
+            try:
+                return _unlink_fifo_in(parent, leaf)
+            finally:
+                os.chmod(f"/proc/self/fd/{parent}", stat.S_IMODE(mode))
     finally:
         os.close(parent)
+
+
+def _unlink_fifo_in(parent: int, leaf: str) -> bool:
+    if not stat.S_ISFIFO(os.stat(leaf, dir_fd=parent, follow_symlinks=False).st_mode):
+        return False
+    os.unlink(leaf, dir_fd=parent)
+    return True
 
 
 def open_leaf(root: str | os.PathLike[str], path: str) -> int:

@@ -410,7 +410,8 @@ def test_a_repository_made_by_a_command_that_kills_its_toolbox_is_renamed(
     assert not ran.exists()
 
 
-@pytest.mark.parametrize("ending", ["the-command-ends", "it-kills-its-toolbox"])
+@pytest.mark.parametrize("ending", ["the-command-ends", "it-kills-its-toolbox",
+                                    "in-a-dir-it-locked"])
 def test_no_fifo_a_command_makes_is_left_for_git_on_the_host(
         project: Path, model_server: ModelServer, ending: str):
     """Red-team round 23: `mkfifo .gitignore .mailmap` left FIFOs that git on the host opened
@@ -420,22 +421,27 @@ def test_no_fifo_a_command_makes_is_left_for_git_on_the_host(
     subprocess.run(["git", "-c", "user.name=p", "-c", "user.email=p@p", "commit", "-q",
                     "--allow-empty", "-m", "base"], cwd=project, check=True)
     kill = " && kill -9 $PPID; sleep 1" if ending == "it-kills-its-toolbox" else ""
+    lock = " && mkdir e && mkfifo e/.gitignore && chmod 555 d && chmod 077 e" \
+        if ending == "in-a-dir-it-locked" else ""  # red-team round 24: its owner's rights gone
     model_server.reply(tool_calls=[Call("run_shell_command", {
-        "command": f"mkdir -p d && mkfifo .gitignore d/.gitignore .mailmap .gitattributes{kill}"})])
+        "command": f"mkdir -p d && mkfifo .gitignore d/.gitignore .mailmap .gitattributes"
+                   f"{lock}{kill}"})])
     model_server.reply(tool_calls=[Call("run_shell_command", {"command": "ls -A"})])
     model_server.reply("Done.")
 
     done = ask(project, model_server, "ollama", "--yes")
 
     assert_ok(done, "Done.")
-    for name in (".gitignore", "d/.gitignore", ".mailmap", ".gitattributes"):
+    for name in (".gitignore", "d/.gitignore", ".mailmap", ".gitattributes", "e/.gitignore"):
         assert not os.path.lexists(project / name), (name, explain(done))
     for argv in (["status", "--short"], ["log", "--format=%aN", "-1"]):
         subprocess.run(["git", *argv], cwd=project, capture_output=True, timeout=20,
                        check=True)
     if not kill:
         first = next(r for _, _, r in tool_exchanges(model_server.last_chat))
-        assert "removed the FIFO ./.gitignore" in first, first
+        assert "removed the FIFO ./.gitignore" in first and "could not" not in first, first
+    if lock:
+        assert stat.S_IMODE(os.stat(project / "d").st_mode) == 0o555  # put back as it was
 
 
 def test_a_repository_made_by_a_command_that_kills_its_toolbox_is_gone_before_the_next_turn(

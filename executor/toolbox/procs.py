@@ -208,20 +208,23 @@ def _pump(proc: subprocess.Popen[bytes], sinks: tuple[Sink, Sink], deadline: flo
 
 
 def _sweep(ctx: Reaping, pgid: int, since: int | None) -> int:
-    """SIGKILL the command's group and strays until none is left; returns how many there were."""
-    first: int | None
-    deadline, first = time.monotonic() + SWEEP_SECONDS, None
+    """SIGKILL the command's group and strays until none is left; how many there were (at
+    most at once)."""
+    most, deadline, quiet = 0, time.monotonic() + SWEEP_SECONDS, False
     every = ctx.kill_all and since is not None
     while True:
         pids = [pid for pid in _strays(ctx, pgid, since) if pid != pgid]
-        first = len(pids) if first is None else first
+        most = max(most, len(pids))
         if every:  # one kernel pass: a process that forks and exits in a loop cannot hop past
             _kill(-1)
         _kill(pgid, group=True)  # most leftovers at once; a fork bomb cannot outrun it
         for pid in pids:
             _kill(pid)
-        if not pids or time.monotonic() > deadline:
-            return first
+        # Without kill(-1) (a toolbox on a host), one more look after an empty one: a process
+        # between `setsid` and its exec has left the group and shows no environment yet.
+        if (not pids and (every or quiet)) or time.monotonic() > deadline:
+            return most
+        quiet = not pids
         time.sleep(0.01)
 
 

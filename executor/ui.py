@@ -63,8 +63,8 @@ TAIL_CHARS = 16_384
 SHELL_TOOL = "run_shell_command"
 FLUSH_SECONDS = 0.1
 """At a terminal, lines printed above the live region are gathered for up to this long (a
-timer prints them if nothing else does): each print redraws the region, and a quick call's
-prints were most of its host overhead (benchmarks/bench_calls.py)."""
+ticking thread prints them if nothing else does): each print redraws the region, and a quick
+call's prints were most of its host overhead (benchmarks/bench_calls.py)."""
 FLUSH_LINES = 12
 """... and at most this many of them."""
 
@@ -172,7 +172,8 @@ class ProgressView:
         self._pending: list[Text] = []
         """Lines to print above the live region (see FLUSH_SECONDS)."""
         self._flushed = 0.0
-        self._timer: threading.Timer | None = None
+        self._ticking: threading.Event | None = None
+        """Set to stop the thread that prints gathered lines while the live region is up."""
         self._lock = threading.RLock()  # approvals close the view from the proxy's thread
 
     @property
@@ -209,6 +210,11 @@ class ProgressView:
                               refresh_per_second=8, transient=True, redirect_stdout=False,
                               redirect_stderr=False)
             self._live.start()
+            # one thread for the region's life, not a timer a batch: starting a thread waits
+            # for it to be scheduled, which on a busy machine cost more than the batch's print
+            self._ticking = threading.Event()
+            threading.Thread(target=self._tick, args=(self._ticking,), daemon=True,
+                             name="progress-flush").start()
 
     def _render(self) -> RenderableType:
         from rich.console import Group
@@ -241,6 +247,9 @@ class ProgressView:
             if self._live is not None:
                 self._live.stop()
                 self._live = None
+            if self._ticking is not None:
+                self._ticking.set()
+                self._ticking = None
         if self._status is not None:
             self._status.stop()
             self._status = None
@@ -263,25 +272,20 @@ class ProgressView:
         line.no_wrap, line.overflow = kwargs.get("no_wrap"), kwargs.get("overflow")
         with self._lock:
             self._pending.append(line)
-            wait = FLUSH_SECONDS - (time.monotonic() - self._flushed)
-            if len(self._pending) >= FLUSH_LINES or wait <= 0:
+            if (len(self._pending) >= FLUSH_LINES
+                    or time.monotonic() - self._flushed >= FLUSH_SECONDS):
                 self._flush()
-            elif self._timer is None:
-                self._timer = threading.Timer(wait, self._flush_due)
-                self._timer.daemon = True
-                self._timer.start()
 
-    def _flush_due(self) -> None:
-        with self._lock:
-            self._timer = None
-            if self._live is not None:
-                self._flush()
+    def _tick(self, stop: threading.Event) -> None:
+        """Every FLUSH_SECONDS while the live region is up, print what is gathered (only then:
+        `_flushed` stays the time of the last print, so a line after a quiet spell is at once)."""
+        while not stop.wait(FLUSH_SECONDS):
+            with self._lock:
+                if not stop.is_set() and self._live is not None and self._pending:
+                    self._flush()
 
     def _flush(self) -> None:
         """Print the gathered lines, with one redraw of the live region."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
         if self._pending:
             from rich.console import Group
 

@@ -27,7 +27,7 @@ from executor import toolmeta
 from executor.text import inert, inert_line, markup_safe
 
 if TYPE_CHECKING:
-    from rich.console import Console, RenderableType
+    from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
     from rich.live import Live
     from rich.status import Status
     from rich.text import Text
@@ -131,6 +131,40 @@ THINKING = "model is thinking…"
 """The spinner's words while the model works (then with the turn and the tokens so far)."""
 
 
+class CallLine:
+    """A finished call's line, `✓ tool subject outcome 12 ms`: its mark styled, the rest as
+    given (already inert) and its tail dim. What `Text.assemble` of the three prints, drawn
+    without it where Rich would neither wrap nor crop it."""
+
+    def __init__(self, mark: tuple[str, str], shown: str, tail: str) -> None:
+        self.mark, self.shown, self.tail = mark, shown, tail
+
+    def text(self) -> Text:
+        """The same line as a Rich Text."""
+        from rich.text import Text
+
+        return Text.assemble(self.mark, self.shown, (self.tail, "dim"))
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        """The segments Rich makes of `text()` where overflow is ignored (a soft-wrap console:
+        then Rich neither wraps, crops nor justifies), for one line without tabs; anything
+        else is left to Rich. tests/unit/test_ui_live.py holds the bytes equal."""
+        from rich.segment import Segment
+        from rich.style import Style
+
+        line = self.mark[0] + self.shown + self.tail
+        if options.overflow != "ignore" or "\n" in line or "\t" in line:
+            yield self.text()
+            return
+        null = Style.null()
+        yield Segment(self.mark[0], Style.combine((null, console.get_style(self.mark[1]))))
+        if self.shown:
+            yield Segment(self.shown, Style.combine((null,)))
+        if self.tail:
+            yield Segment(self.tail, Style.combine((null, console.get_style("dim"))))
+        yield Segment("\n")
+
+
 class ProgressView:
     """A hook subscriber that renders a run on a console (stderr)."""
 
@@ -169,7 +203,7 @@ class ProgressView:
         self._started: dict[str, float] = {}
         """When each call still running started."""
         self._prose = ""
-        self._pending: list[Text] = []
+        self._pending: list[Text | CallLine] = []
         """Lines to print above the live region (see FLUSH_SECONDS)."""
         self._flushed = 0.0
         self._ticking: threading.Event | None = None
@@ -257,7 +291,7 @@ class ProgressView:
             self.console.print()
             self._streaming = False
 
-    def _print(self, text: str | Text, **kwargs: Any) -> None:
+    def _print(self, text: str | Text | CallLine, **kwargs: Any) -> None:
         """Print above the live region (which goes on; gathered, see FLUSH_SECONDS), or
         plainly without one."""
         if self._streaming:
@@ -266,10 +300,11 @@ class ProgressView:
         if self._live is None:
             self.console.print(text, **kwargs)
             return
-        line = text if not isinstance(text, str) else self.console.render_str(
+        line: Text | CallLine = text if not isinstance(text, str) else self.console.render_str(
             text, style=kwargs.get("style", ""), markup=kwargs.get("markup"),
             highlight=kwargs.get("highlight"))
-        line.no_wrap, line.overflow = kwargs.get("no_wrap"), kwargs.get("overflow")
+        if not isinstance(line, CallLine):
+            line.no_wrap, line.overflow = kwargs.get("no_wrap"), kwargs.get("overflow")
         with self._lock:
             self._pending.append(line)
             if (len(self._pending) >= FLUSH_LINES
@@ -392,14 +427,12 @@ class ProgressView:
                         f"[dim]{ran}[/]")
             self._last_lines(output, "")
             return
-        from rich.text import Text
-
-        # assembled, not markup: the line of every call, parsing it cost more than drawing it
+        # its own renderable, not markup: the line of every call, parsing it cost more than
+        # drawing it, and so did Rich's wrapping of a line a soft-wrap console never wraps
         mark = ("✓", "green") if event.ok else ("!", "yellow")
         shown = f" {inert_line(event.tool)} {inert_line(subject(arguments))} "
-        self._print(Text.assemble(mark, shown, (f"{inert_line(summarize(event.data))} "
-                                               f"{toolmeta.duration_ms(event.meta) or 0:.0f} ms",
-                                               "dim")))
+        self._print(CallLine(mark, shown, f"{inert_line(summarize(event.data))} "
+                                          f"{toolmeta.duration_ms(event.meta) or 0:.0f} ms"))
         if self.trace:
             self._print(f"[dim]{markup_safe(event.output[:4000])}[/]")
         elif self.live and event.tool == SHELL_TOOL:

@@ -27,7 +27,7 @@ from executor import toolmeta
 from executor.text import inert, inert_line, markup_safe
 
 if TYPE_CHECKING:
-    from rich.console import Console, RenderableType
+    from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
     from rich.live import Live
     from rich.status import Status
     from rich.text import Text
@@ -63,8 +63,8 @@ TAIL_CHARS = 16_384
 SHELL_TOOL = "run_shell_command"
 FLUSH_SECONDS = 0.1
 """At a terminal, lines printed above the live region are gathered for up to this long (a
-timer prints them if nothing else does): each print redraws the region, and a quick call's
-prints were most of its host overhead (benchmarks/bench_calls.py)."""
+ticking thread prints them if nothing else does): each print redraws the region, and a quick
+call's prints were most of its host overhead (benchmarks/bench_calls.py)."""
 FLUSH_LINES = 12
 """... and at most this many of them."""
 
@@ -131,6 +131,40 @@ THINKING = "model is thinking…"
 """The spinner's words while the model works (then with the turn and the tokens so far)."""
 
 
+class CallLine:
+    """A finished call's line, `✓ tool subject outcome 12 ms`: its mark styled, the rest as
+    given (already inert) and its tail dim. What `Text.assemble` of the three prints, drawn
+    without it where Rich would neither wrap nor crop it."""
+
+    def __init__(self, mark: tuple[str, str], shown: str, tail: str) -> None:
+        self.mark, self.shown, self.tail = mark, shown, tail
+
+    def text(self) -> Text:
+        """The same line as a Rich Text."""
+        from rich.text import Text
+
+        return Text.assemble(self.mark, self.shown, (self.tail, "dim"))
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        """The segments Rich makes of `text()` where overflow is ignored (a soft-wrap console:
+        then Rich neither wraps, crops nor justifies), for one line without tabs; anything
+        else is left to Rich. tests/unit/test_ui_live.py holds the bytes equal."""
+        from rich.segment import Segment
+        from rich.style import Style
+
+        line = self.mark[0] + self.shown + self.tail
+        if options.overflow != "ignore" or "\n" in line or "\t" in line:
+            yield self.text()
+            return
+        null = Style.null()
+        yield Segment(self.mark[0], Style.combine((null, console.get_style(self.mark[1]))))
+        if self.shown:
+            yield Segment(self.shown, Style.combine((null,)))
+        if self.tail:
+            yield Segment(self.tail, Style.combine((null, console.get_style("dim"))))
+        yield Segment("\n")
+
+
 class ProgressView:
     """A hook subscriber that renders a run on a console (stderr)."""
 
@@ -169,10 +203,11 @@ class ProgressView:
         self._started: dict[str, float] = {}
         """When each call still running started."""
         self._prose = ""
-        self._pending: list[Text] = []
+        self._pending: list[Text | CallLine] = []
         """Lines to print above the live region (see FLUSH_SECONDS)."""
         self._flushed = 0.0
-        self._timer: threading.Timer | None = None
+        self._ticking: threading.Event | None = None
+        """Set to stop the thread that prints gathered lines while the live region is up."""
         self._lock = threading.RLock()  # approvals close the view from the proxy's thread
 
     @property
@@ -209,6 +244,11 @@ class ProgressView:
                               refresh_per_second=8, transient=True, redirect_stdout=False,
                               redirect_stderr=False)
             self._live.start()
+            # one thread for the region's life, not a timer a batch: starting a thread waits
+            # for it to be scheduled, which on a busy machine cost more than the batch's print
+            self._ticking = threading.Event()
+            threading.Thread(target=self._tick, args=(self._ticking,), daemon=True,
+                             name="progress-flush").start()
 
     def _render(self) -> RenderableType:
         from rich.console import Group
@@ -241,6 +281,9 @@ class ProgressView:
             if self._live is not None:
                 self._live.stop()
                 self._live = None
+            if self._ticking is not None:
+                self._ticking.set()
+                self._ticking = None
         if self._status is not None:
             self._status.stop()
             self._status = None
@@ -248,7 +291,7 @@ class ProgressView:
             self.console.print()
             self._streaming = False
 
-    def _print(self, text: str | Text, **kwargs: Any) -> None:
+    def _print(self, text: str | Text | CallLine, **kwargs: Any) -> None:
         """Print above the live region (which goes on; gathered, see FLUSH_SECONDS), or
         plainly without one."""
         if self._streaming:
@@ -257,31 +300,27 @@ class ProgressView:
         if self._live is None:
             self.console.print(text, **kwargs)
             return
-        line = text if not isinstance(text, str) else self.console.render_str(
+        line: Text | CallLine = text if not isinstance(text, str) else self.console.render_str(
             text, style=kwargs.get("style", ""), markup=kwargs.get("markup"),
             highlight=kwargs.get("highlight"))
-        line.no_wrap, line.overflow = kwargs.get("no_wrap"), kwargs.get("overflow")
+        if not isinstance(line, CallLine):
+            line.no_wrap, line.overflow = kwargs.get("no_wrap"), kwargs.get("overflow")
         with self._lock:
             self._pending.append(line)
-            wait = FLUSH_SECONDS - (time.monotonic() - self._flushed)
-            if len(self._pending) >= FLUSH_LINES or wait <= 0:
+            if (len(self._pending) >= FLUSH_LINES
+                    or time.monotonic() - self._flushed >= FLUSH_SECONDS):
                 self._flush()
-            elif self._timer is None:
-                self._timer = threading.Timer(wait, self._flush_due)
-                self._timer.daemon = True
-                self._timer.start()
 
-    def _flush_due(self) -> None:
-        with self._lock:
-            self._timer = None
-            if self._live is not None:
-                self._flush()
+    def _tick(self, stop: threading.Event) -> None:
+        """Every FLUSH_SECONDS while the live region is up, print what is gathered (only then:
+        `_flushed` stays the time of the last print, so a line after a quiet spell is at once)."""
+        while not stop.wait(FLUSH_SECONDS):
+            with self._lock:
+                if not stop.is_set() and self._live is not None and self._pending:
+                    self._flush()
 
     def _flush(self) -> None:
         """Print the gathered lines, with one redraw of the live region."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
         if self._pending:
             from rich.console import Group
 
@@ -388,14 +427,12 @@ class ProgressView:
                         f"[dim]{ran}[/]")
             self._last_lines(output, "")
             return
-        from rich.text import Text
-
-        # assembled, not markup: the line of every call, parsing it cost more than drawing it
+        # its own renderable, not markup: the line of every call, parsing it cost more than
+        # drawing it, and so did Rich's wrapping of a line a soft-wrap console never wraps
         mark = ("✓", "green") if event.ok else ("!", "yellow")
         shown = f" {inert_line(event.tool)} {inert_line(subject(arguments))} "
-        self._print(Text.assemble(mark, shown, (f"{inert_line(summarize(event.data))} "
-                                               f"{toolmeta.duration_ms(event.meta) or 0:.0f} ms",
-                                               "dim")))
+        self._print(CallLine(mark, shown, f"{inert_line(summarize(event.data))} "
+                                          f"{toolmeta.duration_ms(event.meta) or 0:.0f} ms"))
         if self.trace:
             self._print(f"[dim]{markup_safe(event.output[:4000])}[/]")
         elif self.live and event.tool == SHELL_TOOL:

@@ -149,3 +149,31 @@ def test_a_burst_of_quick_calls_is_printed_whole_in_order_with_few_redraws() -> 
     assert [f"✓ read_file f{n}  1 ms" for n in range(30)] == terminal.lines()[:30]
     view.close()
     assert terminal.lines() == [f"✓ read_file f{n}  1 ms" for n in range(30)]
+
+
+def test_a_call_line_prints_the_bytes_rich_makes_of_its_text() -> None:
+    """CallLine draws the line of every call without Rich's Text machinery; what it prints
+    must stay what Text.assemble of the same parts prints, escapes and wide cells included,
+    on a soft-wrap console (its own path) and on one that wraps (left to Rich)."""
+    from executor.text import inert_line
+    from executor.ui import CallLine
+
+    hostile = "echo \x1b[2J\u202e evil 漢字"
+    parts = [(("✓", "green"), " read_file small.txt ", " 3 ms"),
+             (("!", "yellow"), " run_shell_command " + inert_line(hostile) + " ", "(exit 1) 12 ms"),
+             (("✓", "green"), " " + "x" * 150 + " ", "long 0 ms"),
+             (("✓", "green"), " tab\there ", "0 ms"),
+             (("!", "yellow"), " ", "")]
+    for soft in (True, False):
+        for color in ("standard", "truecolor", None):
+            for mark, shown, tail in parts:
+                printed = []
+                for line in (CallLine(mark, shown, tail), CallLine(mark, shown, tail).text()):
+                    buffer = io.StringIO()
+                    console = InertConsole(file=buffer, force_terminal=color is not None,
+                                           width=COLUMNS, color_system=color, highlight=False,
+                                           soft_wrap=soft)
+                    console.print(line)
+                    printed.append(buffer.getvalue())
+                assert printed[0] == printed[1], (soft, color, shown)
+                assert "\x1b[2J" not in printed[0] and "\u202e" not in printed[0]

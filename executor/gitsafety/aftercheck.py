@@ -215,32 +215,42 @@ def sweep(root: Path, before: TreeScan, since_ns: int, result: Sweep | None = No
             if info.st_mode & _SETID and info.st_ctime_ns >= since_ns \
                     and not stat.S_ISLNK(info.st_mode):
                 _clear_found(root, joined(rel_dir, name), result)
-            elif stat.S_ISFIFO(info.st_mode) and info.st_ctime_ns >= since_ns:
-                _remove_fifo(root, joined(rel_dir, name), result)
+            else:
+                _remove_if_fifo(root, joined(rel_dir, name), info, since_ns, result)
     for rel, kinds in sorted(parts.items()):  # look-alikes the toolbox missed or could not undo
         if gitdir_shape(kinds) and rel not in before.git_dirs and rel.rpartition("/")[2] != ".git":
             disable_head(root, rel, result)
     return result
 
 
-def _remove_fifo(root: Path, rel: str, result: Sweep) -> None:
-    with contextlib.suppress(OSError):  # gone or swapped: not a FIFO to remove
-        if unlink_fifo(root, rel):
-            result.fifos_removed.append(rel)
+def _remove_if_fifo(root: Path, rel: str, info: os.stat_result, since_ns: int,
+                    result: Sweep) -> None:
+    """Unlink `rel` when the walk saw a FIFO made since `since_ns` there."""
+    if stat.S_ISFIFO(info.st_mode) and info.st_ctime_ns >= since_ns:
+        with contextlib.suppress(OSError):  # gone or swapped: not a FIFO to remove
+            if unlink_fifo(root, rel):
+                result.fifos_removed.append(rel)
 
 
 def fifos_below(root: Path, rel: str, since_ns: int, result: Sweep) -> None:
     """Remove the FIFOs made since `since_ns` below `rel`: a `.git` just renamed aside, which
-    the sweep did not enter and which is a plain directory now, where git looks."""
-    base = root / rel
-    if not stat.S_ISDIR(os.lstat(base).st_mode):
-        return
-    for rel_dir, listing in listings(base):
-        for entry in listing:
-            with contextlib.suppress(OSError):
-                info = entry.stat(follow_symlinks=False)
-                if stat.S_ISFIFO(info.st_mode) and info.st_ctime_ns >= since_ns:
-                    _remove_fifo(root, joined(rel, joined(rel_dir, entry.name)), result)
+    the sweep did not enter and which is a plain directory now, where git looks. It is
+    reached without following a link; a gitdir file or a link renamed aside has nothing below."""
+    try:
+        fd = open_beneath(root, Path(rel).parts, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError as exc:
+        if exc.errno in (errno.ENOTDIR, errno.ELOOP):
+            return
+        raise
+    try:
+        for rel_dir, listing in listings(Path(f"/proc/self/fd/{fd}")):
+            for entry in listing:
+                with contextlib.suppress(OSError):
+                    info = entry.stat(follow_symlinks=False)
+                    _remove_if_fifo(root, joined(rel, joined(rel_dir, entry.name)), info,
+                                    since_ns, result)
+    finally:
+        os.close(fd)
 
 
 def _clear_found(root: Path, rel: str, result: Sweep) -> None:

@@ -23,7 +23,8 @@ from executor.sandbox.fifos import drop_channel
 from executor.sandbox.signals import Signals
 
 
-def run_record(git: GitGuard, name: str, root: Path) -> runrecord.RunRecord | None:
+def run_record(git: GitGuard, name: str, root: Path, *, standby: bool = False
+               ) -> runrecord.RunRecord | None:
     """What the end-of-session checks need (None: a session that gets none)."""
     start = git.baseline
     if start is None:
@@ -31,7 +32,7 @@ def run_record(git: GitGuard, name: str, root: Path) -> runrecord.RunRecord | No
     return runrecord.RunRecord(
         name=name, root=str(root), started_ns=start.started_ns, tree=start.tree,
         identities=start.identities,
-        made_dirs=[str(path.relative_to(root)) for path in start.made_dirs])
+        made_dirs=[str(path.relative_to(root)) for path in start.made_dirs], standby=standby)
 
 
 def settle(client: Any, record: runrecord.RunRecord, lock_dir: Path, warn: Warn) -> None:
@@ -83,9 +84,7 @@ class BindSession:
         """The run record beside the lock, until the checks after the session ran (None: a
         session that needs none); a `standby`'s says nothing ran in its container."""
         place = self._deployment
-        record = run_record(self.git, place.name, place.config.root)
-        if record is not None:
-            record.standby = standby
+        record = run_record(self.git, place.name, place.config.root, standby=standby)
         place.save_record(record)
         return record
 

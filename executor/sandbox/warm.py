@@ -219,10 +219,11 @@ class Standby:
         life, lock = self.take_life(), self.take_lock()
         if life is not None:
             os.close(life)
-        if lock is not None and self.lock_dir is not None:  # its name goes with it
-            lockfile.release(lock, self.lock_dir / f"{self.name}.lock")
-        elif lock is not None:
-            os.close(lock)
+        if lock is not None:  # its name goes with it
+            if self.lock_dir is None:
+                os.close(lock)
+            else:
+                lockfile.release(lock, self.lock_dir / f"{self.name}.lock")
 
     def settle(self, warn: Callable[[str], None]) -> None:
         """Never taken: the container goes, then what it left in the tree and beside the lock

@@ -58,14 +58,14 @@ def unlink_fifo(root: str | os.PathLike[str], path: str) -> bool:
         try:
             return _unlink_fifo_in(parent, leaf)
         except PermissionError:  # its directory's owner (a command: our uid) took our access
-            mode = os.fstat(parent).st_mode
-            if os.fstat(parent).st_uid != os.geteuid():
+            info = os.fstat(parent)
+            if info.st_uid != os.geteuid():
                 raise
-            os.chmod(f"/proc/self/fd/{parent}", stat.S_IMODE(mode) | stat.S_IRWXU)
+            os.chmod(f"/proc/self/fd/{parent}", stat.S_IMODE(info.st_mode) | stat.S_IRWXU)
             try:
                 return _unlink_fifo_in(parent, leaf)
             finally:
-                os.chmod(f"/proc/self/fd/{parent}", stat.S_IMODE(mode))
+                os.chmod(f"/proc/self/fd/{parent}", stat.S_IMODE(info.st_mode))
     finally:
         os.close(parent)
 

@@ -128,3 +128,18 @@ def test_a_fifo_inside_a_repository_renamed_aside_is_removed(tmp_path: Path):
     assert not os.path.lexists(aside / ".gitignore"), said
     assert any(f"removed the FIFO the sandbox left at x/{aside.name}/.gitignore" in s
                for s in said), said
+
+
+@pytest.mark.parametrize("kind", ["gitdir-file", "link"])
+def test_a_git_file_or_link_renamed_aside_is_no_error(tmp_path: Path, kind: str):
+    tree, started = scan(tmp_path), time.time_ns()
+    time.sleep(0.05)
+    (tmp_path / "x").mkdir()
+    if kind == "link":
+        (tmp_path / "x" / ".git").symlink_to(tmp_path)
+    else:
+        (tmp_path / "x" / ".git").write_text("gitdir: /elsewhere\n")
+    said: list[str] = []
+    after_session(tmp_path, tree, started, {}, [], set(), said.append)
+    assert list((tmp_path / "x").glob(".git.quarantined-*")), said
+    assert not any("could not check" in s for s in said), said

@@ -183,9 +183,11 @@ def test_a_fifo_in_a_repository_a_killed_run_made_is_gone_once_it_is_settled(
     directory, and `git status` on the host blocked on it for ever."""
     import stat
 
+    # the toolbox stopped first: it would otherwise, seeing its host go, often make its own
+    # checks before PID 1 ends the container, and leave nothing for the settle to do
     model_server.reply(tool_calls=[Call("run_shell_command", {"command": (
-        "mkdir -p x/.git && mkfifo x/.git/.gitignore && touch made && sleep 60"),
-        "timeout_seconds": 600})])
+        "mkdir -p x/.git && mkfifo x/.git/.gitignore && kill -STOP $PPID && touch made && "
+        "sleep 60"), "timeout_seconds": 600})])
     run = subprocess.Popen(
         [str(SANDBOX_AGENT), "ask", "--root", str(project), *model_args(model_server, "ollama"),
          "--yes", "plant it"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,

@@ -51,10 +51,11 @@ def settle(client: Any, record: runrecord.RunRecord, lock_dir: Path, warn: Warn)
     runrecord.forget(lock_dir, record.name)
 
 
-def settle_abandoned(client: Any, records: list[runrecord.RunRecord], lock_dir: Path,
+def settle_abandoned(client: Any, records: list[tuple[Path, runrecord.RunRecord]],
                      warn: Warn) -> None:
-    """Runs on this root whose controller died: each `settle`d, with a word why."""
-    for record in records:
+    """Runs on this root whose controller died (each with its record's lock dir): each
+    `settle`d, with a word why."""
+    for lock_dir, record in records:
         if record.standby:
             warn(f"a container made ahead for a run on this project ({record.name}) was "
                  "never used: it is removed")
@@ -73,7 +74,7 @@ class BindSession:
     def prepare(self) -> None:
         """Before the first container: what dead runs planted is not the person's; the walk."""
         place = self._deployment
-        settle_abandoned(place.client, place.abandoned(), place.lock_path.parent, self._warn)
+        settle_abandoned(place.client, place.abandoned(), self._warn)
         self.protect()
 
     def protect(self) -> None:

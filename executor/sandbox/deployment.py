@@ -9,6 +9,7 @@ run record and the egress forwarder beside the container. The toolbox inside is 
 from __future__ import annotations
 
 import contextlib
+import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -411,10 +412,36 @@ class Deployment:
         """The end-of-session checks ran."""
         runrecord.forget(self.lock_path.parent, self.name)
 
-    def abandoned(self) -> list[runrecord.RunRecord]:
-        """Runs on this root whose controller died before their end-of-session checks."""
-        return [record for record in runrecord.abandoned(self.lock_path.parent, self.config.root)
-                if not warm.waiting_named(self.lock_path.parent, record.name)]  # left, waiting
+    def abandoned(self) -> list[tuple[Path, runrecord.RunRecord]]:
+        """Runs on this root whose controller died before their end-of-session checks, each
+        with the lock dir its record is in: ours, or another one a container of the root names
+        (a run started with another `$XDG_RUNTIME_DIR` or `$HOME`)."""
+        found = [(self.lock_path.parent, record) for record
+                 in runrecord.abandoned(self.lock_path.parent, self.config.root)]
+        for lock_dir, name in self._other_lock_dirs():
+            seen = {record.name for _, record in found}
+            found += [(lock_dir, record) for record
+                      in runrecord.abandoned(lock_dir, self.config.root)
+                      if record.name == name and name not in seen]
+        return [(lock_dir, record) for lock_dir, record in found
+                if not warm.waiting_named(lock_dir, record.name)]  # left, waiting
+
+    def _other_lock_dirs(self) -> list[tuple[Path, str]]:
+        """(lock dir, container name) of this host's containers of the root whose lock label
+        names a lock dir other than ours."""
+        ours = self.lock_path.parent
+        with docker_errors("listing the project's containers"):
+            listed = self.client.api.containers(
+                all=True, filters={"label": [f"{LABEL_ROOT}={self.config.root}"]})
+        others = []
+        for summary in listed:
+            labels = summary.get("Labels") or {}
+            name = str((summary.get("Names") or ["/"])[0]).lstrip("/")
+            lock_dir = runrecord.lock_dir_named(str(labels.get(LABEL_LOCK, "")), name)
+            if lock_dir is not None and lock_dir != ours \
+                    and labels.get(LABEL_HOST) == socket.gethostname():
+                others.append((lock_dir, name))
+        return others
 
 
 def _create(client: Any, options: dict[str, Any]) -> Any:

@@ -102,10 +102,13 @@ def _exists(client: Any, name: str) -> bool:
 
 def _classify(container: Any, result: GcResult, *, all_hosts: bool, force: bool) -> None:
     labels = container.labels
+    # the session's lock dir, where its record is (a run of another environment's: its own)
+    lock_dir = runrecord.lock_dir_named(labels.get(LABEL_LOCK, ""), container.name)
+    lock_dir = lock_dir or default_lock_dir()
     if labels.get(LABEL_HOST) not in (None, socket.gethostname()) and not all_hosts:
         result.skipped.append(container.name)
     elif not force and (runrecord.held(labels.get(LABEL_LOCK, ""))
-                        or warm.waiting(container, default_lock_dir())):  # left for a next run
+                        or warm.waiting(container, lock_dir)):  # left for a next run
         result.in_use.append(container.name)
     else:
         import docker.errors
@@ -116,20 +119,21 @@ def _classify(container: Any, result: GcResult, *, all_hosts: bool, force: bool)
             except docker.errors.NotFound:
                 return  # removed meanwhile by its own session or another gc
         result.removed.append(container.name)
-        drop_channel(default_lock_dir(), container.name)  # of a session that was killed
-        drop_socket_dir(default_lock_dir(), container.name)
-        _finish(container.name, result)
+        drop_channel(lock_dir, container.name)  # of a session that was killed
+        drop_socket_dir(lock_dir, container.name)
+        _finish(container.name, result, lock_dir)
 
 
-def _finish(name: str, result: GcResult) -> None:
+def _finish(name: str, result: GcResult, lock_dir: Path | None = None) -> None:
     """A removed bind session's end-of-session checks, which its dead controller skipped
     (never while another bind session works on the root: they would race its sandbox; the
-    next run on the root runs them then)."""
-    for record in runrecord.abandoned(default_lock_dir()):
+    next run on the root runs them then); its record is in `lock_dir` (default: ours)."""
+    lock_dir = lock_dir or default_lock_dir()
+    for record in runrecord.abandoned(lock_dir):
         if record.name != name:
             continue
         if not os.path.lexists(record.root):  # nothing left to check, nor ever will be
-            runrecord.forget(default_lock_dir(), name)
+            runrecord.forget(lock_dir, name)
             result.notes.append(f"the project of {name} is gone: its record is dropped")
             return
         try:
@@ -139,7 +143,7 @@ def _finish(name: str, result: GcResult) -> None:
             return
         try:
             record.run_checks(result.notes.append)
-            runrecord.forget(default_lock_dir(), name)
+            runrecord.forget(lock_dir, name)
         finally:
             rootlock.release(held)
 

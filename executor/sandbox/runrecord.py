@@ -6,7 +6,9 @@ the protected paths' identities, when it began. A controller that dies (SIGKILL,
 crash) takes that with it, and the next run would take what the sandbox planted for the
 person's own. So the start writes it in the user's lock dir (`runs/`, outside the project),
 the end removes it, and whoever finds one whose lock is free — the next run on the root, or
-`gc` — removes that session's container and runs the dead run's checks.
+`gc` — removes that session's container and runs the dead run's checks. The lock dir comes
+from the environment (`$XDG_RUNTIME_DIR`, `$HOME`), so a run started with another one finds a
+dead run's record through its container, whose lock label names the dir it is in.
 """
 
 from __future__ import annotations
@@ -142,6 +144,16 @@ def _load(path: Path) -> RunRecord | None:
             made_dirs=[str(d) for d in raw["made_dirs"]], standby=raw.get("standby") is True)
     except (ValueError, KeyError, TypeError, IndexError, AttributeError):
         return None
+
+
+def lock_dir_named(label: str, name: str) -> Path | None:
+    """The lock dir a container's lock label names (`<dir>/<name>.lock`, absolute, no `..`),
+    or None: a label is data. What is read there is trusted only as `abandoned` trusts it."""
+    path = Path(label)
+    if not _NAME.fullmatch(name) or not path.is_absolute() or ".." in path.parts \
+            or path.name != f"{name}.lock":
+        return None
+    return path.parent
 
 
 def held(lock_path: str) -> bool:

@@ -214,6 +214,50 @@ def test_a_fifo_in_a_repository_a_killed_run_made_is_gone_once_it_is_settled(
         done.stdout + done.stderr, explain(done)
 
 
+@pytest.mark.parametrize("settler", ["the-next-ask", "gc"])
+def test_a_killed_run_of_another_environment_is_settled_through_its_container(
+        project: Path, model_server: ModelServer, tmp_path: Path, settler: str):
+    """Red-team round 21, finding 3: a dead run's record is in the lock dir of the environment
+    it ran in (`$XDG_RUNTIME_DIR`), so a next run or `gc` started with another one took the
+    repository its sandbox planted for the person's, and `git status` there ran its
+    fsmonitor on the host. The dead run's container names that lock dir in its labels."""
+    first_env = tmp_path / "first-env"
+    first_env.mkdir(mode=0o700)
+    plant = ("mkdir -p x/.git/objects x/.git/refs/heads && "
+             "echo 'ref: refs/heads/main' > x/.git/HEAD && "
+             "printf '[core]\\n\\tfsmonitor = touch fsmonitor-ran\\n' > x/.git/config")
+    model_server.reply(tool_calls=[Call("run_shell_command", {  # its toolbox stopped first
+        "command": f"kill -STOP $PPID && {plant} && touch made && sleep 60",
+        "timeout_seconds": 600})])
+    run = subprocess.Popen(
+        [str(SANDBOX_AGENT), "ask", "--root", str(project), *model_args(model_server, "ollama"),
+         "--yes", "plant it"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, env=cli_env(XDG_RUNTIME_DIR=str(first_env)),
+        start_new_session=True)
+    deadline = time.monotonic() + 60
+    while not (project / "made").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.kill(run.pid, signal.SIGKILL)
+    run.communicate()
+    assert (project / "made").exists(), "the command never ran"
+    assert (project / "x" / ".git" / "config").is_file()
+    if settler == "gc":
+        done = subprocess.run([str(SANDBOX_AGENT), "gc", "--root", str(project)], env=cli_env(),
+                              capture_output=True, text=True, timeout=120)
+    else:  # its sandbox, when the first tool call starts it, settles the dead run first
+        model_server.reply(tool_calls=[Call("read_file", {"path": "made"})])
+        model_server.reply("Fine.")
+        done = ask(project, model_server, "ollama", "--yes", query="look")
+    assert done.returncode == 0, explain(done)
+    assert not (project / "x" / ".git").exists(), explain(done)
+    assert [p.name for p in (project / "x").iterdir() if p.name.startswith(".git.")], \
+        explain(done)
+    subprocess.run(["git", "status", "--short"], cwd=project / "x", capture_output=True,
+                   timeout=20, check=True)
+    assert not (project / "x" / "fsmonitor-ran").exists(), explain(done)
+    assert not list((first_env / "sandbox-agent-locks" / "runs").iterdir()), explain(done)
+
+
 @pytest.mark.parametrize("name", ["SIGHUP", "SIGQUIT", "SIGTERM"])
 def test_a_hang_up_ends_a_run_like_sigterm(project: Path, model_server: ModelServer,
                                            docker_client: Any, name: str):

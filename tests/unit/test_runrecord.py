@@ -64,3 +64,13 @@ def test_a_start_lists_only_its_roots_records_not_the_lock_dir(tmp_path: Path):
     record(name="sandbox-agent-s2").save(tmp_path)
     assert [r.name for r in runrecord.abandoned(tmp_path, Path("/p"))] == ["sandbox-agent-s2"]
     assert len(runrecord.abandoned(tmp_path)) == 2
+
+
+def test_the_lock_dir_a_container_label_names_is_taken_only_in_its_own_shape():
+    name = "sandbox-agent-s1"
+    assert runrecord.lock_dir_named(f"/run/user/1/sandbox-agent-locks/{name}.lock", name) == \
+        Path("/run/user/1/sandbox-agent-locks")
+    for label in ("", f"locks/{name}.lock", f"/a/../b/{name}.lock", "/a/sandbox-agent-s2.lock",
+                  f"/a/{name}.lock/x", f"/a/{name}"):
+        assert runrecord.lock_dir_named(label, name) is None, label
+    assert runrecord.lock_dir_named("/a/evil name.lock", "evil name") is None

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from executor.errors import ConfigError
+from executor.state import private_dir, state_home
 
 PRESETS = ("pypi", "npm", "github")
 """The presets there are."""
@@ -44,8 +45,11 @@ class Preset:
 
 
 def run_command(argv: Sequence[str]) -> str:
-    """`argv`'s stdout (15 s at most)."""
-    done = subprocess.run(list(argv), capture_output=True, text=True, timeout=15, check=True)
+    """`argv`'s stdout (15 s at most), run in a directory of ours: the person's current one is
+    usually the project, whose `pip/` package `python -m pip` would import and whose `.npmrc`
+    npm would read (red-team round 25)."""
+    done = subprocess.run(list(argv), capture_output=True, text=True, timeout=15, check=True,
+                          cwd=private_dir(state_home(), parents=True))
     return done.stdout
 
 
@@ -76,10 +80,10 @@ def pip_preset(run: Run) -> Preset:
     urls = [url for key, values in config.items()
             if key.endswith((".index-url", ".extra-index-url")) for url in values.split()]
     if "PIP_INDEX_URL" not in env:  # pip's own default index
-        if pip[1:2] != ["-m"]:
+        if "-m" not in pip:
             raise ConfigError("--network pypi: your pip names no index-url, and its default "
                               "could not be asked of it", fix="allow it with --allow-host HOST")
-        default, storage = [*run([pip[0], "-c", _PIP_DEFAULT]).split(), "", ""][:2]
+        default, storage = [*run([pip[0], "-P", "-c", _PIP_DEFAULT]).split(), "", ""][:2]
         urls += [default] + ([f"https://{storage}/"] if storage else [])
     return Preset(list(dict.fromkeys(rule for rule in map(url_rule, urls) if rule)), env, files)
 
@@ -97,7 +101,7 @@ def _pip_env(config: dict[str, str]) -> dict[str, str]:
     each wins, as in pip: the environment's, then the files')."""
     env: dict[str, str] = {}
     for key, values in sorted(config.items(), key=lambda item: not item[0].startswith(":env:")):
-        urls = [url for url in values.split() if url_rule(url)]
+        urls = [without_credentials(url) for url in values.split() if url_rule(url)]
         for suffix, name in ((".index-url", "PIP_INDEX_URL"),
                              (".extra-index-url", "PIP_EXTRA_INDEX_URL")):
             if key.endswith(suffix) and urls and name not in env:
@@ -116,7 +120,16 @@ def npm_preset(run: Run) -> Preset:
     if not rule:
         raise ConfigError("npm's registry is not an http(s) URL",
                           fix="allow its host with --allow-host HOST")
-    return Preset([rule], {"NPM_CONFIG_REGISTRY": registry})
+    return Preset([rule], {"NPM_CONFIG_REGISTRY": without_credentials(registry)})
+
+
+def without_credentials(url: str) -> str:
+    """`url` without the `user:token@` of its authority: what the sandbox gets is the model's
+    to read (an index that needs them: the person passes the variable with `--env`)."""
+    parts = urlsplit(url.strip().strip("'\""))
+    if "@" not in parts.netloc:
+        return url
+    return parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
 
 
 def url_rule(url: str) -> str:
@@ -129,9 +142,10 @@ def url_rule(url: str) -> str:
 
 
 def _pip() -> list[str]:
-    """The person's pip: this interpreter's when it has one, else pip3 on PATH."""
+    """The person's pip: this interpreter's when it has one, else pip3 on PATH (`-P`: no
+    directory of the caller's on its path)."""
     if importlib.util.find_spec("pip") is not None:
-        return [sys.executable, "-m", "pip"]
+        return [sys.executable, "-P", "-m", "pip"]
     found = shutil.which("pip3") or shutil.which("pip")
     if found is None:
         raise ConfigError("--network pypi reads the index your pip is configured with, and "

@@ -166,16 +166,21 @@ class EgressRules:
     def check_address(self, address: Address, port: int, rule: Rule) -> Verdict:
         """Whether the proxy may connect to `address` for a destination `rule` allowed. A
         non-public address needs a range the person named; a yes at the prompt (`rule` from
-        the person's answer) names a host, never that."""
+        the person's answer) and a preset (read from pip's or npm's configuration) name a
+        host, never that."""
         if is_public(address):
             return Verdict(True, rule)
-        asked = rule.source in ("user", "user:session")
-        for candidate in ((*self.rules,) if asked else (rule, *self.rules)):
-            if candidate.covers(address, port):
+        for candidate in (rule, *self.rules):
+            if not _names_only(candidate) and candidate.covers(address, port):
                 return Verdict(True, rule, address_rule=candidate)
         hint = _range_hint(address, port)
         return Verdict(False, rule, f"it resolves to {address}, {kind_of(address)} address; "
                                     f"allow exactly that with --allow-host {hint}")
+
+
+def _names_only(rule: Rule) -> bool:
+    """A rule that never opens a non-public address: a yes at the prompt, or a preset's."""
+    return rule.source in ("user", "user:session") or rule.source.startswith("preset ")
 
 
 def address_of(host: str) -> Address | None:

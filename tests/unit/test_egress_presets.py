@@ -79,3 +79,41 @@ def test_npm_takes_the_registry_npm_is_configured_with():
     assert found.hosts == ["npm.corp.test:4873"]
     assert found.env == {"NPM_CONFIG_REGISTRY": "https://npm.corp.test:4873/"}
     assert calls[0][1:] == ["config", "get", "registry"]
+
+
+def test_credentials_in_an_index_url_stay_on_the_host():
+    """Red-team round 25: `PIP_INDEX_URL` carried the person's index token into the sandbox,
+    where the model read it with `env`."""
+    run, _ = fake_run({"config list": (
+        "global.index-url='https://ci-user:S3CR3T@mirror.corp.test/simple'\n"
+        "global.extra-index-url='https://tok@extra.corp.test/simple'\n")})
+    found = pip_preset(run)
+    assert found.env == {"PIP_INDEX_URL": "https://mirror.corp.test/simple",
+                         "PIP_EXTRA_INDEX_URL": "https://extra.corp.test/simple"}
+    assert found.hosts == ["mirror.corp.test", "extra.corp.test"]
+
+
+def test_pip_and_npm_run_with_nothing_of_the_callers_directory(tmp_path: Path, monkeypatch):
+    """Red-team round 25: `python -m pip` put the current directory (usually the project)
+    first on its path and ran the project's `pip/__main__.py` on the host; npm read the
+    project's `.npmrc` and its registry became an allowed host."""
+    import sys
+
+    from executor.network import presets
+
+    project = tmp_path / "proj"
+    (project / "pip").mkdir(parents=True)
+    (project / "pip" / "__init__.py").write_text("")
+    (project / "pip" / "__main__.py").write_text(
+        "print(\"global.index-url='https://evil.invalid/simple'\")\n")
+    (project / ".npmrc").write_text("registry=http://127.0.0.1:18099/\n")
+    bin_dir = tmp_path / "bin"  # an npm that reads the .npmrc of where it runs, as npm does
+    bin_dir.mkdir()
+    (bin_dir / "npm").write_text("#!/bin/sh\nsed -n 's/^registry=//p' .npmrc 2>/dev/null || "
+                                 "echo https://registry.example.test/\n")
+    (bin_dir / "npm").chmod(0o755)
+    monkeypatch.setenv("SANDBOX_AGENT_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("PATH", f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin")
+    monkeypatch.chdir(project)
+    assert "evil.invalid" not in presets.preset("pypi").hosts
+    assert presets.preset("npm").hosts == ["registry.example.test"]

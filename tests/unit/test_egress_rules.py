@@ -78,6 +78,22 @@ def test_a_private_address_behind_an_allowed_name_needs_that_exact_range():
     assert not ranged.check_address(ip("10.0.0.5"), 5433, rule).allowed  # the range's port only
 
 
+def test_a_presets_address_never_opens_a_non_public_one():
+    """Red-team round 25: a registry named by an address became a range rule, so the loopback,
+    private and metadata addresses it named were reachable; a preset names hosts only."""
+    for text, address, port in (("127.0.0.1:18099", "127.0.0.1", 18099),
+                                ("169.254.169.254", "169.254.169.254", 80),
+                                ("[fd00::1]:443", "fd00::1", 443)):
+        preset = EgressRules([parse_rule(text, "preset npm")])
+        host = text.rsplit(":", 1)[0] if text.count(":") == 1 or "]" in text else text
+        rule = preset.rule_for(host.strip("[]"), port)
+        assert rule is not None, text
+        refused = preset.check_address(ip(address), port, rule)
+        assert not refused.allowed and "--allow-host" in refused.reason, text
+        named = EgressRules([parse_rule(text, "preset npm"), parse_rule(text, "--allow-host")])
+        assert named.check_address(ip(address), port, rule).allowed, text
+
+
 def test_localhost_port_allows_the_loopback_for_that_port_only():
     allow = rules("localhost:8080")
     rule = allow.rule_for("localhost", 8080)

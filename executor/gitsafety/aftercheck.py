@@ -25,7 +25,14 @@ from pathlib import Path
 from executor.errors import SandboxAgentError
 from executor.gitsafety.walk import TreeScan, joined, kind, listings
 from executor.toolbox.gitshape import GITDIR_PARTS, gitdir_shape
-from executor.toolbox.nofollow import open_beneath, open_leaf, unlink_fifo
+from executor.toolbox.nofollow import (
+    as_owner,
+    open_beneath,
+    open_leaf,
+    open_listing,
+    put_back,
+    unlink_fifo,
+)
 
 _SETID = stat.S_ISUID | stat.S_ISGID
 Warn = Callable[[str], None]
@@ -44,6 +51,8 @@ class Sweep:
     """`.git` entries the toolbox could not disable, renamed here."""
     renamed: dict[str, str] = field(default_factory=dict)
     """Each `.git` renamed by `disable_git` -> its new path."""
+    not_disabled: dict[str, str] = field(default_factory=dict)
+    """Repository look-alikes whose HEAD could not be renamed -> why."""
     missing: list[str] = field(default_factory=list)
     """Protected paths that were there at the start and are gone (moved away?)."""
     now_at: dict[str, str] = field(default_factory=dict)
@@ -69,7 +78,7 @@ def _identity(root: Path, rel: str) -> Identity:
     parts = Path(rel).parts
     parent = open_beneath(root, parts[:-1])
     try:
-        info = os.lstat(parts[-1], dir_fd=parent)
+        info = as_owner(parent, lambda: os.lstat(parts[-1], dir_fd=parent))
     finally:
         os.close(parent)
     return info.st_dev, info.st_ino
@@ -103,13 +112,19 @@ def check_replaced(root: Path, before: dict[str, Identity | None], result: Sweep
 
 
 def _empty_dir(root: Path, rel: str) -> bool:
+    parts = Path(rel).parts
     try:
-        fd = open_beneath(root, Path(rel).parts, os.O_RDONLY)  # (listed: not O_PATH)
+        parent = open_beneath(root, parts[:-1])
+        try:
+            fd, mode = open_listing(parent, parts[-1])
+        finally:
+            os.close(parent)
     except OSError:
         return False
     try:
         return not os.listdir(fd)
     finally:
+        put_back(fd, mode)
         os.close(fd)
 
 
@@ -140,7 +155,8 @@ def _not_a_directory(root: Path, parts: tuple[str, ...]) -> bool:
     except OSError:
         return False  # a step above it is the one
     try:
-        return not stat.S_ISDIR(os.lstat(parts[-1], dir_fd=parent).st_mode)
+        return not stat.S_ISDIR(as_owner(parent, lambda: os.lstat(parts[-1], dir_fd=parent))
+                                .st_mode)
     except OSError:
         return False
     finally:
@@ -151,7 +167,7 @@ def _rename_beneath(root: Path, folder: tuple[str, ...], name: str, new: str) ->
     """Rename `folder/name` to `folder/new` under `root`, no link followed on the way."""
     parent = open_beneath(root, folder)
     try:
-        os.rename(name, new, src_dir_fd=parent, dst_dir_fd=parent)
+        as_owner(parent, lambda: os.rename(name, new, src_dir_fd=parent, dst_dir_fd=parent))
     finally:
         os.close(parent)
 
@@ -237,7 +253,7 @@ def fifos_below(root: Path, rel: str, since_ns: int, result: Sweep) -> None:
     the sweep did not enter and which is a plain directory now, where git looks. It is
     reached without following a link; a gitdir file or a link renamed aside has nothing below."""
     try:
-        fd = open_beneath(root, Path(rel).parts, os.O_RDONLY | os.O_DIRECTORY)
+        fd = open_beneath(root, Path(rel).parts)  # listed from its O_PATH, by `listings`
     except OSError as exc:
         if exc.errno in (errno.ENOTDIR, errno.ELOOP):
             return
@@ -277,10 +293,15 @@ def clear_setid(root: Path, rel: str) -> bool:
 def disable_head(root: Path, rel: str, result: Sweep) -> None:
     """Rename the HEAD of a repository look-alike at `rel` (no link followed on the way), so
     git on the host does not take the directory for a repository and run its config."""
-    with contextlib.suppress(OSError):
+    try:
         _rename_beneath(root, Path(rel).parts if rel else (), "HEAD",
                         f"HEAD.quarantined-{os.urandom(4).hex()}")
-        result.disabled.append(rel or ".")
+    except FileNotFoundError:
+        return  # not one any more
+    except OSError as exc:
+        result.not_disabled[rel or "."] = exc.strerror or str(exc)
+        return
+    result.disabled.append(rel or ".")
 
 
 def after_session(root: Path, tree: TreeScan, started_ns: int,
@@ -339,6 +360,9 @@ def report(done: Sweep, warn: Warn) -> None:
     for rel in done.disabled:
         if rel not in done.new_git:
             warn(f"disabled the repository (or look-alike) the sandbox made at {rel}")
+    for rel, why in done.not_disabled.items():
+        warn(f"a repository look-alike the sandbox made at {rel} could not be disabled "
+             f"({why}); review its config and hooks before running git there")
     for rel in done.setid_cleared:
         warn(f"removed the set-id bits of {rel}: set-id files are not allowed")
     for rel in done.fifos_removed:
@@ -359,7 +383,7 @@ def _rmdir_beneath(root: Path, path: Path) -> None:
     parts = path.relative_to(root).parts
     fd = open_beneath(root, parts[:-1])
     try:
-        os.rmdir(parts[-1], dir_fd=fd)
+        as_owner(fd, lambda: os.rmdir(parts[-1], dir_fd=fd))
     finally:
         os.close(fd)
 

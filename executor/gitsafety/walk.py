@@ -16,7 +16,7 @@ from pathlib import Path
 
 from executor.errors import ConfigError, SandboxError
 from executor.toolbox.gitshape import GITDIR_PARTS, gitdir_shape
-from executor.toolbox.nofollow import open_beneath
+from executor.toolbox.nofollow import open_beneath, open_listing, put_back
 
 MAX_ENTRIES = 2_000_000
 """Entries walked before giving up (a guarantee we cannot give is an error, not a guess)."""
@@ -55,9 +55,11 @@ def listings(root: Path) -> Iterator[tuple[str, list[os.DirEntry[str]]]]:
     Each directory is opened beneath its parent's descriptor without following a link, so a
     directory swapped for one while the walk runs fails its step instead of listing a host
     directory as the project's. The entries' `stat()` works (beneath that descriptor) until
-    the next listing is asked for.
+    the next listing is asked for. A directory of ours that lacks some owner rights (a
+    command, our uid, took them) has them while the walk is in it (`open_listing`): what it
+    holds is walked as the sandbox, which can give them back, could reach it.
     """
-    frames = [_Frame("", os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))]
+    frames = [_Frame("", *open_listing(None, os.fspath(root)))]
     seen = 0
     try:
         while frames:
@@ -78,7 +80,7 @@ def listings(root: Path) -> Iterator[tuple[str, list[os.DirEntry[str]]]]:
                 frame.fd = _reopen(frames, frame)
             below = _open_below(frame.fd, name, frame.rel)
             if below is not None:
-                frames.append(_Frame(joined(frame.rel, name), below))
+                frames.append(_Frame(joined(frame.rel, name), *below))
                 if len(frames) > _KEEP_OPEN + 1:  # deep: the level above gives its fd back
                     _close(frame)
     finally:
@@ -91,7 +93,8 @@ _KEEP_OPEN = 64
 again from the deepest of those when the walk comes back to it (a tree of any depth, without
 running out of descriptors)."""
 _GONE = frozenset({errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.EACCES, errno.EPERM})
-"""What opening a listed directory may meet: not one (any more), or unreadable."""
+"""What opening a listed directory may meet: not one (any more), or unreadable (another
+uid's: the container's user cannot read it either)."""
 
 
 @dataclass
@@ -99,14 +102,17 @@ class _Frame:
     rel: str
     fd: int
     """-1 while given back (`_KEEP_OPEN`)."""
+    mode: int | None = None
+    """Its mode before the walk gave its owner rights back (None: unchanged)."""
     todo: list[str] | None = None
     """Names of its directories not walked yet (None: not listed yet)."""
 
 
 def _close(frame: _Frame) -> None:
     if frame.fd >= 0:
+        put_back(frame.fd, frame.mode)
         os.close(frame.fd)
-        frame.fd = -1
+        frame.fd, frame.mode = -1, None
 
 
 def _reopen(frames: list[_Frame], frame: _Frame) -> int:
@@ -115,7 +121,12 @@ def _reopen(frames: list[_Frame], frame: _Frame) -> int:
     anchor = frames[_KEEP_OPEN - 1]
     parts = frame.rel[len(anchor.rel) + 1:].split("/")
     try:
-        return open_beneath(anchor.fd, parts, os.O_RDONLY)
+        parent = open_beneath(anchor.fd, parts[:-1])
+        try:
+            fd, frame.mode = open_listing(parent, parts[-1])
+        finally:
+            os.close(parent)
+        return fd
     except OSError as exc:
         if exc.errno not in _GONE:
             raise SandboxError(f"could not walk the project at {frame.rel}: "
@@ -133,16 +144,16 @@ def _list(frame: _Frame) -> list[os.DirEntry[str]]:
                            f"{exc.strerror}") from exc
 
 
-def _open_below(parent: int, name: str, rel_dir: str) -> int | None:
-    """`name` beneath `parent` as a directory, never through a link (None: not one now)."""
+def _open_below(parent: int, name: str, rel_dir: str) -> tuple[int, int | None] | None:
+    """`name` beneath `parent` as a directory to list, never through a link, and the mode to
+    put back when done (`open_listing`); None: not one now."""
     if parent < 0:
         return None
     try:
-        return os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
-                       dir_fd=parent)
+        return open_listing(parent, name)
     except OSError as exc:
         if exc.errno in _GONE:
-            return None  # unreadable for us: unreadable for the container's user as well
+            return None
         # (out of descriptors, say: a directory skipped could hide a repository)
         raise SandboxError(f"could not walk the project at {joined(rel_dir, name)}: "
                            f"{exc.strerror}") from exc

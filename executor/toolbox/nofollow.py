@@ -9,12 +9,16 @@ toolbox package (standard library only, Python >= 3.9): the host imports it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
+    from typing import TypeVar
+
+    T = TypeVar("T")
 
 
 def open_beneath(root: str | os.PathLike[str] | int, parts: Sequence[str],
@@ -24,10 +28,10 @@ def open_beneath(root: str | os.PathLike[str] | int, parts: Sequence[str],
     caller keeps it)."""
     fd = os.dup(root) if isinstance(root, int) else os.open(root, flags | os.O_DIRECTORY
                                                              | os.O_CLOEXEC)
+    step = flags | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
         for name in parts:
-            below = os.open(name, flags | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
-                            dir_fd=fd)
+            below = as_owner(fd, lambda: os.open(name, step, dir_fd=fd))  # noqa: B023
             os.close(fd)
             fd = below
     except BaseException:
@@ -50,22 +54,80 @@ def open_parent(root: str | os.PathLike[str], path: str) -> tuple[int, str]:
     return open_beneath(root, dirs), leaf
 
 
+def as_owner(folder: int, act: Callable[[], T]) -> T:
+    """`act()` on something in the directory `folder`; refused, once more with the directory's
+    owner rights given back for a moment when it is ours: a command (our uid) can take them
+    and give them back itself, so a check of what it left must not stop there. Without
+    permission override (not root, or root without CAP_DAC_OVERRIDE) this is all that lets
+    the host see and undo what such a command did."""
+    try:
+        return act()
+    except PermissionError:
+        mode = take_rights(folder)
+        if mode is None:
+            raise
+        try:
+            return act()
+        finally:
+            put_back(folder, mode)
+
+
+def take_rights(folder: int) -> int | None:
+    """Give the owner rwx on the directory `folder` when it is ours and lacks some; the mode
+    to put back (`put_back`), or None when nothing changed."""
+    info = os.fstat(folder)
+    mode = stat.S_IMODE(info.st_mode)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid() \
+            or mode & stat.S_IRWXU == stat.S_IRWXU:
+        return None
+    try:
+        os.chmod(f"/proc/self/fd/{folder}", mode | stat.S_IRWXU)  # no fchmod on O_PATH
+    except OSError:  # a read-only mount, say: what was refused stays refused
+        return None
+    return mode
+
+
+def put_back(folder: int, mode: int | None) -> None:
+    """The mode `take_rights` changed, back (nothing when it changed none)."""
+    if mode is not None:
+        with contextlib.suppress(OSError):
+            os.chmod(f"/proc/self/fd/{folder}", mode)
+
+
+def open_listing(parent: int | None, name: str) -> tuple[int, int | None]:
+    """(a descriptor to list the directory `name` beneath `parent` by, never through a link;
+    the mode to `put_back` when done with it, or None). A directory of ours that lacks some
+    owner rights has them while it is listed and walked, so that its entries can be looked
+    at too (`parent` None: `name` is a path, the walk's root, followed as given)."""
+    flags = os.O_DIRECTORY | os.O_CLOEXEC | (0 if parent is None else os.O_NOFOLLOW)
+    try:
+        fd = os.open(name, os.O_RDONLY | flags, dir_fd=parent)
+    except PermissionError:
+        path = (os.open(name, os.O_PATH | flags) if parent is None else
+                as_owner(parent, lambda: os.open(name, os.O_PATH | flags, dir_fd=parent)))
+        try:
+            mode = take_rights(path)
+            try:
+                return os.open(f"/proc/self/fd/{path}", os.O_RDONLY | os.O_DIRECTORY
+                               | os.O_CLOEXEC), mode
+            except BaseException:
+                put_back(path, mode)
+                raise
+        finally:
+            os.close(path)
+    try:
+        return fd, take_rights(fd)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def unlink_fifo(root: str | os.PathLike[str], path: str) -> bool:
     """Remove `root/path` when it is a FIFO (True), reached without following a link: git
     and editors on the host block for ever opening one where they expect a file."""
     parent, leaf = open_parent(root, path)
     try:
-        try:
-            return _unlink_fifo_in(parent, leaf)
-        except PermissionError:  # its directory's owner (a command: our uid) took our access
-            info = os.fstat(parent)
-            if info.st_uid != os.geteuid():
-                raise
-            os.chmod(f"/proc/self/fd/{parent}", stat.S_IMODE(info.st_mode) | stat.S_IRWXU)
-            try:
-                return _unlink_fifo_in(parent, leaf)
-            finally:
-                os.chmod(f"/proc/self/fd/{parent}", stat.S_IMODE(info.st_mode))
+        return as_owner(parent, lambda: _unlink_fifo_in(parent, leaf))
     finally:
         os.close(parent)
 

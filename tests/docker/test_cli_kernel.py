@@ -471,6 +471,86 @@ def test_a_repository_made_by_a_command_that_kills_its_toolbox_is_gone_before_th
     assert "no write records" in tool_exchanges(model_server.last_chat)[0][2]
 
 
+NO_OVERRIDE = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search"]
+"""A controller without permission override, as a person running it on their own project is
+(the tests run as root, which overrides every mode)."""
+
+
+@pytest.mark.engines("runc")
+@pytest.mark.parametrize("case", ["repository", "look-alike", "fifo"])
+def test_what_a_command_that_kills_its_toolbox_hid_from_its_owner_is_still_undone(
+        project: Path, model_server: ModelServer, tmp_path: Path, case: str):
+    """Red-team round 25: a command took its directory's owner rights (`chmod 111`, `555`;
+    same uid as the files) and killed its toolbox; the host's walk skipped what it could not
+    open and its renames failed in what it could not write, so without permission override a
+    planted repository stayed live (`git status` ran its fsmonitor on the host), a look-alike
+    kept its HEAD, and a FIFO made `git diff` block for ever. The host gives the owner rights
+    back while it checks, and puts the modes back."""
+    ran = tmp_path / "fsmonitor-ran"
+    plant = {
+        "repository": (f"mkdir made && cd made && git init -q && "
+                       f"git config core.fsmonitor 'touch {ran}; false' && cd .. && "
+                       "chmod 111 made"),
+        "look-alike": ("mkdir -p lib/objects lib/refs/heads && "
+                       "echo 'ref: refs/heads/main' > lib/HEAD && printf '[core]\\n' > lib/config"
+                       " && chmod 555 lib"),
+        "fifo": "mkdir made && mkfifo made/.gitattributes && chmod 111 made",
+    }[case]
+    model_server.reply(tool_calls=[Call("run_shell_command", {
+        "command": f"{plant} && kill -9 $PPID; sleep 1"})])
+    model_server.reply("Done.")
+    done = subprocess.run(
+        [*NO_OVERRIDE, str(SANDBOX_AGENT), "ask", "--root", str(project), "--provider", "ollama",
+         "--host", model_server.url, "--yes", "plant it"], env=cli_env(),
+        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, explain(done)
+    folder = project / ("lib" if case == "look-alike" else "made")
+    assert stat.S_IMODE(folder.stat().st_mode) == (0o555 if case == "look-alike" else 0o111), \
+        explain(done)  # the modes it found, back
+    if case == "repository":
+        assert not (folder / ".git").exists(), explain(done)
+        subprocess.run(["git", "status"], cwd=folder, capture_output=True, timeout=20)
+        assert not ran.exists(), explain(done)
+        assert "a git repository appeared during the session at made/.git: renamed" in \
+            done.stderr, explain(done)
+    elif case == "look-alike":
+        assert not (folder / "HEAD").exists(), explain(done)
+        assert "disabled the repository (or look-alike) the sandbox made at lib" in \
+            done.stderr, explain(done)
+    else:
+        assert not (folder / ".gitattributes").exists(), explain(done)
+        subprocess.run(["git", "diff"], cwd=project, capture_output=True, timeout=20,
+                       check=True)
+        assert "removed the FIFO the sandbox left at made/.gitattributes" in done.stderr, \
+            explain(done)
+
+
+@pytest.mark.engines("runc")
+def test_a_repository_in_a_directory_its_owner_locked_is_protected_too(
+        project: Path, model_server: ModelServer):
+    """Red-team round 25: without permission override the start's walk skipped a directory of
+    the person's that its owner had locked (`chmod 000`), so the repository inside was not
+    mounted read-only, and the sandbox, its owner, could unlock it and write its hooks. Now
+    the walk finds it, and the run stops before any container, since the config git would
+    read there (what it names must be protected too) cannot be read."""
+    locked = project / "locked"
+    locked.mkdir()
+    subprocess.run(["git", "init", "-q"], cwd=locked, check=True)
+    locked.chmod(0)
+    model_server.reply(tool_calls=[Call("run_shell_command", {"command": (
+        "chmod 700 locked && echo planted > locked/.git/hooks/pre-commit; echo rc=$?")})])
+    model_server.reply("Done.")
+    done = subprocess.run(
+        [*NO_OVERRIDE, str(SANDBOX_AGENT), "ask", "--root", str(project), "--provider", "ollama",
+         "--host", model_server.url, "--yes", "plant it"], env=cli_env(),
+        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, explain(done)
+    assert "locked/.git/config as config, but it cannot be read" in done.stderr, explain(done)
+    assert "started" not in done.stderr, explain(done)
+    assert not (locked / ".git" / "hooks" / "pre-commit").exists()
+    assert stat.S_IMODE(locked.stat().st_mode) == 0
+
+
 def test_a_protected_path_moved_by_a_command_that_kills_its_toolbox_ends_the_session(
         project: Path, model_server: ModelServer, tmp_path: Path):
     """Red-team round 21: `mv tools tools.old` carries the read-only mount of the hooks path

@@ -45,6 +45,9 @@ DEFAULT_PIDS_LIMIT = 256
 """Container process limit."""
 DEFAULT_TMP_SIZE = "64m"
 """Size cap of the container's /tmp."""
+DEFAULT_TIMEOUT = 300.0
+"""Seconds one model response may take (each read, and the whole of it) unless --timeout says:
+the servers' default; the embedded model has its own for a whole reply (docs/MODELS.md)."""
 DEFAULT_TOOL_TIMEOUT = 60
 """Seconds run_shell_command may take unless the call asks otherwise."""
 DEFAULT_DISK_BUDGET = 1024**3
@@ -97,8 +100,9 @@ class Settings(BaseSettings):
     """How tools are offered; None: native for servers, constrained for the embedded model."""
     temperature: float | None = None
     """Sampling temperature passed to the model (None: the server's default)."""
-    timeout: float = Field(300.0, gt=0)
-    """Seconds to wait for one model response."""
+    timeout: float | None = Field(None, gt=0)
+    """Seconds one model response may take, from the request sent to its last byte (and each
+    read of it); None: DEFAULT_TIMEOUT, the embedded model's own for a whole reply."""
     max_retries: int = Field(2, ge=0, le=20)
     """Retries after a first attempt that times out or gets 429/5xx (0: no retries)."""
     retry_base_delay: float = Field(0.5, ge=0)

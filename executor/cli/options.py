@@ -84,7 +84,8 @@ TimeoutOpt = Annotated[
     typer.Option(
         "--timeout",
         min=1,
-        help="Seconds to wait for one model response. [default: 300]",
+        help="Seconds one model response may take, from the request to its last byte "
+             "(each read too). [default: 300; embedded: 300 a read, 1324 a whole reply]",
         show_default=False,
     ),
 ]

@@ -15,7 +15,7 @@ from typing import Any, cast
 import httpx
 
 from executor import LOCAL_EXTRA_FIX
-from executor.config import Provider, Settings, ThinkLevel, ToolProtocol
+from executor.config import DEFAULT_TIMEOUT, Provider, Settings, ThinkLevel, ToolProtocol
 from executor.errors import ConfigError, EmbeddedModelError
 from executor.hooks import HookBus
 from executor.models._http import ServerHint
@@ -76,7 +76,7 @@ def _common(
         "tool_protocol": settings.tool_protocol or default_protocol(settings.provider),
         "stream": settings.stream,
         "temperature": settings.temperature,
-        "timeout": settings.timeout,
+        "timeout": DEFAULT_TIMEOUT if settings.timeout is None else settings.timeout,
         "retry": RetryPolicy.from_settings(settings),
         "hooks": hooks,
         "transport": transport,

@@ -2,7 +2,8 @@
 
 Every httpx exception is translated here, once, into the errors of `executor.errors`:
 
-    httpx.TimeoutException                         -> ModelTimeoutError      (retried)
+    httpx.TimeoutException, a response past its
+    deadline (below)                               -> ModelTimeoutError      (retried)
     httpx.ConnectError, RemoteProtocolError,
     ReadError, WriteError (refused / dropped)      -> ModelUnavailableError  (retried twice)
     HTTP 429 / 5xx                                 -> ModelResponseError     (retried)
@@ -13,6 +14,17 @@ Every httpx exception is translated here, once, into the errors of `executor.err
 
 A streamed response is retried only while nothing of it has been read: once a line has
 been handed to the consumer, tokens may already be on the user's screen.
+
+`timeout` (`--timeout`) bounds two things: each read (httpx's own timeout, so a silent server
+is given up within it) and one whole response, from the request sent to its last byte (a
+deadline, so a server that trickles a byte, a token or an SSE comment a second cannot hold a
+run). Every request is opened in `_open`, which checks the deadline before and between the
+body's chunks (`_DeadlineStream`), whatever reads the body: the JSON reader, the line reader
+of every streamed protocol, an error body; a read still waiting when it passes is ended then
+(`_watchdog` shuts the socket down), not at its own timeout. A response past it is the same
+ModelTimeoutError as a read timeout; what was streamed of it is never taken as an answer.
+Only response headers trickled byte by byte are bounded per read alone (httpcore reads them
+before any of this code sees the response).
 
 Every body is read through `limits.py`, in chunks and counted: a reply longer than
 SANDBOX_AGENT_MAX_REPLY_BYTES (or a streamed line longer than a sixteenth of it) is a
@@ -29,12 +41,16 @@ from __future__ import annotations
 import email.utils
 import functools
 import json
+import os
 import re
+import socket
 import ssl
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Self, TypeVar
+from typing import Any, ClassVar, Self, TypeVar, cast
 from urllib.parse import urlsplit
 
 import httpx
@@ -105,9 +121,13 @@ class HttpClient:
         secrets: Sequence[str] = (),
         transport: httpx.BaseTransport | None = None,
         limits: ReplyLimits | None = None,
+        deadline: float | None = None,
     ) -> None:
         self.server = server
         self.timeout = timeout
+        """Seconds each read may wait."""
+        self.deadline = timeout if deadline is None else deadline
+        """Seconds one whole response may take (None given: `timeout`)."""
         self.policy = policy
         self.limits = limits or ReplyLimits()
         self._hooks = hooks
@@ -119,17 +139,16 @@ class HttpClient:
         self._tls = False
 
     def __repr__(self) -> str:
-        return f"HttpClient({self.server.label!r}, timeout={self.timeout})"
+        return (f"HttpClient({self.server.label!r}, timeout={self.timeout}, "
+                f"deadline={self.deadline})")
 
     def post_json(self, url: str, body: Mapping[str, Any], *, probe: bool = False) -> Any:
         """POST `body` and return the decoded JSON reply; a probe gets one short attempt."""
-        timeout = min(self.timeout, _PROBE_TIMEOUT) if probe else self.timeout
-        return self._retrying(url, lambda: self._send("POST", url, body, timeout), not probe)
+        return self._retrying(url, lambda: self._send("POST", url, body, probe), not probe)
 
     def get_json(self, url: str, *, probe: bool = False) -> Any:
         """GET a JSON document; a probe gets one short attempt."""
-        timeout = min(self.timeout, _PROBE_TIMEOUT) if probe else self.timeout
-        return self._retrying(url, lambda: self._send("GET", url, None, timeout), not probe)
+        return self._retrying(url, lambda: self._send("GET", url, None, probe), not probe)
 
     def post_stream(
         self, url: str, body: Mapping[str, Any], consume: Callable[[Iterator[str]], T]
@@ -153,7 +172,7 @@ class HttpClient:
             self._client = httpx.Client(
                 headers=self._headers,
                 verify=_ssl_context() if tls else False,
-                timeout=httpx.Timeout(self.timeout, connect=min(self.timeout, _CONNECT_TIMEOUT)),
+                timeout=_timeouts(self.timeout),
                 transport=self._transport,
             )
         return self._client
@@ -162,15 +181,15 @@ class HttpClient:
         policy = self.policy if retry else RetryPolicy.once()
         return call_with_retry(attempt, policy, hooks=self._hooks, url=url)
 
-    def _send(self, method: str, url: str, body: Mapping[str, Any] | None, timeout: float) -> Any:
+    def _send(self, method: str, url: str, body: Mapping[str, Any] | None, probe: bool) -> Any:
+        timeout, deadline = self._limits(probe)
         try:
-            with self._http(url).stream(method, url, timeout=timeout, **_json_body(body)) as resp:
-                self._check(resp, url)
+            with self._open(method, url, body, timeout, deadline) as resp:
                 data = read_body(resp, self.limits, self._where(url))
             check_values(data, self._where(url))
             return self._decode(data.decode(text_encoding(resp), errors="replace"), url)
         except httpx.HTTPError as exc:
-            raise self._translate(exc, url, timeout) from exc
+            raise self._translate(exc, url, timeout, deadline) from exc
 
     def _stream(
         self, url: str, body: Mapping[str, Any], consume: Callable[[Iterator[str]], T]
@@ -183,15 +202,37 @@ class HttpClient:
                 started = True
                 yield line
 
+        timeout, deadline = self._limits(probe=False)
         try:
-            with self._http(url).stream("POST", url, **_json_body(body)) as resp:
-                self._check(resp, url)
+            with self._open("POST", url, body, timeout, deadline) as resp:
                 return consume(lines(resp))
         except httpx.HTTPError as exc:
-            failure = self._translate(exc, url, self.timeout)
+            failure = self._translate(exc, url, timeout, deadline)
             if started and isinstance(failure, Retryable):
                 failure = failure.error  # tokens may have been shown: never replay
             raise failure from exc
+
+    def _limits(self, probe: bool) -> tuple[float, float]:
+        """(seconds a read may wait, seconds the whole response may take): a probe is short."""
+        if probe:
+            return min(self.timeout, _PROBE_TIMEOUT), min(self.deadline, _PROBE_TIMEOUT)
+        return self.timeout, self.deadline
+
+    @contextmanager
+    def _open(self, method: str, url: str, body: Mapping[str, Any] | None, timeout: float,
+              seconds: float) -> Iterator[httpx.Response]:
+        """The one way a request is made: its response, status checked, each read within
+        `timeout`, and whose body cannot be read past `seconds` after the request was sent
+        (PastDeadline)."""
+        deadline = time.monotonic() + seconds
+        with self._http(url).stream(method, url, timeout=_timeouts(timeout),
+                                    **_json_body(body)) as resp:
+            # a sync client's body is always a SyncByteStream
+            resp.stream = _DeadlineStream(cast(httpx.SyncByteStream, resp.stream), deadline,
+                                          seconds)
+            with _watchdog(resp, deadline, seconds):
+                self._check(resp, url)
+                yield resp
 
     def _check(self, resp: httpx.Response, url: str) -> None:
         """Raise for an error status: Retryable for 429/5xx, ModelResponseError otherwise."""
@@ -229,12 +270,15 @@ class HttpClient:
                 fix="check that --host points at the right kind of server",
             ) from exc
 
-    def _translate(self, exc: httpx.HTTPError, url: str, timeout: float) -> ModelError | Retryable:
+    def _translate(self, exc: httpx.HTTPError, url: str, timeout: float,
+                   deadline: float) -> ModelError | Retryable:
         """The error the caller sees for `exc`, wrapped in Retryable when it may be retried."""
         label, fix = self.server.label, self.server.unreachable_fix
         if isinstance(exc, httpx.TimeoutException):
+            what, limit = ("finish its response", deadline) if isinstance(exc, PastDeadline) \
+                else ("answer", timeout)
             timed_out = ModelTimeoutError(
-                f"{label} at {url} did not answer within {timeout:g}s",
+                f"{label} at {url} did not {what} within {limit:g}s (--timeout)",
                 fix="raise --timeout, use a smaller model, or check the server's load",
             )
             return Retryable(timed_out, "transient", "timeout")
@@ -262,6 +306,84 @@ class HttpClient:
         for secret in self._secrets:
             text = text.replace(secret, "***")
         return text
+
+
+class PastDeadline(httpx.ReadTimeout):
+    """A response still arriving when its deadline passed (`--timeout` seconds after its
+    request was sent): a timeout like httpx's own, translated and retried the same way."""
+
+
+def _past(deadline: float, timeout: float) -> None:
+    """Raise PastDeadline once the monotonic clock is past `deadline`."""
+    if time.monotonic() >= deadline:
+        raise PastDeadline(f"the response took longer than {timeout:g}s")
+
+
+class _DeadlineStream(httpx.SyncByteStream):
+    """A response body that stops at its deadline: checked before the first chunk is waited
+    for (the headers may have come late) and after each one arrives (a trickle ends within
+    one chunk of it)."""
+
+    def __init__(self, stream: httpx.SyncByteStream, deadline: float, timeout: float) -> None:
+        self._stream, self._deadline, self._timeout = stream, deadline, timeout
+
+    def __iter__(self) -> Iterator[bytes]:
+        _past(self._deadline, self._timeout)
+        for chunk in self._stream:
+            _past(self._deadline, self._timeout)
+            yield chunk
+
+    def close(self) -> None:
+        self._stream.close()
+
+
+@contextmanager
+def _watchdog(resp: httpx.Response, deadline: float, seconds: float) -> Iterator[None]:
+    """A read still waiting when `deadline` passes is ended then, not at its own timeout: a
+    timer shuts the connection's socket down (its reader sees the end of the stream), and the
+    failure that follows is PastDeadline. Without a socket (a test's transport), no timer."""
+    sock = _socket_of(resp)
+    if sock is None:
+        yield
+        return
+    lock, cut, done = threading.Lock(), threading.Event(), threading.Event()
+
+    def shut() -> None:
+        with lock:  # the socket is not closed meanwhile: `done` is set first, under the lock
+            if not done.is_set():
+                cut.set()
+                _shutdown(sock)
+
+    timer = threading.Timer(max(0.0, deadline - time.monotonic()), shut)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    except httpx.TransportError as exc:
+        if cut.is_set() and not isinstance(exc, PastDeadline):
+            raise PastDeadline(f"the response took longer than {seconds:g}s") from exc
+        raise
+    finally:
+        with lock:
+            done.set()
+        timer.cancel()
+
+
+def _socket_of(resp: httpx.Response) -> socket.socket | None:
+    """The socket a response is read from (httpcore's `network_stream` extension), if any."""
+    stream = resp.extensions.get("network_stream")
+    sock = stream.get_extra_info("socket") if stream is not None else None
+    return sock if isinstance(sock, socket.socket) else None
+
+
+def _shutdown(sock: socket.socket) -> None:
+    """Shut a socket down for both directions, through a duplicate of its descriptor: a TLS
+    socket's own `shutdown` would also drop its SSL object under the thread reading it."""
+    try:
+        with socket.socket(fileno=os.dup(sock.fileno())) as twin:
+            twin.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass  # already closed: nothing is waiting on it
 
 
 _UNRESOLVED = ("Name or service not known", "nodename nor servname", "No address associated",
@@ -417,6 +539,11 @@ def _json_body(body: Mapping[str, Any] | None) -> dict[str, Any]:
         return {}
     text = _SURROGATE.sub("\ufffd", json.dumps(body, ensure_ascii=False))
     return {"content": text.encode("utf-8"), "headers": {"Content-Type": "application/json"}}
+
+
+def _timeouts(timeout: float) -> httpx.Timeout:
+    """httpx's timeouts for `timeout`: each read and write within it, a connect within 10 s."""
+    return httpx.Timeout(timeout, connect=min(timeout, _CONNECT_TIMEOUT))
 
 
 @functools.cache

@@ -89,10 +89,11 @@ class OllamaModel(HttpChatModel):
         hooks: HookBus | None = None,
         transport: httpx.BaseTransport | None = None,
         max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
+        deadline: float | None = None,
     ) -> None:
         http = HttpClient(_hint(model), timeout=timeout, policy=retry or RetryPolicy(),
                           hooks=hooks, transport=transport,
-                          limits=ReplyLimits(max_reply_bytes))
+                          limits=ReplyLimits(max_reply_bytes), deadline=deadline)
         super().__init__(model, ollama_base_url(host), http, tool_protocol=tool_protocol,
                          stream=stream)
         self.options = {**(options or {}), **({} if temperature is None else

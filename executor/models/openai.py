@@ -83,12 +83,13 @@ class OpenAIModel(HttpChatModel):
         transport: httpx.BaseTransport | None = None,
         max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
         server: ServerHint | None = None,
+        deadline: float | None = None,
     ) -> None:
         key = api_key if isinstance(api_key, SecretStr) or api_key is None else SecretStr(api_key)
         http = HttpClient(
             server or _hint(), timeout=timeout, policy=retry or RetryPolicy(), hooks=hooks,
             headers=_auth(key), secrets=[key.get_secret_value()] if key else [],
-            transport=transport, limits=ReplyLimits(max_reply_bytes),
+            transport=transport, limits=ReplyLimits(max_reply_bytes), deadline=deadline,
         )
         super().__init__(model or "auto", openai_base_url(base_url), http,
                          tool_protocol=tool_protocol, stream=stream)

@@ -205,6 +205,28 @@ def test_a_server_that_never_answers_times_out_cleanly(project: Path, model_serv
     assert containers_of(docker_client, project) == []
 
 
+@pytest.mark.parametrize(("provider", "stream", "shape"), [
+    ("openai", "--stream", "comments"),  # SSE keep-alive comments: nothing on screen
+    ("ollama", "--stream", "tokens"),    # a word every half second
+    ("openai", "--no-stream", "body"),   # a JSON body a few bytes every half second
+])
+def test_a_server_that_trickles_is_given_up_at_the_timeout(
+        project: Path, model_server: ModelServer, provider: str, stream: str, shape: Any,
+        docker_client: Any):
+    # never silent for a read timeout; a whole reply ("done") after 60 s
+    model_server.trickle(shape, seconds=60, every=0.5)
+
+    started = time.monotonic()
+    done = ask(project, model_server, provider, "--timeout", "3", "--max-retries", "0", stream)
+    elapsed = time.monotonic() - started
+
+    assert_user_error(done, 22, "did not finish its response within 3s (--timeout)")
+    assert done.stdout == ""  # what was streamed is not taken as an answer
+    assert len(model_server.chat_requests) == 1
+    assert elapsed < 20  # 3 s, the CLI's start and its end on a busy machine; not 60
+    assert containers_of(docker_client, project) == []
+
+
 def test_other_client_errors_are_not_retried(project: Path, model_server: ModelServer,
                                              docker_client: Any):
     model_server.error(400, "unsupported parameter")

@@ -9,6 +9,8 @@ from tests.fakes.model_server import (
     Raw,
     RecordedRequest,
     Reply,
+    Trickle,
 )
 
-__all__ = ["Call", "Drop", "Hang", "HttpError", "ModelServer", "Raw", "RecordedRequest", "Reply"]
+__all__ = ["Call", "Drop", "Hang", "HttpError", "ModelServer", "Raw", "RecordedRequest", "Reply",
+           "Trickle"]

@@ -31,6 +31,10 @@ server, so calls chain::
     server.flood(64 << 20)                # a 64 MiB reply, made as it is sent (never held);
     server.flood(n, field="thinking")     # ... of reasoning, or of tool-call "arguments";
                                           # `server.wait_flooded()`: bytes each flood wrote
+    server.trickle("tokens", seconds=8)   # a whole reply, but a piece a second for 8 s:
+                                          # "tokens" (a streamed word a second), "comments"
+                                          # (an SSE keep-alive comment a second, then the
+                                          # reply), "body" (a JSON body a few bytes a second)
     server.respond(lambda request: Reply(f"got {len(request.body['messages'])}"))
     server.default = Reply("done")        # answer with this once the queue is empty
 
@@ -164,7 +168,26 @@ class Flood:
     piece: int = 65536
 
 
-Step = Reply | HttpError | Drop | Hang | Raw | Flood
+TrickleShape = Literal["tokens", "comments", "body"]
+
+
+@dataclass(frozen=True)
+class Trickle:
+    """A valid reply ("done", or `content`) spread over `seconds`, a piece every `every`
+    seconds: a slow or hostile server that is never silent long enough for a read timeout.
+
+    "tokens": streamed, one word a piece (NDJSON or SSE, as the request asks); "comments":
+    streamed SSE, one `: keep-alive` comment a piece, then the reply at once (an OpenAI
+    path only); "body": not streamed, the JSON document (Content-Length given) cut into as
+    many pieces. It stops early when the client hangs up or the server stops."""
+
+    shape: TrickleShape
+    seconds: float = 8.0
+    every: float = 1.0
+    content: str = "done"
+
+
+Step = Reply | HttpError | Drop | Hang | Raw | Flood | Trickle
 Responder = Callable[["RecordedRequest"], Step]
 
 
@@ -309,6 +332,11 @@ class ModelServer:
         """Script a reply of `size` characters of `field` (see Flood)."""
         return self.enqueue(Flood(size, field, piece))
 
+    def trickle(self, shape: TrickleShape, *, seconds: float = 8.0, every: float = 1.0,
+                content: str = "done") -> ModelServer:
+        """Script a reply that takes `seconds` to arrive, a piece at a time (see Trickle)."""
+        return self.enqueue(Trickle(shape, seconds, every, content))
+
     def respond(self, responder: Responder) -> ModelServer:
         """Script a step computed from the request when it arrives."""
         return self.enqueue(responder)
@@ -449,6 +477,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(step.status, step.body, step.content_type)
         elif isinstance(step, Flood):
             self._flood(request, step)
+        elif isinstance(step, Trickle):
+            self._trickle(request, step)
         else:
             self._reply(request, step)
 
@@ -519,6 +549,51 @@ class _Handler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError, TimeoutError):
             pass  # the client went away mid-stream
 
+
+    def _trickle(self, request: RecordedRequest, step: Trickle) -> None:
+        owner = self.server.owner
+        pieces = max(1, round(step.seconds / step.every))
+        usage = (owner.prompt_tokens, owner.completion_tokens)
+        render = _OllamaWire if request.protocol == "ollama" else _OpenAIWire
+        if step.shape == "body":
+            body = json.dumps(render.whole(owner.model, Reply(step.content), usage)).encode()
+            size = -(-len(body) // pieces)
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Connection", "close")
+            self.end_headers()
+            chunks = [body[i:i + size] for i in range(0, len(body), size)]
+            self._write_slowly(chunks, step.every, chunked=False)
+            return
+        if step.shape == "tokens":
+            words = " ".join([step.content] * pieces)
+            chunks = list(render.chunks(owner.model, Reply(words), usage, request))
+        else:
+            reply = list(render.chunks(owner.model, Reply(step.content), usage, request))
+            chunks = [b": keep-alive\n\n"] * pieces + [b"".join(reply)]
+        content_type = "application/x-ndjson" if request.protocol == "ollama" else \
+            "text/event-stream"
+        self.send_response(200)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Transfer-Encoding", "chunked")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self._write_slowly(chunks, step.every, chunked=True)
+
+    def _write_slowly(self, chunks: list[bytes], every: float, *, chunked: bool) -> None:
+        """Each chunk, then a wait of `every` seconds (cut short when the server stops)."""
+        stopping = self.server.owner._stopping
+        try:
+            for chunk in chunks:
+                self.wfile.write(b"%X\r\n%s\r\n" % (len(chunk), chunk) if chunked else chunk)
+                self.wfile.flush()
+                if stopping.wait(every):
+                    return
+            if chunked:
+                self.wfile.write(b"0\r\n\r\n")
+        except (BrokenPipeError, ConnectionResetError, TimeoutError):
+            pass  # the client hung up
 
     def _flood(self, request: RecordedRequest, step: Flood) -> None:
         wire = _FLOODS[request.protocol or "ollama", request.streaming]

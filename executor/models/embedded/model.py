@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from executor.config import Settings, ToolProtocol
+from executor.config import DEFAULT_TIMEOUT, Settings, ToolProtocol
 from executor.hooks import HookBus
 from executor.messages import Message, ModelReply, ToolSpec
 from executor.models._http import ServerHint
@@ -32,6 +32,20 @@ def preflight(spec: ModelSpec = QWEN_1_5B, directory: Path | None = None) -> str
     return f"{spec.name}: parts installed; assembled into {path} on first use"
 
 
+SLOWEST_TOKENS_PER_SECOND = 2.0
+"""The slowest generation an honest reply is given time for: under half the 4.7 tokens/s the
+1.5B model made on 2 shared cores (docs/MODELS.md; 28-30 on quiet ones)."""
+
+
+def reply_deadline(timeout: float | None, max_reply_tokens: int) -> float:
+    """Seconds one whole reply may take: `--timeout` when given, else its first byte's wait
+    (the prompt read, DEFAULT_TIMEOUT) plus every token the server may generate at the
+    slowest rate above (2,048 tokens: 1,324 s)."""
+    if timeout is not None:
+        return timeout
+    return DEFAULT_TIMEOUT + max_reply_tokens / SLOWEST_TOKENS_PER_SECOND
+
+
 def _server_hint(n_ctx: int) -> ServerHint:
     # KV cache of the 1.5B model: 28 layers x 2 heads x 128 x (K, V) x 2 bytes = 28 KiB/token.
     return ServerHint(
@@ -54,7 +68,7 @@ class EmbeddedModel:
         tool_protocol: ToolProtocol = "constrained",
         stream: bool = True,
         temperature: float = 0.0,
-        timeout: float = 300.0,
+        timeout: float | None = None,
         retry: RetryPolicy | None = None,
         hooks: HookBus | None = None,
         max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
@@ -67,6 +81,8 @@ class EmbeddedModel:
         self.tool_protocol: ToolProtocol = tool_protocol
         self.cache = cache
         """Directory of the assembled model (None: `cache_dir()`)."""
+        # timeout: --timeout (each read and a whole reply); None: DEFAULT_TIMEOUT a read and
+        # reply_deadline() a whole reply
         self.stream, self.temperature, self.timeout = stream, temperature, timeout
         self._retry, self._hooks = retry, hooks
         self._max_reply_bytes = max_reply_bytes
@@ -190,7 +206,8 @@ class EmbeddedModel:
             tool_protocol=self.tool_protocol,
             stream=self.stream,
             temperature=self.temperature,
-            timeout=self.timeout,
+            timeout=DEFAULT_TIMEOUT if self.timeout is None else self.timeout,
+            deadline=reply_deadline(self.timeout, self.options.max_reply_tokens),
             max_reply_bytes=self._max_reply_bytes,
             retry=self._retry,
             hooks=self._hooks,

@@ -471,9 +471,14 @@ def test_a_repository_made_by_a_command_that_kills_its_toolbox_is_gone_before_th
     assert "no write records" in tool_exchanges(model_server.last_chat)[0][2]
 
 
-NO_OVERRIDE = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search"]
-"""A controller without permission override, as a person running it on their own project is
-(the tests run as root, which overrides every mode)."""
+def ask_without_override(project: Path, server: ModelServer) -> subprocess.CompletedProcess[str]:
+    """`ask --yes` by a controller without permission override, as a person running it on
+    their own project is (the tests run as root, which overrides every mode)."""
+    return subprocess.run(
+        ["setpriv", "--bounding-set", "-dac_override,-dac_read_search", str(SANDBOX_AGENT),
+         "ask", "--root", str(project), "--provider", "ollama", "--host", server.url, "--yes",
+         "plant it"], env=cli_env(), stdin=subprocess.DEVNULL, capture_output=True, text=True,
+        timeout=300)
 
 
 @pytest.mark.engines("runc")
@@ -499,10 +504,7 @@ def test_what_a_command_that_kills_its_toolbox_hid_from_its_owner_is_still_undon
     model_server.reply(tool_calls=[Call("run_shell_command", {
         "command": f"{plant} && kill -9 $PPID; sleep 1"})])
     model_server.reply("Done.")
-    done = subprocess.run(
-        [*NO_OVERRIDE, str(SANDBOX_AGENT), "ask", "--root", str(project), "--provider", "ollama",
-         "--host", model_server.url, "--yes", "plant it"], env=cli_env(),
-        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300)
+    done = ask_without_override(project, model_server)
     assert done.returncode == 0, explain(done)
     folder = project / ("lib" if case == "look-alike" else "made")
     assert stat.S_IMODE(folder.stat().st_mode) == (0o555 if case == "look-alike" else 0o111), \
@@ -540,10 +542,7 @@ def test_a_repository_in_a_directory_its_owner_locked_is_protected_too(
     model_server.reply(tool_calls=[Call("run_shell_command", {"command": (
         "chmod 700 locked && echo planted > locked/.git/hooks/pre-commit; echo rc=$?")})])
     model_server.reply("Done.")
-    done = subprocess.run(
-        [*NO_OVERRIDE, str(SANDBOX_AGENT), "ask", "--root", str(project), "--provider", "ollama",
-         "--host", model_server.url, "--yes", "plant it"], env=cli_env(),
-        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300)
+    done = ask_without_override(project, model_server)
     assert done.returncode == 2, explain(done)
     assert "locked/.git/config as config, but it cannot be read" in done.stderr, explain(done)
     assert "started" not in done.stderr, explain(done)

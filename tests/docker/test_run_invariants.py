@@ -173,6 +173,35 @@ def test_the_next_run_says_what_a_killed_controller_left(project: Path,
     assert containers(docker_client, project) == []
 
 
+def killed_after(project: Path, server: ModelServer, command: str,
+                 env: dict[str, str] | None = None) -> None:
+    """`ask --yes` whose model runs `command` (which touches `made` when done), SIGKILLed once
+    `made` is there: a controller that died mid-command."""
+    server.reply(tool_calls=[Call("run_shell_command",
+                                  {"command": command, "timeout_seconds": 600})])
+    run = subprocess.Popen(
+        [str(SANDBOX_AGENT), "ask", "--root", str(project), *model_args(server, "ollama"),
+         "--yes", "plant it"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, env=cli_env(**(env or {})), start_new_session=True)
+    deadline = time.monotonic() + 60
+    while not (project / "made").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.kill(run.pid, signal.SIGKILL)
+    run.communicate()
+    assert (project / "made").exists(), "the command never ran"
+
+
+def settle(project: Path, server: ModelServer, settler: str) -> subprocess.CompletedProcess[str]:
+    """The dead run settled by `gc`, or by the next `ask` (its first tool call starts its
+    sandbox, which settles the dead run first)."""
+    if settler == "gc":
+        return subprocess.run([str(SANDBOX_AGENT), "gc", "--root", str(project)], env=cli_env(),
+                              capture_output=True, text=True, timeout=120)
+    server.reply(tool_calls=[Call("read_file", {"path": "made"})])
+    server.reply("Fine.")
+    return ask(project, server, "ollama", "--yes", query="look")
+
+
 @pytest.mark.engines("runc", "podman")
 @pytest.mark.parametrize("settler", ["the-next-ask", "gc"])
 def test_a_fifo_in_a_repository_a_killed_run_made_is_gone_once_it_is_settled(
@@ -185,26 +214,9 @@ def test_a_fifo_in_a_repository_a_killed_run_made_is_gone_once_it_is_settled(
 
     # the toolbox stopped first: it would otherwise, seeing its host go, often make its own
     # checks before PID 1 ends the container, and leave nothing for the settle to do
-    model_server.reply(tool_calls=[Call("run_shell_command", {"command": (
-        "mkdir -p x/.git && mkfifo x/.git/.gitignore && kill -STOP $PPID && touch made && "
-        "sleep 60"), "timeout_seconds": 600})])
-    run = subprocess.Popen(
-        [str(SANDBOX_AGENT), "ask", "--root", str(project), *model_args(model_server, "ollama"),
-         "--yes", "plant it"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True, env=cli_env(), start_new_session=True)
-    deadline = time.monotonic() + 60
-    while not (project / "made").exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    os.kill(run.pid, signal.SIGKILL)
-    run.communicate()
-    assert (project / "made").exists(), "the command never ran"
-    if settler == "gc":
-        done = subprocess.run([str(SANDBOX_AGENT), "gc", "--root", str(project)], env=cli_env(),
-                              capture_output=True, text=True, timeout=120)
-    else:  # its sandbox, when the first tool call starts it, settles the dead run first
-        model_server.reply(tool_calls=[Call("read_file", {"path": "made"})])
-        model_server.reply("Fine.")
-        done = ask(project, model_server, "ollama", "--yes", query="look")
+    killed_after(project, model_server, "mkdir -p x/.git && mkfifo x/.git/.gitignore && "
+                 "kill -STOP $PPID && touch made && sleep 60")
+    done = settle(project, model_server, settler)
     assert done.returncode == 0, explain(done)
     fifos = [p for p in project.rglob("*") if stat.S_ISFIFO(os.lstat(p).st_mode)]
     assert fifos == [], explain(done)
@@ -226,28 +238,11 @@ def test_a_killed_run_of_another_environment_is_settled_through_its_container(
     plant = ("mkdir -p x/.git/objects x/.git/refs/heads && "
              "echo 'ref: refs/heads/main' > x/.git/HEAD && "
              "printf '[core]\\n\\tfsmonitor = touch fsmonitor-ran\\n' > x/.git/config")
-    model_server.reply(tool_calls=[Call("run_shell_command", {  # its toolbox stopped first
-        "command": f"kill -STOP $PPID && {plant} && touch made && sleep 60",
-        "timeout_seconds": 600})])
-    run = subprocess.Popen(
-        [str(SANDBOX_AGENT), "ask", "--root", str(project), *model_args(model_server, "ollama"),
-         "--yes", "plant it"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True, env=cli_env(XDG_RUNTIME_DIR=str(first_env)),
-        start_new_session=True)
-    deadline = time.monotonic() + 60
-    while not (project / "made").exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    os.kill(run.pid, signal.SIGKILL)
-    run.communicate()
-    assert (project / "made").exists(), "the command never ran"
+    killed_after(project, model_server,  # its toolbox stopped first
+                 f"kill -STOP $PPID && {plant} && touch made && sleep 60",
+                 env={"XDG_RUNTIME_DIR": str(first_env)})
     assert (project / "x" / ".git" / "config").is_file()
-    if settler == "gc":
-        done = subprocess.run([str(SANDBOX_AGENT), "gc", "--root", str(project)], env=cli_env(),
-                              capture_output=True, text=True, timeout=120)
-    else:  # its sandbox, when the first tool call starts it, settles the dead run first
-        model_server.reply(tool_calls=[Call("read_file", {"path": "made"})])
-        model_server.reply("Fine.")
-        done = ask(project, model_server, "ollama", "--yes", query="look")
+    done = settle(project, model_server, settler)
     assert done.returncode == 0, explain(done)
     assert not (project / "x" / ".git").exists(), explain(done)
     assert [p.name for p in (project / "x").iterdir() if p.name.startswith(".git.")], \

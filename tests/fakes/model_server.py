@@ -529,8 +529,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def _send_stream(self, request: RecordedRequest, chunks: Iterator[bytes], delay: float,
-                     cut_after: int | None) -> None:
+    def _stream_head(self, request: RecordedRequest) -> None:
+        """A 200 whose body is a chunked stream in the request's protocol."""
         content_type = "application/x-ndjson" if request.protocol == "ollama" else \
             "text/event-stream"
         self.send_response(200)
@@ -538,6 +538,10 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Transfer-Encoding", "chunked")
         self.send_header("Connection", "close")
         self.end_headers()
+
+    def _send_stream(self, request: RecordedRequest, chunks: Iterator[bytes], delay: float,
+                     cut_after: int | None) -> None:
+        self._stream_head(request)
         try:
             for sent, chunk in enumerate(chunks):
                 if sent == cut_after:
@@ -548,7 +552,6 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(b"0\r\n\r\n")
         except (BrokenPipeError, ConnectionResetError, TimeoutError):
             pass  # the client went away mid-stream
-
 
     def _trickle(self, request: RecordedRequest, step: Trickle) -> None:
         owner = self.server.owner
@@ -572,13 +575,7 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             reply = list(render.chunks(owner.model, Reply(step.content), usage, request))
             chunks = [b": keep-alive\n\n"] * pieces + [b"".join(reply)]
-        content_type = "application/x-ndjson" if request.protocol == "ollama" else \
-            "text/event-stream"
-        self.send_response(200)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Transfer-Encoding", "chunked")
-        self.send_header("Connection", "close")
-        self.end_headers()
+        self._stream_head(request)
         self._write_slowly(chunks, step.every, chunked=True)
 
     def _write_slowly(self, chunks: list[bytes], every: float, *, chunked: bool) -> None:

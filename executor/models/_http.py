@@ -19,10 +19,11 @@ been handed to the consumer, tokens may already be on the user's screen.
 is given up within it) and one whole response, from the request sent to its last byte (a
 deadline, so a server that trickles a byte, a token or an SSE comment a second cannot hold a
 run). Every request is opened in `_open`, which checks the deadline before and between the
-body's chunks (`_DeadlineStream`), whatever reads the body: the JSON reader, the line reader
-of every streamed protocol, an error body; a read still waiting when it passes is ended then
-(`_watchdog` shuts the socket down), not at its own timeout. A response past it is the same
-ModelTimeoutError as a read timeout; what was streamed of it is never taken as an answer.
+body's chunks (`deadline.DeadlineStream`), whatever reads the body: the JSON reader, the line
+reader of every streamed protocol, an error body; a read still waiting when it passes is
+ended then (`deadline.watchdog` shuts the socket down), not at its own timeout. A response
+past it is the same ModelTimeoutError as a read timeout; what was streamed of it is never
+taken as an answer.
 Only response headers trickled byte by byte are bounded per read alone (httpcore reads them
 before any of this code sees the response).
 
@@ -41,11 +42,9 @@ from __future__ import annotations
 import email.utils
 import functools
 import json
-import os
 import re
 import socket
 import ssl
-import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -66,6 +65,7 @@ from executor.errors import (
 )
 from executor.hooks import HookBus
 from executor.messages import Message, ModelReply, ToolSpec, Usage
+from executor.models.deadline import DeadlineStream, PastDeadline, watchdog
 from executor.models.limits import (
     ReplyLimits,
     check_values,
@@ -228,9 +228,9 @@ class HttpClient:
         with self._http(url).stream(method, url, timeout=_timeouts(timeout),
                                     **_json_body(body)) as resp:
             # a sync client's body is always a SyncByteStream
-            resp.stream = _DeadlineStream(cast(httpx.SyncByteStream, resp.stream), deadline,
+            resp.stream = DeadlineStream(cast(httpx.SyncByteStream, resp.stream), deadline,
                                           seconds)
-            with _watchdog(resp, deadline, seconds):
+            with watchdog(resp, deadline, seconds):
                 self._check(resp, url)
                 yield resp
 
@@ -308,84 +308,6 @@ class HttpClient:
         return text
 
 
-class PastDeadline(httpx.ReadTimeout):
-    """A response still arriving when its deadline passed (`--timeout` seconds after its
-    request was sent): a timeout like httpx's own, translated and retried the same way."""
-
-
-def _past(deadline: float, timeout: float) -> None:
-    """Raise PastDeadline once the monotonic clock is past `deadline`."""
-    if time.monotonic() >= deadline:
-        raise PastDeadline(f"the response took longer than {timeout:g}s")
-
-
-class _DeadlineStream(httpx.SyncByteStream):
-    """A response body that stops at its deadline: checked before the first chunk is waited
-    for (the headers may have come late) and after each one arrives (a trickle ends within
-    one chunk of it)."""
-
-    def __init__(self, stream: httpx.SyncByteStream, deadline: float, timeout: float) -> None:
-        self._stream, self._deadline, self._timeout = stream, deadline, timeout
-
-    def __iter__(self) -> Iterator[bytes]:
-        _past(self._deadline, self._timeout)
-        for chunk in self._stream:
-            _past(self._deadline, self._timeout)
-            yield chunk
-
-    def close(self) -> None:
-        self._stream.close()
-
-
-@contextmanager
-def _watchdog(resp: httpx.Response, deadline: float, seconds: float) -> Iterator[None]:
-    """A read still waiting when `deadline` passes is ended then, not at its own timeout: a
-    timer shuts the connection's socket down (its reader sees the end of the stream), and the
-    failure that follows is PastDeadline. Without a socket (a test's transport), no timer."""
-    sock = _socket_of(resp)
-    if sock is None:
-        yield
-        return
-    lock, cut, done = threading.Lock(), threading.Event(), threading.Event()
-
-    def shut() -> None:
-        with lock:  # the socket is not closed meanwhile: `done` is set first, under the lock
-            if not done.is_set():
-                cut.set()
-                _shutdown(sock)
-
-    timer = threading.Timer(max(0.0, deadline - time.monotonic()), shut)
-    timer.daemon = True
-    timer.start()
-    try:
-        yield
-    except httpx.TransportError as exc:
-        if cut.is_set() and not isinstance(exc, PastDeadline):
-            raise PastDeadline(f"the response took longer than {seconds:g}s") from exc
-        raise
-    finally:
-        with lock:
-            done.set()
-        timer.cancel()
-
-
-def _socket_of(resp: httpx.Response) -> socket.socket | None:
-    """The socket a response is read from (httpcore's `network_stream` extension), if any."""
-    stream = resp.extensions.get("network_stream")
-    sock = stream.get_extra_info("socket") if stream is not None else None
-    return sock if isinstance(sock, socket.socket) else None
-
-
-def _shutdown(sock: socket.socket) -> None:
-    """Shut a socket down for both directions, through a duplicate of its descriptor: a TLS
-    socket's own `shutdown` would also drop its SSL object under the thread reading it."""
-    try:
-        with socket.socket(fileno=os.dup(sock.fileno())) as twin:
-            twin.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass  # already closed: nothing is waiting on it
-
-
 _UNRESOLVED = ("Name or service not known", "nodename nor servname", "No address associated",
                "Temporary failure in name resolution", "getaddrinfo failed")
 """How the C library says a host name did not resolve (httpx passes its words on)."""
@@ -393,7 +315,6 @@ _UNRESOLVED = ("Name or service not known", "nodename nor servname", "No address
 
 def _unresolved(exc: BaseException) -> bool:
     """Whether a connect error is a host name that did not resolve (not a refused port)."""
-    import socket
 
     seen: BaseException | None = exc
     while seen is not None:

@@ -181,6 +181,18 @@ def manifest_entries(meta: Meta) -> list[ManifestEntry] | None:
     return rows if isinstance(rows, list) else None
 
 
+def manifest_same(meta: Meta) -> list[Any] | None:
+    """The paths a manifest named as still as the baseline left them (None: it named none),
+    each to be checked by the reader."""
+    same = cast("ManifestMeta", meta).get("same")
+    return same if isinstance(same, list) else None
+
+
+def baseline_kept(meta: Meta) -> bool:
+    """Whether the toolbox kept a baseline of the copy (the `baseline` host operation)."""
+    return meta.get("kept") is True
+
+
 def manifest_complete(meta: Meta) -> bool:
     """Whether the manifest's walk listed everything."""
     return cast("ManifestMeta", meta).get("complete") is True

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 TYPE_CHECKING = False  # typing is not imported at run time: the toolbox starts fast
 if TYPE_CHECKING:
-    from typing import TypedDict
+    from typing import NotRequired, TypedDict
 
     from .wire import ChangeRecord, Chunk, ManifestEntry, SetidRecord, WriteRecord
 
@@ -59,6 +59,7 @@ if TYPE_CHECKING:
         entries: list[ManifestEntry]
         skipped: list[list[str]]
         complete: bool
+        same: NotRequired[list[str]]
 
     class ReadFilesMeta(TypedDict):
         """The read_files host operation's meta."""

@@ -87,6 +87,25 @@ def test_a_copy_session_leaves_the_tree_alone_and_its_changes_wait(project: Path
         "6 paths changed, +4 -2, 2 flagged for review")
 
 
+def test_a_change_that_puts_size_and_mtime_back_still_comes_back(project: Path,
+                                                                   model_server: ModelServer):
+    # In place, same size, mtime put back: only the ctime the kernel sets tells (the copy's
+    # baseline: what is unchanged since it arrived is not read again at the end).
+    script(model_server, Call("read_file", {"path": "hello.py"}), Call("run_shell_command", {
+        "command": "python3 -c \"import os; p='hello.py'; st=os.stat(p); f=open(p, 'r+b'); "
+                   "f.write(b'#'); f.close(); os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))\""
+                   " && stat -c %s hello.py"}))
+
+    done = ask(project, model_server, "ollama", "--yes", "--workspace", "copy")
+
+    assert_ok(done, "done")
+    assert results(model_server)[1].strip().endswith("15"), results(model_server)
+    changes = json.loads(cli("diff", "--root", project, "--json").stdout)["changes"]
+    assert [(c["path"], c["status"]) for c in changes] == [("hello.py", "M")], changes
+    assert cli("apply", "--root", project, "--yes").returncode == 0
+    assert (project / "hello.py").read_text() == '#rint("hello")\n'
+
+
 def test_apply_lands_the_changes_once_and_undo_takes_them_back(project: Path,
                                                                model_server: ModelServer):
     script(model_server, *THE_TASK)

@@ -342,7 +342,10 @@ def _read_planned(cursor: _DirCursor, entry: Planned) -> bytes:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode) or info.st_ino != entry.ino:
             raise OSError("it was replaced while the copy was made")
-        chunks = [os.read(fd, max(info.st_size, BLOCK))]
+        first = os.read(fd, info.st_size + 1)
+        if len(first) == info.st_size:  # one byte more was asked for: this is the end
+            return first
+        chunks = [first]  # it grew or shrank meanwhile, or the read was capped: to the end
         while chunks[-1]:
             chunks.append(os.read(fd, CHUNK))
         return b"".join(chunks)
@@ -401,21 +404,17 @@ def header(name: bytes, kind: bytes, mode: int, uid: int, gid: int, size: int, m
                         mtime, link[:100])
 
 
+_MAGIC = b"ustar\x0000"
+_TAIL = bytes(BLOCK - 265)  # what follows the magic: prefix, devices, all zero
+
+
 def _ustar(name: bytes, kind: bytes, mode: int, uid: int, gid: int, size: int, mtime: int,
            link: bytes) -> bytes:
-    block = bytearray(BLOCK)
-    block[0:len(name)] = name
-    block[100:108] = b"%07o\0" % mode
-    block[108:116] = b"%07o\0" % uid
-    block[116:124] = b"%07o\0" % gid
-    block[124:136] = b"%011o\0" % size
-    block[136:148] = b"%011o\0" % min(mtime, 0o77777777777)
-    block[148:156] = b" " * 8
-    block[156:157] = kind
-    block[157:157 + len(link)] = link
-    block[257:265] = b"ustar\x0000"
-    block[148:156] = b"%06o\0 " % sum(block)
-    return bytes(block)
+    head = b"%s%07o\0%07o\0%07o\0%011o\0%011o\0" % (
+        name.ljust(100, b"\0"), mode, uid, gid, size, min(mtime, 0o77777777777))
+    rest = kind + link.ljust(100, b"\0") + _MAGIC
+    checksum = sum(head) + sum(rest) + 8 * ord(" ")  # the checksum field counts as spaces
+    return b"".join((head, b"%06o\0 " % checksum, rest, _TAIL))
 
 
 def _pax(records: dict[str, bytes]) -> bytes:
@@ -434,6 +433,8 @@ def _pax_record(key: str, value: bytes) -> bytes:
 
 def is_git_path(path: str) -> bool:
     """Whether any component of `path` is a `.git` (or quarantined) entry."""
+    if ".git" not in path.lower():  # most paths: no component to look at
+        return False
     return any(is_git_name(part) for part in path.split("/"))
 
 

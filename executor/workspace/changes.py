@@ -216,7 +216,7 @@ def collect(call: Caller, root: Path, session: str, base: Base, blobs: BlobStore
     after, refused = _listing(call, base.manifest, copied)
     changeset = Changeset(session, str(root), [], refused, [], base_taken_at=base.taken_at)
     pending = [(p, base.manifest.get(p), after.get(p)) for p in set(base.manifest) | set(after)]
-    pending = [(p, b, a) for p, b, a in pending if not (b is not None and b.same(a))]
+    pending = [(p, b, a) for p, b, a in pending if not (b is not None and (b is a or b.same(a)))]
     pending.sort(key=lambda item: sort_key(item[0]))  # the changes only, not the whole tree
     _fetch(call, [(p, a) for p, _, a in pending if a is not None and a.kind == "file"], blobs,
            changeset)
@@ -250,7 +250,7 @@ def _listing(call: Caller, base: Manifest | None = None, copied: Manifest | None
         raise WorkspaceError(f"the copy holds more than {MAX_ENTRIES:,} entries")
     found: Manifest = {}
     refused: list[dict[str, str]] = []
-    for row in [*_same_rows(same, copied or {}), *rows]:
+    for row in [*_same_rows(same, copied or {}, base, found), *rows]:
         path, entry, reason = _unchanged(row, base) or _entry(row)
         if reason:
             refused.append({"path": str(path)[:4096], "reason": reason})
@@ -267,9 +267,20 @@ def _manifest(call: Caller, since_baseline: bool) -> ToolResult:
     return result
 
 
-def _same_rows(same: list[str], copied: Manifest) -> list[list[Any]]:
-    """The rows of entries named unchanged since the copy arrived: what was copied there."""
-    return [[path, *copied[path].row()] for path in same]
+def _same_rows(same: list[str], copied: Manifest, base: Manifest | None,
+               found: Manifest) -> list[list[Any]]:
+    """Entries named unchanged since the copy arrived are what was copied there: those that
+    are the base's entry go straight into `found` (checked as `_unchanged` checks them);
+    the rows of the others (a pending change put back) are returned, to be checked."""
+    rows: list[list[Any]] = []
+    base = base or {}
+    for path in same:
+        known = copied[path]
+        if base.get(path) is known and known.size <= MAX_FILE and not problem(path):
+            found[path] = known
+        else:
+            rows.append([path, *known.row()])
+    return rows
 
 
 def _unchanged(row: Any, base: Manifest | None) -> tuple[str, Entry, None] | None:

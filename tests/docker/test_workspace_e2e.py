@@ -372,6 +372,7 @@ def test_a_copy_container_is_hardened_like_any_other(project: Path, docker_clien
                                                      storage: str):
     from executor.sandbox.config import CHANNEL
     from executor.sandbox.docker import DockerSandbox
+    from executor.sandbox.hardening import HOSTS
     from executor.workspace.copyload import ArchiveLoader
     from tests.docker.conftest import make_config
 
@@ -389,8 +390,11 @@ def test_a_copy_container_is_hardened_like_any_other(project: Path, docker_clien
             "mv .git .git-orig || echo kept; rm -rf .git || echo kept-too; ls -d .git")})
     assert host["ReadonlyRootfs"] and host["CapDrop"] == ["ALL"]
     assert host["NetworkMode"] == "none"
-    # nothing of the host but the toolbox's channel directory (two FIFOs, read-only)
-    assert all(m["Destination"] == CHANNEL and not m["RW"] for m in mounts if m["Type"] == "bind")
+    # nothing of the host but the toolbox's channel directory (two FIFOs) and our own hosts
+    # file (no network sandbox for the engine to make, as in bind mode), both read-only
+    binds = {m["Destination"]: m for m in mounts if m["Type"] == "bind"}
+    assert sorted(binds) == ["/etc/hosts", CHANNEL] and not any(m["RW"] for m in binds.values())
+    assert Path(binds["/etc/hosts"]["Source"]).read_bytes() == HOSTS
     copied = sum(p.lstat().st_size for p in project.rglob("*") if p.is_file()
                  and not p.is_symlink())  # repositories included: they are in the copy too
     if storage == "memory":  # the copy is charged to the container: the tools keep 512m
@@ -398,7 +402,7 @@ def test_a_copy_container_is_hardened_like_any_other(project: Path, docker_clien
         assert "nosuid" in host["Tmpfs"]["/workspace"] and "nodev" in host["Tmpfs"]["/workspace"]
     else:
         assert host["Memory"] == 512 * 1024 * 1024
-        assert sorted(m["Type"] for m in mounts) == ["bind", "volume"]
+        assert sorted(m["Type"] for m in mounts) == ["bind", "bind", "volume"]
     assert "755 65534" in result.output and "Permission denied" in result.output, result.output
     assert "top 1777 0" in top.output and "made" in top.output, top.output
     assert "kept\n" in top.output and "kept-too" in top.output, top.output

@@ -187,6 +187,11 @@ class CopyLoader(Protocol):
         """What this start copied in (after `wait`); None: nothing was copied."""
         ...
 
+    def sent(self) -> object | None:
+        """What this start copies in, once all of it is read (it may still be arriving);
+        None: nothing is copied, or the copy failed (`wait` says why)."""
+        ...
+
     @property
     def notes(self) -> list[str]:
         """What the copy left out, and why."""

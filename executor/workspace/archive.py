@@ -447,6 +447,8 @@ class Prefetch:
     def __init__(self, chunks: Generator[bytes, None, None], limit: int = 64 << 20) -> None:
         self._queue: queue.Queue[object] = queue.Queue(maxsize=max(1, limit // CHUNK))
         self._stop = threading.Event()
+        self.produced = threading.Event()
+        """Set once the stream has made its last chunk (they may not all be consumed yet)."""
         self._thread = threading.Thread(target=self._run, args=(chunks,), daemon=True,
                                         name="copy-prefetch")
         self._thread.start()
@@ -456,6 +458,7 @@ class Prefetch:
             for chunk in chunks:
                 if not self._put(chunk):
                     return
+            self.produced.set()
             self._put(self._END)
         except BaseException as exc:  # handed to the consumer, raised in its thread
             self._put(exc)

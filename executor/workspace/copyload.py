@@ -27,6 +27,7 @@ class ArchiveLoader:
     def __init__(self) -> None:
         self._copy: Archive | None = None
         self._prefetch: Prefetch | None = None
+        self._produced: threading.Event | None = None
         self._copying: threading.Thread | None = None
         self._error: BaseException | None = None
         self._abort = CopyAbort()
@@ -46,6 +47,7 @@ class ArchiveLoader:
         self._copy = Archive(config.root, found, uid=uid, gid=gid, git_uid=git_uid,
                              git_gid=git_uid, blobs=blobs.get if blobs else None)
         self._prefetch = Prefetch(self._copy.main())  # read while the container is made
+        self._produced = self._prefetch.produced
         return found.bytes
 
     def start(self, api: Any, container: Any, *, user: str, read_only: bool) -> None:
@@ -70,7 +72,7 @@ class ArchiveLoader:
 
     def drop(self) -> None:
         """No copy this start (the container re-attached to holds one)."""
-        self._copy = None
+        self._copy, self._produced = None, None
         self._stop_prefetch()
 
     def abort(self) -> None:
@@ -100,6 +102,17 @@ class ArchiveLoader:
     def manifest(self) -> Manifest | None:
         """What this start copied in; None: nothing was (a re-attached container's copy)."""
         return None if self._copy is None else self._copy.manifest
+
+    def sent(self) -> Manifest | None:
+        """What this start copies in, as soon as all of it has been read and hashed (it may
+        still be arriving); None: nothing is copied, or the reading did not end well."""
+        produced = self._produced
+        if self._copy is None or produced is None:
+            return None
+        while not produced.wait(0.1):
+            if self._copying is None or not self._copying.is_alive():
+                return self._copy.manifest if produced.is_set() else None
+        return self._copy.manifest
 
     @property
     def notes(self) -> list[str]:

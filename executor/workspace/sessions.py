@@ -135,22 +135,37 @@ class CopyWorkspace(_Delegate):
         if self.base is not None:
             return self.base
         directory = ensure_session_dir(self.root, self.session)
-        copied = self.backend.copy_manifest()
         old = load_base(directory)
+        taken, first = utc_now(), None
+        with ThreadPoolExecutor(1, thread_name_prefix="save-base") as pool:
+            early = self._sent()
+            if early is not None:  # all of it read: the base is written while it arrives
+                first = self._base(early, old, taken)
+                saving = pool.submit(save_base, directory, first)
+            copied = self.backend.copy_manifest()
+            if first is not None:
+                saving.result()
         if copied is None:
             if old is None:
                 raise WorkspaceError(f"session {self.session} has a copy but no record of "
                                      "what it was made from", fix="start a new session")
             self.base = old
             return old
-        self.base = Base(_merged(copied, old, self.put_back), utc_now(), self.backend.copy_notes)
-        with ThreadPoolExecutor(1, thread_name_prefix="save-base") as pool:
-            saved = pool.submit(save_base, directory, self.base)  # while the toolbox walks
-            kept = self.inner.call("baseline", {}, timeout=BASELINE_TIMEOUT)
-            saved.result()
+        base = self._base(copied, old, taken)
+        if base != first:  # none written yet, or the .git part added a note
+            save_base(directory, base)
+        self.base = base
+        kept = self.inner.call("baseline", {}, timeout=BASELINE_TIMEOUT)
         if kept.ok and toolmeta.baseline_kept(kept.meta):
             self.copied = copied
         return self.base
+
+    def _sent(self) -> Manifest | None:
+        sent = getattr(self.backend, "copy_sent", None)
+        return sent() if callable(sent) else None
+
+    def _base(self, copied: Manifest, old: Base | None, taken: str) -> Base:
+        return Base(_merged(copied, old, self.put_back), taken, list(self.backend.copy_notes))
 
     def current(self) -> Changeset:
         """The copy's changes so far, not kept (the REPL's /diff while the session goes on)."""

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from executor.errors import SandboxError, ToolboxError
@@ -212,8 +212,10 @@ def chmod(api: Any, container_id: str, user: str, mode: str, paths: list[str]) -
 
 
 def extract(api: Any, container_id: str, user: str, stream: Iterable[bytes], *,
-             abort: CopyAbort) -> int:
-    """Stream a tar to the extractor running as `user`; the number of entries it wrote."""
+            abort: CopyAbort, before: Callable[[], None] | None = None) -> int:
+    """Stream a tar to the extractor running as `user`; the number of entries it wrote.
+    `before` runs once the extractor has started, before a byte is sent (so the extractor's
+    start overlaps it: the chmod that lets it write)."""
     abort.check()
     argv = ["python3", "-c", EXTRACT, WORKSPACE]
     with docker_errors("starting the copy"):
@@ -224,6 +226,8 @@ def extract(api: Any, container_id: str, user: str, stream: Iterable[bytes], *,
     channel = Channel(getattr(sock, "_sock", sock))
     abort.attach(channel)
     try:
+        if before is not None:
+            before()
         try:
             for chunk in stream:
                 abort.check()

@@ -7,6 +7,7 @@ builds a copy session's sandbox passes one in (`DockerSandbox(config, copy_loade
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Iterable
 from typing import Any
@@ -134,9 +135,10 @@ def load_copy(api: Any, container: Any, archive: Archive, main: Iterable[bytes],
     if read_only:
         _check(archive, extract(api, container.id, "0:0", main, abort=abort))
         return
-    # the tmpfs is made 1777 too, but the engine makes the working directory 0755 at start
-    chmod(api, container.id, "0:0", "1777", [WORKSPACE])
-    _check(archive, extract(api, container.id, user, main, abort=abort))
+    # the tmpfs is made 1777 too, but the engine makes the working directory 0755 at start;
+    # the extractor starts meanwhile (it writes nothing before the archive's first bytes)
+    writable = functools.partial(chmod, api, container.id, "0:0", "1777", [WORKSPACE])
+    _check(archive, extract(api, container.id, user, main, abort=abort, before=writable))
     if archive.plan.git:
         extract(api, container.id, git_user, archive.git(), abort=abort)
         opened = [f"{WORKSPACE}/{d}" for d in sorted(archive.open_dirs) if d]

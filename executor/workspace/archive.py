@@ -24,6 +24,7 @@ import threading
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from executor.errors import ProjectTooLargeError, WorkspaceError
 from executor.state import LEGACY_DIR, real_root, state_home
@@ -41,9 +42,9 @@ BlobReader = Callable[[str], bytes]
 """Returns the content of a blob by sha256 (the state dir's blob store)."""
 
 
-@dataclass(frozen=True)
-class Planned:
-    """One entry to copy: where it comes from and what it is."""
+class Planned(NamedTuple):
+    """One entry to copy: where it comes from and what it is (a tuple: a big tree makes
+    one an entry, and a frozen dataclass costs several times a tuple to make)."""
 
     path: str
     kind: str
@@ -198,11 +199,14 @@ def _listing(root_fd: int, rel_dir: str, notes: list[str]
     found = []
     try:
         with os.scandir(fd) as it:
+            prefix = f"{rel_dir}/" if rel_dir else ""
             for entry in it:
-                rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
-                with contextlib.suppress(FileNotFoundError):
+                try:
                     st = entry.stat(follow_symlinks=False)
-                    found.append((rel, st, _link_target(entry.name, fd, st)))
+                except FileNotFoundError:
+                    continue  # gone since the listing
+                target = _link_target(entry.name, fd, st) if stat.S_ISLNK(st.st_mode) else None
+                found.append((prefix + entry.name, st, target))
     except OSError as exc:
         notes.append(f"skipped {rel_dir or '.'}: {exc.strerror}")
     finally:

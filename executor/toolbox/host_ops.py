@@ -89,17 +89,20 @@ def op_manifest(ctx: Context, since_baseline: bool = False) -> Result:
     mark = _since(ctx, since_baseline)
     snap = _snapshot(ctx, old, mark)  # what a command's walk already hashed is not read again
     entries, skipped = [], []
-    for path, st in sorted(snap.stats.items()):
-        parts = path.split("/")
-        if any(_opaque(name) for name in parts[:-1]):
-            continue  # inside a .git entry (a walk never enters one; a carried-over entry may be)
-        if _opaque(parts[-1]):
-            skipped.append([path, "git repository" if _is_git(parts[-1]) else "quarantined"])
-            continue
+    for path, st in snap.stats.items():
+        if ".git" in path.lower():  # .git and .git.quarantined-* names hold it: most do not
+            parts = path.split("/")
+            if any(_opaque(name) for name in parts[:-1]):
+                continue  # inside a .git entry (a walk never enters one; a carried-over may be)
+            if _opaque(parts[-1]):
+                skipped.append([path, "git repository" if _is_git(parts[-1]) else "quarantined"])
+                continue
         if mark is not None and st[3] < mark:
             same.append(path)
             continue
         entries.append(_manifest_entry(ctx, snap, path, st))
+    entries.sort()
+    skipped.sort()
     listed: ManifestMeta = {"entries": entries, "skipped": skipped, "complete": snap.complete}
     if mark is not None:
         listed["same"] = same

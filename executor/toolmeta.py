@@ -15,7 +15,13 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 if TYPE_CHECKING:  # the records, named for the host's modules too (they import them from here)
-    from executor.toolbox.records import CommandMeta, EditMeta, HostMeta, ManifestMeta
+    from executor.toolbox.records import (
+        CommandMeta,
+        EditMeta,
+        HostMeta,
+        ManifestMeta,
+        ManifestSince,
+    )
     from executor.toolbox.records import SearchMeta as SearchMeta
     from executor.toolbox.records import SnapshotMeta as SnapshotMeta
     from executor.toolbox.wire import ChangeRecord as ChangeRecord
@@ -184,7 +190,7 @@ def manifest_entries(meta: Meta) -> list[ManifestEntry] | None:
 def manifest_same(meta: Meta) -> list[Any] | None:
     """The paths a manifest named as still as the baseline left them (None: it named none),
     each to be checked by the reader."""
-    same = cast("ManifestMeta", meta).get("same")
+    same = cast("ManifestSince", meta).get("same")
     return same if isinstance(same, list) else None
 
 

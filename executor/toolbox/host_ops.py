@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # names for the type checker only (annotations are never eval
     from typing import Any
 
     from .context import Context
-    from .records import ManifestMeta, ReadFilesMeta
+    from .records import ManifestSince, ReadFilesMeta
     from .tracking import Snapshot
     from .wire import Chunk, Lstat, ManifestEntry, Result, RootIdentity
     pass
@@ -103,7 +103,7 @@ def op_manifest(ctx: Context, since_baseline: bool = False) -> Result:
         entries.append(_manifest_entry(ctx, snap, path, st))
     entries.sort()
     skipped.sort()
-    listed: ManifestMeta = {"entries": entries, "skipped": skipped, "complete": snap.complete}
+    listed: ManifestSince = {"entries": entries, "skipped": skipped, "complete": snap.complete}
     if mark is not None:
         listed["same"] = same
     return ok(f"{len(entries) + len(same)} entries", **listed)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 TYPE_CHECKING = False  # typing is not imported at run time: the toolbox starts fast
 if TYPE_CHECKING:
-    from typing import NotRequired, TypedDict
+    from typing import TypedDict
 
     from .wire import ChangeRecord, Chunk, ManifestEntry, SetidRecord, WriteRecord
 
@@ -59,7 +59,11 @@ if TYPE_CHECKING:
         entries: list[ManifestEntry]
         skipped: list[list[str]]
         complete: bool
-        same: NotRequired[list[str]]
+
+    class ManifestSince(ManifestMeta, total=False):
+        """The manifest's meta when asked `since_baseline` and a baseline was kept."""
+
+        same: list[str]
 
     class ReadFilesMeta(TypedDict):
         """The read_files host operation's meta."""

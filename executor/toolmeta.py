@@ -15,7 +15,13 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 if TYPE_CHECKING:  # the records, named for the host's modules too (they import them from here)
-    from executor.toolbox.records import CommandMeta, EditMeta, HostMeta, ManifestMeta
+    from executor.toolbox.records import (
+        CommandMeta,
+        EditMeta,
+        HostMeta,
+        ManifestMeta,
+        ManifestSince,
+    )
     from executor.toolbox.records import SearchMeta as SearchMeta
     from executor.toolbox.records import SnapshotMeta as SnapshotMeta
     from executor.toolbox.wire import ChangeRecord as ChangeRecord
@@ -179,6 +185,18 @@ def manifest_entries(meta: Meta) -> list[ManifestEntry] | None:
     """The rows of a manifest (None: it sent none), each to be checked by the reader."""
     rows = cast("ManifestMeta", meta).get("entries")
     return rows if isinstance(rows, list) else None
+
+
+def manifest_same(meta: Meta) -> list[Any] | None:
+    """The paths a manifest named as still as the baseline left them (None: it named none),
+    each to be checked by the reader."""
+    same = cast("ManifestSince", meta).get("same")
+    return same if isinstance(same, list) else None
+
+
+def baseline_kept(meta: Meta) -> bool:
+    """Whether the toolbox kept a baseline of the copy (the `baseline` host operation)."""
+    return meta.get("kept") is True
 
 
 def manifest_complete(meta: Meta) -> bool:

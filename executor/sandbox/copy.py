@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from executor.errors import SandboxError, ToolboxError
@@ -187,6 +187,11 @@ class CopyLoader(Protocol):
         """What this start copied in (after `wait`); None: nothing was copied."""
         ...
 
+    def sent(self) -> object | None:
+        """What this start copies in, once all of it is read (it may still be arriving);
+        None: nothing is copied, or the copy failed (`wait` says why)."""
+        ...
+
     @property
     def notes(self) -> list[str]:
         """What the copy left out, and why."""
@@ -207,8 +212,10 @@ def chmod(api: Any, container_id: str, user: str, mode: str, paths: list[str]) -
 
 
 def extract(api: Any, container_id: str, user: str, stream: Iterable[bytes], *,
-             abort: CopyAbort) -> int:
-    """Stream a tar to the extractor running as `user`; the number of entries it wrote."""
+            abort: CopyAbort, before: Callable[[], None] | None = None) -> int:
+    """Stream a tar to the extractor running as `user`; the number of entries it wrote.
+    `before` runs once the extractor has started, before a byte is sent (so the extractor's
+    start overlaps it: the chmod that lets it write)."""
     abort.check()
     argv = ["python3", "-c", EXTRACT, WORKSPACE]
     with docker_errors("starting the copy"):
@@ -219,6 +226,8 @@ def extract(api: Any, container_id: str, user: str, stream: Iterable[bytes], *,
     channel = Channel(getattr(sock, "_sock", sock))
     abort.attach(channel)
     try:
+        if before is not None:
+            before()
         try:
             for chunk in stream:
                 abort.check()

@@ -58,6 +58,10 @@ class CopySession:
         """What this start copied in (after `wait`); None: an existing copy, or none."""
         return None if self._loader is None else self._loader.manifest()
 
+    def sent(self) -> object | None:
+        """What this start copies in, once read (it may still be arriving); None: none."""
+        return None if self._loader is None else self._loader.sent()
+
     @property
     def notes(self) -> list[str]:
         """What the copy left out, and why."""

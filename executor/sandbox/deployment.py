@@ -153,7 +153,10 @@ class Deployment:
                 toolbox: Callable[[], list[str]], channel: Path | None) -> dict[str, Any]:
         """What the container is created with (`container_options` for this engine);
         `toolbox`: the toolbox's argv, asked for when it is the container's first process."""
-        quick = (config.workspace == "bind" and not self.podman and not config.network
+        # A bind mount of our hosts file needs an engine that sees this machine's disk: any
+        # bind session's, or a copy session's whose FIFO channel is mounted from it too.
+        local = config.workspace == "bind" or channel is not None
+        quick = (local and not self.podman and not config.network
                  and config.egress is None)  # a forwarder joins a namespace the engine made
         first = config.workspace == "bind" and not self.podman and not self.gvisor
         options = container_options(config, self.lock_path, mount_user(config), protected,

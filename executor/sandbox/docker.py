@@ -224,6 +224,10 @@ class DockerSandbox(StartStop):
         self._copy.wait()
         return self._copy.manifest()
 
+    def copy_sent(self) -> object | None:
+        """What this start copies in, once read: the base can be kept while it arrives."""
+        return self._copy.sent()
+
     @property
     def copy_notes(self) -> list[str]:
         """What the copy left out, and why."""

@@ -57,9 +57,14 @@ Protocol (version 1)
               bytes, nothing is written: "... would not be written as it was shown ...".
 
 Host operations (the host calls these; the model is never offered them)
-    manifest    {} -> meta "entries": [[path, kind, mode, size, sha256, target], ...] for every
-                entry under the root except hidden names and what is inside .git and
-                .git.quarantined-* entries (listed in "skipped"); every regular file is hashed.
+    baseline    {} -> meta "kept": marks the moment a copy has arrived, before any tool ran:
+                the coarse clock is waited on until it ticks, so every ctime the copy left is
+                before the mark (false: the clock could not be read, or did not tick).
+    manifest    {"since_baseline"} -> meta "entries": [[path, kind, mode, size, sha256,
+                target], ...] for every entry under the root except hidden names and what is
+                inside .git and .git.quarantined-* entries (listed in "skipped"); every regular
+                file is hashed. With since_baseline and a baseline kept, an entry whose ctime
+                is before its mark is named in "same" instead, unread.
                 "complete" is false when the walk stopped at its entry limit.
     read_files  {"files": [[path, offset, length], ...]} -> meta "files": [{"path", "offset",
                 "size", "data" (base64)} | {"path", "error"}]; at most 16 MiB a call. Paths are

@@ -43,6 +43,8 @@ class Context:
         self.git_guard = opts.git_guard
         self.mounts = _mount_table(self.root)  # the protected mounts, where they belong
         self.tracker = None if opts.no_track else Tracker(self)  # its first walk comes later
+        self.baseline: int | None = None
+        """When a copy had arrived, before any tool ran (ns; the `baseline` host operation)."""
         self.disk = None if opts.no_track else Disk(opts.disk_budget, opts.min_free)
         self.fsize_limit = _fsize_limit()
         self.progress: _Progress | None = None  # the served request's, if it asked for progress

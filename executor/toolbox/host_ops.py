@@ -6,6 +6,7 @@ import base64
 import hashlib
 import os
 import stat
+import time
 
 from .gitshape import kind_of as _kind
 from .nofollow import open_parent
@@ -18,7 +19,7 @@ if TYPE_CHECKING:  # names for the type checker only (annotations are never eval
     from typing import Any
 
     from .context import Context
-    from .records import ManifestMeta, ReadFilesMeta
+    from .records import ManifestSince, ReadFilesMeta
     from .tracking import Snapshot
     from .wire import Chunk, Lstat, ManifestEntry, Result, RootIdentity
     pass
@@ -39,23 +40,73 @@ def _identity(path: str) -> RootIdentity | None:
     return {"dev": st.st_dev, "ino": st.st_ino, "mtime_ns": st.st_mtime_ns}
 
 
-def op_manifest(ctx: Context) -> Result:
-    """Every entry of the tree with its kind, mode, size, hash and link target."""
+BASELINE_TICK_MAX = 0.1
+"""Seconds `baseline` waits for the coarse clock to tick (every few ms)."""
+CLOCK_REALTIME_COARSE = 5  # Linux's; the time module does not name it
+
+
+def op_baseline(ctx: Context) -> Result:
+    """Mark the moment a copy has arrived, before any tool ran: a later `manifest` with
+    `since_baseline` names the entries unchanged since instead of reading them.
+
+    The kernel stamps an inode's ctime with the clock at every change of its content or
+    metadata, a rename or a new link included, and nothing in the container can set a ctime
+    or the clock back. So once the clock has ticked past the copy's last write, an entry whose
+    ctime is still before that tick is as the copy wrote it. No walk is needed: one tick."""
+    first = _coarse_now()
+    deadline = time.monotonic() + BASELINE_TICK_MAX
+    while first and _coarse_now() <= first and time.monotonic() < deadline:
+        time.sleep(0.001)
+    mark = _coarse_now()
+    ctx.baseline = mark if first and mark > first else None
+    kept = ctx.baseline is not None
+    return ok("baseline kept" if kept else "no baseline", kept=kept)
+
+
+def _coarse_now() -> int:
+    """The clock file times come from (a coarse one, ticking every few ms), in ns; 0 when
+    it cannot be read (then no baseline is kept)."""
+    try:
+        return time.clock_gettime_ns(CLOCK_REALTIME_COARSE)
+    except (OSError, AttributeError):
+        return 0
+
+
+def _since(ctx: Context, asked: bool) -> int | None:
+    """The baseline's mark, when asked for and the clock has not gone back before it."""
+    mark = ctx.baseline if asked else None
+    return mark if mark is not None and _coarse_now() >= mark else None
+
+
+def op_manifest(ctx: Context, since_baseline: bool = False) -> Result:
+    """Every entry of the tree with its kind, mode, size, hash and link target; with
+    `since_baseline`, entries unchanged since the baseline (ctime before its mark) are only
+    named ("same"), unread."""
     entries: list[ManifestEntry]
     skipped: list[list[str]]
+    same: list[str] = []
     old = ctx.tracker.index if ctx.tracker is not None else None
-    snap = _snapshot(ctx, old)  # what a command's walk already hashed is not read again
+    mark = _since(ctx, since_baseline)
+    snap = _snapshot(ctx, old, mark)  # what a command's walk already hashed is not read again
     entries, skipped = [], []
-    for path, st in sorted(snap.stats.items()):
-        parts = path.split("/")
-        if any(_opaque(name) for name in parts[:-1]):
-            continue  # inside a .git entry (a walk never enters one; a carried-over entry may be)
-        if _opaque(parts[-1]):
-            skipped.append([path, "git repository" if _is_git(parts[-1]) else "quarantined"])
+    for path, st in snap.stats.items():
+        if ".git" in path.lower():  # .git and .git.quarantined-* names hold it: most do not
+            parts = path.split("/")
+            if any(_opaque(name) for name in parts[:-1]):
+                continue  # inside a .git entry (a walk never enters one; a carried-over may be)
+            if _opaque(parts[-1]):
+                skipped.append([path, "git repository" if _is_git(parts[-1]) else "quarantined"])
+                continue
+        if mark is not None and st[3] < mark:
+            same.append(path)
             continue
         entries.append(_manifest_entry(ctx, snap, path, st))
-    listed: ManifestMeta = {"entries": entries, "skipped": skipped, "complete": snap.complete}
-    return ok(f"{len(entries)} entries", **listed)
+    entries.sort()
+    skipped.sort()
+    listed: ManifestSince = {"entries": entries, "skipped": skipped, "complete": snap.complete}
+    if mark is not None:
+        listed["same"] = same
+    return ok(f"{len(entries) + len(same)} entries", **listed)
 
 
 def _manifest_entry(ctx: Context, snap: Snapshot, path: str, st: Lstat) -> ManifestEntry:

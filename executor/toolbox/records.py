@@ -60,6 +60,11 @@ if TYPE_CHECKING:
         skipped: list[list[str]]
         complete: bool
 
+    class ManifestSince(ManifestMeta, total=False):
+        """The manifest's meta when asked `since_baseline` and a baseline was kept."""
+
+        same: list[str]
+
     class ReadFilesMeta(TypedDict):
         """The read_files host operation's meta."""
 

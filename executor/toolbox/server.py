@@ -7,7 +7,7 @@ import os
 import sys
 import time
 
-from .host_ops import _identity, op_manifest, op_read_files, op_snapshot
+from .host_ops import _identity, op_baseline, op_manifest, op_read_files, op_snapshot
 from .limits import EXIT_ORPHANED
 from .paths import os_error_text
 from .procs import _Progress
@@ -47,6 +47,7 @@ TOOLS: dict[str, tuple[Callable[..., Result], Spec]] = {
     "run_shell_command": (tool_run_shell_command, SPECS["run_shell_command"]),
 }
 HOST_OPS: dict[str, tuple[Callable[..., Result], Spec]] = {
+    "baseline": (op_baseline, HOST_OP_SPECS["baseline"]),
     "manifest": (op_manifest, HOST_OP_SPECS["manifest"]),
     "read_files": (op_read_files, HOST_OP_SPECS["read_files"]),
     "snapshot": (op_snapshot, HOST_OP_SPECS["snapshot"]),

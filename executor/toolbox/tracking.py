@@ -162,8 +162,10 @@ def _tree_measure(ctx: Rooted) -> tuple[int, int, bool]:
     return _size(stats), len(stats), complete and not unlisted
 
 
-def _snapshot(ctx: Rooted, old: Snapshot | None) -> Snapshot:
-    """A new walk; what did not change is taken from `old`, what did is hashed or read."""
+def _snapshot(ctx: Rooted, old: Snapshot | None, unread: int | None = None) -> Snapshot:
+    """A new walk; what did not change is taken from `old`, what did is hashed or read.
+    An entry whose ctime is before `unread` (ns) is not read at all (the caller knows its
+    content: a copy's baseline), so its hash here may be missing or stale."""
     stats, complete, gits, unlisted = _walk(ctx)
     snap = Snapshot(stats, complete and not unlisted, gits)
     before = {} if old is None else old.stats
@@ -172,7 +174,7 @@ def _snapshot(ctx: Rooted, old: Snapshot | None) -> Snapshot:
         snap.targets = dict(old.targets)
         _carry_unseen(old, snap, complete, unlisted)
     for path, st in stats.items():
-        if before.get(path) != st:
+        if before.get(path) != st and (unread is None or st[3] >= unread):
             _describe(ctx, snap, path, st)
     for path in before.keys() - stats.keys():
         _forget(snap, path)

@@ -196,7 +196,8 @@ SPECS: dict[str, Spec] = {tool: {name: (arg.kind, arg.required) for name, arg in
 declaration, which the host's pydantic models are built from too)."""
 PREVIEW_SPEC: Spec = {"tool": (STR, True), "args": (OBJECT, True)}
 HOST_OP_SPECS: dict[str, Spec] = {
-    "manifest": {},
+    "baseline": {},
+    "manifest": {"since_baseline": (BOOL, False)},
     "read_files": {"files": (LIST, True)},
     "snapshot": {"path": (STR, True), "max_bytes": (INT, False)},
 }

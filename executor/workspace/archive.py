@@ -24,6 +24,7 @@ import threading
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from executor.errors import ProjectTooLargeError, WorkspaceError
 from executor.state import LEGACY_DIR, real_root, state_home
@@ -41,9 +42,9 @@ BlobReader = Callable[[str], bytes]
 """Returns the content of a blob by sha256 (the state dir's blob store)."""
 
 
-@dataclass(frozen=True)
-class Planned:
-    """One entry to copy: where it comes from and what it is."""
+class Planned(NamedTuple):
+    """One entry to copy: where it comes from and what it is (a tuple: a big tree makes
+    one an entry, and a frozen dataclass costs several times a tuple to make)."""
 
     path: str
     kind: str
@@ -198,11 +199,14 @@ def _listing(root_fd: int, rel_dir: str, notes: list[str]
     found = []
     try:
         with os.scandir(fd) as it:
+            prefix = f"{rel_dir}/" if rel_dir else ""
             for entry in it:
-                rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
-                with contextlib.suppress(FileNotFoundError):
+                try:
                     st = entry.stat(follow_symlinks=False)
-                    found.append((rel, st, _link_target(entry.name, fd, st)))
+                except FileNotFoundError:
+                    continue  # gone since the listing
+                target = _link_target(entry.name, fd, st) if stat.S_ISLNK(st.st_mode) else None
+                found.append((prefix + entry.name, st, target))
     except OSError as exc:
         notes.append(f"skipped {rel_dir or '.'}: {exc.strerror}")
     finally:
@@ -342,7 +346,10 @@ def _read_planned(cursor: _DirCursor, entry: Planned) -> bytes:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode) or info.st_ino != entry.ino:
             raise OSError("it was replaced while the copy was made")
-        chunks = [os.read(fd, max(info.st_size, BLOCK))]
+        first = os.read(fd, info.st_size + 1)
+        if len(first) == info.st_size:  # one byte more was asked for: this is the end
+            return first
+        chunks = [first]  # it grew or shrank meanwhile, or the read was capped: to the end
         while chunks[-1]:
             chunks.append(os.read(fd, CHUNK))
         return b"".join(chunks)
@@ -401,21 +408,17 @@ def header(name: bytes, kind: bytes, mode: int, uid: int, gid: int, size: int, m
                         mtime, link[:100])
 
 
+_MAGIC = b"ustar\x0000"
+_TAIL = bytes(BLOCK - 265)  # what follows the magic: prefix, devices, all zero
+
+
 def _ustar(name: bytes, kind: bytes, mode: int, uid: int, gid: int, size: int, mtime: int,
            link: bytes) -> bytes:
-    block = bytearray(BLOCK)
-    block[0:len(name)] = name
-    block[100:108] = b"%07o\0" % mode
-    block[108:116] = b"%07o\0" % uid
-    block[116:124] = b"%07o\0" % gid
-    block[124:136] = b"%011o\0" % size
-    block[136:148] = b"%011o\0" % min(mtime, 0o77777777777)
-    block[148:156] = b" " * 8
-    block[156:157] = kind
-    block[157:157 + len(link)] = link
-    block[257:265] = b"ustar\x0000"
-    block[148:156] = b"%06o\0 " % sum(block)
-    return bytes(block)
+    head = b"%s%07o\0%07o\0%07o\0%011o\0%011o\0" % (
+        name.ljust(100, b"\0"), mode, uid, gid, size, min(mtime, 0o77777777777))
+    rest = kind + link.ljust(100, b"\0") + _MAGIC
+    checksum = sum(head) + sum(rest) + 8 * ord(" ")  # the checksum field counts as spaces
+    return b"".join((head, b"%06o\0 " % checksum, rest, _TAIL))
 
 
 def _pax(records: dict[str, bytes]) -> bytes:
@@ -434,6 +437,8 @@ def _pax_record(key: str, value: bytes) -> bytes:
 
 def is_git_path(path: str) -> bool:
     """Whether any component of `path` is a `.git` (or quarantined) entry."""
+    if ".git" not in path.lower():  # most paths: no component to look at
+        return False
     return any(is_git_name(part) for part in path.split("/"))
 
 
@@ -446,6 +451,8 @@ class Prefetch:
     def __init__(self, chunks: Generator[bytes, None, None], limit: int = 64 << 20) -> None:
         self._queue: queue.Queue[object] = queue.Queue(maxsize=max(1, limit // CHUNK))
         self._stop = threading.Event()
+        self.produced = threading.Event()
+        """Set once the stream has made its last chunk (they may not all be consumed yet)."""
         self._thread = threading.Thread(target=self._run, args=(chunks,), daemon=True,
                                         name="copy-prefetch")
         self._thread.start()
@@ -455,6 +462,7 @@ class Prefetch:
             for chunk in chunks:
                 if not self._put(chunk):
                     return
+            self.produced.set()
             self._put(self._END)
         except BaseException as exc:  # handed to the consumer, raised in its thread
             self._put(exc)

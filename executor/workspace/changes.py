@@ -208,13 +208,16 @@ def _changeset(raw: Any) -> Changeset:
 # ---------------------------------------------------------------------------- collecting
 
 
-def collect(call: Caller, root: Path, session: str, base: Base, blobs: BlobStore) -> Changeset:
-    """The changes of the sandbox's copy relative to `base`, checked and with their blobs."""
-    after, refused = _listing(call, base.manifest)
+def collect(call: Caller, root: Path, session: str, base: Base, blobs: BlobStore,
+            copied: Manifest | None = None) -> Changeset:
+    """The changes of the sandbox's copy relative to `base`, checked and with their blobs.
+    `copied`: what this container's copy held when the toolbox kept its baseline (entries
+    it names as still so are those)."""
+    after, refused = _listing(call, base.manifest, copied)
     changeset = Changeset(session, str(root), [], refused, [], base_taken_at=base.taken_at)
-    paths = sorted(set(base.manifest) | set(after), key=sort_key)
-    pending = [(p, base.manifest.get(p), after.get(p)) for p in paths]
-    pending = [(p, b, a) for p, b, a in pending if not (b is not None and b.same(a))]
+    pending = [(p, base.manifest.get(p), after.get(p)) for p in set(base.manifest) | set(after)]
+    pending = [(p, b, a) for p, b, a in pending if not (b is not None and (b is a or b.same(a)))]
+    pending.sort(key=lambda item: sort_key(item[0]))  # the changes only, not the whole tree
     _fetch(call, [(p, a) for p, _, a in pending if a is not None and a.kind == "file"], blobs,
            changeset)
     _keep_before(root, [(p, b) for p, b, _ in pending if b is not None and b.kind == "file"],
@@ -227,30 +230,57 @@ def collect(call: Caller, root: Path, session: str, base: Base, blobs: BlobStore
     return changeset
 
 
-def _listing(call: Caller, base: Manifest | None = None
+def _listing(call: Caller, base: Manifest | None = None, copied: Manifest | None = None
              ) -> tuple[Manifest, list[dict[str, str]]]:
     """The copy's entries as the toolbox lists them, each checked; refusals with reasons. A
-    row that says what `base` holds for its path is that entry (most rows, in a big tree)."""
-    result = call("manifest", {}, timeout=600)
-    if toolmeta.toolbox_restarted(result.meta):  # a call cut short (Ctrl-C) left it busy: again
-        result = call("manifest", {}, timeout=600)
+    row that says what `base` holds for its path is that entry (most rows, in a big tree).
+    With `copied`, the toolbox may name entries unchanged since the copy arrived instead
+    (their row is `copied`'s)."""
+    result = _manifest(call, copied is not None)
+    same = toolmeta.manifest_same(result.meta) or []
+    if same and (copied is None or not all(isinstance(p, str) and p in copied for p in same)):
+        result, same = _manifest(call, False), []  # unchanged, yet not copied: list it all
     rows = toolmeta.manifest_entries(result.meta)
     if not result.ok or rows is None:
         raise WorkspaceError(f"the sandbox did not list its files: {result.output[:300]}")
     if not toolmeta.manifest_complete(result.meta):
         raise WorkspaceError(f"the copy holds more than the toolbox walks ({MAX_ENTRIES:,} "
                              "entries): its changes cannot be told apart")
-    if len(rows) > MAX_ENTRIES:
+    if len(rows) + len(same) > MAX_ENTRIES:
         raise WorkspaceError(f"the copy holds more than {MAX_ENTRIES:,} entries")
     found: Manifest = {}
     refused: list[dict[str, str]] = []
-    for row in rows:
+    for row in [*_same_rows(same, copied or {}, base, found), *rows]:
         path, entry, reason = _unchanged(row, base) or _entry(row)
         if reason:
             refused.append({"path": str(path)[:4096], "reason": reason})
         elif entry is not None:
             found[path] = entry
     return found, refused
+
+
+def _manifest(call: Caller, since_baseline: bool) -> ToolResult:
+    args = {"since_baseline": True} if since_baseline else {}
+    result = call("manifest", args, timeout=600)
+    if toolmeta.toolbox_restarted(result.meta):  # a call cut short (Ctrl-C) left it busy: again
+        result = call("manifest", args, timeout=600)
+    return result
+
+
+def _same_rows(same: list[str], copied: Manifest, base: Manifest | None,
+               found: Manifest) -> list[list[Any]]:
+    """Entries named unchanged since the copy arrived are what was copied there: those that
+    are the base's entry go straight into `found` (checked as `_unchanged` checks them);
+    the rows of the others (a pending change put back) are returned, to be checked."""
+    rows: list[list[Any]] = []
+    base = base or {}
+    for path in same:
+        known = copied[path]
+        if base.get(path) is known and known.size <= MAX_FILE and not problem(path):
+            found[path] = known
+        else:
+            rows.append([path, *known.row()])
+    return rows
 
 
 def _unchanged(row: Any, base: Manifest | None) -> tuple[str, Entry, None] | None:

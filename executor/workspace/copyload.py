@@ -7,6 +7,7 @@ builds a copy session's sandbox passes one in (`DockerSandbox(config, copy_loade
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Iterable
 from typing import Any
@@ -27,6 +28,7 @@ class ArchiveLoader:
     def __init__(self) -> None:
         self._copy: Archive | None = None
         self._prefetch: Prefetch | None = None
+        self._produced: threading.Event | None = None
         self._copying: threading.Thread | None = None
         self._error: BaseException | None = None
         self._abort = CopyAbort()
@@ -46,6 +48,7 @@ class ArchiveLoader:
         self._copy = Archive(config.root, found, uid=uid, gid=gid, git_uid=git_uid,
                              git_gid=git_uid, blobs=blobs.get if blobs else None)
         self._prefetch = Prefetch(self._copy.main())  # read while the container is made
+        self._produced = self._prefetch.produced
         return found.bytes
 
     def start(self, api: Any, container: Any, *, user: str, read_only: bool) -> None:
@@ -70,7 +73,7 @@ class ArchiveLoader:
 
     def drop(self) -> None:
         """No copy this start (the container re-attached to holds one)."""
-        self._copy = None
+        self._copy, self._produced = None, None
         self._stop_prefetch()
 
     def abort(self) -> None:
@@ -101,6 +104,17 @@ class ArchiveLoader:
         """What this start copied in; None: nothing was (a re-attached container's copy)."""
         return None if self._copy is None else self._copy.manifest
 
+    def sent(self) -> Manifest | None:
+        """What this start copies in, as soon as all of it has been read and hashed (it may
+        still be arriving); None: nothing is copied, or the reading did not end well."""
+        produced = self._produced
+        if self._copy is None or produced is None:
+            return None
+        while not produced.wait(0.1):
+            if self._copying is None or not self._copying.is_alive():
+                return self._copy.manifest if produced.is_set() else None
+        return self._copy.manifest
+
     @property
     def notes(self) -> list[str]:
         """What the copy left out, and why."""
@@ -121,9 +135,10 @@ def load_copy(api: Any, container: Any, archive: Archive, main: Iterable[bytes],
     if read_only:
         _check(archive, extract(api, container.id, "0:0", main, abort=abort))
         return
-    # the tmpfs is made 1777 too, but the engine makes the working directory 0755 at start
-    chmod(api, container.id, "0:0", "1777", [WORKSPACE])
-    _check(archive, extract(api, container.id, user, main, abort=abort))
+    # the tmpfs is made 1777 too, but the engine makes the working directory 0755 at start;
+    # the extractor starts meanwhile (it writes nothing before the archive's first bytes)
+    writable = functools.partial(chmod, api, container.id, "0:0", "1777", [WORKSPACE])
+    _check(archive, extract(api, container.id, user, main, abort=abort, before=writable))
     if archive.plan.git:
         extract(api, container.id, git_user, archive.git(), abort=abort)
         opened = [f"{WORKSPACE}/{d}" for d in sorted(archive.open_dirs) if d]

@@ -16,6 +16,7 @@ import base64
 import binascii
 import hashlib
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, Self
@@ -39,6 +40,8 @@ from executor.workspace.store import BlobStore, append_line, ensure_session_dir
 if TYPE_CHECKING:
     from executor.toolmeta import ChangeRecord, SnapshotMeta
 
+BASELINE_TIMEOUT = 120.0
+"""Seconds the toolbox may take to keep a copy's baseline (a stat-only walk)."""
 SNAPSHOT_MAX = 16 * 1024 * 1024
 """Bytes of a file's content kept before a write_file or edit_file overwrites it (its hash is
 kept whatever its size; bigger content cannot be restored by `undo`)."""
@@ -117,6 +120,9 @@ class CopyWorkspace(_Delegate):
         self.put_back = set(put_back or ())
         """Paths of pending changes put back into a new copy (their base is the old one)."""
         self.base: Base | None = None
+        self.copied: Manifest | None = None
+        """What this container's copy held when the toolbox kept its baseline (None: none
+        was kept, as in a re-attached container: every file is hashed at the end)."""
 
     def call(self, tool: str, args: dict[str, Any], *, timeout: float | None = None,
              on_output: OutputCallback | None = None) -> ToolResult:
@@ -129,23 +135,43 @@ class CopyWorkspace(_Delegate):
         if self.base is not None:
             return self.base
         directory = ensure_session_dir(self.root, self.session)
-        copied = self.backend.copy_manifest()
         old = load_base(directory)
+        taken, first = utc_now(), None
+        with ThreadPoolExecutor(1, thread_name_prefix="save-base") as pool:
+            early = self._sent()
+            if early is not None:  # all of it read: the base is written while it arrives
+                first = self._base(early, old, taken)
+                saving = pool.submit(save_base, directory, first)
+            copied = self.backend.copy_manifest()
+            if first is not None:
+                saving.result()
         if copied is None:
             if old is None:
                 raise WorkspaceError(f"session {self.session} has a copy but no record of "
                                      "what it was made from", fix="start a new session")
             self.base = old
             return old
-        self.base = Base(_merged(copied, old, self.put_back), utc_now(), self.backend.copy_notes)
-        save_base(directory, self.base)
+        base = self._base(copied, old, taken)
+        if base != first:  # none written yet, or the .git part added a note
+            save_base(directory, base)
+        self.base = base
+        kept = self.inner.call("baseline", {}, timeout=BASELINE_TIMEOUT)
+        if kept.ok and toolmeta.baseline_kept(kept.meta):
+            self.copied = copied
         return self.base
+
+    def _sent(self) -> Manifest | None:
+        sent = getattr(self.backend, "copy_sent", None)
+        return sent() if callable(sent) else None
+
+    def _base(self, copied: Manifest, old: Base | None, taken: str) -> Base:
+        return Base(_merged(copied, old, self.put_back), taken, list(self.backend.copy_notes))
 
     def current(self) -> Changeset:
         """The copy's changes so far, not kept (the REPL's /diff while the session goes on)."""
         base = self.ensure_base()
         changeset = collect(self.inner.call, self.root, self.session, base,
-                            BlobStore.for_root(self.root))
+                            BlobStore.for_root(self.root), self.copied)
         changeset.notes = base.notes + changeset.notes
         return changeset
 

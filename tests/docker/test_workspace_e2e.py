@@ -87,6 +87,25 @@ def test_a_copy_session_leaves_the_tree_alone_and_its_changes_wait(project: Path
         "6 paths changed, +4 -2, 2 flagged for review")
 
 
+def test_a_change_that_puts_size_and_mtime_back_still_comes_back(project: Path,
+                                                                   model_server: ModelServer):
+    # In place, same size, mtime put back: only the ctime the kernel sets tells (the copy's
+    # baseline: what is unchanged since it arrived is not read again at the end).
+    script(model_server, Call("read_file", {"path": "hello.py"}), Call("run_shell_command", {
+        "command": "python3 -c \"import os; p='hello.py'; st=os.stat(p); f=open(p, 'r+b'); "
+                   "f.write(b'#'); f.close(); os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))\""
+                   " && stat -c %s hello.py"}))
+
+    done = ask(project, model_server, "ollama", "--yes", "--workspace", "copy")
+
+    assert_ok(done, "done")
+    assert results(model_server)[1].strip().endswith("15"), results(model_server)
+    changes = json.loads(cli("diff", "--root", project, "--json").stdout)["changes"]
+    assert [(c["path"], c["status"]) for c in changes] == [("hello.py", "M")], changes
+    assert cli("apply", "--root", project, "--yes").returncode == 0
+    assert (project / "hello.py").read_text() == '#rint("hello")\n'
+
+
 def test_apply_lands_the_changes_once_and_undo_takes_them_back(project: Path,
                                                                model_server: ModelServer):
     script(model_server, *THE_TASK)
@@ -353,6 +372,7 @@ def test_a_copy_container_is_hardened_like_any_other(project: Path, docker_clien
                                                      storage: str):
     from executor.sandbox.config import CHANNEL
     from executor.sandbox.docker import DockerSandbox
+    from executor.sandbox.hardening import HOSTS
     from executor.workspace.copyload import ArchiveLoader
     from tests.docker.conftest import make_config
 
@@ -370,8 +390,11 @@ def test_a_copy_container_is_hardened_like_any_other(project: Path, docker_clien
             "mv .git .git-orig || echo kept; rm -rf .git || echo kept-too; ls -d .git")})
     assert host["ReadonlyRootfs"] and host["CapDrop"] == ["ALL"]
     assert host["NetworkMode"] == "none"
-    # nothing of the host but the toolbox's channel directory (two FIFOs, read-only)
-    assert all(m["Destination"] == CHANNEL and not m["RW"] for m in mounts if m["Type"] == "bind")
+    # nothing of the host but the toolbox's channel directory (two FIFOs) and our own hosts
+    # file (no network sandbox for the engine to make, as in bind mode), both read-only
+    binds = {m["Destination"]: m for m in mounts if m["Type"] == "bind"}
+    assert sorted(binds) == ["/etc/hosts", CHANNEL] and not any(m["RW"] for m in binds.values())
+    assert Path(binds["/etc/hosts"]["Source"]).read_bytes() == HOSTS
     copied = sum(p.lstat().st_size for p in project.rglob("*") if p.is_file()
                  and not p.is_symlink())  # repositories included: they are in the copy too
     if storage == "memory":  # the copy is charged to the container: the tools keep 512m
@@ -379,7 +402,7 @@ def test_a_copy_container_is_hardened_like_any_other(project: Path, docker_clien
         assert "nosuid" in host["Tmpfs"]["/workspace"] and "nodev" in host["Tmpfs"]["/workspace"]
     else:
         assert host["Memory"] == 512 * 1024 * 1024
-        assert sorted(m["Type"] for m in mounts) == ["bind", "volume"]
+        assert sorted(m["Type"] for m in mounts) == ["bind", "bind", "volume"]
     assert "755 65534" in result.output and "Permission denied" in result.output, result.output
     assert "top 1777 0" in top.output and "made" in top.output, top.output
     assert "kept\n" in top.output and "kept-too" in top.output, top.output

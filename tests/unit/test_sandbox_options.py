@@ -5,8 +5,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from executor.gitsafety.hostgit import Protected
 from executor.sandbox.bundle import INIT_TAG as _INIT_TAG
 from executor.sandbox.config import SandboxConfig
+from executor.sandbox.deployment import Deployment
 from executor.sandbox.hardening import HOSTS, container_options, hosts_file
 
 
@@ -66,3 +68,21 @@ def test_pid_1_is_ours_with_or_without_the_first_toolbox(tmp_path: Path):
     for code in (plain["command"][4], first["command"][5]):
         compile(code, "pid1", "exec")
         assert "signal.SIG_IGN" in code and "signal.valid_signals()" in code
+
+
+def _deployment_options(tmp_path: Path, channel: Path | None) -> dict:
+    config = SandboxConfig(root=tmp_path, session_id="s1", workspace="copy",
+                           lock_dir=tmp_path / "locks")
+    place = Deployment(config, warn=lambda _: None)
+    return place.options(config, Protected((), ()), toolbox=list, channel=channel)
+
+
+def test_a_copy_session_on_an_engine_here_has_no_network_sandbox_either(tmp_path: Path):
+    (tmp_path / "locks").mkdir()
+    here = _deployment_options(tmp_path, tmp_path / "channel")  # its FIFOs are mounted: local
+    assert here["network_mode"] == "none" and here["network_disabled"] is True
+    [mount] = _hosts_mount(here)
+    assert Path(mount["Source"]).read_bytes() == HOSTS
+    elsewhere = _deployment_options(tmp_path, None)  # maybe remote: no path of ours is mounted
+    assert elsewhere["network_mode"] == "none" and "network_disabled" not in elsewhere
+    assert _hosts_mount(elsewhere) == []

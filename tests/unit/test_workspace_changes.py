@@ -126,3 +126,42 @@ def test_a_row_listing_the_base_entry_is_that_entry_and_any_other_is_checked(roo
     assert "git" in reasons[".git/config"] and "larger than" in reasons["big"]
     assert reasons["new"] == "invalid mode"
     assert "app.py" not in reasons and changeset.changes == []
+
+
+def test_entries_named_unchanged_since_the_copy_are_what_was_copied(root: Path):
+    copied = {**BASE.manifest, "put.txt": Entry("file", 0o644, 4, sha(b"new\n"))}
+    answers: list[dict[str, Any]] = []
+
+    def manifest(args: dict[str, Any]) -> ToolResult:
+        answers.append(args)
+        return ToolResult(ok=True, output="", meta={
+            "entries": [["run.sh", "file", 0o755, 5, sha(b"echo\n"), None]],
+            "same": ["app.py", "put.txt"], "complete": True})
+
+    box = FakeSandbox({"manifest": manifest,
+                       "read_files": serving({"run.sh": b"echo\n", "put.txt": b"new\n"})})
+    box.start()
+    changeset = collect(box.call, root, "s1", BASE, BlobStore.for_root(root), copied)
+    assert answers == [{"since_baseline": True}]
+    changes = changeset.by_path()
+    assert set(changes) == {"put.txt", "run.sh"}  # put back into the copy: still a change
+    assert changes["put.txt"].after == copied["put.txt"] and changes["put.txt"].before is None
+    assert [tool for tool, _ in box.calls].count("read_files") == 1
+
+
+def test_a_name_called_unchanged_that_was_never_copied_makes_it_list_everything(root: Path):
+    asked: list[dict[str, Any]] = []
+
+    def manifest(args: dict[str, Any]) -> ToolResult:
+        asked.append(args)
+        if args.get("since_baseline"):
+            return ToolResult(ok=True, output="", meta={
+                "entries": [], "same": ["app.py", "stray.txt"], "complete": True})
+        return listing([["app.py", "file", 0o644, 3, sha(b"v1\n"), None],
+                        ["stray.txt", "file", 0o644, 2, sha(b"s\n"), None]])
+
+    box = FakeSandbox({"manifest": manifest, "read_files": serving({"stray.txt": b"s\n"})})
+    box.start()
+    changeset = collect(box.call, root, "s1", BASE, BlobStore.for_root(root), BASE.manifest)
+    assert asked == [{"since_baseline": True}, {}]
+    assert [(c.path, c.status) for c in changeset.changes] == [("stray.txt", "A")]

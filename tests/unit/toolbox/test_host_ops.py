@@ -48,6 +48,35 @@ def test_manifest_after_a_command_reuses_the_index(box: Box, root: Path):
     assert entries(box)["made.txt"][3] == sha(b"new\n")
 
 
+def test_a_manifest_since_the_baseline_reads_only_what_changed_mtimes_aside(box: Box,
+                                                                           root: Path):
+    (root / "same.txt").write_text("kept\n")
+    (root / "moved.txt").write_text("abcd\n")
+    (root / "gone.txt").write_text("bye\n")
+    assert box.call("baseline")["meta"]["kept"] is True
+    app = root / "src/app.py"
+    st = app.stat()
+    with app.open("r+b") as f:  # same size, same inode, mtime put back: only ctime tells
+        f.write(b"#")
+    os.utime(app, ns=(st.st_atime_ns, st.st_mtime_ns))
+    (root / "gone.txt").unlink()
+    (root / "moved.txt").rename(root / "README.md")  # over a copied name
+    (root / "new.txt").write_text("new\n")
+    meta = box.call("manifest", since_baseline=True)["meta"]
+    listed = {row[0]: row[1:] for row in meta["entries"]}
+    assert sorted(meta["same"]) == ["same.txt", "src"]
+    assert set(listed) == {"README.md", "new.txt", "src/app.py"}
+    assert app.stat().st_mtime_ns == st.st_mtime_ns
+    assert listed["src/app.py"][3] == sha(app.read_bytes())
+    assert listed["README.md"][3] == sha(b"abcd\n")
+    assert "same" not in box.call("manifest")["meta"]  # not asked: every file is read
+
+
+def test_without_a_baseline_a_manifest_lists_everything(box: Box, root: Path):
+    meta = box.call("manifest", since_baseline=True)["meta"]
+    assert "same" not in meta and entries(box) == {row[0]: row[1:] for row in meta["entries"]}
+
+
 def test_read_files_returns_chunks_and_never_follows_links(box: Box, root: Path):
     (root / "data.bin").write_bytes(bytes(range(256)) * 10)
     (root / "link").symlink_to("README.md")

@@ -15,6 +15,8 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
+from executor.toolbox.limits import COMMAND_PATH_VAR
+
 DEPS_DIR = "/opt/sandbox-deps"
 """Where the volume is mounted in the sandbox (the image makes it 1777, so a new volume is)."""
 LABEL_DEPS = "sandbox-agent.deps-root"
@@ -39,8 +41,8 @@ def deps_environment() -> dict[str, str]:
     return {"PYTHONUSERBASE": python, "PIP_USER": "1", "PIP_BREAK_SYSTEM_PACKAGES": "1",
             "PIP_CACHE_DIR": f"{DEPS_DIR}/pip-cache", "npm_config_cache": f"{DEPS_DIR}/npm-cache",
             "npm_config_prefix": f"{DEPS_DIR}/npm",
-            "PATH": f"{python}/bin:{DEPS_DIR}/npm/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin"
-                    ":/usr/bin:/sbin:/bin"}
+            # the commands' PATH only: the container's own, which finds our programs, stays
+            COMMAND_PATH_VAR: f"{python}/bin:{DEPS_DIR}/npm/bin"}
 
 
 def remove_deps(client: Any, root: Path) -> bool:

@@ -200,9 +200,10 @@ class CopyLoader(Protocol):
 
 def chmod(api: Any, container_id: str, user: str, mode: str, paths: list[str]) -> None:
     """chmod as `user` (the owner of `paths`), with chmod or else python3."""
-    for argv in (["chmod", mode, *paths], ["python3", "-c", _CHMOD, mode, *paths]):
+    for argv in (["chmod", mode, *paths], ["python3", "-I", "-S", "-c", _CHMOD, mode, *paths]):
         with docker_errors("preparing the copy workspace"):
-            created = api.exec_create(container_id, argv, user=user, stdout=True, stderr=True)
+            created = api.exec_create(container_id, argv, user=user, stdout=True, stderr=True,
+                                      workdir="/")
             output = api.exec_start(created["Id"])
             code = api.exec_inspect(created["Id"]).get("ExitCode")
         if code == 0:
@@ -217,11 +218,13 @@ def extract(api: Any, container_id: str, user: str, stream: Iterable[bytes], *,
     `before` runs once the extractor has started, before a byte is sent (so the extractor's
     start overlaps it: the chmod that lets it write)."""
     abort.check()
-    argv = ["python3", "-c", EXTRACT, WORKSPACE]
+    # -I: the repository's own modules (a `json.py` in the copy) are never imported, nor the
+    # package volume's (PYTHONUSERBASE); from "/", not the copy (red-team round 26)
+    argv = ["python3", "-I", "-S", "-c", EXTRACT, WORKSPACE]
     with docker_errors("starting the copy"):
         created = api.exec_create(container_id, argv,
                                   stdin=True, stdout=True, stderr=True, user=user,
-                                  workdir=WORKSPACE)
+                                  workdir="/")
         sock = api.exec_start(created["Id"], socket=True)
     channel = Channel(getattr(sock, "_sock", sock))
     abort.attach(channel)

@@ -39,6 +39,10 @@ SETTLE_SECONDS = 1.0  # how long kill(-1) is repeated while a process is still l
 TOKEN_VAR = "SANDBOX_TOOLBOX_TOKEN"
 # Makes the command, not the toolbox, the OOM killer's first choice, then runs it. A shell
 # prelude, because preexec_fn costs a full fork plus Python in the child (~5 ms a call).
+COMMAND_PATH_VAR = "SANDBOX_AGENT_COMMAND_PATH"
+"""Directories put before PATH for the commands a call runs, and for nothing else: the package
+volume's `bin` directories are the sandbox's to write, so the programs of ours (PID 1, this
+toolbox, the kill script, the extractor, rg) are never looked up there (red-team round 26)."""
 SHELL_PRELUDE = '{ echo 1000 > /proc/self/oom_score_adj; } 2>/dev/null; exec /bin/sh -c "$1"'
 LONG_LINE_MARK = " [... omitted end of long line]"  # what `rg --max-columns-preview` prints
 TRACK_MAX_ENTRIES = 200_000  # a walk stops here and says changes_incomplete

@@ -274,6 +274,38 @@ def test_a_preset_reads_the_persons_configuration_never_the_projects(
     assert "STATUS 200" not in output, output
 
 
+def test_programs_of_ours_are_never_found_in_the_package_volume(
+        workdir: Path, model_server: ModelServer, upstream: Upstream) -> None:
+    """Red-team round 26: with hosts allowed, the container's PATH began with the package
+    volume's `bin` (the sandbox's to write, kept between sessions), and the host's own
+    programs in it were started as a bare `python3` (PID 1, the toolbox, the kill script),
+    the toolbox's `rg` too: a planted one then spoke for the sandbox. Only the commands a
+    call runs get that PATH now."""
+    root = workdir / "proj"
+    root.mkdir()
+    (root / "a.txt").write_text("needle\n")
+    bin_dir = "/opt/sandbox-deps/python/bin"
+    plant = "; ".join(
+        f"printf '#!/bin/sh\\necho {name} >> /opt/sandbox-deps/ran\\nexec {real} \"$@\"\\n' "
+        f"> {bin_dir}/{name} && chmod +x {bin_dir}/{name}"
+        for name, real in (("python3", "/usr/bin/python3"), ("rg", "/usr/bin/rg")))
+    model_server.reply(tool_calls=[
+        Call("run_shell_command", {"command": f"mkdir -p {bin_dir} && {plant}; echo planted"}),
+        Call("search_files", {"pattern": "needle"}),
+        Call("run_shell_command", {"command": "kill -9 $PPID; sleep 1"}),
+        Call("search_files", {"pattern": "needle"}),
+        Call("run_shell_command", {"command": (
+            "echo RAN=$(cat /opt/sandbox-deps/ran 2>/dev/null); echo PATH=$PATH; "
+            "command -v python3")})])
+    model_server.reply(content="looked")
+    done = ask(root, model_server, "ollama", "--yes", "--no-stream", "--allow-host",
+               f"127.0.0.1/32:{upstream.port}")
+    assert done.returncode == 0, explain(done)
+    *_, (_, _, last) = tool_exchanges(model_server.last_chat)
+    assert "RAN=\n" in last, last  # nothing of ours ran the planted programs
+    assert f"PATH={bin_dir}:" in last and f"{bin_dir}/python3" in last, last  # the commands'
+
+
 def test_at_a_terminal_a_host_no_rule_allows_is_asked_inert(
         workdir: Path, model_server: ModelServer, upstream: Upstream) -> None:
     """y/n/a, like every other prompt: `a` holds for the session, `n` is a 403 for the model;

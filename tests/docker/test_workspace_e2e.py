@@ -106,6 +106,21 @@ def test_a_change_that_puts_size_and_mtime_back_still_comes_back(project: Path,
     assert (project / "hello.py").read_text() == '#rint("hello")\n'
 
 
+def test_the_copys_extractor_imports_nothing_of_the_repository(project: Path,
+                                                               model_server: ModelServer):
+    """Red-team round 26: the extractor ran as `python3 -c` in the copy, so a `json.py` the
+    repository shipped was imported there, as the user that owns the copy's repositories,
+    and made the copy's `.git` writable (here: the copy failed with its traceback)."""
+    (project / "json.py").write_text("open('/tmp/repository-code-ran', 'w').write('ran')\n")
+    model_server.reply(tool_calls=[Call("run_shell_command", {
+        "command": "echo RAN=$(cat /tmp/repository-code-ran 2>/dev/null)"})])
+    model_server.reply("Looked.")
+    done = ask(project, model_server, "ollama", "--yes", "--workspace", "copy")
+    assert_ok(done, "Looked.")
+    [(_, _, output)] = tool_exchanges(model_server.last_chat)
+    assert output.rstrip().endswith("RAN="), output
+
+
 def test_apply_lands_the_changes_once_and_undo_takes_them_back(project: Path,
                                                                model_server: ModelServer):
     script(model_server, *THE_TASK)

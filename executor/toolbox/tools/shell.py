@@ -10,6 +10,7 @@ import time
 from ..guards.checks import _track_after, _track_before
 from ..guards.disk import _DiskWatch
 from ..limits import (
+    COMMAND_PATH_VAR,
     DISK_POLL_SECONDS,
     DRAIN_SECONDS,
     HANGUP_SECONDS,
@@ -111,6 +112,9 @@ def _fsize_note(ctx: Context) -> str | None:
 def _spawn(ctx: Context, command: str) -> subprocess.Popen[bytes]:
     env = dict(os.environ)
     env[TOKEN_VAR] = ctx.token  # marks every process this call starts, see the docstring
+    first = env.pop(COMMAND_PATH_VAR, "")
+    if first:  # the package volume's programs: the command's to find, never ours
+        env["PATH"] = f"{first}:{env.get('PATH') or os.defpath}"
     try:
         return subprocess.Popen(
             ["/bin/sh", "-c", SHELL_PRELUDE, "/bin/sh", command], cwd=ctx.root, env=env,

@@ -77,11 +77,15 @@ def git_paths(root: Path, tree: TreeScan, *, global_configs: list[Path] | None =
     for rel in tree.git_dirs:  # a bare repository: its hooks run when someone pushes to it
         found.add(root / rel, "a bare git repository")
         found.repository(root / rel, [root / rel])
-    for entry, kind in repos + enclosing_repos(root):
+    enclosing = repos + enclosing_repos(root)
+    for entry, kind in enclosing:
         worktree = entry.parent
         found.repository(worktree, found.git_dirs(entry, kind))
         for config in configs:
             found.config_paths(worktree, config)
+    if not enclosing:  # no repository here: the person's hooks and includes may still be
+        for config in configs:  # (red-team round 26: a dotfiles folder, an unpacked tarball)
+            found.config_paths(root, config)
     return found
 
 

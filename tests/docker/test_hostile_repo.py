@@ -25,6 +25,7 @@ from tests.docker.cli_support import (
     explain,
     model_args,
     run_cli,
+    tool_exchanges,
 )
 from tests.fakes.model_server import Call, ModelServer, RecordedRequest, Reply
 
@@ -598,6 +599,38 @@ def test_a_hard_linked_git_config_stops_a_bind_session(workdir: Path, model_serv
         git("config", "include.path", "../tools/git.inc", cwd=root)
         os.link(root / "tools" / "git.inc", root / "docs" / "repo-config.txt")
     refused_through_another_name(root, model_server, "docs/repo-config.txt")
+
+
+@pytest.mark.engines("runc")
+@pytest.mark.parametrize("workspace", ["bind", "copy"])
+def test_the_persons_global_hooks_in_a_root_with_no_repository_stay_theirs(
+        workdir: Path, model_server: ModelServer, workspace: str):
+    """Red-team round 26: the person's global config was read only for the repositories in or
+    above the root, so in one holding none (a dotfiles folder) the hooks path and include it
+    names there were the sandbox's to write (bind), or `apply` wrote them (copy); git in any
+    repository on the host then ran them."""
+    root = workdir / "dotfiles"
+    (root / "hooks").mkdir(parents=True)
+    (root / "hooks" / "pre-commit").write_text("#!/bin/sh\nexit 0\n")
+    (root / "inc.cfg").write_text("[user]\n\tname = me\n")
+    global_config = workdir / "global.gitconfig"
+    global_config.write_text(f"[core]\n\thooksPath = {root}/hooks\n"
+                             f"[include]\n\tpath = {root}/inc.cfg\n")
+    env = {"GIT_CONFIG_GLOBAL": str(global_config)}
+    model_server.reply(tool_calls=[Call("run_shell_command", {"command": (
+        "echo 'touch /tmp/hook-ran' >> hooks/pre-commit; echo hook=$?; "
+        "printf '[core]\\n\\tfsmonitor = touch /tmp/x\\n' >> inc.cfg; echo inc=$?")})])
+    model_server.reply("done")
+    done = ask(root, model_server, "ollama", "--yes", "--workspace", workspace, env=env)
+    assert done.returncode == 0, explain(done)
+    if workspace == "bind":
+        [(_, _, output)] = tool_exchanges(model_server.last_chat)
+        assert output.count("Read-only file system") == 2, output  # refused by the kernel
+    else:
+        applied = run_cli("apply", "--root", root, "--yes", env=env)
+        assert "hooks/pre-commit" in applied.stdout + applied.stderr, explain(applied)
+    assert (root / "hooks" / "pre-commit").read_text() == "#!/bin/sh\nexit 0\n"
+    assert (root / "inc.cfg").read_text() == "[user]\n\tname = me\n"
 
 
 def test_a_folder_holding_two_protected_paths_is_put_back_once(workdir: Path,

@@ -287,3 +287,17 @@ def test_a_git_link_to_a_gitdir_file_protects_that_file(tmp_path: Path) -> None:
     os.link(root / "w" / "gitfile.txt", root / "notes.txt")
     with pytest.raises(ConfigError, match="has 2 names"):
         protect(root)
+
+
+def test_the_persons_own_config_counts_in_a_root_with_no_repository(tmp_path: Path) -> None:
+    """Red-team round 26: the global config was read only for the repositories found, so in a
+    root holding none (a dotfiles folder) its hooks path and include were writable, and git
+    in any repository on the host then ran what the sandbox wrote there."""
+    root = tmp_path / "dotfiles"
+    (root / "hooks").mkdir(parents=True)
+    (root / "hooks" / "pre-commit").write_text("#!/bin/sh\n")
+    (root / "more.gitconfig").write_text("[user]\n\tname = me\n")
+    (tmp_path / ".gitconfig").write_text(
+        f"[core]\n\thooksPath = {root}/hooks\n[include]\n\tpath = {root}/more.gitconfig\n")
+    found = protected_paths(root, scan(root), global_configs=[tmp_path / ".gitconfig"])
+    assert {"hooks", "more.gitconfig"} <= set(found.existing)

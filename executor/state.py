@@ -128,6 +128,23 @@ def check_outside(root: Path, path: Path, what: str,
             "the repository could read or forge it", fix=too_wide(root) or fix)
 
 
+def check_install_outside(root: Path) -> None:
+    """ConfigError when sandbox-agent's own installation (its Python environment, its code)
+    lies in the project: the sandbox could write a `.pth` file or a module there that the
+    next `sandbox-agent` runs on the host, or a `pip.conf` its next `--network pypi` reads
+    (red-team round 26: a checkout's `.venv`)."""
+    import sys
+
+    import executor
+
+    real = real_root(root)
+    for what, path in (("sandbox-agent's Python environment", Path(sys.prefix)),
+                       ("the Python it runs on", Path(sys.base_prefix)),
+                       ("sandbox-agent's code", Path(executor.__file__).parent)):
+        check_outside(real, path, what, fix="install sandbox-agent outside the project (pipx, "
+                      "or a venv elsewhere), or run with --read-only")
+
+
 def too_wide(root: Path) -> str | None:
     """The fix for a root nobody means (`--root /`, `--root ~`): no setting makes it safe."""
     real = real_root(root)

@@ -48,7 +48,7 @@ from executor.sandbox.engine import (
 )
 from executor.sandbox.hardening import container_options, hosts_file, ulimits
 from executor.sandbox.spec import SandboxSpec
-from executor.state import check_outside, real_root
+from executor.state import check_install_outside, check_outside, real_root
 
 Warn = Callable[[str], None]
 
@@ -402,6 +402,8 @@ class Deployment:
         if not self._lock_dir_checked:
             check_outside(real_root(self.config.root), folder,
                           "the lock dir (XDG_RUNTIME_DIR or XDG_CACHE_HOME)")
+            if not self.config.read_only:
+                check_install_outside(self.config.root)
             folder.mkdir(parents=True, exist_ok=True, mode=0o700)
             self._lock_dir_checked = True
         return folder

@@ -31,6 +31,7 @@ from tests.docker.cli_support import (
     SANDBOX_AGENT,
     ask,
     assert_ok,
+    assert_user_error,
     cli_env,
     containers_of,
     explain,
@@ -548,6 +549,23 @@ def test_a_repository_in_a_directory_its_owner_locked_is_protected_too(
     assert "started" not in done.stderr, explain(done)
     assert not (locked / ".git" / "hooks" / "pre-commit").exists()
     assert stat.S_IMODE(locked.stat().st_mode) == 0
+
+
+@pytest.mark.engines("runc")
+def test_a_project_holding_sandbox_agents_own_installation_is_refused(
+        model_server: ModelServer, docker_client: Any):
+    """Red-team round 26: run on a checkout whose `.venv` holds sandbox-agent itself, the
+    sandbox wrote a `.pth` file there that the next `sandbox-agent --version` ran on the host
+    as its user, and a `pip.conf` the next `--network pypi` took its allow-list from."""
+    import sys
+
+    root = Path(sys.prefix).parent  # this checkout: the venv the tests run the CLI from
+    model_server.reply(tool_calls=[Call("run_shell_command", {"command": "true"})])
+    model_server.reply("Done.")
+    done = ask(root, model_server, "ollama", "--yes")
+    assert_user_error(done, 2, "sandbox-agent's Python environment", "is inside the project root")
+    assert not docker_client.containers.list(
+        all=True, filters={"label": f"sandbox-agent.root={root}"})
 
 
 def test_a_protected_path_moved_by_a_command_that_kills_its_toolbox_ends_the_session(

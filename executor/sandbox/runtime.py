@@ -83,6 +83,7 @@ class Toolbox:
         channel = self._channel = self._stdio = Channel(getattr(sock, "_sock", sock), key,
                                                         end_mark, gone)
         signing = key.hex().encode() + b"\n" if key else b""
+        channel.send(b"\n")  # the bootstrap speaks only once we are attached (bootstrap.py)
         magic = self._started(channel.read_line)
         pipes = fifo_pair(self._fifos) if self._fifos and key else None
         try:

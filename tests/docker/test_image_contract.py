@@ -73,7 +73,7 @@ def test_no_network_clients(image: DockerContainer) -> None:
 def test_the_toolbox_bootstraps_in_it(image: DockerContainer) -> None:
     """The image's python3 says its bytecode format and runs what it gets for it."""
     magic = run(image, "python3 -c 'import importlib.util as u; print(u.MAGIC_NUMBER.hex())'")
-    stdin = toolbox_payload(magic.strip().encode()) + b'{"id": 1, "tool": "ping"}\n'
+    stdin = b"\n" + toolbox_payload(magic.strip().encode()) + b'{"id": 1, "tool": "ping"}\n'
     image.get_wrapped_container().put_archive("/tmp", tar_of("bootstrap.in", stdin))
     said, *lines = _bootstrap(image).splitlines()
     assert said == magic.strip()

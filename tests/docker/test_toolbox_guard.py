@@ -63,6 +63,7 @@ def test_a_starting_toolbox_is_closed_to_its_uid_before_its_key_comes(project: P
                                   stdin=True, stdout=True, user=box.info.user)
         sock = api.exec_start(created["Id"], socket=True)
         try:
+            sock._sock.sendall(b"\n")  # the host's go
             sock._sock.recv(64)  # its magic line: it now waits for the toolbox on stdin
             # one command: the sweep after it ends every process of the uid, this one too
             peek = shell(box, "for p in /proc/[0-9]*; do grep -qa '^python3.-I.-S.-c....Reads the "

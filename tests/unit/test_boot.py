@@ -38,6 +38,8 @@ def first(exit_code: int) -> subprocess.Popen[bytes]:
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE)
     assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(b"\n")  # the host's go
+    proc.stdin.flush()
     proc.stdout.readline()  # the bootstrap's magic number
     proc.stdin.write(payload(f"return {exit_code}"))
     proc.stdin.close()

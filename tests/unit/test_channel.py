@@ -304,6 +304,7 @@ def test_a_toolbox_offered_the_fifos_that_answers_on_its_stream_is_not_taken(tmp
     ours, theirs = socket.socketpair()
 
     def impostor() -> None:
+        assert theirs.recv(1) == b"\n"  # the host's go
         theirs.sendall(frame(b"00\n"))  # another bytecode format: the host sends the source
         got = b""
         while b"\n" not in got:

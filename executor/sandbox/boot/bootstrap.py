@@ -1,11 +1,13 @@
 """Reads the toolbox from stdin and runs it: any image with python3 (3.9+) works.
 
 It makes itself non-dumpable first (PR_SET_DUMPABLE 0: no process of its uid may open its
-/proc fds or ptrace it; the signing key follows on stdin), says its bytecode format (the magic
-number), then reads `KIND SIZE\\n` and SIZE bytes of zlib: a marshalled bundle, module name ->
-(is a package, code), `code` compiled by the host's Python when the formats agree (compiling
-costs 40-60 ms in the container), else `source`. The bundle's modules are imported from memory
-under their own names (`toolbox.tools.shell`, ...), so tracebacks name the real module.
+/proc fds or ptrace it; the signing key follows on stdin), waits for the host's first line
+(Podman's exec loses what a process writes before its attach is in place: 2 of 270 starts
+under load said nothing), says its bytecode format (the magic number), then reads
+`KIND SIZE\\n` and SIZE bytes of zlib: a marshalled bundle, module name -> (is a package,
+code), `code` compiled by the host's Python when the formats agree (compiling costs 40-60 ms
+in the container), else `source`. The bundle's modules are imported from memory under their
+own names (`toolbox.tools.shell`, ...), so tracebacks name the real module.
 """
 
 import marshal
@@ -57,6 +59,7 @@ def main() -> None:
     from importlib import import_module
     from importlib.util import MAGIC_NUMBER
 
+    sys.stdin.buffer.readline()  # the host's go: its end is attached by now
     sys.stdout.buffer.write(MAGIC_NUMBER.hex().encode() + b"\n")
     sys.stdout.buffer.flush()
     kind, size = sys.stdin.buffer.readline().split()

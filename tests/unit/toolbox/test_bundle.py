@@ -18,7 +18,7 @@ def _bootstrapped(root: Path, payload: bytes) -> tuple[bytes, dict[str, Any], di
     proc = subprocess.Popen([PYTHON, "-u", "-c", boot.source("bootstrap"), "--root", str(root)],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     request = json.dumps({"id": 1, "tool": "read_file", "args": {"path": "README.md"}})
-    out, _ = proc.communicate(payload + request.encode() + b"\n", timeout=30)
+    out, _ = proc.communicate(b"\n" + payload + request.encode() + b"\n", timeout=30)
     magic, *lines = out.splitlines()
     ready, reply = (json.loads(line) for line in lines)
     assert proc.returncode == 0

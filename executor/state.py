@@ -133,16 +133,28 @@ def check_install_outside(root: Path) -> None:
     lies in the project: the sandbox could write a `.pth` file or a module there that the
     next `sandbox-agent` runs on the host, or a `pip.conf` its next `--network pypi` reads
     (red-team round 26: a checkout's `.venv`)."""
+    import site
     import sys
 
     import executor
 
     real = real_root(root)
-    for what, path in (("sandbox-agent's Python environment", Path(sys.prefix)),
-                       ("the Python it runs on", Path(sys.base_prefix)),
-                       ("sandbox-agent's code", Path(executor.__file__).parent)):
-        check_outside(real, path, what, fix="install sandbox-agent outside the project (pipx, "
-                      "or a venv elsewhere), or run with --read-only")
+    fix = "install sandbox-agent outside the project (pipx, or a venv elsewhere), or run " \
+          "with --read-only"
+    installed = (("sandbox-agent's Python environment", Path(sys.prefix)),
+                 ("the Python it runs on", Path(sys.base_prefix)),
+                 ("sandbox-agent's code", Path(executor.__file__).parent))
+    for what, path in installed:
+        check_outside(real, path, what, fix=fix)
+    # a root inside any of them, or inside what the host imports from (red-team round 27)
+    imported = [Path(entry) for entry in [*sys.path, site.getusersitepackages()]
+                if entry and os.path.isabs(entry)]
+    for what, path in [*installed, *(("a directory Python imports from", p) for p in imported)]:
+        outer = real_root(path)
+        if real == outer or outer in real.parents:
+            raise ConfigError(f"the project root {root} is inside {what} ({outer}): the "
+                              "sandbox could change what sandbox-agent runs on the host",
+                              fix="pass a project directory of your own as --root")
 
 
 def too_wide(root: Path) -> str | None:

@@ -559,13 +559,16 @@ def test_a_project_holding_sandbox_agents_own_installation_is_refused(
     as its user, and a `pip.conf` the next `--network pypi` took its allow-list from."""
     import sys
 
-    root = Path(sys.prefix).parent  # this checkout: the venv the tests run the CLI from
-    model_server.reply(tool_calls=[Call("run_shell_command", {"command": "true"})])
-    model_server.reply("Done.")
-    done = ask(root, model_server, "ollama", "--yes")
-    assert_user_error(done, 2, "sandbox-agent's Python environment", "is inside the project root")
-    assert not docker_client.containers.list(
-        all=True, filters={"label": f"sandbox-agent.root={root}"})
+    import idna  # (any package the CLI imports)
+
+    outer = Path(sys.prefix).parent  # this checkout: the venv the tests run the CLI from
+    inner = Path(idna.__file__).parent  # round 27: a root inside it, where the host imports
+    for root, said in ((outer, "is inside the project root"), (inner, "is inside")):
+        model_server.reply(tool_calls=[Call("run_shell_command", {"command": "true"})])
+        done = ask(root, model_server, "ollama", "--yes")  # refused at its sandbox's start
+        assert_user_error(done, 2, said, "sandbox-agent")
+        assert not docker_client.containers.list(
+            all=True, filters={"label": f"sandbox-agent.root={root}"})
 
 
 def test_a_protected_path_moved_by_a_command_that_kills_its_toolbox_ends_the_session(

@@ -43,7 +43,7 @@ WORK_RULES = (
 )
 """Habits a weak model does not have on its own; each addresses a failure seen in bench_agent."""
 TOOL_RESULT_PREFIX = "TOOL_RESULT"
-Step = tuple[str, dict[str, str], str]
+Step = tuple[str, dict[str, Any], str]
 """One call of a worked example: tool, arguments, what the tool answered."""
 
 
@@ -63,7 +63,7 @@ _WORKED = (
     _Worked("Sort the notes by date instead of by title.", (
         ("search_files", {"pattern": "title", "path": "."},
          "notes.py:2:    return sorted(notes, key=lambda note: note.title)"),
-        ("read_file", {"path": "notes.py"},
+        ("read_file", {"path": "notes.py", "start_line": 1},
          "     1\tdef sorted_notes(notes):\n     2\t    return sorted(notes, key=lambda note: "
          "note.title)"),
         ("edit_file", {"path": "notes.py", "old_text": "key=lambda note: note.title",
@@ -71,7 +71,7 @@ _WORKED = (
          "edited 'notes.py': 1 replacement, 2 lines changed"),
     ), "sorted_notes() in notes.py now sorts the notes by date."),
     _Worked("Add a function last(items) to lists.py.", (
-        ("read_file", {"path": "lists.py"},
+        ("read_file", {"path": "lists.py", "start_line": 1},
          "     1\tdef first(items):\n     2\t    return items[0]"),
         ("edit_file", {"path": "lists.py", "old_text": "    return items[0]",
                        "new_text": "    return items[0]\n\n\ndef last(items):\n"
@@ -81,7 +81,7 @@ _WORKED = (
     _Worked("Which database does the app use?", (
         ("search_files", {"pattern": "database", "path": "."},
          "app.py:1:from settings import DATABASE_URL"),
-        ("read_file", {"path": "settings.py"},
+        ("read_file", {"path": "settings.py", "start_line": 1},
          "     1\tDEBUG = False\n     2\tDATABASE_URL = \"sqlite:///notes.db\""),
     ), "It uses SQLite: settings.py sets DATABASE_URL = \"sqlite:///notes.db\"."),
 )

@@ -195,7 +195,8 @@ class Runner(StartStop, SandboxWiring, SessionKeeping, ModelWiring, Approvals):
         if self.egress is not None:
             used = NotedSandbox(used, self._refusals)
         context = ToolContext(sandbox=used, root=self.options.root,
-                              read_only=self.options.read_only, session_id=store.name)
+                              read_only=self.options.read_only, session_id=store.name,
+                              read_page=self._read_page())
         agent = Agent(
             model=self.model, tools=self.tools, context=context, authorize=self._authorize,
             system_prompt=self._system_prompt(), hooks=self.hooks, sink=store,

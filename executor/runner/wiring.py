@@ -25,6 +25,7 @@ from executor.redact import Redactor
 from executor.runner.options import READ_ONLY_NOTE, SYSTEM_PROMPT
 from executor.runner.state import RunnerState
 from executor.session import NdjsonSessionStore
+from executor.tools.builtin import read_page
 
 if TYPE_CHECKING:
     from executor.protocols import LoadProgress
@@ -74,6 +75,14 @@ class ModelWiring(RunnerState):
         blocks = [prompt, self.skills.prompt(), self.instructions.prompt() if self.instructions
                   else ""]
         return "\n\n".join(block for block in blocks if block)
+
+    def _read_page(self) -> int | None:
+        """The json protocols' models (weak ones, small windows) read a file a page at a time:
+        a 784-line module read whole filled the window and was cut in the middle, where the
+        lines the model had searched for were."""
+        if not uses_json(self.model.tool_protocol):
+            return None
+        return read_page(resolve_budget(self.settings.max_tokens, self.model.context_length()))
 
     def _coach(self) -> Coach | None:
         """Weak models, which the json protocols are for, get a coach; capable ones need none."""

@@ -41,6 +41,9 @@ TOOL_ARGS: dict[str, dict[str, Arg]] = {
         "path": Arg(STR, _PATH, required=True),
         "start_line": Arg(INT, "First line to return (1-based).", low=1),
         "end_line": Arg(INT, "Last line to return (inclusive).", low=1),
+        # Lines one call shows at most, below the toolbox's own cap: the host's page for a
+        # model with a small context window (the rest is named in the truncation note).
+        "page_lines": Arg(INT, low=1, host_only=True),
     },
     "write_file": {
         "path": Arg(STR, _PATH, required=True),

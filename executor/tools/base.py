@@ -35,6 +35,9 @@ class ToolContext:
     """Arguments the approved call carries that the model cannot give (`Preview.host_args`)."""
     on_output: OutputCallback | None = None
     """Where a running command's output goes while it runs (the agent emits `tool_output`)."""
+    read_page: int | None = None
+    """Lines one `read_file` call shows at most (None: the toolbox's own cap): a page that fits
+    a small context window, with a note that names the next `start_line`."""
 
 
 @dataclass(frozen=True)

@@ -136,10 +136,27 @@ class FileWriteTool(SandboxTool):
 
 class ReadFile(SandboxTool):
     name = "read_file"
-    description = "Read a text file; its lines are shown numbered."
+    description = (
+        "Read a text file from start_line (1: its first line); its lines are shown numbered, "
+        "a long file a page at a time."
+    )
     Args = ReadFileArgs
-    core_args = ("path",)
+    # start_line is offered to weak models too: with a page that fits their window, it is
+    # how they read past the first page, or from a line a search found.
+    core_args = ("path", "start_line")
     read_only_safe = True
+
+    def call(self, args: Any, ctx: ToolContext) -> ToolResult:
+        page = {"page_lines": ctx.read_page} if ctx.read_page else {}
+        return ctx.sandbox.call(self.name, {**args.model_dump(exclude_none=True), **page,
+                                            **ctx.host_args})
+
+
+def read_page(budget: int) -> int:
+    """The `read_file` page for a model whose window is `budget` tokens: a quarter of it, at
+    about 16 tokens a numbered line (measured with the embedded model on webcolors' tests:
+    5,200 tokens for 330 lines). 128 lines in the embedded model's 8,192."""
+    return max(40, budget // 4 // 16)
 
 
 class ListFiles(SandboxTool):

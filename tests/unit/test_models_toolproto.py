@@ -36,7 +36,8 @@ def test_prompt_is_the_measured_text_then_tools_then_an_example() -> None:
     ) in lines
     assert sum(line.startswith("- ") for line in lines) == 3
     example = lines[lines.index("Example:") + 1:]
-    assert example[0] == 'assistant: {"name": "read_file", "arguments": {"path": "README.md"}}'
+    assert example[0] == ('assistant: {"name": "read_file", "arguments": {"path": "README.md", '
+                          '"start_line": 1}}')
     assert example[1] == "user: TOOL_RESULT read_file:"
     assert json.loads(example[-1].removeprefix("assistant: "))["answer"]
 

@@ -16,6 +16,7 @@ from executor.models import ScriptedModel
 from executor.runner import Runner
 from executor.sandbox.docker import SandboxConfig
 from executor.session import NdjsonSessionStore
+from executor.tools.builtin import read_page
 from executor.workspace.changes import load_base, load_changes
 from executor.workspace.store import BlobStore, read_lines, session_dir
 from tests.conftest import PRIVATE_ENV
@@ -145,3 +146,18 @@ def test_default_off_skills_reach_the_prompt_only_when_named(
     system = model.calls[0].messages[0]
     assert system.role == "system"
     assert ("Skill safe-shell" in system.content) == ("safe-shell" in expected)
+
+
+@pytest.mark.parametrize("protocol", ["json", "constrained", "native"])
+def test_weak_models_read_a_page_that_fits_their_window(root: Path, protocol: str):
+    box = FakeSandbox()
+    model = ScriptedModel([calling("read_file", path="app.py", start_line=1), "done"],
+                          tool_protocol=protocol)
+    with Runner.build(root, model=model, sandbox=box, yes=True, audit=False,
+                      max_tokens=8192) as run:
+        run.run("read it")
+    [args] = [args for tool, args in box.calls if tool == "read_file"]
+    # the json protocols are for weak models with small windows: a quarter of 8,192 tokens
+    expected = {"page_lines": 128} if protocol != "native" else {}
+    assert args == {"path": "app.py", "start_line": 1, **expected}
+    assert read_page(8192) == 128 and read_page(32768) == 512 and read_page(100) == 40

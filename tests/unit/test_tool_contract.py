@@ -20,8 +20,9 @@ from executor.tools.base import schema_of
 from executor.tools.builtin import BUILTIN_TOOLS
 from tests.unit import toolbox_view as BOX
 
-HOST_ONLY = {"expect_sha256", "expect_sha256_after"}
-"""Arguments the host adds after an approval; never offered to the model."""
+HOST_ONLY = {"expect_sha256", "expect_sha256_after", "page_lines"}
+"""Arguments the host adds (after an approval; read_file's page from the model's window);
+never offered to the model."""
 
 JSON_TYPES = {BOX.STR: {"string"}, BOX.INT: {"integer"}, BOX.BOOL: {"boolean"},
               BOX.NUMBER: {"integer", "number"}}

@@ -32,10 +32,12 @@ if TYPE_CHECKING:  # names for the type checker only (annotations are never eval
 
 
 def tool_read_file(ctx: Context, path: str, start_line: int | None = None,
-                   end_line: int | None = None) -> Result:
-    """Numbered lines of a text file, capped, with a note on how to read the rest."""
+                   end_line: int | None = None, page_lines: int | None = None) -> Result:
+    """Numbered lines of a text file, capped (at `page_lines` too, when given), with a note
+    on how to read the rest."""
     first = _positive(start_line, "start_line") or 1
     last = _positive(end_line, "end_line")
+    cap = min(READ_MAX_LINES, _positive(page_lines, "page_lines") or READ_MAX_LINES)
     if last is not None and last < first:
         raise ToolError(f"end_line ({last}) is before start_line ({first})")
     real = resolve(ctx, path)
@@ -44,7 +46,7 @@ def tool_read_file(ctx: Context, path: str, start_line: int | None = None,
         if b"\0" in f.peek(BINARY_SNIFF)[:BINARY_SNIFF]:  # read once, not read and seek back
             return fail(f"binary file ({size} bytes); not shown", binary=True, total_bytes=size)
         skipped = _skip_lines(f, first - 1)
-        page = _Page(first)
+        page = _Page(first, cap)
         page.fill(f, last)
         total = page.total_lines(f)
     if not page.lines and first > 1:
@@ -106,13 +108,13 @@ class _Page:
 
     lines: list[str]
 
-    def __init__(self, first: int) -> None:
-        self.first, self.lines, self.chars = first, [], 0
+    def __init__(self, first: int, cap: int = READ_MAX_LINES) -> None:
+        self.first, self.cap, self.lines, self.chars = first, cap, [], 0
         self.more = self.invalid = self.long = self.eof = False
 
     def fill(self, f: BinaryIO, last: int | None) -> None:
         """Take lines from f until `last`, EOF or a cap (then `more` is set)."""
-        number, lines = self.first, self.lines
+        number, lines, cap = self.first, self.lines, self.cap
         while True:  # one loop, no call a line: a page of 2000 short lines is common
             raw = f.readline(LINE_MAX_BYTES)
             if not raw:
@@ -124,7 +126,7 @@ class _Page:
                 cut = _line_rest(f)
             if last is not None and number > last:
                 return
-            if len(lines) >= READ_MAX_LINES or self.chars >= READ_MAX_CHARS:
+            if len(lines) >= cap or self.chars >= READ_MAX_CHARS:
                 self.more = True
                 return
             if cut or raw.endswith(b"\r"):

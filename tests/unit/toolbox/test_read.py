@@ -25,6 +25,21 @@ def test_read_numbered_lines_and_ranges(box: Box, root: Path):
            "end_line (2) is before start_line (3)")
 
 
+def test_a_page_ends_where_the_host_says_and_names_the_next_start_line(box: Box, root: Path):
+    (root / "long.py").write_text("".join(f"x{i} = {i}\n" for i in range(1, 301)))
+    first = box.call("read_file", path="long.py", page_lines=128)
+    assert first["meta"]["lines"] == 128 and first["meta"]["truncated"] is True
+    assert first["output"].splitlines()[-2] == "   128\tx128 = 128"
+    assert first["output"].endswith("[truncated: showing lines 1-128 of 300. To read more, "
+                                    "call read_file with start_line=129.]")
+    last = box.call("read_file", path="long.py", start_line=257, page_lines=128)
+    assert last["meta"]["lines"] == 44 and last["meta"]["truncated"] is False
+    short = box.call("read_file", path="long.py", start_line=10, end_line=12, page_lines=128)
+    assert short["output"] == "    10\tx10 = 10\n    11\tx11 = 11\n    12\tx12 = 12"
+    failed(box.call("read_file", path="long.py", page_lines=0),
+           "argument 'page_lines' must be 1 or more")
+
+
 @pytest.mark.parametrize(("path", "message"), [
     ("src", "'src' is a directory; use list_files"), ("missing.txt", "file not found: missing.txt"),
     ("src/nope/x.py", "file not found: src/nope/x.py"),

@@ -146,8 +146,9 @@ def check_install_outside(root: Path) -> None:
                  ("sandbox-agent's code", Path(executor.__file__).parent))
     for what, path in installed:
         check_outside(real, path, what, fix=fix)
-    # a root inside any of them, or inside what the host imports from (red-team round 27)
-    imported = [Path(entry) for entry in [*sys.path, site.getusersitepackages()]
+    # a root inside any of them, or inside the site-packages the host imports from (red-team
+    # round 27; not every sys.path entry: a script's own directory is one)
+    imported = [Path(entry) for entry in [*site.getsitepackages(), site.getusersitepackages()]
                 if entry and os.path.isabs(entry)]
     for what, path in [*installed, *(("a directory Python imports from", p) for p in imported)]:
         outer = real_root(path)

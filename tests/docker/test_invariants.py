@@ -640,7 +640,8 @@ def test_gc_removes_containers_of_a_killed_controller(project: Path, docker_clie
         assert name in gc(docker_client, root=str(project)).in_use
         child.kill()
         child.wait()
-        assert docker_client.containers.get(name).status == "running"  # kept for --resume
+        # kept for --resume (its PID 1 may have ended it already: its controller is gone)
+        assert docker_client.containers.get(name).status in ("running", "exited")
         result = gc(docker_client, root=str(project))
         assert name in result.removed
         assert not docker_client.containers.list(all=True, filters={"name": name})

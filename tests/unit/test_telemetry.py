@@ -181,7 +181,11 @@ def test_a_hanging_collector_is_given_up_on_at_close() -> None:
     answers): the warning says the spans were dropped. bench_audit_formats.py prints the time."""
     warnings: list[str] = []
     with OtlpReceiver(hang=True) as dead:
-        tracing = traced(dead.endpoint, warnings)
+        # an export that would wait longer than close may: with both at 2 s, the exporter's own
+        # timeout now and then came first, and close said that instead
+        tracing = telemetry.Tracing.create(dead.endpoint + "/v1/traces", redactor(),
+                                           environ={"OTEL_EXPORTER_OTLP_TIMEOUT": "10"},
+                                           on_warning=warnings.append)
         run_events(tracing)
         tracing.close()
     assert dead.requests == 0  # nothing was ever answered

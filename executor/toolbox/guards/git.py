@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-import stat
 
 from ..gitshape import GITDIR_CODE, GITDIR_PARTS, gitdir_shape, kind_of
 from ..gitshape import kind_of as _kind
 from ..limits import GIT_SCAN_MAX_ENTRIES, QUARANTINE
-from ..nofollow import open_parent
-from ..paths import _chmod_nofollow
+from ..nofollow import as_owner, open_parent
 from ..tracking import _readonly_mounts
 
 TYPE_CHECKING = False  # typing is not imported at run time: the toolbox starts fast
@@ -62,27 +60,11 @@ def _disable_git(ctx: Context, path: str) -> QuarantineRecord:
 
 def _rename_in_place(ctx: Context, path: str, renamed: str) -> None:
     """Rename an entry within its directory, never through a link; a directory the command
-    made read-only (ours: same uid) is opened for the rename and closed again."""
+    made read-only (ours: same uid) gets its owner rights back for the rename (`as_owner`)."""
+    parent, leaf = open_parent(ctx.root, path)
     try:
-        _rename_at(ctx.root, path, renamed)
-    except PermissionError:
-        folder = path.rsplit("/", 1)[0] if "/" in path else "."
-        st = os.lstat(os.path.join(ctx.root, folder))
-        if not stat.S_ISDIR(st.st_mode):
-            raise
-        _chmod_nofollow(ctx.root, folder, st.st_ino, stat.S_IMODE(st.st_mode) | 0o700,
-                        kind=stat.S_IFDIR)
-        try:
-            _rename_at(ctx.root, path, renamed)
-        finally:
-            _chmod_nofollow(ctx.root, folder, st.st_ino, stat.S_IMODE(st.st_mode),
-                            kind=stat.S_IFDIR)
-
-
-def _rename_at(root: str, path: str, renamed: str) -> None:
-    parent, leaf = open_parent(root, path)
-    try:
-        os.rename(leaf, renamed.rsplit("/", 1)[-1], src_dir_fd=parent, dst_dir_fd=parent)
+        as_owner(parent, lambda: os.rename(leaf, renamed.rsplit("/", 1)[-1], src_dir_fd=parent,
+                                           dst_dir_fd=parent))
     finally:
         os.close(parent)
 
